@@ -1,0 +1,184 @@
+#pragma once
+
+// Every typed actor interface of Keel, in one place. Each interface has a
+// `///` banner; each handler a `//` line saying what it does. Atoms are
+// declared once in the type ID block below and the message types are
+// registered once, in `keel::system_config`.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <caf/fwd.hpp>
+#include <caf/replies_to.hpp>
+#include <caf/type_id.hpp>
+#include <caf/typed_actor.hpp>
+
+#include "keel/protocol.hpp"
+#include "keel/provider.hpp"
+#include "keel/types.hpp"
+#include "keel/ws_server.hpp"
+
+namespace keel::protocol {
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, client_frame& x) {
+  return f(caf::meta::type_name("keel::protocol::client_frame"), x.type, x.id,
+           x.thread, x.text, x.after, x.limit);
+}
+
+} // namespace keel::protocol
+
+namespace keel {
+
+/// Counters of the persistence actor, for status pages.
+struct persistence_stats {
+  uint64_t sessions = 0;
+  uint64_t flushes = 0;
+  uint64_t staged_operations = 0;
+  uint64_t failed_flushes = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, persistence_stats& x) {
+  return f(caf::meta::type_name("keel::persistence_stats"), x.sessions,
+           x.flushes, x.staged_operations, x.failed_flushes);
+}
+
+} // namespace keel
+
+CAF_BEGIN_TYPE_ID_BLOCK(keel, caf::first_custom_type_id)
+
+  CAF_ADD_ATOM(keel, keel::atom, accept, "accept")
+  CAF_ADD_ATOM(keel, keel::atom, commit, "commit")
+  CAF_ADD_ATOM(keel, keel::atom, load, "load")
+  CAF_ADD_ATOM(keel, keel::atom, history, "history")
+  CAF_ADD_ATOM(keel, keel::atom, inboxes, "inboxes")
+  CAF_ADD_ATOM(keel, keel::atom, flush, "flush")
+  CAF_ADD_ATOM(keel, keel::atom, stats, "stats")
+  CAF_ADD_ATOM(keel, keel::atom, complete, "complete")
+  CAF_ADD_ATOM(keel, keel::atom, deliver, "deliver")
+  CAF_ADD_ATOM(keel, keel::atom, route, "route")
+  CAF_ADD_ATOM(keel, keel::atom, passivate, "passivate")
+  CAF_ADD_ATOM(keel, keel::atom, drain, "drain")
+  CAF_ADD_ATOM(keel, keel::atom, idle, "idle")
+  CAF_ADD_ATOM(keel, keel::atom, recover, "recover")
+  CAF_ADD_ATOM(keel, keel::atom, frame, "frame")
+  CAF_ADD_ATOM(keel, keel::atom, open, "open")
+  CAF_ADD_ATOM(keel, keel::atom, closed, "closed")
+  CAF_ADD_ATOM(keel, keel::atom, http, "http")
+  CAF_ADD_ATOM(keel, keel::atom, publish, "publish")
+  CAF_ADD_ATOM(keel, keel::atom, status, "status")
+  CAF_ADD_ATOM(keel, keel::atom, turn_done, "turn_done")
+
+  CAF_ADD_TYPE_ID(keel, (keel::session_record))
+  CAF_ADD_TYPE_ID(keel, (keel::inbox_entry))
+  CAF_ADD_TYPE_ID(keel, (keel::log_entry))
+  CAF_ADD_TYPE_ID(keel, (keel::context_entry))
+  CAF_ADD_TYPE_ID(keel, (keel::thread_snapshot))
+  CAF_ADD_TYPE_ID(keel, (keel::accept_request))
+  CAF_ADD_TYPE_ID(keel, (keel::accept_result))
+  CAF_ADD_TYPE_ID(keel, (keel::turn_commit))
+  CAF_ADD_TYPE_ID(keel, (keel::history_page))
+  CAF_ADD_TYPE_ID(keel, (keel::thread_event))
+  CAF_ADD_TYPE_ID(keel, (keel::completion_request))
+  CAF_ADD_TYPE_ID(keel, (keel::completion))
+  CAF_ADD_TYPE_ID(keel, (keel::protocol::client_frame))
+  CAF_ADD_TYPE_ID(keel, (keel::persistence_stats))
+  CAF_ADD_TYPE_ID(keel, (std::vector<std::string>))
+
+CAF_END_TYPE_ID_BLOCK(keel)
+
+namespace keel {
+
+/// Names under which the root supervisor registers its children in the
+/// actor system's registry, so callers find a restarted child again.
+namespace names {
+
+constexpr caf::atom_value persistence = caf::atom("persist");
+constexpr caf::atom_value providers = caf::atom("providers");
+constexpr caf::atom_value orchestrator = caf::atom("orch");
+constexpr caf::atom_value gateway = caf::atom("gateway");
+
+} // namespace names
+
+/// The persistence actor: owns the RocksDB store; every durable mutation goes
+/// through it. Writes are group-committed: each write request joins the
+/// pending group, and one synced WriteBatch commits the group before any of
+/// its requests is answered.
+using persistence_actor = caf::typed_actor<
+  // Appends a message to its thread's inbox and log unless its client id is
+  // known; answers once the write is synced.
+  caf::replies_to<atom::accept, accept_request>::with<accept_result>,
+  // Commits a turn (inbox removal, context, log) atomically; answers once
+  // synced.
+  caf::replies_to<atom::commit, turn_commit>::with<caf::ok_atom>,
+  // Writes a session record; answers once synced.
+  caf::replies_to<caf::put_atom, session_record>::with<caf::ok_atom>,
+  // Loads what a conversation needs to resume a thread.
+  caf::replies_to<atom::load, std::string>::with<thread_snapshot>,
+  // Reads a page of a thread's history: thread, after, limit.
+  caf::replies_to<atom::history, std::string, seq_t, uint64_t>::with<
+    history_page>,
+  // Lists threads with unanswered inbox entries.
+  caf::replies_to<atom::inboxes>::with<std::vector<std::string>>,
+  // Returns counters.
+  caf::replies_to<atom::stats>::with<persistence_stats>,
+  // (internal) Commits the pending group.
+  caf::reacts_to<atom::flush>>;
+
+/// The providers actor: one provider pool per configured pool; answers
+/// completions from the named pool's failover chain.
+using providers_actor = caf::typed_actor<
+  // Completes a conversation with the named pool.
+  caf::replies_to<atom::complete, std::string, completion_request>::with<
+    completion>>;
+
+/// A provider pool: tries its chain of providers in order.
+using provider_pool_actor = caf::typed_actor<
+  // Completes a conversation.
+  caf::replies_to<atom::complete, completion_request>::with<completion>,
+  // (internal) A delayed provider outcome is due: request id.
+  caf::reacts_to<atom::deliver, uint64_t>>;
+
+/// A conversation: one per thread. Holds the ordered inbox and drains it one
+/// turn at a time; every failure inside a turn becomes a descriptive error
+/// in the thread.
+using conversation_actor = caf::typed_actor<
+  // Accepts a message (client id, text); answers once it is durable.
+  caf::replies_to<atom::accept, std::string, std::string>::with<
+    accept_result>,
+  // (internal) Starts the next turn if none runs.
+  caf::reacts_to<atom::drain>,
+  // (internal) The idle timer with this generation fired.
+  caf::reacts_to<atom::idle, uint64_t>>;
+
+/// The orchestrator: routes a thread to its conversation actor, spawning it
+/// on demand; never waits on I/O.
+using orchestrator_actor = caf::typed_actor<
+  // Routes a message (thread, client id, text); answers once durable.
+  caf::replies_to<atom::route, std::string, std::string, std::string>::with<
+    accept_result>,
+  // A conversation asks to passivate having seen this many messages;
+  // answers true if it may stop (nothing was routed to it since).
+  caf::replies_to<atom::passivate, std::string, uint64_t>::with<bool>,
+  // Returns the number of running conversations.
+  caf::replies_to<atom::status>::with<uint64_t>,
+  // (internal) Resumes every thread with unanswered messages.
+  caf::reacts_to<atom::recover>>;
+
+/// The gateway bridge: between the WebSocket server's I/O threads and the
+/// actors. Keeps thread subscriptions and fans events out to connections.
+using gateway_bridge_actor = caf::typed_actor<
+  // A connection opened.
+  caf::reacts_to<atom::open, connection_id>,
+  // A valid client frame arrived on a connection.
+  caf::reacts_to<atom::frame, connection_id, protocol::client_frame>,
+  // A connection closed.
+  caf::reacts_to<atom::closed, connection_id>,
+  // An HTTP API request: request id, method, target, body.
+  caf::reacts_to<atom::http, uint64_t, std::string, std::string, std::string>,
+  // An event of a thread for its subscribers.
+  caf::reacts_to<atom::publish, thread_event>>;
+
+} // namespace keel

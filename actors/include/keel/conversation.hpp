@@ -1,0 +1,109 @@
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <vector>
+
+#include <caf/typed_event_based_actor.hpp>
+
+#include "keel/actors.hpp"
+#include "keel/config.hpp"
+
+namespace keel {
+
+/// Configuration of one conversation actor.
+struct conversation_config {
+  /// The thread this actor owns.
+  std::string thread;
+  /// Provider pool answering the thread.
+  std::string pool;
+  /// Placed before the context in every completion request.
+  std::string system_prompt;
+  /// Passivate after this long without work.
+  caf::timespan idle_timeout;
+  /// A provider call longer than this ends the turn with an error.
+  caf::timespan turn_timeout;
+  /// Timeout for each persistence request.
+  caf::timespan storage_timeout = std::chrono::seconds{30};
+  /// Delay before retrying a turn whose commit failed.
+  caf::timespan commit_retry_delay = std::chrono::seconds{1};
+  /// Unanswered messages held before new ones are refused.
+  size_t max_inbox = 1000;
+};
+
+/// Builds a conversation's configuration from the node's thread defaults.
+conversation_config make_conversation_config(const thread_defaults& defaults,
+                                             std::string thread);
+
+/// Descriptive messages posted to a thread when a turn fails (seed 000).
+namespace turn_errors {
+
+constexpr const char* provider_failed
+  = "I'm having trouble reaching my AI provider. Try again in a moment.";
+constexpr const char* provider_timeout
+  = "My AI provider took too long to answer. Try again in a moment.";
+/// Followed by the error, then `unknown_suffix`.
+constexpr const char* unknown_prefix = "Something went wrong: ";
+constexpr const char* unknown_suffix = ". Try sending your message again.";
+
+} // namespace turn_errors
+
+/// An accept that arrived before the thread's state was loaded.
+struct deferred_accept {
+  caf::typed_response_promise<accept_result> promise;
+  std::string client_id;
+  std::string text;
+};
+
+/// State of a conversation actor.
+struct conversation_state {
+  static inline const char* name = "keel.conversation";
+
+  conversation_config cfg;
+  /// True once the thread's state has been loaded from the store.
+  bool loaded = false;
+  /// The session record (valid if `session_exists`).
+  session_record session;
+  bool session_exists = false;
+  /// True once this activation has written the session as ACTIVE.
+  bool session_active = false;
+  /// Durable, unanswered messages in order; the front is the current turn.
+  std::deque<inbox_entry> inbox;
+  /// The model's working memory.
+  std::vector<context_entry> context;
+  /// Next sequence number to hand out.
+  seq_t next_seq = 1;
+  /// Accepts sent to persistence and not answered yet.
+  uint64_t accepts_in_flight = 0;
+  /// Accepts waiting for the load.
+  std::vector<deferred_accept> deferred;
+  /// True while a turn (provider call and commit) runs.
+  bool turn_running = false;
+  /// Messages routed here by the orchestrator (for passivation).
+  uint64_t received = 0;
+  /// Invalidates stale idle timers.
+  uint64_t idle_generation = 0;
+
+  /// True if nothing is pending: the actor may passivate.
+  bool idle() const;
+  /// The completion request answering the inbox front.
+  completion_request make_request() const;
+  /// The commit of a successful turn answering the inbox front.
+  turn_commit make_reply_commit(const completion& reply, millis now);
+  /// The commit of a failed turn: a descriptive error in the thread.
+  turn_commit make_error_commit(const std::string& code,
+                                const std::string& text, millis now);
+  /// Applies a committed turn to the in-memory state.
+  void apply(const turn_commit& commit);
+  /// Restores the state from a snapshot.
+  void restore(thread_snapshot snapshot);
+};
+
+/// One thread's conversation: loads its state, accepts messages durably,
+/// drains the inbox one turn at a time, passivates when idle.
+conversation_actor::behavior_type
+conversation(conversation_actor::stateful_pointer<conversation_state> self,
+             conversation_config cfg);
+
+} // namespace keel

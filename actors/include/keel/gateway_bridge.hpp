@@ -1,0 +1,73 @@
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+
+#include <caf/typed_event_based_actor.hpp>
+
+#include "keel/actors.hpp"
+#include "keel/ws_server.hpp"
+
+namespace keel {
+
+/// Configuration of the gateway bridge.
+struct gateway_bridge_config {
+  /// The server the bridge answers through (owned by the node).
+  std::shared_ptr<ws_server> server;
+  /// Node name and data folder, for the status page.
+  std::string node_name;
+  std::string data_dir;
+  /// When the node started.
+  std::chrono::steady_clock::time_point started;
+  /// Timeout for a routed message to become durable.
+  caf::timespan route_timeout = std::chrono::seconds{60};
+};
+
+/// State of the gateway bridge.
+struct gateway_bridge_state {
+  static inline const char* name = "keel.gateway_bridge";
+
+  gateway_bridge_config cfg;
+  /// Connections subscribed to each thread.
+  std::unordered_map<std::string, std::unordered_set<connection_id>>
+    subscribers;
+  /// Threads each connection subscribed to (to clean up on close).
+  std::unordered_map<connection_id, std::unordered_set<std::string>>
+    subscriptions;
+
+  void subscribe(connection_id conn, const std::string& thread);
+  void unsubscribe(connection_id conn, const std::string& thread);
+  void drop(connection_id conn);
+};
+
+/// Bridges the WebSocket server and the actors.
+gateway_bridge_actor::behavior_type
+gateway_bridge(gateway_bridge_actor::stateful_pointer<gateway_bridge_state> self,
+               gateway_bridge_config cfg);
+
+/// The `gateway_handler` the server calls on its I/O threads: forwards
+/// everything to the current gateway bridge (found by name, so a restarted
+/// bridge is found again). While no bridge runs, frames get an
+/// `unavailable` error frame and HTTP requests a 503.
+class bridge_handler : public gateway_handler {
+public:
+  explicit bridge_handler(caf::actor_system& sys);
+
+  /// Set once the server exists (the server needs the handler first).
+  void attach(std::weak_ptr<ws_server> server);
+
+  void on_open(connection_id conn) override;
+  void on_frame(connection_id conn, protocol::client_frame frame) override;
+  void on_close(connection_id conn) override;
+  void on_http(uint64_t request, const std::string& method,
+               const std::string& target, const std::string& body) override;
+
+private:
+  caf::actor_system& sys_;
+  std::weak_ptr<ws_server> server_;
+};
+
+} // namespace keel

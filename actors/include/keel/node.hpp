@@ -1,0 +1,58 @@
+#pragma once
+
+#include <memory>
+
+#include <caf/actor.hpp>
+#include <caf/actor_system.hpp>
+
+#include "keel/config.hpp"
+#include "keel/error.hpp"
+#include "keel/supervisor.hpp"
+#include "keel/ws_server.hpp"
+
+namespace keel {
+
+/// The root supervisor's children in start order (DESIGN.md's tree; later
+/// issues add tools, delivery, notifier and cluster): persistence (its
+/// database in `data_dir/db`), providers, orchestrator and, if `server` is
+/// set, the gateway bridge. All are registered under `keel::names`.
+supervisor_config root_spec(const node_config& cfg,
+                            std::shared_ptr<ws_server> server,
+                            bool detached_persistence);
+
+/// A running node: the supervision tree and the gateway server.
+class node {
+public:
+  /// Starts the gateway server and the supervision tree, and waits until the
+  /// store is open. Fails with the reason (cannot bind, cannot open the
+  /// database, ...) after stopping whatever had started.
+  static caf::expected<std::unique_ptr<node>> start(caf::actor_system& sys,
+                                                    const node_config& cfg);
+
+  ~node();
+
+  /// The gateway's bound port.
+  uint16_t port() const;
+
+  /// The root supervisor.
+  const caf::actor& root() const;
+
+  /// Stops the tree (children in reverse start order) and the server, and
+  /// waits for the root supervisor to finish.
+  void stop();
+
+private:
+  node(caf::actor_system& sys, std::shared_ptr<ws_server> server,
+       caf::actor root);
+
+  caf::actor_system& sys_;
+  std::shared_ptr<ws_server> server_;
+  caf::actor root_;
+};
+
+/// Runs a node until SIGINT or SIGTERM (exit code 0) or until its root
+/// supervisor gives up (exit code 1). Prints `keel-node: listening on
+/// HOST:PORT` once ready.
+int run_node(const node_config& cfg);
+
+} // namespace keel

@@ -1,0 +1,376 @@
+#include "keel/conversation.hpp"
+
+#include <exception>
+
+#include <caf/all.hpp>
+#include <spdlog/spdlog.h>
+
+#include "keel/lookup.hpp"
+#include "keel/protocol.hpp"
+#include "keel/text.hpp"
+
+namespace keel {
+
+conversation_config make_conversation_config(const thread_defaults& defaults,
+                                             std::string thread) {
+  conversation_config cfg;
+  cfg.thread = std::move(thread);
+  cfg.pool = defaults.pool;
+  cfg.system_prompt = defaults.system_prompt;
+  cfg.idle_timeout = defaults.idle_timeout;
+  cfg.turn_timeout = defaults.turn_timeout;
+  cfg.max_inbox = defaults.max_inbox;
+  return cfg;
+}
+
+bool conversation_state::idle() const {
+  return loaded && inbox.empty() && !turn_running && accepts_in_flight == 0
+         && deferred.empty();
+}
+
+completion_request conversation_state::make_request() const {
+  completion_request req;
+  req.thread = cfg.thread;
+  req.system_prompt = cfg.system_prompt;
+  req.context = context;
+  auto& msg = inbox.front();
+  req.context.push_back(context_entry{msg.seq, "user", msg.text});
+  return req;
+}
+
+turn_commit conversation_state::make_reply_commit(const completion& reply,
+                                                  millis now) {
+  auto& msg = inbox.front();
+  auto seq = next_seq++;
+  turn_commit commit;
+  commit.thread = cfg.thread;
+  commit.inbox_seq = msg.seq;
+  commit.context.push_back(context_entry{msg.seq, "user", msg.text});
+  commit.context.push_back(context_entry{seq, "assistant", reply.text});
+  log_entry entry;
+  entry.seq = seq;
+  entry.kind = log_kind::reply;
+  entry.client_id = msg.client_id;
+  entry.reply_to = msg.seq;
+  entry.text = reply.text;
+  entry.provider = reply.provider;
+  entry.at = now;
+  commit.log.push_back(std::move(entry));
+  return commit;
+}
+
+turn_commit conversation_state::make_error_commit(const std::string& code,
+                                                  const std::string& text,
+                                                  millis now) {
+  auto& msg = inbox.front();
+  turn_commit commit;
+  commit.thread = cfg.thread;
+  commit.inbox_seq = msg.seq;
+  // The unanswered message stays out of the context: the model never sees a
+  // question without its answer.
+  log_entry entry;
+  entry.seq = next_seq++;
+  entry.kind = log_kind::error;
+  entry.client_id = msg.client_id;
+  entry.reply_to = msg.seq;
+  entry.text = text;
+  entry.code = code;
+  entry.at = now;
+  commit.log.push_back(std::move(entry));
+  return commit;
+}
+
+void conversation_state::apply(const turn_commit& commit) {
+  if (!inbox.empty() && inbox.front().seq == commit.inbox_seq)
+    inbox.pop_front();
+  context.insert(context.end(), commit.context.begin(), commit.context.end());
+}
+
+void conversation_state::restore(thread_snapshot snapshot) {
+  session_exists = snapshot.exists;
+  session = std::move(snapshot.session);
+  inbox.assign(std::make_move_iterator(snapshot.inbox.begin()),
+               std::make_move_iterator(snapshot.inbox.end()));
+  context = std::move(snapshot.context);
+  next_seq = std::max(next_seq, snapshot.next_seq);
+  loaded = true;
+}
+
+namespace {
+
+using self_ptr = conversation_actor::stateful_pointer<conversation_state>;
+
+void drain(self_ptr self);
+
+// Pushes a ready-made frame to the thread's subscribers, if a gateway runs.
+void publish(self_ptr self, std::string frame) {
+  auto gw = lookup<gateway_bridge_actor>(self->system(), names::gateway);
+  if (gw)
+    self->send(gw, atom::publish_v,
+               thread_event{self->state.cfg.thread, std::move(frame)});
+}
+
+void arm_idle_timer(self_ptr self) {
+  auto gen = ++self->state.idle_generation;
+  self->delayed_send(self, self->state.cfg.idle_timeout, atom::idle_v, gen);
+}
+
+// Describes a provider error to the user (seed 000's messages).
+std::pair<std::string, std::string> describe_failure(const caf::error& err) {
+  if (err == caf::sec::request_timeout || err == ec::provider_timeout
+      || err == ec::timeout)
+    return {to_string(ec::provider_timeout), turn_errors::provider_timeout};
+  if (err.category() == error_category)
+    return {error_code_name(err), turn_errors::provider_failed};
+  // The pool is down or restarting: still a provider problem to the user.
+  return {to_string(ec::provider_failed), turn_errors::provider_failed};
+}
+
+// Commits the outcome of the current turn, then moves on to the next one.
+// A failed commit keeps the message in the inbox and retries the turn later:
+// nothing is acknowledged as answered that is not durable.
+void commit_turn(self_ptr self, turn_commit commit) {
+  auto db = lookup<persistence_actor>(self->system(), names::persistence);
+  auto done = [self](turn_commit& commit) {
+    self->state.apply(commit);
+    for (auto& entry : commit.log)
+      publish(self, protocol::outcome_frame(commit.thread, entry));
+    self->state.turn_running = false;
+    drain(self);
+  };
+  auto failed = [self](const caf::error& err) {
+    auto& st = self->state;
+    spdlog::warn("thread {}: commit failed: {}", st.cfg.thread, render(err));
+    auto& msg = st.inbox.front();
+    publish(self, protocol::status_frame(st.cfg.thread, msg.client_id,
+                                         msg.seq, "retrying"));
+    self->delayed_send(self, st.cfg.commit_retry_delay, atom::drain_v);
+    // The turn stays "running" until the retry so nothing overtakes it.
+  };
+  if (!db) {
+    failed(caf::make_error(ec::unavailable, "persistence is restarting"));
+    return;
+  }
+  self->request(db, self->state.cfg.storage_timeout, atom::commit_v, commit)
+    .then([done, commit](caf::ok_atom) mutable { done(commit); },
+          [failed](caf::error& err) { failed(err); });
+}
+
+void fail_turn(self_ptr self, const std::string& code,
+               const std::string& text) {
+  commit_turn(self, self->state.make_error_commit(code, text,
+                                                  wall_clock_millis()));
+}
+
+// The error boundary: whatever a turn step throws becomes a descriptive
+// error in the thread, and the drain goes on.
+template <class F>
+void guarded(self_ptr self, F step) {
+  try {
+    step();
+  } catch (const std::exception& e) {
+    fail_turn(self, to_string(ec::turn_failed),
+              turn_errors::unknown_prefix + std::string{e.what()}
+                + turn_errors::unknown_suffix);
+  } catch (...) {
+    fail_turn(self, to_string(ec::turn_failed),
+              turn_errors::unknown_prefix + std::string{"unknown error"}
+                + turn_errors::unknown_suffix);
+  }
+}
+
+void run_turn(self_ptr self) {
+  auto& st = self->state;
+  auto& msg = st.inbox.front();
+  publish(self,
+          protocol::status_frame(st.cfg.thread, msg.client_id, msg.seq,
+                                 "thinking"));
+  auto pool = lookup<providers_actor>(self->system(), names::providers);
+  if (!pool) {
+    fail_turn(self, to_string(ec::provider_failed),
+              turn_errors::provider_failed);
+    return;
+  }
+  self
+    ->request(pool, st.cfg.turn_timeout, atom::complete_v, st.cfg.pool,
+              st.make_request())
+    .then(
+      [self](completion& reply) {
+        guarded(self, [&] {
+          commit_turn(self, self->state.make_reply_commit(
+                              reply, wall_clock_millis()));
+        });
+      },
+      [self](caf::error& err) {
+        spdlog::info("thread {}: turn failed: {}", self->state.cfg.thread,
+                     render(err));
+        auto [code, text] = describe_failure(err);
+        fail_turn(self, code, text);
+      });
+}
+
+// Starts the next turn unless one runs; arms the idle timer when done.
+void drain(self_ptr self) {
+  auto& st = self->state;
+  if (!st.loaded || st.turn_running)
+    return;
+  if (st.inbox.empty()) {
+    if (st.idle())
+      arm_idle_timer(self);
+    return;
+  }
+  st.turn_running = true;
+  guarded(self, [&] { run_turn(self); });
+}
+
+// Appends a message durably; the promise is answered once it is synced.
+void accept(self_ptr self, caf::typed_response_promise<accept_result> rp,
+            std::string client_id, std::string text) {
+  auto& st = self->state;
+  if (st.inbox.size() + st.accepts_in_flight >= st.cfg.max_inbox) {
+    rp.deliver(caf::make_error(ec::overloaded,
+                               "thread '" + st.cfg.thread + "' already has "
+                                 + std::to_string(st.cfg.max_inbox)
+                                 + " unanswered messages"));
+    return;
+  }
+  auto db = lookup<persistence_actor>(self->system(), names::persistence);
+  if (!db) {
+    rp.deliver(caf::make_error(ec::unavailable, "persistence is restarting"));
+    return;
+  }
+  accept_request req;
+  req.thread = st.cfg.thread;
+  req.entry = inbox_entry{st.next_seq++, std::move(client_id),
+                          std::move(text), wall_clock_millis()};
+  if (!st.session_active) {
+    // The first accept of an activation (re)writes the session as ACTIVE in
+    // the same synced batch as the message.
+    if (!st.session_exists) {
+      st.session.thread = st.cfg.thread;
+      st.session.pool = st.cfg.pool;
+      st.session.created_at = req.entry.accepted_at;
+    }
+    st.session.state = session_state::active;
+    req.create_session = true;
+    req.session = st.session;
+  }
+  ++st.accepts_in_flight;
+  self->request(db, st.cfg.storage_timeout, atom::accept_v, req)
+    .then(
+      [self, rp, entry = req.entry, wrote_session = req.create_session](
+        accept_result& res) mutable {
+        auto& st = self->state;
+        --st.accepts_in_flight;
+        if (wrote_session) {
+          st.session_exists = true;
+          st.session_active = true;
+        }
+        if (!res.duplicate)
+          st.inbox.push_back(std::move(entry));
+        rp.deliver(res);
+        drain(self);
+      },
+      [self, rp](caf::error& err) mutable {
+        --self->state.accepts_in_flight;
+        rp.deliver(err);
+        drain(self);
+      });
+}
+
+void load(self_ptr self) {
+  auto db = lookup<persistence_actor>(self->system(), names::persistence);
+  auto fail = [self](const caf::error& err) {
+    for (auto& d : self->state.deferred)
+      d.promise.deliver(err);
+    self->state.deferred.clear();
+    self->quit(err);
+  };
+  if (!db) {
+    fail(caf::make_error(ec::unavailable, "persistence is restarting"));
+    return;
+  }
+  self
+    ->request(db, self->state.cfg.storage_timeout, atom::load_v,
+              self->state.cfg.thread)
+    .then(
+      [self](thread_snapshot& snapshot) {
+        auto& st = self->state;
+        st.restore(std::move(snapshot));
+        auto deferred = std::move(st.deferred);
+        st.deferred.clear();
+        for (auto& d : deferred)
+          accept(self, d.promise, std::move(d.client_id), std::move(d.text));
+        drain(self);
+      },
+      fail);
+}
+
+void passivate(self_ptr self) {
+  auto& st = self->state;
+  auto db = lookup<persistence_actor>(self->system(), names::persistence);
+  auto orch = lookup<orchestrator_actor>(self->system(), names::orchestrator);
+  if (!db || !orch || !st.session_exists) {
+    self->quit();
+    return;
+  }
+  auto record = st.session;
+  record.state = session_state::suspended;
+  st.session_active = false;
+  self->request(db, st.cfg.storage_timeout, caf::put_atom_v, record)
+    .then(
+      [self, orch](caf::ok_atom) {
+        self->state.session.state = session_state::suspended;
+        self
+          ->request(orch, self->state.cfg.storage_timeout, atom::passivate_v,
+                    self->state.cfg.thread, self->state.received)
+          .then(
+            [self](bool stop) {
+              if (stop)
+                self->quit();
+              else if (self->state.idle())
+                arm_idle_timer(self);
+            },
+            [self](caf::error&) { self->quit(); });
+      },
+      [self](caf::error& err) {
+        spdlog::warn("thread {}: cannot suspend: {}", self->state.cfg.thread,
+                       render(err));
+        if (self->state.idle())
+          arm_idle_timer(self);
+      });
+}
+
+} // namespace
+
+conversation_actor::behavior_type
+conversation(conversation_actor::stateful_pointer<conversation_state> self,
+             conversation_config cfg) {
+  self->state.cfg = std::move(cfg);
+  load(self);
+  return {
+    [self](atom::accept, std::string& client_id, std::string& text)
+      -> caf::result<accept_result> {
+      auto& st = self->state;
+      ++st.received;
+      ++st.idle_generation; // Work arrived: any armed idle timer is stale.
+      auto rp = self->make_response_promise<accept_result>();
+      if (!st.loaded)
+        st.deferred.push_back({rp, std::move(client_id), std::move(text)});
+      else
+        accept(self, rp, std::move(client_id), std::move(text));
+      return rp;
+    },
+    [self](atom::drain) {
+      // A commit retry: the failed turn runs again.
+      self->state.turn_running = false;
+      drain(self);
+    },
+    [self](atom::idle, uint64_t generation) {
+      if (generation == self->state.idle_generation && self->state.idle())
+        passivate(self);
+    },
+  };
+}
+
+} // namespace keel

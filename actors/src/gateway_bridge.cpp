@@ -1,0 +1,278 @@
+#include "keel/gateway_bridge.hpp"
+
+#include <fstream>
+
+#include <caf/all.hpp>
+#include <nlohmann/json.hpp>
+
+#include "keel/lookup.hpp"
+
+namespace keel {
+
+void gateway_bridge_state::subscribe(connection_id conn,
+                                     const std::string& thread) {
+  subscribers[thread].insert(conn);
+  subscriptions[conn].insert(thread);
+}
+
+void gateway_bridge_state::unsubscribe(connection_id conn,
+                                       const std::string& thread) {
+  if (auto i = subscribers.find(thread); i != subscribers.end()) {
+    i->second.erase(conn);
+    if (i->second.empty())
+      subscribers.erase(i);
+  }
+  if (auto i = subscriptions.find(conn); i != subscriptions.end())
+    i->second.erase(thread);
+}
+
+void gateway_bridge_state::drop(connection_id conn) {
+  auto i = subscriptions.find(conn);
+  if (i == subscriptions.end())
+    return;
+  for (auto& thread : i->second) {
+    auto j = subscribers.find(thread);
+    if (j == subscribers.end())
+      continue;
+    j->second.erase(conn);
+    if (j->second.empty())
+      subscribers.erase(j);
+  }
+  subscriptions.erase(i);
+}
+
+namespace {
+
+using self_ptr = gateway_bridge_actor::stateful_pointer<gateway_bridge_state>;
+
+// Reads a field like "VmHWM:   1234 kB" from /proc/self/status, in bytes.
+uint64_t proc_status_bytes(const std::string& field) {
+  std::ifstream in{"/proc/self/status"};
+  std::string line;
+  while (std::getline(in, line))
+    if (line.compare(0, field.size(), field) == 0 && line.size() > field.size()
+        && line[field.size()] == ':')
+      return std::stoull(line.substr(field.size() + 1)) * 1024;
+  return 0;
+}
+
+void send_error(self_ptr self, connection_id conn, const caf::error& err,
+                const std::string& id, const std::string& thread) {
+  auto msg = error_message(err);
+  if (msg.empty())
+    msg = render(err);
+  self->state.cfg.server->send(conn, protocol::error_frame(
+                                       error_code_name(err), msg, id, thread));
+}
+
+void on_send(self_ptr self, connection_id conn, protocol::client_frame& f) {
+  // Sending to a thread subscribes the connection to it, so the sender sees
+  // its reply.
+  self->state.subscribe(conn, f.thread);
+  auto orch = lookup<orchestrator_actor>(self->system(), names::orchestrator);
+  if (!orch) {
+    send_error(self, conn,
+               caf::make_error(ec::unavailable,
+                               "the node is restarting its orchestrator; "
+                               "resend the message with the same id"),
+               f.id, f.thread);
+    return;
+  }
+  self
+    ->request(orch, self->state.cfg.route_timeout, atom::route_v, f.thread,
+              f.id, std::move(f.text))
+    .then(
+      [self, conn, thread = f.thread, id = f.id](accept_result& res) {
+        self->state.cfg.server->send(
+          conn, protocol::ack_frame(thread, id, res.seq, res.duplicate));
+      },
+      [self, conn, thread = f.thread, id = f.id](caf::error& err) {
+        send_error(self, conn, err, id, thread);
+      });
+}
+
+void on_history(self_ptr self, connection_id conn,
+                const protocol::client_frame& f) {
+  auto db = lookup<persistence_actor>(self->system(), names::persistence);
+  if (!db) {
+    send_error(self, conn,
+               caf::make_error(ec::unavailable, "persistence is restarting"),
+               f.id, f.thread);
+    return;
+  }
+  self
+    ->request(db, std::chrono::seconds{30}, atom::history_v, f.thread, f.after,
+              static_cast<uint64_t>(f.limit))
+    .then(
+      [self, conn, id = f.id](history_page& page) {
+        self->state.cfg.server->send(conn, protocol::history_frame(id, page));
+      },
+      [self, conn, thread = f.thread, id = f.id](caf::error& err) {
+        send_error(self, conn, err, id, thread);
+      });
+}
+
+void respond_json(self_ptr self, uint64_t request, unsigned status,
+                  const nlohmann::json& body) {
+  self->state.cfg.server->respond(request, status, "application/json",
+                                  body.dump());
+}
+
+void on_status(self_ptr self, uint64_t request) {
+  auto orch = lookup<orchestrator_actor>(self->system(), names::orchestrator);
+  auto db = lookup<persistence_actor>(self->system(), names::persistence);
+  if (!orch || !db) {
+    respond_json(self, request, 503,
+                 {{"error", "unavailable"},
+                  {"message", "a node component is restarting"}});
+    return;
+  }
+  auto timeout = std::chrono::seconds{10};
+  self->request(orch, timeout, atom::status_v)
+    .then(
+      [self, request, db, timeout](uint64_t active) {
+        self->request(db, timeout, atom::stats_v)
+          .then(
+            [self, request, active](persistence_stats& ps) {
+              auto& cfg = self->state.cfg;
+              auto gw = cfg.server->stats();
+              auto uptime = std::chrono::steady_clock::now() - cfg.started;
+              nlohmann::json body{
+                {"node", cfg.node_name},
+                {"version", KEEL_VERSION},
+                {"protocol", protocol::version},
+                {"uptime_ms",
+                 std::chrono::duration_cast<std::chrono::milliseconds>(uptime)
+                   .count()},
+                {"threads", {{"active", active}, {"stored", ps.sessions}}},
+                {"gateway",
+                 {{"connections_open", gw.connections_open},
+                  {"connections_total", gw.connections_total},
+                  {"frames_in", gw.frames_in},
+                  {"frames_out", gw.frames_out},
+                  {"bad_frames", gw.bad_frames}}},
+                {"store",
+                 {{"flushes", ps.flushes},
+                  {"staged_operations", ps.staged_operations},
+                  {"failed_flushes", ps.failed_flushes}}},
+                {"rss_bytes", proc_status_bytes("VmRSS")},
+                {"peak_rss_bytes", proc_status_bytes("VmHWM")},
+                {"data_dir", cfg.data_dir},
+              };
+              respond_json(self, request, 200, body);
+            },
+            [self, request](caf::error& err) {
+              respond_json(self, request, 503,
+                           {{"error", error_code_name(err)},
+                            {"message", render(err)}});
+            });
+      },
+      [self, request](caf::error& err) {
+        respond_json(self, request, 503,
+                     {{"error", error_code_name(err)},
+                      {"message", render(err)}});
+      });
+}
+
+} // namespace
+
+gateway_bridge_actor::behavior_type
+gateway_bridge(self_ptr self, gateway_bridge_config cfg) {
+  self->state.cfg = std::move(cfg);
+  return {
+    [](atom::open, connection_id) {
+      // nop: nothing to set up until the connection subscribes or sends.
+    },
+    [self](atom::frame, connection_id conn, protocol::client_frame& f) {
+      using type = protocol::client_frame_type;
+      switch (f.type) {
+        case type::send:
+          on_send(self, conn, f);
+          break;
+        case type::subscribe:
+          self->state.subscribe(conn, f.thread);
+          break;
+        case type::unsubscribe:
+          self->state.unsubscribe(conn, f.thread);
+          break;
+        case type::history:
+          on_history(self, conn, f);
+          break;
+        case type::ping:
+          self->state.cfg.server->send(conn, protocol::pong_frame(f.id));
+          break;
+      }
+    },
+    [self](atom::closed, connection_id conn) { self->state.drop(conn); },
+    [self](atom::http, uint64_t request, const std::string& method,
+           const std::string& target, const std::string&) {
+      auto path = target.substr(0, target.find('?'));
+      if (path == "/api/v1/status" && method == "GET")
+        on_status(self, request);
+      else
+        respond_json(self, request, 404,
+                     {{"error", "not_found"},
+                      {"message", "no endpoint " + method + " " + path}});
+    },
+    [self](atom::publish, thread_event& ev) {
+      auto i = self->state.subscribers.find(ev.thread);
+      if (i == self->state.subscribers.end())
+        return;
+      for (auto conn : i->second)
+        self->state.cfg.server->send(conn, ev.frame);
+    },
+  };
+}
+
+bridge_handler::bridge_handler(caf::actor_system& sys) : sys_(sys) {
+  // nop
+}
+
+void bridge_handler::attach(std::weak_ptr<ws_server> server) {
+  server_ = std::move(server);
+}
+
+namespace {
+
+gateway_bridge_actor current_bridge(caf::actor_system& sys) {
+  return lookup<gateway_bridge_actor>(sys, names::gateway);
+}
+
+} // namespace
+
+void bridge_handler::on_open(connection_id conn) {
+  if (auto bridge = current_bridge(sys_))
+    caf::anon_send(bridge, atom::open_v, conn);
+}
+
+void bridge_handler::on_frame(connection_id conn,
+                              protocol::client_frame frame) {
+  if (auto bridge = current_bridge(sys_)) {
+    caf::anon_send(bridge, atom::frame_v, conn, std::move(frame));
+    return;
+  }
+  if (auto server = server_.lock())
+    server->send(conn, protocol::error_frame(
+                         to_string(ec::unavailable),
+                         "the gateway bridge is restarting; try again",
+                         frame.id, frame.thread));
+}
+
+void bridge_handler::on_close(connection_id conn) {
+  if (auto bridge = current_bridge(sys_))
+    caf::anon_send(bridge, atom::closed_v, conn);
+}
+
+void bridge_handler::on_http(uint64_t request, const std::string& method,
+                             const std::string& target,
+                             const std::string& body) {
+  if (auto bridge = current_bridge(sys_)) {
+    caf::anon_send(bridge, atom::http_v, request, method, target, body);
+    return;
+  }
+  if (auto server = server_.lock())
+    server->respond(request, 503, "application/json",
+                    R"({"error":"unavailable","message":"the gateway bridge is restarting"})");
+}
+
+} // namespace keel

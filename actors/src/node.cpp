@@ -1,0 +1,194 @@
+#include "keel/node.hpp"
+
+#include <csignal>
+#include <filesystem>
+#include <iostream>
+#include <thread>
+
+#include <caf/all.hpp>
+#include <spdlog/spdlog.h>
+
+#include "keel/actors.hpp"
+#include "keel/gateway_bridge.hpp"
+#include "keel/logging.hpp"
+#include "keel/lookup.hpp"
+#include "keel/orchestrator.hpp"
+#include "keel/persistence.hpp"
+#include "keel/providers.hpp"
+#include "keel/supervisor.hpp"
+#include "keel/system_config.hpp"
+
+namespace keel {
+
+supervisor_config root_spec(const node_config& cfg,
+                            std::shared_ptr<ws_server> server,
+                            bool detached_persistence) {
+  supervisor_config sup;
+  sup.name = "root";
+  sup.max_restarts = cfg.supervision.max_restarts;
+  sup.period = cfg.supervision.period;
+  auto db_dir = (std::filesystem::path{cfg.data_dir} / "db").string();
+  store_options opts;
+  opts.sync = cfg.storage.sync;
+  sup.children.push_back(
+    {"persistence", names::persistence,
+     [db_dir, opts, detached_persistence](caf::local_actor* parent) {
+       // Detached: RocksDB's synced writes block, and must not block a
+       // scheduler worker. (Tests on the test coordinator run it scheduled.)
+       persistence_config pcfg{db_dir, opts};
+       if (detached_persistence)
+         return caf::actor_cast<caf::actor>(
+           parent->spawn<caf::detached>(persistence, pcfg));
+       return caf::actor_cast<caf::actor>(parent->spawn(persistence, pcfg));
+     }});
+  sup.children.push_back(
+    {"providers", names::providers, [cfg](caf::local_actor* parent) {
+       return caf::actor_cast<caf::actor>(parent->spawn(providers, cfg));
+     }});
+  sup.children.push_back(
+    {"orchestrator", names::orchestrator, [cfg](caf::local_actor* parent) {
+       orchestrator_config ocfg;
+       ocfg.threads = cfg.threads;
+       return caf::actor_cast<caf::actor>(parent->spawn(orchestrator, ocfg));
+     }});
+  if (!server)
+    return sup;
+  gateway_bridge_config gcfg;
+  gcfg.server = std::move(server);
+  gcfg.node_name = cfg.name;
+  gcfg.data_dir = cfg.data_dir;
+  gcfg.started = std::chrono::steady_clock::now();
+  sup.children.push_back(
+    {"gateway", names::gateway, [gcfg](caf::local_actor* parent) {
+       return caf::actor_cast<caf::actor>(parent->spawn(gateway_bridge, gcfg));
+     }});
+  return sup;
+}
+
+node::node(caf::actor_system& sys, std::shared_ptr<ws_server> server,
+           caf::actor root)
+  : sys_(sys), server_(std::move(server)), root_(std::move(root)) {
+  // nop
+}
+
+node::~node() {
+  stop();
+}
+
+caf::expected<std::unique_ptr<node>> node::start(caf::actor_system& sys,
+                                                  const node_config& cfg) {
+  std::error_code fs_err;
+  std::filesystem::create_directories(cfg.data_dir, fs_err);
+  if (fs_err)
+    return caf::make_error(ec::storage_open_failed,
+                           "cannot create data folder '" + cfg.data_dir
+                             + "': " + fs_err.message());
+  auto handler = std::make_shared<bridge_handler>(sys);
+  auto started = ws_server::start(cfg.gateway, handler, cfg.name);
+  if (!started)
+    return started.error();
+  std::shared_ptr<ws_server> server = std::move(*started);
+  handler->attach(server);
+  auto root = sys.spawn(supervisor, root_spec(cfg, server, true));
+  // Ready once the store answers; if the root gives up first (the store
+  // cannot be opened), report why.
+  caf::scoped_actor self{sys};
+  self->monitor(root);
+  caf::error failure;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds{60};
+  for (bool ready = false; !ready && !failure;) {
+    if (auto db = lookup<persistence_actor>(sys, names::persistence))
+      self->request(db, std::chrono::seconds{5}, atom::stats_v)
+        .receive([&](persistence_stats&) { ready = true; },
+                 [](caf::error&) { /* not up yet */ });
+    if (ready)
+      break;
+    self->receive([&](caf::down_msg& msg) { failure = msg.reason; },
+                  caf::after(std::chrono::milliseconds{20}) >> [] {});
+    if (!failure && std::chrono::steady_clock::now() > deadline)
+      failure = caf::make_error(ec::timeout,
+                                "the node did not become ready in 60 s");
+  }
+  if (failure) {
+    self->send_exit(root, caf::exit_reason::user_shutdown);
+    server->stop();
+    return failure;
+  }
+  self->demonitor(root);
+  return std::unique_ptr<node>{new node(sys, std::move(server), root)};
+}
+
+uint16_t node::port() const {
+  return server_ ? server_->port() : 0;
+}
+
+const caf::actor& node::root() const {
+  return root_;
+}
+
+void node::stop() {
+  if (root_) {
+    caf::scoped_actor self{sys_};
+    self->monitor(root_);
+    self->send_exit(root_, caf::exit_reason::user_shutdown);
+    self->receive([](caf::down_msg&) {});
+    root_ = nullptr;
+  }
+  if (server_) {
+    server_->stop();
+    server_ = nullptr;
+  }
+}
+
+int run_node(const node_config& cfg) {
+  if (auto err = init_logging(cfg.logging)) {
+    std::cerr << "keel-node: " << cfg.source << ": " << render(err) << '\n';
+    return 2;
+  }
+  // Signals are taken by a dedicated thread (sigwait), so block them in
+  // every thread before any is started.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  system_config sys_cfg;
+  caf::actor_system sys{sys_cfg};
+  auto started = node::start(sys, cfg);
+  if (!started) {
+    spdlog::error("cannot start node '{}': {}", cfg.name,
+                  render(started.error()));
+    std::cerr << "keel-node: cannot start: " << render(started.error())
+              << '\n';
+    return 1;
+  }
+  auto& n = **started;
+  std::cout << "keel-node: listening on " << cfg.gateway.host << ':'
+            << n.port() << std::endl;
+  spdlog::info("node '{}' ready on {}:{} (data in {})", cfg.name,
+               cfg.gateway.host, n.port(), cfg.data_dir);
+  caf::scoped_actor self{sys};
+  self->monitor(n.root());
+  std::thread signal_waiter{[&signals, root = n.root()] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    if (sig == 0)
+      return;
+    caf::anon_send_exit(root, caf::exit_reason::user_shutdown);
+  }};
+  caf::error reason;
+  self->receive([&](caf::down_msg& msg) { reason = msg.reason; });
+  // Wake the signal thread if the root stopped on its own.
+  pthread_kill(signal_waiter.native_handle(), SIGTERM);
+  signal_waiter.join();
+  n.stop();
+  if (reason == caf::exit_reason::user_shutdown) {
+    spdlog::info("node '{}' stopped", cfg.name);
+    return 0;
+  }
+  spdlog::error("node '{}' stopped: {}", cfg.name, render(reason));
+  std::cerr << "keel-node: stopped: " << render(reason) << '\n';
+  return 1;
+}
+
+} // namespace keel

@@ -1,0 +1,178 @@
+#include "keel/providers.hpp"
+
+#include <stdexcept>
+
+#include <caf/all.hpp>
+
+namespace keel {
+
+caf::expected<provider_pool_config> resolve_pool(const node_config& cfg,
+                                                 const pool_config& pool) {
+  provider_pool_config result;
+  result.pool = pool;
+  for (auto& name : pool.chain) {
+    auto p = cfg.find_provider(name);
+    if (p == nullptr)
+      return caf::make_error(ec::config_invalid, "pools." + pool.name
+                                                   + ".chain: no provider '"
+                                                   + name + "'");
+    result.providers.push_back(*p);
+  }
+  return result;
+}
+
+void provider_pool_state::fail_pending(const caf::error& reason) {
+  for (auto& [id, call] : pending)
+    call.promise.deliver(reason);
+  pending.clear();
+}
+
+namespace {
+
+using pool_ptr = provider_pool_actor::stateful_pointer<provider_pool_state>;
+
+// Asks the current provider of `call` and either resolves the outcome now
+// or parks the call until its delay has passed.
+void attempt(pool_ptr self, pending_completion call);
+
+void resolve(pool_ptr self, pending_completion call) {
+  auto& st = self->state;
+  auto& out = call.outcome;
+  switch (out.what) {
+    case provider_outcome::kind::reply:
+      call.promise.deliver(std::move(out.reply));
+      return;
+    case provider_outcome::kind::crash:
+      // Simulates a bug inside the pool: the exception handler fails every
+      // in-flight completion, then the pool stops and is restarted.
+      st.pending.emplace(st.next_id++, std::move(call));
+      throw std::runtime_error("pool '" + st.pool
+                               + "' crashed (scripted crash)");
+    case provider_outcome::kind::failure:
+      break;
+  }
+  auto& failed = *st.chain[call.provider_index];
+  if (!call.failures.empty())
+    call.failures += "; ";
+  call.failures += failed.name() + ": " + render(out.error);
+  if (++call.attempts >= st.max_attempts) {
+    call.attempts = 0;
+    ++call.provider_index;
+  }
+  if (call.provider_index >= st.chain.size()) {
+    call.promise.deliver(caf::make_error(
+      ec::provider_failed,
+      "every provider of pool '" + st.pool + "' failed (" + call.failures + ")"));
+    return;
+  }
+  attempt(self, std::move(call));
+}
+
+void attempt(pool_ptr self, pending_completion call) {
+  auto& st = self->state;
+  call.outcome = st.chain[call.provider_index]->complete(call.request);
+  if (call.outcome.delay.count() == 0) {
+    resolve(self, std::move(call));
+    return;
+  }
+  auto id = st.next_id++;
+  auto delay = call.outcome.delay;
+  st.pending.emplace(id, std::move(call));
+  self->delayed_send(self, delay, atom::deliver_v, id);
+}
+
+} // namespace
+
+provider_pool_actor::behavior_type
+provider_pool(provider_pool_actor::stateful_pointer<provider_pool_state> self,
+              provider_pool_config cfg) {
+  auto& st = self->state;
+  st.pool = cfg.pool.name;
+  st.max_attempts = std::max<uint32_t>(cfg.pool.max_attempts, 1);
+  for (auto& pcfg : cfg.providers) {
+    auto p = make_provider(pcfg);
+    if (!p) {
+      self->quit(p.error());
+      return provider_pool_actor::behavior_type::make_empty_behavior();
+    }
+    st.chain.push_back(std::move(*p));
+  }
+  self->set_exception_handler([self](std::exception_ptr& ptr) -> caf::error {
+    std::string what = "unknown exception";
+    try {
+      std::rethrow_exception(ptr);
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+      // nop
+    }
+    auto err = caf::make_error(ec::provider_failed, what);
+    self->state.fail_pending(err);
+    return err;
+  });
+  return {
+    [self](atom::complete, completion_request& req)
+      -> caf::result<completion> {
+      pending_completion call;
+      call.promise = self->make_response_promise<completion>();
+      call.request = std::move(req);
+      auto rp = call.promise;
+      attempt(self, std::move(call));
+      return rp;
+    },
+    [self](atom::deliver, uint64_t id) {
+      auto& pending = self->state.pending;
+      auto i = pending.find(id);
+      if (i == pending.end())
+        return;
+      auto call = std::move(i->second);
+      pending.erase(i);
+      resolve(self, std::move(call));
+    },
+  };
+}
+
+providers_actor::behavior_type
+providers(providers_actor::stateful_pointer<providers_state> self,
+          node_config cfg) {
+  auto& st = self->state;
+  for (auto& pool : cfg.pools) {
+    auto resolved = resolve_pool(cfg, pool);
+    if (!resolved) {
+      self->quit(resolved.error());
+      return providers_actor::behavior_type::make_empty_behavior();
+    }
+    st.configs.emplace(pool.name, std::move(*resolved));
+  }
+  auto start = [self](const std::string& name) {
+    auto pool = self->spawn<caf::linked>(provider_pool,
+                                         self->state.configs.at(name));
+    self->state.pools[name] = pool;
+  };
+  for (auto& [name, _] : st.configs)
+    start(name);
+  // Pools are linked to us so they stop with us. A pool that fails is
+  // restarted; requests it had in flight were failed by the pool itself,
+  // everyone else is untouched. An exit from anyone else stops us.
+  self->set_exit_handler([self, start](caf::exit_msg& msg) {
+    for (auto& [name, pool] : self->state.pools)
+      if (pool.address() == msg.source) {
+        ++self->state.restarts[name];
+        start(name);
+        return;
+      }
+    self->quit(msg.reason);
+  });
+  return {
+    [self](atom::complete, const std::string& pool,
+           completion_request& req) -> caf::result<completion> {
+      auto i = self->state.pools.find(pool);
+      if (i == self->state.pools.end())
+        return caf::make_error(ec::not_found, "no provider pool '" + pool
+                                                + "'");
+      return self->delegate(i->second, atom::complete_v, std::move(req));
+    },
+  };
+}
+
+} // namespace keel

@@ -1,0 +1,32 @@
+#include "keel/system_config.hpp"
+
+#include <caf/all.hpp>
+
+#include "keel/actors.hpp"
+
+namespace keel {
+
+system_config::system_config() {
+  add_message_type<session_record>("keel::session_record");
+  add_message_type<inbox_entry>("keel::inbox_entry");
+  add_message_type<log_entry>("keel::log_entry");
+  add_message_type<context_entry>("keel::context_entry");
+  add_message_type<thread_snapshot>("keel::thread_snapshot");
+  add_message_type<accept_request>("keel::accept_request");
+  add_message_type<accept_result>("keel::accept_result");
+  add_message_type<turn_commit>("keel::turn_commit");
+  add_message_type<history_page>("keel::history_page");
+  add_message_type<thread_event>("keel::thread_event");
+  add_message_type<completion_request>("keel::completion_request");
+  add_message_type<completion>("keel::completion");
+  add_message_type<protocol::client_frame>("keel::protocol::client_frame");
+  add_message_type<persistence_stats>("keel::persistence_stats");
+  add_message_type<std::vector<std::string>>("std::vector<std::string>");
+  add_error_category(error_category,
+                     [](uint8_t code, caf::atom_value category,
+                        const caf::message& ctx) -> std::string {
+                       return render(caf::error{code, category, ctx});
+                     });
+}
+
+} // namespace keel

@@ -1,0 +1,279 @@
+#pragma once
+
+// Benchmark and tool building blocks for keel-bench and keelctl: latency
+// percentiles, a WebSocket load generator, RocksDB's raw synced-write rate,
+// process memory from /proc, and small parsing/formatting helpers. RocksDB
+// and Boost.Beast stay out of this header.
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "keel/error.hpp"
+#include "keel/ws_client.hpp"
+
+namespace keel::bench {
+
+// -- latencies ----------------------------------------------------------------
+
+/// Percentiles of a set of latencies, in milliseconds.
+struct latency_summary {
+  uint64_t count = 0;
+  double p50 = 0;
+  double p90 = 0;
+  double p99 = 0;
+  double max = 0;
+  double mean = 0;
+};
+
+/// Collects latency samples and answers exact (nearest-rank) percentiles.
+/// Keeps every sample: a benchmark run records at most a few million.
+class latency_recorder {
+public:
+  /// Adds one sample.
+  void record(std::chrono::nanoseconds latency);
+
+  /// Number of samples.
+  size_t count() const noexcept {
+    return samples_.size();
+  }
+
+  /// Returns the nearest-rank percentile `q` (0 < q <= 1) in nanoseconds, or
+  /// 0 when there are no samples.
+  int64_t percentile(double q);
+
+  /// Returns the summary in milliseconds.
+  latency_summary summary();
+
+private:
+  void sort();
+
+  std::vector<int64_t> samples_;
+  bool sorted_ = true;
+};
+
+// -- process memory -------------------------------------------------------------
+
+/// Resident memory of a process.
+struct memory_usage {
+  /// Current resident set size (VmRSS).
+  uint64_t rss_bytes = 0;
+  /// Peak resident set size (VmHWM).
+  uint64_t peak_rss_bytes = 0;
+};
+
+/// Reads `/proc/PID/status` (`pid` 0 means this process). Fails with
+/// `ec::not_found` when the file cannot be read or lacks the fields.
+caf::expected<memory_usage> read_memory_usage(int pid = 0);
+
+// -- RocksDB's raw synced-write rate --------------------------------------------
+
+/// What `measure_raw_synced_writes` does.
+struct raw_write_options {
+  /// Parent folder; a fresh database is created in a new subfolder of it and
+  /// removed afterwards. Created when missing.
+  std::string dir = "./data-bench-raw";
+  /// Number of writer threads, each issuing one synced Put at a time.
+  size_t concurrency = 100;
+  /// How long to write.
+  std::chrono::milliseconds duration{3000};
+  /// Size of each value; similar to one stored message record.
+  size_t value_bytes = 200;
+};
+
+/// The outcome of `measure_raw_synced_writes`.
+struct raw_write_result {
+  /// The database folder used (already removed).
+  std::string path;
+  size_t concurrency = 0;
+  size_t value_bytes = 0;
+  /// Writes completed.
+  uint64_t writes = 0;
+  /// Wall time of the measurement.
+  double seconds = 0;
+  /// writes / seconds.
+  double writes_per_second = 0;
+};
+
+/// Measures how many `WriteOptions.sync = true` Puts per second a fresh
+/// RocksDB sustains with `concurrency` concurrent writers (RocksDB groups
+/// concurrent writers into one fsync, as Keel's store does).
+caf::expected<raw_write_result>
+measure_raw_synced_writes(const raw_write_options& opts);
+
+// -- WebSocket load ---------------------------------------------------------------
+
+/// What `run_load` does.
+struct load_options {
+  /// The node (and token).
+  endpoint node;
+  /// WebSocket connections to open.
+  size_t connections = 100;
+  /// Distinct threads; thread `i` belongs to connection `i % connections`, so
+  /// each thread's messages travel on one connection and their order is
+  /// observable. Must be at least `connections`.
+  size_t threads = 1000;
+  /// Target total rate in messages per second; 0 sends flat out.
+  double rate = 0;
+  /// Flat out: messages in flight (sent, not yet answered) per connection.
+  size_t window = 8;
+  /// When non-zero, the measured phase sends exactly this many messages;
+  /// otherwise it lasts `duration`.
+  uint64_t messages = 0;
+  /// Length of the measured phase when `messages` is 0.
+  std::chrono::milliseconds duration{10000};
+  /// Traffic before the measured phase; checked but not measured.
+  std::chrono::milliseconds warmup{2000};
+  /// After sending stops, how long to wait for missing acks and replies;
+  /// also, while sending, how long without any outcome before the run gives
+  /// up on a node that stopped answering.
+  std::chrono::milliseconds drain_timeout{10000};
+  /// Bytes of text per message.
+  size_t text_bytes = 64;
+  /// Prefix of thread ids; a random one per run keeps runs apart.
+  std::string thread_prefix;
+};
+
+/// The outcome of `run_load`. Counts cover warmup and measured messages;
+/// latencies and throughput cover the measured phase only.
+struct load_result {
+  /// Messages sent.
+  uint64_t sent = 0;
+  /// Messages acknowledged (first ack).
+  uint64_t acked = 0;
+  /// Messages answered by a `reply` frame.
+  uint64_t answered = 0;
+  /// Messages answered by an `error` frame.
+  uint64_t errors = 0;
+  /// Messages that got an outcome but never an ack.
+  uint64_t missing_acks = 0;
+  /// Messages without any outcome when the run ended.
+  uint64_t missing_replies = 0;
+  /// Acks or outcomes beyond the first for one message.
+  uint64_t duplicates = 0;
+  /// Frames naming a message id this run never sent.
+  uint64_t unknown_ids = 0;
+  /// Outcomes that arrived before the outcome of an earlier message of the
+  /// same thread.
+  uint64_t out_of_order = 0;
+  /// Connections that closed or failed during the run.
+  uint64_t connection_errors = 0;
+  /// Messages sent in the measured phase.
+  uint64_t measured_sent = 0;
+  /// Measured messages answered by a reply.
+  uint64_t measured_answered = 0;
+  /// From the start of the measured phase to its last outcome.
+  double measured_seconds = 0;
+  /// measured_answered / measured_seconds.
+  double answered_per_second = 0;
+  /// Send -> ack, measured phase.
+  latency_summary ack_latency;
+  /// Send -> reply, measured phase.
+  latency_summary reply_latency;
+  /// The first few error frames and connection failures, for diagnosis.
+  std::vector<std::string> error_samples;
+  /// CPU time (user + system) this process spent during the run.
+  double client_cpu_seconds = 0;
+
+  /// True when every message got exactly one ack and one reply, in order.
+  bool clean() const noexcept;
+};
+
+/// Opens the connections, drives the load on one I/O thread (the calling
+/// one) and returns the figures. Fails with `ec::connection_failed` or
+/// `ec::unauthorized` when a connection cannot be opened, naming the node.
+caf::expected<load_result> run_load(const load_options& opts);
+
+// -- the whole report -------------------------------------------------------------
+
+/// Figures taken from the node's `GET /api/v1/status`.
+struct node_figures {
+  /// False when the status endpoint could not be read.
+  bool available = false;
+  /// Why not, when not available.
+  std::string reason;
+  std::string name;
+  uint64_t rss_bytes = 0;
+  uint64_t peak_rss_bytes = 0;
+  /// Store flushes (synced WriteBatches) during the load.
+  uint64_t store_flushes = 0;
+  std::string data_dir;
+};
+
+/// One keel-bench run.
+struct report {
+  load_options load_opts;
+  load_result load;
+  node_figures node;
+  /// False when the raw measurement was skipped or failed.
+  bool raw_available = false;
+  /// Why not, when not available.
+  std::string raw_reason;
+  raw_write_result raw;
+
+  /// answered msgs/s / raw synced writes/s, or 0 without a raw figure.
+  double durable_ratio() const noexcept;
+};
+
+/// The report as JSON (for scripts).
+nlohmann::json to_json(const report& x);
+
+/// The report as a readable table.
+std::string render(const report& x);
+
+/// The header of the results table in docs/benchmarks.md (two lines).
+std::string markdown_header();
+
+/// The report as one row of that table, `label` naming the scenario.
+std::string markdown_row(const report& x, const std::string& label);
+
+// -- talking to a node -------------------------------------------------------------
+
+/// Rewrites a failure to reach or use `node` as the line the tools print:
+/// `ec::connection_failed` becomes "cannot reach node at HOST:PORT: REASON"
+/// and `ec::unauthorized` "the node refused the token (401)"; other errors
+/// pass unchanged.
+caf::error node_error(const endpoint& node, const caf::error& err);
+
+/// Reads the node's `GET /api/v1/status` (with the endpoint's token). Fails
+/// as `node_error` describes, with `ec::unavailable` naming any other HTTP
+/// status, and with `ec::protocol_violation` when the body is not a JSON
+/// object.
+caf::expected<nlohmann::json>
+fetch_status(const endpoint& node,
+             std::chrono::milliseconds timeout = std::chrono::seconds{10});
+
+/// What `run_benchmark` does.
+struct benchmark_options {
+  /// The load.
+  load_options load;
+  /// Measure RocksDB's raw synced-write rate before the load.
+  bool raw = true;
+  /// Where and how long; `concurrency` is set to the number of connections.
+  raw_write_options raw_opts;
+  /// When set, called with a line saying what the run does next.
+  std::function<void(const std::string&)> progress;
+};
+
+/// One whole keel-bench run: reads the node's status, measures the raw
+/// synced-write rate, drives the load, reads the status again. Fails when
+/// the node cannot be reached or refuses the token; a missing status
+/// endpoint or a failed raw measurement only leave those figures out.
+caf::expected<report> run_benchmark(const benchmark_options& opts);
+
+// -- helpers for the command-line tools -------------------------------------------
+
+/// Renders a byte count readably ("12.3 MiB").
+std::string human_bytes(uint64_t bytes);
+
+/// Renders milliseconds readably ("1h 2m 3s", "850 ms").
+std::string human_duration(uint64_t ms);
+
+/// Returns `n` random hex digits (for ids that must not collide).
+std::string random_hex(size_t n);
+
+} // namespace keel::bench

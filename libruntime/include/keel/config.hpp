@@ -1,0 +1,169 @@
+#pragma once
+
+// The node configuration model: what a YAML file may say, with defaults.
+// Loading is strict (unknown keys, wrong types, missing required fields and
+// bad values are errors naming file, key path, line and expectation).
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <caf/timespan.hpp>
+
+#include "keel/error.hpp"
+
+namespace keel {
+
+/// WebSocket/HTTP gateway settings (`gateway:`).
+struct gateway_config {
+  /// Address to listen on.
+  std::string host = "127.0.0.1";
+  /// TCP port; 0 picks a free port (printed at startup).
+  uint16_t port = 8080;
+  /// When non-empty, clients must present this token (Authorization: Bearer
+  /// or `?token=`); the upgrade is refused with 401 otherwise.
+  std::string token;
+  /// Largest WebSocket message accepted; larger ones close with 1009.
+  size_t max_frame_bytes = 1 << 20;
+  /// Longest message text accepted in a `send` frame (bytes of UTF-8).
+  size_t max_text_bytes = 64 * 1024;
+  /// Connections above this are refused with 503.
+  size_t max_connections = 10000;
+  /// Frames queued for one slow client before it is disconnected.
+  size_t max_queued_frames = 4096;
+  /// Threads running the network I/O.
+  size_t io_threads = 1;
+};
+
+/// One step of a scripted provider (`providers[].script[]`).
+struct scripted_step {
+  /// When non-empty, the step applies only when the last user message
+  /// contains this text; otherwise steps without `match` apply in turn.
+  std::string match;
+  /// The reply text; `{input}` is replaced by the last user message.
+  std::string reply;
+  /// Simulated latency before the outcome.
+  caf::timespan delay{0};
+  /// When non-empty, the step fails with this provider error class
+  /// (auth, rate_limit, billing, timeout, overloaded, model_not_found,
+  /// context_overflow, invalid_request, format, unknown).
+  std::string fail;
+  /// When true, the step throws inside the turn (tests the error boundary).
+  bool crash = false;
+};
+
+/// One provider endpoint (`providers[]`).
+struct provider_config {
+  /// Unique name, referenced by pools.
+  std::string name;
+  /// "echo" or "scripted" (HTTP kinds come with the provider issue).
+  std::string kind;
+  /// Model name reported in replies.
+  std::string model;
+  /// For `scripted`: the steps.
+  std::vector<scripted_step> script;
+};
+
+/// A provider pool (`pools[]`): an ordered failover chain.
+struct pool_config {
+  /// Unique name, referenced by `threads.pool`.
+  std::string name;
+  /// Provider names in the order they are tried.
+  std::vector<std::string> chain;
+  /// Attempts per provider before moving to the next one.
+  uint32_t max_attempts = 1;
+};
+
+/// Defaults for new threads (`threads:`).
+struct thread_defaults {
+  /// System prompt placed before the context.
+  std::string system_prompt = "You are a helpful assistant.";
+  /// An idle thread passivates (actor stops, state stays on disk) after this.
+  caf::timespan idle_timeout = std::chrono::minutes{5};
+  /// The provider pool answering new threads.
+  std::string pool = "default";
+  /// Unanswered messages one thread may hold before new ones are refused.
+  size_t max_inbox = 1000;
+  /// A turn that takes longer than this ends with a descriptive error.
+  caf::timespan turn_timeout = std::chrono::minutes{2};
+};
+
+/// Supervision limits (`supervision:`), OTP defaults.
+struct supervision_config {
+  /// Restarts allowed within `period` before the supervisor gives up.
+  uint32_t max_restarts = 1;
+  /// The window for `max_restarts`.
+  caf::timespan period = std::chrono::seconds{5};
+};
+
+/// Logging (`logging:`).
+struct logging_config {
+  /// One of trace, debug, info, warn, error, off.
+  std::string level = "info";
+  /// Log file; empty logs to stderr.
+  std::string file;
+};
+
+/// Storage tuning (`storage:`).
+struct storage_config {
+  /// Sync every acknowledged write (the contract; turn off only for tests
+  /// of throughput ceilings, never in production).
+  bool sync = true;
+};
+
+/// The whole node configuration.
+struct node_config {
+  /// Node name, shown in status and used as the node id.
+  std::string name = "keel-1";
+  /// Folder for RocksDB and other node data.
+  std::string data_dir = "./data";
+  gateway_config gateway;
+  std::vector<provider_config> providers;
+  std::vector<pool_config> pools;
+  thread_defaults threads;
+  supervision_config supervision;
+  logging_config logging;
+  storage_config storage;
+  /// Where this configuration came from (file path or "<default>").
+  std::string source = "<default>";
+
+  /// Returns the provider named `name`, or null.
+  const provider_config* find_provider(const std::string& name) const;
+  /// Returns the pool named `name`, or null.
+  const pool_config* find_pool(const std::string& name) const;
+};
+
+/// Looks up an environment variable; injected so tests need no real env.
+using env_lookup = std::function<std::optional<std::string>(const std::string&)>;
+
+/// Reads the process environment.
+env_lookup process_env();
+
+/// The embedded default: one offline `echo` provider in pool `default`,
+/// data in `./data`, gateway on 127.0.0.1:8080.
+node_config default_config();
+
+/// Parses and validates YAML text. `source` names the file in errors.
+caf::expected<node_config> parse_config(const std::string& yaml,
+                                        const std::string& source,
+                                        const env_lookup& env);
+
+/// Reads, parses and validates a YAML file.
+caf::expected<node_config> load_config_file(const std::string& path,
+                                            const env_lookup& env);
+
+/// Parses a duration written as an integer immediately followed by a unit:
+/// `ns`, `us`, `ms`, `s`, `m` or `h` (e.g. "250ms", "5s", "2m", "1h").
+/// Returns `std::nullopt` for anything else, including a missing unit.
+std::optional<caf::timespan> parse_duration(std::string_view str);
+
+/// Parses a byte size: an integer, optionally immediately followed by `KiB`,
+/// `MiB` or `GiB` (e.g. "65536", "64KiB", "1MiB"). Returns `std::nullopt`
+/// for anything else or on overflow.
+std::optional<size_t> parse_size(std::string_view str);
+
+} // namespace keel

@@ -1,0 +1,45 @@
+#pragma once
+
+// JSON encoding of the data model: the stored form of every record and the
+// form history entries take on the wire. One encoding, used everywhere.
+
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "keel/error.hpp"
+#include "keel/types.hpp"
+
+namespace keel {
+
+nlohmann::json to_json(const session_record& x);
+nlohmann::json to_json(const inbox_entry& x);
+nlohmann::json to_json(const log_entry& x);
+nlohmann::json to_json(const context_entry& x);
+
+caf::expected<session_record> session_record_from_json(const nlohmann::json& j);
+caf::expected<inbox_entry> inbox_entry_from_json(const nlohmann::json& j);
+caf::expected<log_entry> log_entry_from_json(const nlohmann::json& j);
+caf::expected<context_entry> context_entry_from_json(const nlohmann::json& j);
+
+/// Serializes a record to its stored form (compact JSON).
+template <class T>
+std::string encode(const T& x) {
+  return to_json(x).dump();
+}
+
+/// Parses the stored form of a record of type `T`; errors name the field.
+template <class T>
+caf::expected<T> decode(std::string_view text);
+
+template <>
+caf::expected<session_record> decode<session_record>(std::string_view text);
+template <>
+caf::expected<inbox_entry> decode<inbox_entry>(std::string_view text);
+template <>
+caf::expected<log_entry> decode<log_entry>(std::string_view text);
+template <>
+caf::expected<context_entry> decode<context_entry>(std::string_view text);
+
+} // namespace keel

@@ -1,0 +1,137 @@
+#pragma once
+
+// The client wire protocol (version 1): JSON text frames over WebSocket.
+// docs/protocol.md is the reference; this codec is its only implementation,
+// used by the gateway, keelctl, keel-bench and the tests.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <variant>
+
+#include <nlohmann/json.hpp>
+
+#include "keel/error.hpp"
+#include "keel/types.hpp"
+
+namespace keel::protocol {
+
+/// The protocol version this build speaks (sent in the `hello` frame).
+constexpr int version = 1;
+
+/// The WebSocket endpoint path.
+constexpr const char* ws_path = "/ws";
+
+/// Largest `limit` a history request may ask for.
+constexpr size_t max_history_limit = 1000;
+
+/// Kinds of client frames.
+enum class client_frame_type : uint8_t {
+  send,
+  subscribe,
+  unsubscribe,
+  history,
+  ping,
+};
+
+/// A decoded, validated client frame.
+struct client_frame {
+  client_frame_type type = client_frame_type::ping;
+  /// The client's id for this frame: the message id for `send` (the
+  /// deduplication key), a correlation id for the others (optional there).
+  std::string id;
+  /// The thread (`send`, `subscribe`, `unsubscribe`, `history`).
+  std::string thread;
+  /// The message text (`send`).
+  std::string text;
+  /// History: return entries with `seq > after`.
+  seq_t after = 0;
+  /// History: at most this many entries.
+  size_t limit = 100;
+};
+
+/// Why a client frame was refused. `code` is machine-readable and stable:
+/// bad_json, bad_frame (not a JSON object), unknown_type, missing_field,
+/// wrong_type, bad_value, too_large, invalid_utf8, binary_frame (the last
+/// one is produced by the server, not by `decode_client_frame`).
+struct frame_error {
+  std::string code;
+  /// Human-readable explanation naming the field.
+  std::string message;
+  /// The frame's `id`, when present and valid (so the client can correlate).
+  std::string id;
+  /// The frame's `thread`, when present and valid.
+  std::string thread;
+};
+
+/// Limits applied while decoding.
+struct decode_limits {
+  /// Longest `text` in bytes.
+  size_t max_text_bytes = 64 * 1024;
+};
+
+/// Decodes and validates one client text frame. Unknown fields are ignored
+/// and a `null` field counts as absent (forward compatibility).
+std::variant<client_frame, frame_error>
+decode_client_frame(std::string_view text, const decode_limits& limits);
+
+// -- server frames (encoding) -------------------------------------------------
+
+/// Sent once after the upgrade: `{"type":"hello","protocol":1,"node":...}`.
+std::string hello_frame(const std::string& node);
+
+/// The message is durable: `{"type":"ack","thread","id","seq","duplicate"}`.
+std::string ack_frame(const std::string& thread, const std::string& client_id,
+                      seq_t seq, bool duplicate);
+
+/// A status event of a thread, about the message `client_id` / `reply_to`.
+/// States: "queued", "thinking", "recovering" (more come with later issues).
+std::string status_frame(const std::string& thread,
+                         const std::string& client_id, seq_t reply_to,
+                         const std::string& state);
+
+/// A reply (entry.kind == reply) or a descriptive error in the thread
+/// (entry.kind == error, encoded as an `error` frame carrying `thread`,
+/// `reply_to`, `seq` and `client_id`).
+std::string outcome_frame(const std::string& thread, const log_entry& entry);
+
+/// An error about a frame or request: `{"type":"error","code","message",...}`
+/// with `id` and `thread` when known.
+std::string error_frame(const std::string& code, const std::string& message,
+                        const std::string& id = {},
+                        const std::string& thread = {});
+
+/// Convenience: the error frame for a refused client frame.
+std::string error_frame(const frame_error& err);
+
+/// A page of history: `{"type":"history","id","thread","entries","more"}`.
+std::string history_frame(const std::string& id, const history_page& page);
+
+/// Answers a ping: `{"type":"pong","id"}`.
+std::string pong_frame(const std::string& id);
+
+// -- client frames (encoding) and server frames (decoding), for clients ------
+
+std::string send_frame(const std::string& thread, const std::string& id,
+                       const std::string& text);
+std::string subscribe_frame(const std::string& thread, const std::string& id = {});
+std::string unsubscribe_frame(const std::string& thread,
+                              const std::string& id = {});
+std::string history_request_frame(const std::string& thread,
+                                  const std::string& id, seq_t after,
+                                  size_t limit);
+std::string ping_frame(const std::string& id);
+
+/// A server frame as a client sees it.
+struct server_frame {
+  /// The `type` field.
+  std::string type;
+  /// The whole frame.
+  nlohmann::json body;
+};
+
+/// Parses a server frame; fails with ec::protocol_violation if the text is
+/// not a JSON object with a string `type`.
+caf::expected<server_frame> decode_server_frame(std::string_view text);
+
+} // namespace keel::protocol

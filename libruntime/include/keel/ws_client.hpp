@@ -1,0 +1,81 @@
+#pragma once
+
+// A small blocking WebSocket and HTTP client with timeouts (Boost.Beast),
+// for keelctl and the process tests. Not for hot paths.
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "keel/error.hpp"
+
+namespace keel {
+
+/// Where a node listens, and how to authenticate.
+struct endpoint {
+  std::string host = "127.0.0.1";
+  uint16_t port = 8080;
+  /// Bearer token; empty for none.
+  std::string token;
+};
+
+/// Parses "HOST:PORT" (or just "PORT"); errors name the bad part.
+caf::expected<endpoint> parse_endpoint(const std::string& str);
+
+/// An HTTP response.
+struct http_response {
+  unsigned status = 0;
+  std::string content_type;
+  std::string body;
+};
+
+/// Performs one HTTP request (Connection: close). Fails with
+/// `ec::connection_failed` ("cannot reach HOST:PORT: reason") when the node
+/// cannot be reached, or a timeout error after `timeout`.
+caf::expected<http_response>
+http_request(const endpoint& ep, const std::string& method,
+             const std::string& target, const std::string& body = {},
+             std::chrono::milliseconds timeout = std::chrono::seconds{10});
+
+/// A received WebSocket message.
+struct ws_message {
+  /// True for a text frame, false for binary.
+  bool text = true;
+  std::string payload;
+};
+
+class ws_client {
+public:
+  /// Connects and upgrades on `path` (token as `Authorization: Bearer`).
+  /// Fails with `ec::connection_failed` naming the address when the node
+  /// cannot be reached, `ec::unauthorized` on 401, and the HTTP status
+  /// otherwise.
+  static caf::expected<std::unique_ptr<ws_client>>
+  connect(const endpoint& ep, const std::string& path = "/ws",
+          std::chrono::milliseconds timeout = std::chrono::seconds{10});
+
+  virtual ~ws_client();
+
+  /// Sends a text frame (no UTF-8 check: tests send invalid UTF-8 on purpose).
+  virtual caf::error send_text(std::string_view payload) = 0;
+
+  /// Sends a binary frame.
+  virtual caf::error send_binary(std::string_view payload) = 0;
+
+  /// Waits for the next message. Fails with `ec::unavailable` and the close
+  /// code in the message ("closed by peer: 1009 ...") when the server closed
+  /// the connection, and with `ec::timeout` after `timeout`.
+  virtual caf::expected<ws_message>
+  receive(std::chrono::milliseconds timeout = std::chrono::seconds{10}) = 0;
+
+  /// The close code the server sent, once the connection is closed.
+  virtual std::optional<uint16_t> close_code() const = 0;
+
+  /// Closes the connection politely (1000).
+  virtual void close() = 0;
+};
+
+} // namespace keel

@@ -1,0 +1,91 @@
+#pragma once
+
+// The gateway's network side: a Boost.Beast WebSocket + HTTP server on its
+// own I/O thread(s). It decodes and validates client frames itself (bad
+// frames are answered here and never reach the actors) and hands valid ones
+// to a `gateway_handler`. No actors here; the bridge actor implements the
+// handler.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "keel/config.hpp"
+#include "keel/error.hpp"
+#include "keel/protocol.hpp"
+
+namespace keel {
+
+/// Identifies one client connection (WebSocket or HTTP) for its lifetime.
+using connection_id = uint64_t;
+
+/// Receives events from the server. Called on I/O threads: implementations
+/// must return quickly and never block. They may call `ws_server::send` and
+/// `ws_server::respond` directly (the server holds no lock while calling
+/// them), but never `ws_server::stop` (it joins the I/O threads), and must not
+/// hold the last reference to the server.
+class gateway_handler {
+public:
+  virtual ~gateway_handler();
+
+  /// A WebSocket connection was accepted (after auth) and greeted.
+  virtual void on_open(connection_id conn) = 0;
+
+  /// A valid client frame arrived (pings are answered by the server itself).
+  virtual void on_frame(connection_id conn, protocol::client_frame frame) = 0;
+
+  /// The connection is gone; further sends to it are dropped. Called exactly
+  /// once for every connection that saw `on_open`, at the latest in `stop()`.
+  virtual void on_close(connection_id conn) = 0;
+
+  /// An authorized HTTP request for a path under `/api/`. Answer it with
+  /// `ws_server::respond(request, ...)`, exactly once.
+  virtual void on_http(uint64_t request, const std::string& method,
+                       const std::string& target, const std::string& body)
+    = 0;
+};
+
+/// Server counters.
+struct ws_server_stats {
+  uint64_t connections_open = 0;
+  uint64_t connections_total = 0;
+  uint64_t frames_in = 0;
+  uint64_t frames_out = 0;
+  uint64_t bad_frames = 0;
+  uint64_t slow_client_disconnects = 0;
+};
+
+class ws_server {
+public:
+  /// Binds, listens and starts the I/O threads. Fails with
+  /// `ec::connection_failed` naming the address when it cannot bind.
+  /// Serves `GET /healthz` (no auth) itself.
+  static caf::expected<std::unique_ptr<ws_server>>
+  start(const gateway_config& cfg, std::shared_ptr<gateway_handler> handler,
+        const std::string& node_name);
+
+  virtual ~ws_server();
+
+  /// The bound port (useful with port 0).
+  virtual uint16_t port() const = 0;
+
+  /// Queues a text frame for a connection. Thread-safe, never blocks; frames
+  /// for a closed connection are dropped. A connection whose queue exceeds
+  /// `max_queued_frames` is closed (1008, "client too slow").
+  virtual void send(connection_id conn, std::string frame) = 0;
+
+  /// Answers an HTTP request handed to `on_http`. Thread-safe.
+  virtual void respond(uint64_t request, unsigned status,
+                       std::string content_type, std::string body)
+    = 0;
+
+  /// Counters (thread-safe snapshot).
+  virtual ws_server_stats stats() const = 0;
+
+  /// Stops accepting, closes all connections (1001) and joins the threads.
+  /// Idempotent; the destructor calls it. Takes at most a few seconds even
+  /// when clients do not answer the close handshake.
+  virtual void stop() = 0;
+};
+
+} // namespace keel

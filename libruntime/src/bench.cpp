@@ -1,0 +1,1241 @@
+#include "keel/bench.hpp"
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <initializer_list>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/websocket.hpp>
+
+#include <rocksdb/db.h>
+#include <rocksdb/options.h>
+
+#include "keel/protocol.hpp"
+
+namespace keel::bench {
+
+// -- latencies ----------------------------------------------------------------
+
+void latency_recorder::record(std::chrono::nanoseconds latency) {
+  samples_.push_back(std::max<int64_t>(latency.count(), 0));
+  sorted_ = false;
+}
+
+void latency_recorder::sort() {
+  if (!sorted_) {
+    std::sort(samples_.begin(), samples_.end());
+    sorted_ = true;
+  }
+}
+
+int64_t latency_recorder::percentile(double q) {
+  if (samples_.empty())
+    return 0;
+  sort();
+  q = std::clamp(q, 0.0, 1.0);
+  // Nearest rank: the smallest sample with at least q of all at or below it.
+  auto rank = static_cast<size_t>(std::ceil(q * samples_.size()));
+  return samples_[rank == 0 ? 0 : rank - 1];
+}
+
+latency_summary latency_recorder::summary() {
+  latency_summary result;
+  result.count = samples_.size();
+  if (samples_.empty())
+    return result;
+  auto ms = [](int64_t ns) { return static_cast<double>(ns) / 1e6; };
+  result.p50 = ms(percentile(0.50));
+  result.p90 = ms(percentile(0.90));
+  result.p99 = ms(percentile(0.99));
+  result.max = ms(samples_.back());
+  double sum = 0;
+  for (auto x : samples_)
+    sum += static_cast<double>(x);
+  result.mean = ms(static_cast<int64_t>(sum / samples_.size()));
+  return result;
+}
+
+// -- process memory -------------------------------------------------------------
+
+caf::expected<memory_usage> read_memory_usage(int pid) {
+  auto path = pid == 0 ? std::string{"/proc/self/status"}
+                       : "/proc/" + std::to_string(pid) + "/status";
+  std::ifstream in{path};
+  if (!in)
+    return caf::make_error(ec::not_found, path + ": cannot be read");
+  memory_usage result;
+  bool have_rss = false;
+  bool have_peak = false;
+  std::string line;
+  // Lines look like "VmRSS:	   12345 kB".
+  auto kib = [](const std::string& line) {
+    return std::strtoull(line.c_str() + line.find(':') + 1, nullptr, 10)
+           * 1024;
+  };
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) {
+      result.rss_bytes = kib(line);
+      have_rss = true;
+    } else if (line.rfind("VmHWM:", 0) == 0) {
+      result.peak_rss_bytes = kib(line);
+      have_peak = true;
+    }
+  }
+  if (!have_rss || !have_peak)
+    return caf::make_error(ec::not_found, path + ": no VmRSS/VmHWM fields");
+  return result;
+}
+
+// -- RocksDB's raw synced-write rate --------------------------------------------
+
+caf::expected<raw_write_result>
+measure_raw_synced_writes(const raw_write_options& opts) {
+  namespace fs = std::filesystem;
+  if (opts.concurrency == 0)
+    return caf::make_error(ec::config_invalid,
+                           "raw writes: concurrency must be at least 1");
+  std::error_code err;
+  bool created_parent = !fs::exists(opts.dir, err);
+  fs::create_directories(opts.dir, err);
+  if (err)
+    return caf::make_error(ec::storage_open_failed,
+                           opts.dir + ": cannot create: " + err.message());
+  // A fresh database in its own subfolder: never touch what is already there.
+  auto path = (fs::path{opts.dir}
+               / ("raw-" + std::to_string(::getpid()) + "-" + random_hex(8)))
+                .string();
+  rocksdb::Options options;
+  options.create_if_missing = true;
+  options.error_if_exists = true;
+  rocksdb::DB* raw_db = nullptr;
+  auto st = rocksdb::DB::Open(options, path, &raw_db);
+  if (!st.ok())
+    return caf::make_error(ec::storage_open_failed,
+                           path + ": " + st.ToString());
+  std::unique_ptr<rocksdb::DB> db{raw_db};
+  std::atomic<bool> go{false};
+  std::atomic<bool> stop{false};
+  std::atomic<bool> failed{false};
+  std::string first_failure;
+  std::mutex failure_mtx;
+  std::vector<uint64_t> counts(opts.concurrency, 0);
+  std::vector<std::thread> writers;
+  writers.reserve(opts.concurrency);
+  for (size_t i = 0; i < opts.concurrency; ++i) {
+    writers.emplace_back([&, i] {
+      rocksdb::WriteOptions wopts;
+      wopts.sync = true;
+      std::string value(opts.value_bytes, 'v');
+      auto prefix = "t" + std::to_string(i) + "/";
+      while (!go.load(std::memory_order_acquire))
+        std::this_thread::yield();
+      uint64_t n = 0;
+      while (!stop.load(std::memory_order_relaxed)) {
+        auto s = db->Put(wopts, prefix + std::to_string(n), value);
+        if (!s.ok()) {
+          std::lock_guard<std::mutex> guard{failure_mtx};
+          if (first_failure.empty())
+            first_failure = s.ToString();
+          failed = true;
+          stop = true;
+          break;
+        }
+        ++n;
+      }
+      counts[i] = n;
+    });
+  }
+  auto start = std::chrono::steady_clock::now();
+  go.store(true, std::memory_order_release);
+  std::this_thread::sleep_for(opts.duration);
+  stop = true;
+  for (auto& t : writers)
+    t.join();
+  auto elapsed = std::chrono::duration<double>(
+                   std::chrono::steady_clock::now() - start)
+                   .count();
+  db.reset();
+  rocksdb::DestroyDB(path, options);
+  fs::remove_all(path, err);
+  if (created_parent && fs::is_empty(opts.dir, err))
+    fs::remove(opts.dir, err);
+  if (failed)
+    return caf::make_error(ec::storage_io, path + ": " + first_failure);
+  raw_write_result result;
+  result.path = path;
+  result.concurrency = opts.concurrency;
+  result.value_bytes = opts.value_bytes;
+  for (auto n : counts)
+    result.writes += n;
+  result.seconds = elapsed;
+  result.writes_per_second = elapsed > 0 ? result.writes / elapsed : 0;
+  return result;
+}
+
+// -- WebSocket load ---------------------------------------------------------------
+
+bool load_result::clean() const noexcept {
+  return sent > 0 && acked == sent && answered == sent && errors == 0
+         && missing_acks == 0 && missing_replies == 0 && duplicates == 0
+         && unknown_ids == 0 && out_of_order == 0 && connection_errors == 0;
+}
+
+namespace {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace websocket = beast::websocket;
+using tcp = net::ip::tcp;
+using steady = std::chrono::steady_clock;
+
+constexpr size_t max_error_samples = 10;
+
+/// What the run knows about one message it sent.
+struct message_state {
+  /// Index of the message's thread.
+  uint32_t thread = 0;
+  /// Position among the messages of its thread.
+  uint32_t order = 0;
+  steady::time_point sent_at;
+  bool measured = false;
+  uint8_t acks = 0;
+  uint8_t outcomes = 0;
+  bool error = false;
+};
+
+double cpu_seconds() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  auto secs = [](const timeval& tv) {
+    return static_cast<double>(tv.tv_sec) + tv.tv_usec / 1e6;
+  };
+  return secs(usage.ru_utime) + secs(usage.ru_stime);
+}
+
+class connection;
+
+/// One benchmark run: the I/O context, the connections, the pacing and the
+/// bookkeeping. Everything runs on the thread that calls `run`.
+class load_run {
+public:
+  explicit load_run(const load_options& opts);
+
+  caf::expected<load_result> run();
+
+  // -- callbacks from connections ---------------------------------------------
+
+  void on_ready();
+  void on_connect_failed(caf::error err);
+  void on_ack(message_state& msg, steady::time_point now);
+  /// Returns false when the outcome was a duplicate.
+  bool on_outcome(message_state& msg, bool is_error, const std::string& what,
+                  steady::time_point now);
+  void on_lost(connection& conn, const std::string& reason);
+  void on_stray(const std::string& what);
+  void on_closed();
+
+  /// Returns whether another message may be sent now; starts draining once
+  /// the measured phase is over.
+  bool may_send(steady::time_point now);
+  /// Counts a message just sent.
+  void on_sent(bool measured);
+
+  bool flat_out() const noexcept {
+    return opts_.rate <= 0;
+  }
+
+  bool measuring(steady::time_point now) const noexcept {
+    return now >= measure_start_;
+  }
+
+  const load_options& opts() const noexcept {
+    return opts_;
+  }
+
+  const std::string& thread_name(uint32_t index) const {
+    return thread_names_[index];
+  }
+
+  uint32_t next_order(uint32_t thread) {
+    return thread_next_order_[thread]++;
+  }
+
+  const std::string& text() const noexcept {
+    return text_;
+  }
+
+private:
+  enum class phase { connecting, running, draining, done };
+
+  void begin();
+  void begin_drain(steady::time_point now);
+  void finish();
+  void pace();
+  void control();
+  void sample(std::string what);
+
+  load_options opts_;
+  net::io_context ioc_;
+  std::vector<std::unique_ptr<connection>> conns_;
+  std::vector<std::string> thread_names_;
+  std::vector<uint32_t> thread_next_order_;
+  /// Order of the latest outcome per thread, plus one (0: none yet).
+  std::vector<uint32_t> thread_last_outcome_;
+  std::string text_;
+  phase phase_ = phase::connecting;
+  size_t ready_ = 0;
+  size_t connect_failures_ = 0;
+  caf::error fatal_;
+  steady::time_point start_;
+  steady::time_point measure_start_;
+  steady::time_point last_measured_outcome_;
+  /// The latest outcome of any message (or the start).
+  steady::time_point last_outcome_;
+  steady::time_point drain_deadline_;
+  steady::time_point next_due_;
+  steady::duration interval_{0};
+  size_t next_conn_ = 0;
+  uint64_t in_flight_ = 0;
+  size_t closing_ = 0;
+  net::steady_timer pacer_;
+  net::steady_timer control_timer_;
+  net::steady_timer stop_timer_;
+  latency_recorder ack_latency_;
+  latency_recorder reply_latency_;
+  load_result result_;
+  friend class connection;
+};
+
+/// One WebSocket connection owning a share of the threads.
+class connection {
+public:
+  connection(load_run& run, net::io_context& ioc, size_t index)
+    : run_(run),
+      ws_(ioc),
+      index_(index),
+      id_prefix_("c" + std::to_string(index) + "-") {
+    // nop
+  }
+
+  void add_thread(uint32_t thread) {
+    threads_.push_back(thread);
+  }
+
+  bool usable() const noexcept {
+    return ready_ && !closed_ && !closing_;
+  }
+
+  const std::vector<message_state>& messages() const noexcept {
+    return msgs_;
+  }
+
+  void start(const tcp::resolver::results_type& addrs) {
+    beast::get_lowest_layer(ws_).expires_after(std::chrono::seconds{10});
+    beast::get_lowest_layer(ws_).async_connect(
+      addrs, [this](beast::error_code ec, const tcp::endpoint&) {
+        on_connect(ec);
+      });
+  }
+
+  /// Sends the next message (round robin over this connection's threads).
+  void send_one(steady::time_point now) {
+    auto thread = threads_[next_thread_++ % threads_.size()];
+    message_state msg;
+    msg.thread = thread;
+    msg.order = run_.next_order(thread);
+    msg.sent_at = now;
+    msg.measured = run_.measuring(now);
+    auto id = id_prefix_ + std::to_string(msgs_.size());
+    msgs_.push_back(msg);
+    ++in_flight_;
+    run_.on_sent(msg.measured);
+    enqueue(protocol::send_frame(run_.thread_name(thread), id, run_.text()));
+  }
+
+  /// Flat out: tops the window up.
+  void refill(steady::time_point now) {
+    while (usable() && in_flight_ < run_.opts().window && run_.may_send(now))
+      send_one(now);
+  }
+
+  /// Closes politely (after a write in progress, if any).
+  void close() {
+    if (closed_ || closing_)
+      return;
+    if (!ready_) {
+      beast::error_code ignored;
+      beast::get_lowest_layer(ws_).socket().close(ignored);
+      closed_ = true;
+      return;
+    }
+    closing_ = true;
+    ++run_.closing_;
+    if (!writing_)
+      do_close();
+  }
+
+private:
+  void on_connect(beast::error_code ec) {
+    if (ec)
+      return connect_failed(ec.message());
+    beast::get_lowest_layer(ws_).socket().set_option(tcp::no_delay{true}, ec);
+    beast::get_lowest_layer(ws_).expires_never();
+    websocket::stream_base::timeout timeouts{std::chrono::seconds{10},
+                                             websocket::stream_base::none(),
+                                             false};
+    ws_.set_option(timeouts);
+    auto token = run_.opts().node.token;
+    ws_.set_option(websocket::stream_base::decorator(
+      [token](websocket::request_type& req) {
+        req.set(http::field::user_agent, "keel-bench");
+        if (!token.empty())
+          req.set(http::field::authorization, "Bearer " + token);
+      }));
+    ws_.text(true);
+    auto host = run_.opts().node.host + ":"
+                + std::to_string(run_.opts().node.port);
+    ws_.async_handshake(res_, host, protocol::ws_path,
+                        [this](beast::error_code ec) { on_handshake(ec); });
+  }
+
+  void on_handshake(beast::error_code ec) {
+    if (ec) {
+      if (res_.result() == http::status::unauthorized) {
+        closed_ = true;
+        run_.on_connect_failed(caf::make_error(
+          ec::unauthorized, "the node refused the token (401)"));
+        return;
+      }
+      if (ec == websocket::error::upgrade_declined)
+        return connect_failed("upgrade refused with HTTP "
+                              + std::to_string(res_.result_int()));
+      return connect_failed(ec.message());
+    }
+    ready_ = true;
+    do_read();
+    run_.on_ready();
+  }
+
+  void connect_failed(const std::string& reason) {
+    closed_ = true;
+    run_.on_connect_failed(caf::make_error(ec::connection_failed, reason));
+  }
+
+  void do_read() {
+    ws_.async_read(buf_, [this](beast::error_code ec, size_t) {
+      if (ec)
+        return on_read_failed(ec);
+      auto data = buf_.cdata();
+      on_frame(std::string_view{static_cast<const char*>(data.data()),
+                                data.size()});
+      buf_.consume(buf_.size());
+      do_read();
+    });
+  }
+
+  void on_read_failed(beast::error_code ec) {
+    if (closed_ || closing_)
+      return;
+    closed_ = true;
+    std::string reason = ec == websocket::error::closed
+                           ? "closed by the node (code "
+                               + std::to_string(ws_.reason().code) + ")"
+                           : ec.message();
+    run_.on_lost(*this, "connection " + std::to_string(index_) + ": "
+                          + reason);
+  }
+
+  void enqueue(std::string frame) {
+    out_.push_back(std::move(frame));
+    if (!writing_)
+      do_write();
+  }
+
+  void do_write() {
+    writing_ = true;
+    ws_.async_write(net::buffer(out_.front()),
+                    [this](beast::error_code ec, size_t) {
+                      writing_ = false;
+                      out_.pop_front();
+                      if (ec) {
+                        out_.clear();
+                        if (closing_)
+                          return finish_close();
+                        return on_read_failed(ec);
+                      }
+                      if (closing_)
+                        return do_close();
+                      if (!out_.empty())
+                        do_write();
+                    });
+  }
+
+  void do_close() {
+    ws_.async_close(websocket::close_code::normal,
+                    [this](beast::error_code) { finish_close(); });
+  }
+
+  void finish_close() {
+    if (closed_)
+      return;
+    closed_ = true;
+    run_.on_closed();
+  }
+
+  /// Finds the message a frame names in `key`, or null.
+  message_state* find(const nlohmann::json& body, const char* key) {
+    auto i = body.find(key);
+    if (i == body.end() || !i->is_string())
+      return nullptr;
+    const auto& id = i->get_ref<const std::string&>();
+    if (id.compare(0, id_prefix_.size(), id_prefix_) != 0)
+      return nullptr;
+    char* end = nullptr;
+    auto str = id.c_str() + id_prefix_.size();
+    errno = 0;
+    auto index = std::strtoull(str, &end, 10);
+    if (end == str || *end != '\0' || errno != 0 || index >= msgs_.size())
+      return nullptr;
+    return &msgs_[index];
+  }
+
+  static std::string describe(const nlohmann::json& body) {
+    auto field = [&](const char* key) {
+      auto i = body.find(key);
+      return i != body.end() && i->is_string() ? i->get<std::string>()
+                                               : std::string{};
+    };
+    auto result = field("code");
+    auto message = field("message");
+    if (message.empty())
+      message = field("text");
+    if (!message.empty())
+      result += (result.empty() ? "" : ": ") + message;
+    return result.empty() ? body.dump() : result;
+  }
+
+  void on_frame(std::string_view text) {
+    auto now = steady::now();
+    auto frame = protocol::decode_server_frame(text);
+    if (!frame)
+      return run_.on_stray("undecodable frame: " + keel::render(frame.error()));
+    const auto& type = frame->type;
+    if (type == "ack") {
+      if (auto msg = find(frame->body, "id"))
+        run_.on_ack(*msg, now);
+      else
+        run_.on_stray("ack for an unknown id: " + frame->body.dump());
+    } else if (type == "reply" || type == "error") {
+      auto is_error = type == "error";
+      // Outcome frames carry the answered message's client id in `id`.
+      auto msg = find(frame->body, "id");
+      if (!msg)
+        return run_.on_stray(type + " for no message of this run: "
+                             + describe(frame->body));
+      auto first = run_.on_outcome(*msg, is_error,
+                                   is_error ? describe(frame->body)
+                                            : std::string{},
+                                   now);
+      if (first && in_flight_ > 0)
+        --in_flight_;
+      if (run_.flat_out())
+        refill(now);
+    }
+    // hello, status, pong and history frames carry nothing we measure.
+  }
+
+  load_run& run_;
+  websocket::stream<beast::tcp_stream> ws_;
+  http::response<http::string_body> res_;
+  beast::flat_buffer buf_;
+  std::deque<std::string> out_;
+  size_t index_;
+  std::string id_prefix_;
+  std::vector<uint32_t> threads_;
+  size_t next_thread_ = 0;
+  std::vector<message_state> msgs_;
+  size_t in_flight_ = 0;
+  bool ready_ = false;
+  bool writing_ = false;
+  bool closing_ = false;
+  bool closed_ = false;
+  friend class load_run;
+};
+
+load_run::load_run(const load_options& opts)
+  : opts_(opts), pacer_(ioc_), control_timer_(ioc_), stop_timer_(ioc_) {
+  if (opts_.thread_prefix.empty())
+    opts_.thread_prefix = "bench-" + random_hex(6);
+  thread_names_.reserve(opts_.threads);
+  for (size_t i = 0; i < opts_.threads; ++i)
+    thread_names_.push_back(opts_.thread_prefix + "-" + std::to_string(i));
+  thread_next_order_.assign(opts_.threads, 0);
+  thread_last_outcome_.assign(opts_.threads, 0);
+  text_ = "keel-bench message ";
+  text_.resize(std::max(opts_.text_bytes, size_t{1}), 'x');
+}
+
+caf::expected<load_result> load_run::run() {
+  if (opts_.connections == 0)
+    return caf::make_error(ec::config_invalid,
+                           "connections: must be at least 1");
+  if (opts_.threads < opts_.connections)
+    return caf::make_error(ec::config_invalid,
+                           "threads: must be at least the number of "
+                           "connections (each connection owns its threads)");
+  if (flat_out() && opts_.window == 0)
+    return caf::make_error(ec::config_invalid, "window: must be at least 1");
+  tcp::resolver resolver{ioc_};
+  beast::error_code ec;
+  auto addrs = resolver.resolve(opts_.node.host,
+                                std::to_string(opts_.node.port), ec);
+  if (ec)
+    return caf::make_error(ec::connection_failed, ec.message());
+  for (size_t i = 0; i < opts_.connections; ++i)
+    conns_.push_back(std::make_unique<connection>(*this, ioc_, i));
+  for (size_t t = 0; t < opts_.threads; ++t)
+    conns_[t % opts_.connections]->add_thread(static_cast<uint32_t>(t));
+  auto cpu_before = cpu_seconds();
+  for (auto& conn : conns_)
+    conn->start(addrs);
+  ioc_.run();
+  result_.client_cpu_seconds = cpu_seconds() - cpu_before;
+  if (fatal_)
+    return fatal_;
+  // Every message gets exactly one ack and one outcome; count what is not.
+  for (auto& conn : conns_) {
+    for (auto& msg : conn->messages()) {
+      if (msg.outcomes == 0)
+        ++result_.missing_replies;
+      if (msg.acks == 0 && !msg.error)
+        ++result_.missing_acks;
+    }
+  }
+  result_.ack_latency = ack_latency_.summary();
+  result_.reply_latency = reply_latency_.summary();
+  if (result_.measured_answered > 0) {
+    result_.measured_seconds
+      = std::chrono::duration<double>(last_measured_outcome_ - measure_start_)
+          .count();
+    if (result_.measured_seconds > 0)
+      result_.answered_per_second
+        = result_.measured_answered / result_.measured_seconds;
+  }
+  return std::move(result_);
+}
+
+void load_run::on_ready() {
+  if (phase_ != phase::connecting)
+    return;
+  if (++ready_ + connect_failures_ == conns_.size())
+    begin();
+}
+
+void load_run::on_connect_failed(caf::error err) {
+  if (phase_ != phase::connecting)
+    return;
+  ++connect_failures_;
+  if (!fatal_)
+    fatal_ = std::move(err);
+  if (ready_ + connect_failures_ == conns_.size())
+    finish();
+}
+
+void load_run::begin() {
+  if (connect_failures_ > 0)
+    return finish();
+  phase_ = phase::running;
+  start_ = steady::now();
+  measure_start_ = start_ + opts_.warmup;
+  last_measured_outcome_ = measure_start_;
+  last_outcome_ = start_;
+  if (flat_out()) {
+    for (auto& conn : conns_)
+      conn->refill(start_);
+  } else {
+    interval_ = std::chrono::duration_cast<steady::duration>(
+      std::chrono::duration<double>(1.0 / opts_.rate));
+    if (interval_.count() <= 0)
+      interval_ = steady::duration{1};
+    next_due_ = start_;
+    pace();
+  }
+  control();
+}
+
+bool load_run::may_send(steady::time_point now) {
+  if (phase_ != phase::running)
+    return false;
+  bool more = opts_.messages > 0 && !measuring(now)
+                ? true
+              : opts_.messages > 0
+                ? result_.measured_sent < opts_.messages
+                : now < measure_start_ + opts_.duration;
+  if (!more)
+    begin_drain(now);
+  return more;
+}
+
+void load_run::on_sent(bool measured) {
+  ++result_.sent;
+  ++in_flight_;
+  if (measured)
+    ++result_.measured_sent;
+}
+
+void load_run::pace() {
+  auto now = steady::now();
+  while (next_due_ <= now && may_send(now)) {
+    // Round robin over the connections that are still usable.
+    connection* conn = nullptr;
+    for (size_t i = 0; i < conns_.size() && conn == nullptr; ++i) {
+      auto& candidate = conns_[next_conn_++ % conns_.size()];
+      if (candidate->usable())
+        conn = candidate.get();
+    }
+    if (conn == nullptr)
+      return finish();
+    conn->send_one(now);
+    next_due_ += interval_;
+  }
+  if (phase_ != phase::running)
+    return;
+  pacer_.expires_at(next_due_);
+  pacer_.async_wait([this](beast::error_code ec) {
+    if (!ec)
+      pace();
+  });
+}
+
+void load_run::control() {
+  auto now = steady::now();
+  if (phase_ == phase::running) {
+    // A node that stops answering must not stall the run forever.
+    if (in_flight_ > 0 && now - last_outcome_ >= opts_.drain_timeout) {
+      sample("no outcome for "
+             + std::to_string(opts_.drain_timeout.count())
+             + " ms with messages in flight: stopped sending");
+      return finish();
+    }
+    may_send(now); // starts draining when the measured phase is over
+  }
+  if (phase_ == phase::draining && now >= drain_deadline_)
+    return finish();
+  if (phase_ == phase::done)
+    return;
+  control_timer_.expires_after(std::chrono::milliseconds{20});
+  control_timer_.async_wait([this](beast::error_code ec) {
+    if (!ec)
+      control();
+  });
+}
+
+void load_run::begin_drain(steady::time_point now) {
+  if (phase_ != phase::running)
+    return;
+  phase_ = phase::draining;
+  drain_deadline_ = now + opts_.drain_timeout;
+  pacer_.cancel();
+  if (in_flight_ == 0)
+    finish();
+}
+
+void load_run::finish() {
+  if (phase_ == phase::done)
+    return;
+  phase_ = phase::done;
+  pacer_.cancel();
+  control_timer_.cancel();
+  for (auto& conn : conns_)
+    conn->close();
+  if (closing_ == 0)
+    return;
+  // A node that does not answer the close handshake must not hang the run.
+  stop_timer_.expires_after(std::chrono::seconds{3});
+  stop_timer_.async_wait([this](beast::error_code ec) {
+    if (!ec)
+      ioc_.stop();
+  });
+}
+
+void load_run::on_closed() {
+  if (closing_ > 0 && --closing_ == 0)
+    stop_timer_.cancel();
+}
+
+void load_run::sample(std::string what) {
+  if (result_.error_samples.size() < max_error_samples)
+    result_.error_samples.push_back(std::move(what));
+}
+
+void load_run::on_ack(message_state& msg, steady::time_point now) {
+  if (msg.acks++ > 0) {
+    ++result_.duplicates;
+    return;
+  }
+  ++result_.acked;
+  if (msg.measured)
+    ack_latency_.record(now - msg.sent_at);
+}
+
+bool load_run::on_outcome(message_state& msg, bool is_error,
+                          const std::string& what, steady::time_point now) {
+  if (msg.outcomes++ > 0) {
+    ++result_.duplicates;
+    return false;
+  }
+  if (in_flight_ > 0)
+    --in_flight_;
+  last_outcome_ = now;
+  auto& last = thread_last_outcome_[msg.thread];
+  if (msg.order + 1 < last)
+    ++result_.out_of_order;
+  else
+    last = msg.order + 1;
+  if (is_error) {
+    msg.error = true;
+    ++result_.errors;
+    sample("error frame: " + what);
+  } else {
+    ++result_.answered;
+    if (msg.measured) {
+      ++result_.measured_answered;
+      reply_latency_.record(now - msg.sent_at);
+    }
+  }
+  if (msg.measured && now > last_measured_outcome_)
+    last_measured_outcome_ = now;
+  if (phase_ == phase::draining && in_flight_ == 0)
+    finish();
+  return true;
+}
+
+void load_run::on_lost(connection& conn, const std::string& reason) {
+  ++result_.connection_errors;
+  sample(reason);
+  in_flight_ -= std::min<uint64_t>(in_flight_, conn.in_flight_);
+  conn.in_flight_ = 0;
+  if (phase_ == phase::draining && in_flight_ == 0)
+    finish();
+  if (phase_ == phase::running
+      && std::none_of(conns_.begin(), conns_.end(),
+                      [](auto& c) { return c->usable(); }))
+    finish();
+}
+
+void load_run::on_stray(const std::string& what) {
+  ++result_.unknown_ids;
+  sample(what);
+}
+
+} // namespace
+
+caf::expected<load_result> run_load(const load_options& opts) {
+  try {
+    load_run run{opts};
+    auto result = run.run();
+    if (!result)
+      return node_error(opts.node, result.error());
+    return result;
+  } catch (const std::exception& ex) {
+    return caf::make_error(ec::unavailable,
+                           std::string{"load generator failed: "} + ex.what());
+  }
+}
+
+// -- the whole report -------------------------------------------------------------
+
+double report::durable_ratio() const noexcept {
+  if (!raw_available || raw.writes_per_second <= 0)
+    return 0;
+  return load.answered_per_second / raw.writes_per_second;
+}
+
+namespace {
+
+nlohmann::json to_json(const latency_summary& x) {
+  return {{"count", x.count}, {"p50", x.p50}, {"p90", x.p90},
+          {"p99", x.p99},     {"max", x.max}, {"mean", x.mean}};
+}
+
+std::string fixed(double x, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*f", digits, x);
+  return buf;
+}
+
+std::string seconds_str(std::chrono::milliseconds x) {
+  return fixed(x.count() / 1000.0, 1) + " s";
+}
+
+std::string latency_line(const latency_summary& x) {
+  if (x.count == 0)
+    return "no samples";
+  return "p50 " + fixed(x.p50, 2) + " ms   p90 " + fixed(x.p90, 2)
+         + " ms   p99 " + fixed(x.p99, 2) + " ms   max " + fixed(x.max, 2)
+         + " ms";
+}
+
+} // namespace
+
+nlohmann::json to_json(const report& x) {
+  const auto& o = x.load_opts;
+  const auto& l = x.load;
+  nlohmann::json j;
+  j["config"] = {
+    {"node", o.node.host + ":" + std::to_string(o.node.port)},
+    {"connections", o.connections},
+    {"threads", o.threads},
+    {"rate", o.rate > 0 ? nlohmann::json(o.rate) : nlohmann::json("flat out")},
+    {"window", o.window},
+    {"messages", o.messages},
+    {"duration_s", o.messages > 0 ? 0.0 : o.duration.count() / 1000.0},
+    {"warmup_s", o.warmup.count() / 1000.0},
+    {"text_bytes", o.text_bytes},
+    {"thread_prefix", o.thread_prefix},
+  };
+  j["messages"] = {
+    {"sent", l.sent},
+    {"acked", l.acked},
+    {"answered", l.answered},
+    {"errors", l.errors},
+    {"missing_acks", l.missing_acks},
+    {"missing_replies", l.missing_replies},
+    {"duplicates", l.duplicates},
+    {"unknown_ids", l.unknown_ids},
+    {"out_of_order", l.out_of_order},
+    {"connection_errors", l.connection_errors},
+    {"measured_sent", l.measured_sent},
+    {"measured_answered", l.measured_answered},
+  };
+  j["clean"] = l.clean();
+  j["measured_seconds"] = l.measured_seconds;
+  j["answered_per_second"] = l.answered_per_second;
+  j["ack_latency_ms"] = to_json(l.ack_latency);
+  j["reply_latency_ms"] = to_json(l.reply_latency);
+  j["client_cpu_seconds"] = l.client_cpu_seconds;
+  j["error_samples"] = l.error_samples;
+  if (x.node.available) {
+    j["node"] = {{"name", x.node.name},
+                 {"rss_bytes", x.node.rss_bytes},
+                 {"peak_rss_bytes", x.node.peak_rss_bytes},
+                 {"store_flushes", x.node.store_flushes},
+                 {"data_dir", x.node.data_dir}};
+  } else {
+    j["node"] = {{"unavailable", x.node.reason}};
+  }
+  if (x.raw_available) {
+    j["raw"] = {{"path", x.raw.path},
+                {"concurrency", x.raw.concurrency},
+                {"value_bytes", x.raw.value_bytes},
+                {"writes", x.raw.writes},
+                {"seconds", x.raw.seconds},
+                {"writes_per_second", x.raw.writes_per_second}};
+    j["durable_ratio"] = x.durable_ratio();
+  } else {
+    j["raw"] = {{"unavailable", x.raw_reason}};
+    j["durable_ratio"] = nullptr;
+  }
+  return j;
+}
+
+std::string render(const report& x) {
+  const auto& o = x.load_opts;
+  const auto& l = x.load;
+  std::ostringstream out;
+  auto row = [&](const char* label, const std::string& value) {
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "%-15s", label);
+    out << buf << value << '\n';
+  };
+  std::string mode = o.rate > 0 ? "paced at " + fixed(o.rate, 0) + " msg/s"
+                                : "flat out (window " + std::to_string(o.window)
+                                    + " per connection)";
+  std::string length = o.messages > 0
+                         ? std::to_string(o.messages) + " measured messages"
+                         : seconds_str(o.duration) + " measured";
+  row("run", std::to_string(o.connections) + " connections, "
+               + std::to_string(o.threads) + " threads, " + mode + ", "
+               + length + " after " + seconds_str(o.warmup) + " warmup");
+  row("node", o.node.host + ":" + std::to_string(o.node.port)
+                + (x.node.available ? " (" + x.node.name + ")" : ""));
+  row("messages", "sent " + std::to_string(l.sent) + ", acked "
+                    + std::to_string(l.acked) + ", answered "
+                    + std::to_string(l.answered) + ", errors "
+                    + std::to_string(l.errors));
+  row("checks", "missing acks " + std::to_string(l.missing_acks)
+                  + ", missing replies " + std::to_string(l.missing_replies)
+                  + ", duplicates " + std::to_string(l.duplicates)
+                  + ", unknown ids " + std::to_string(l.unknown_ids)
+                  + ", out of order " + std::to_string(l.out_of_order)
+                  + ", connection errors "
+                  + std::to_string(l.connection_errors));
+  row("throughput", fixed(l.answered_per_second, 1)
+                      + " answered msgs/s (" + std::to_string(l.measured_answered)
+                      + " measured msgs in " + fixed(l.measured_seconds, 2)
+                      + " s)");
+  row("ack latency", latency_line(l.ack_latency));
+  row("reply latency", latency_line(l.reply_latency));
+  if (x.node.available) {
+    std::string flushes = std::to_string(x.node.store_flushes)
+                          + " store flushes during the run";
+    if (x.node.store_flushes > 0 && l.sent > 0)
+      flushes += " (" + fixed(static_cast<double>(l.sent) / x.node.store_flushes, 2)
+                 + " msgs per flush)";
+    row("node memory", "peak RSS " + human_bytes(x.node.peak_rss_bytes)
+                         + ", RSS now " + human_bytes(x.node.rss_bytes));
+    row("node store", flushes);
+  } else {
+    row("node status", "unavailable: " + x.node.reason);
+  }
+  if (x.raw_available) {
+    row("raw RocksDB", fixed(x.raw.writes_per_second, 1)
+                         + " synced writes/s ("
+                         + std::to_string(x.raw.concurrency) + " writers, "
+                         + std::to_string(x.raw.value_bytes) + "-byte values, "
+                         + fixed(x.raw.seconds, 1) + " s)");
+    row("durable ratio", fixed(x.durable_ratio(), 3)
+                           + " (answered msgs/s / raw synced writes/s)");
+  } else {
+    row("raw RocksDB", "not measured: " + x.raw_reason);
+  }
+  row("client CPU", fixed(l.client_cpu_seconds, 2) + " s (keel-bench itself)");
+  row("result", l.clean() ? "clean: every message got exactly one ack and "
+                            "one reply, in order"
+                          : "NOT CLEAN: see the checks above");
+  for (auto& sample : l.error_samples)
+    row("  sample", sample);
+  return out.str();
+}
+
+std::string markdown_header() {
+  return "| date | scenario | connections / threads | load "
+         "| answered msgs/s | ack p50 / p99 (ms) | reply p50 / p99 (ms) "
+         "| node peak RSS | raw synced writes/s | durable ratio | clean |\n"
+         "|---|---|---|---|---|---|---|---|---|---|---|\n";
+}
+
+std::string markdown_row(const report& x, const std::string& label) {
+  const auto& o = x.load_opts;
+  const auto& l = x.load;
+  std::string load = o.rate > 0 ? fixed(o.rate, 0) + " msg/s"
+                                : "flat out, window " + std::to_string(o.window);
+  auto cell = [](const std::string& str) { return " " + str + " |"; };
+  char date[16];
+  auto now = std::time(nullptr);
+  std::tm utc{};
+  gmtime_r(&now, &utc);
+  std::strftime(date, sizeof(date), "%Y-%m-%d", &utc);
+  std::string row = "|";
+  row += cell(date);
+  row += cell(label);
+  row += cell(std::to_string(o.connections) + " / "
+              + std::to_string(o.threads));
+  row += cell(load);
+  row += cell(fixed(l.answered_per_second, 0));
+  row += cell(fixed(l.ack_latency.p50, 2) + " / "
+              + fixed(l.ack_latency.p99, 2));
+  row += cell(fixed(l.reply_latency.p50, 2) + " / "
+              + fixed(l.reply_latency.p99, 2));
+  row += cell(x.node.available ? human_bytes(x.node.peak_rss_bytes) : "n/a");
+  row += cell(x.raw_available ? fixed(x.raw.writes_per_second, 0) : "n/a");
+  row += cell(x.raw_available ? fixed(x.durable_ratio(), 2) : "n/a");
+  row += cell(l.clean() ? "yes" : "NO");
+  return row + "\n";
+}
+
+// -- talking to a node -------------------------------------------------------------
+
+caf::error node_error(const endpoint& node, const caf::error& err) {
+  auto address = node.host + ":" + std::to_string(node.port);
+  if (err == ec::connection_failed) {
+    // Keep only the reason, whatever prefix the layer below added.
+    auto reason = error_message(err);
+    for (auto prefix : {"cannot reach node at " + address + ": ",
+                        "cannot reach " + address + ": "})
+      if (reason.compare(0, prefix.size(), prefix) == 0)
+        reason.erase(0, prefix.size());
+    if (!reason.empty())
+      reason[0] = static_cast<char>(
+        std::tolower(static_cast<unsigned char>(reason[0])));
+    return caf::make_error(ec::connection_failed,
+                           "cannot reach node at " + address + ": "
+                             + reason);
+  }
+  if (err == ec::unauthorized)
+    return caf::make_error(ec::unauthorized,
+                           "the node refused the token (401)");
+  return err;
+}
+
+caf::expected<nlohmann::json> fetch_status(const endpoint& node,
+                                           std::chrono::milliseconds timeout) {
+  auto res = http_request(node, "GET", "/api/v1/status", {}, timeout);
+  if (!res)
+    return node_error(node, res.error());
+  if (res->status == 401)
+    return node_error(node, caf::make_error(ec::unauthorized));
+  if (res->status != 200) {
+    auto body = res->body.substr(0, 200);
+    return caf::make_error(ec::unavailable,
+                           "GET /api/v1/status answered HTTP "
+                             + std::to_string(res->status)
+                             + (body.empty() ? "" : ": " + body));
+  }
+  auto j = nlohmann::json::parse(res->body, nullptr, false);
+  if (j.is_discarded() || !j.is_object())
+    return caf::make_error(ec::protocol_violation,
+                           "GET /api/v1/status: the body is not a JSON object");
+  return j;
+}
+
+namespace {
+
+uint64_t get_u64(const nlohmann::json& j, std::initializer_list<const char*> path) {
+  const nlohmann::json* cur = &j;
+  for (auto key : path) {
+    if (!cur->is_object())
+      return 0;
+    auto i = cur->find(key);
+    if (i == cur->end())
+      return 0;
+    cur = &*i;
+  }
+  return cur->is_number_unsigned() || cur->is_number_integer()
+           ? cur->get<uint64_t>()
+           : 0;
+}
+
+std::string get_str(const nlohmann::json& j, const char* key) {
+  auto i = j.find(key);
+  return i != j.end() && i->is_string() ? i->get<std::string>() : std::string{};
+}
+
+} // namespace
+
+caf::expected<report> run_benchmark(const benchmark_options& opts) {
+  report result;
+  result.load_opts = opts.load;
+  if (result.load_opts.thread_prefix.empty())
+    result.load_opts.thread_prefix = "bench-" + random_hex(6);
+  // Reaching the node (and the token) is checked before anything else.
+  auto before = fetch_status(opts.load.node);
+  if (!before) {
+    const auto& err = before.error();
+    if (err == ec::connection_failed || err == ec::unauthorized
+        || err == ec::timeout)
+      return err;
+    result.node.reason = keel::render(before.error());
+  }
+  auto say = [&](const std::string& line) {
+    if (opts.progress)
+      opts.progress(line);
+  };
+  if (opts.raw) {
+    auto raw_opts = opts.raw_opts;
+    raw_opts.concurrency = opts.load.connections;
+    say("measuring RocksDB's raw synced-write rate (" + seconds_str(raw_opts.duration)
+        + ", " + std::to_string(raw_opts.concurrency) + " writers, in "
+        + raw_opts.dir + ")");
+    if (auto raw = measure_raw_synced_writes(raw_opts)) {
+      result.raw_available = true;
+      result.raw = std::move(*raw);
+    } else {
+      result.raw_reason = keel::render(raw.error());
+    }
+  } else {
+    result.raw_reason = "skipped (--no-raw)";
+  }
+  say("driving the node: " + std::to_string(opts.load.connections)
+      + " connections, " + std::to_string(opts.load.threads) + " threads, "
+      + (opts.load.rate > 0 ? fixed(opts.load.rate, 0) + " msg/s"
+                            : std::string{"flat out"}));
+  auto load = run_load(result.load_opts);
+  if (!load)
+    return load.error();
+  result.load = std::move(*load);
+  if (before) {
+    if (auto after = fetch_status(opts.load.node)) {
+      result.node.available = true;
+      result.node.name = get_str(*after, "node");
+      result.node.data_dir = get_str(*after, "data_dir");
+      result.node.rss_bytes = get_u64(*after, {"rss_bytes"});
+      result.node.peak_rss_bytes = get_u64(*after, {"peak_rss_bytes"});
+      auto flushes_before = get_u64(*before, {"store", "flushes"});
+      auto flushes_after = get_u64(*after, {"store", "flushes"});
+      result.node.store_flushes = flushes_after >= flushes_before
+                                    ? flushes_after - flushes_before
+                                    : 0;
+    } else {
+      result.node.reason = keel::render(after.error());
+    }
+  }
+  return result;
+}
+
+// -- helpers for the command-line tools -------------------------------------------
+
+std::string human_bytes(uint64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  auto value = static_cast<double>(bytes);
+  size_t unit = 0;
+  while (value >= 1024 && unit + 1 < std::size(units)) {
+    value /= 1024;
+    ++unit;
+  }
+  return unit == 0 ? std::to_string(bytes) + " B"
+                   : fixed(value, 1) + " " + units[unit];
+}
+
+std::string human_duration(uint64_t ms) {
+  if (ms < 1000)
+    return std::to_string(ms) + " ms";
+  auto secs = ms / 1000;
+  std::string result;
+  auto part = [&](uint64_t n, const char* unit) {
+    if (n > 0 || !result.empty())
+      result += (result.empty() ? "" : " ") + std::to_string(n) + unit;
+  };
+  part(secs / 86400, "d");
+  part(secs / 3600 % 24, "h");
+  part(secs / 60 % 60, "m");
+  part(secs % 60, "s");
+  return result;
+}
+
+std::string random_hex(size_t n) {
+  static constexpr char digits[] = "0123456789abcdef";
+  std::random_device rd;
+  std::mt19937_64 gen{(static_cast<uint64_t>(rd()) << 32) ^ rd()};
+  std::uniform_int_distribution<int> dist{0, 15};
+  std::string result;
+  result.reserve(n);
+  for (size_t i = 0; i < n; ++i)
+    result += digits[dist(gen)];
+  return result;
+}
+
+} // namespace keel::bench

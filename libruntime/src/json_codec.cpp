@@ -1,0 +1,171 @@
+#include "keel/json_codec.hpp"
+
+namespace keel {
+
+namespace {
+
+using json = nlohmann::json;
+
+// Reads a required field of the given JSON type, or explains what is wrong.
+template <class T>
+caf::error read_field(const json& j, const char* key, T& out) {
+  auto i = j.find(key);
+  if (i == j.end())
+    return caf::make_error(ec::storage_corrupt,
+                           std::string{"missing field '"} + key + "'");
+  try {
+    out = i->get<T>();
+  } catch (const json::exception&) {
+    return caf::make_error(ec::storage_corrupt, std::string{"field '"} + key
+                                                  + "' has the wrong type");
+  }
+  return caf::none;
+}
+
+template <class T, class Fn>
+caf::expected<T> decode_object(const json& j, const char* what, Fn fn) {
+  if (!j.is_object())
+    return caf::make_error(ec::storage_corrupt,
+                           std::string{what} + ": not a JSON object");
+  T result;
+  if (auto err = fn(result)) {
+    return caf::make_error(ec::storage_corrupt,
+                           std::string{what} + ": " + error_message(err));
+  }
+  return result;
+}
+
+} // namespace
+
+json to_json(const session_record& x) {
+  return json{{"thread", x.thread},       {"parent", x.parent},
+              {"pool", x.pool},           {"model", x.model},
+              {"state", to_string(x.state)}, {"created_at", x.created_at},
+              {"provider_state", x.provider_state}};
+}
+
+json to_json(const inbox_entry& x) {
+  return json{{"seq", x.seq},
+              {"client_id", x.client_id},
+              {"text", x.text},
+              {"accepted_at", x.accepted_at}};
+}
+
+json to_json(const log_entry& x) {
+  json j{{"seq", x.seq},
+         {"kind", to_string(x.kind)},
+         {"client_id", x.client_id},
+         {"text", x.text},
+         {"at", x.at}};
+  if (x.reply_to != 0)
+    j["reply_to"] = x.reply_to;
+  if (!x.code.empty())
+    j["code"] = x.code;
+  if (!x.provider.empty())
+    j["provider"] = x.provider;
+  return j;
+}
+
+json to_json(const context_entry& x) {
+  return json{{"seq", x.seq}, {"role", x.role}, {"content", x.content}};
+}
+
+caf::expected<session_record> session_record_from_json(const json& j) {
+  return decode_object<session_record>(j, "session record", [&](auto& x) {
+    std::string state;
+    caf::error err;
+    if ((err = read_field(j, "thread", x.thread))
+        || (err = read_field(j, "parent", x.parent))
+        || (err = read_field(j, "pool", x.pool))
+        || (err = read_field(j, "model", x.model))
+        || (err = read_field(j, "state", state))
+        || (err = read_field(j, "created_at", x.created_at))
+        || (err = read_field(j, "provider_state", x.provider_state)))
+      return err;
+    auto parsed = parse_session_state(state);
+    if (!parsed)
+      return caf::make_error(ec::storage_corrupt,
+                             "field 'state' has unknown value '" + state + "'");
+    x.state = *parsed;
+    return caf::error{};
+  });
+}
+
+caf::expected<inbox_entry> inbox_entry_from_json(const json& j) {
+  return decode_object<inbox_entry>(j, "inbox entry", [&](auto& x) {
+    caf::error err;
+    if ((err = read_field(j, "seq", x.seq))
+        || (err = read_field(j, "client_id", x.client_id))
+        || (err = read_field(j, "text", x.text))
+        || (err = read_field(j, "accepted_at", x.accepted_at)))
+      return err;
+    return caf::error{};
+  });
+}
+
+caf::expected<log_entry> log_entry_from_json(const json& j) {
+  return decode_object<log_entry>(j, "log entry", [&](auto& x) {
+    std::string kind;
+    caf::error err;
+    if ((err = read_field(j, "seq", x.seq))
+        || (err = read_field(j, "kind", kind))
+        || (err = read_field(j, "client_id", x.client_id))
+        || (err = read_field(j, "text", x.text))
+        || (err = read_field(j, "at", x.at)))
+      return err;
+    auto parsed = parse_log_kind(kind);
+    if (!parsed)
+      return caf::make_error(ec::storage_corrupt,
+                             "field 'kind' has unknown value '" + kind + "'");
+    x.kind = *parsed;
+    x.reply_to = j.value("reply_to", seq_t{0});
+    x.code = j.value("code", std::string{});
+    x.provider = j.value("provider", std::string{});
+    return caf::error{};
+  });
+}
+
+caf::expected<context_entry> context_entry_from_json(const json& j) {
+  return decode_object<context_entry>(j, "context entry", [&](auto& x) {
+    caf::error err;
+    if ((err = read_field(j, "seq", x.seq))
+        || (err = read_field(j, "role", x.role))
+        || (err = read_field(j, "content", x.content)))
+      return err;
+    return caf::error{};
+  });
+}
+
+namespace {
+
+template <class T, class Fn>
+caf::expected<T> parse_then(std::string_view text, Fn fn) {
+  auto j = json::parse(text.begin(), text.end(), nullptr, false);
+  if (j.is_discarded())
+    return caf::make_error(ec::storage_corrupt, "record is not valid JSON");
+  return fn(j);
+}
+
+} // namespace
+
+template <>
+caf::expected<session_record> decode<session_record>(std::string_view text) {
+  return parse_then<session_record>(text, session_record_from_json);
+}
+
+template <>
+caf::expected<inbox_entry> decode<inbox_entry>(std::string_view text) {
+  return parse_then<inbox_entry>(text, inbox_entry_from_json);
+}
+
+template <>
+caf::expected<log_entry> decode<log_entry>(std::string_view text) {
+  return parse_then<log_entry>(text, log_entry_from_json);
+}
+
+template <>
+caf::expected<context_entry> decode<context_entry>(std::string_view text) {
+  return parse_then<context_entry>(text, context_entry_from_json);
+}
+
+} // namespace keel

@@ -1,0 +1,449 @@
+#include "keel/protocol.hpp"
+
+#include "keel/json_codec.hpp"
+#include "keel/text.hpp"
+
+namespace keel::protocol {
+
+namespace {
+
+using json = nlohmann::json;
+
+// -- encoding -----------------------------------------------------------------
+
+// Server frames on the hot path (ack, status, reply, pong, error) are written
+// directly instead of building a JSON DOM first: it saves a handful of
+// allocations per frame. Strings that are not valid UTF-8 (which only a buggy
+// provider could produce) go through nlohmann's dump, which replaces the bad
+// bytes with U+FFFD, so the output is always valid JSON.
+void append_string(std::string& out, std::string_view str) {
+  if (!valid_utf8(str)) {
+    out += json(std::string{str}).dump(-1, ' ', false,
+                                       json::error_handler_t::replace);
+    return;
+  }
+  static constexpr char hex[] = "0123456789abcdef";
+  out += '"';
+  size_t run = 0; // Start of the pending run of bytes that need no escape.
+  for (size_t i = 0; i < str.size(); ++i) {
+    auto c = static_cast<unsigned char>(str[i]);
+    if (c >= 0x20 && c != '"' && c != '\\')
+      continue;
+    out.append(str.data() + run, i - run);
+    run = i + 1;
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      case '\b': out += "\\b"; break;
+      case '\f': out += "\\f"; break;
+      default:
+        out += "\\u00";
+        out += hex[c >> 4];
+        out += hex[c & 0x0F];
+    }
+  }
+  out.append(str.data() + run, str.size() - run);
+  out += '"';
+}
+
+// Builds one flat JSON object: `{"type":"...","k":v,...}`.
+class object_writer {
+public:
+  object_writer(const char* type, size_t size_hint) {
+    out_.reserve(size_hint + 48);
+    out_ += R"({"type":")";
+    out_ += type;
+    out_ += '"';
+  }
+
+  object_writer& field(const char* key, std::string_view value) {
+    key_(key);
+    append_string(out_, value);
+    return *this;
+  }
+
+  /// Adds the field only when `value` is non-empty.
+  object_writer& optional(const char* key, std::string_view value) {
+    if (!value.empty())
+      field(key, value);
+    return *this;
+  }
+
+  object_writer& field(const char* key, uint64_t value) {
+    key_(key);
+    out_ += std::to_string(value);
+    return *this;
+  }
+
+  object_writer& field(const char* key, bool value) {
+    key_(key);
+    out_ += value ? "true" : "false";
+    return *this;
+  }
+
+  // Without this overload, string literals would pick the `bool` one.
+  object_writer& field(const char* key, const char* value) {
+    return field(key, std::string_view{value});
+  }
+
+  std::string done() {
+    out_ += '}';
+    return std::move(out_);
+  }
+
+private:
+  void key_(const char* key) {
+    out_ += ",\"";
+    out_ += key;
+    out_ += "\":";
+  }
+
+  std::string out_;
+};
+
+std::string dump(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+// -- decoding -----------------------------------------------------------------
+
+/// Keeps messages that quote client input short.
+std::string clip(std::string str, size_t max = 160) {
+  if (str.size() > max) {
+    str.resize(max);
+    str += "...";
+  }
+  return str;
+}
+
+using decode_result = std::variant<client_frame, frame_error>;
+
+// Reads an optional non-negative integer field into `out` after checking that
+// it lies in [min, max]. Returns the error code on failure, null otherwise.
+const char* read_uint(const json* val, const char* key, uint64_t min,
+                      uint64_t max, uint64_t& out, std::string& message) {
+  if (val == nullptr)
+    return nullptr;
+  if (val->is_number_unsigned()) {
+    auto x = val->get<uint64_t>();
+    if (x >= min && x <= max) {
+      out = x;
+      return nullptr;
+    }
+  } else if (!val->is_number_integer()) {
+    message = std::string{"field '"} + key + "' must be a non-negative integer";
+    return "wrong_type";
+  }
+  // Out of range, or a negative integer.
+  message = std::string{"field '"} + key + "' must be ";
+  if (max == UINT64_MAX)
+    message += "at least " + std::to_string(min);
+  else
+    message += "between " + std::to_string(min) + " and " + std::to_string(max);
+  return "bad_value";
+}
+
+const char* thread_rule = "1 to 128 characters of [A-Za-z0-9._:-]";
+const char* id_rule = "1 to 128 printable ASCII characters without spaces";
+
+} // namespace
+
+// -- client frames (decoding) -------------------------------------------------
+
+std::variant<client_frame, frame_error>
+decode_client_frame(std::string_view input, const decode_limits& limits) {
+  frame_error err;
+  json j;
+  try {
+    j = json::parse(input.begin(), input.end());
+  } catch (const json::parse_error& e) {
+    std::string what = e.what();
+    // nlohmann rejects ill-formed UTF-8 and lone surrogate escapes; both are
+    // an encoding problem rather than a syntax problem.
+    if (!valid_utf8(input) || what.find("surrogate") != std::string::npos
+        || what.find("UTF-8") != std::string::npos) {
+      err.code = "invalid_utf8";
+      err.message = "frame is not valid UTF-8 (or escapes a lone surrogate)";
+      return err;
+    }
+    // Drop the "[json.exception.parse_error.101] " prefix.
+    if (auto pos = what.find("] "); pos != std::string::npos)
+      what.erase(0, pos + 2);
+    err.code = "bad_json";
+    err.message = clip("malformed JSON: " + what);
+    return err;
+  } catch (const std::exception& e) {
+    err.code = "bad_json";
+    err.message = clip(std::string{"malformed JSON: "} + e.what());
+    return err;
+  }
+  if (!j.is_object()) {
+    err.code = "bad_frame";
+    err.message = "frame must be a JSON object";
+    return err;
+  }
+  auto& obj = j.get_ref<json::object_t&>();
+  // A field that is absent or null counts as missing.
+  auto field = [&](const char* key) -> json* {
+    auto i = obj.find(key);
+    return i == obj.end() || i->second.is_null() ? nullptr : &i->second;
+  };
+  auto* jid = field("id");
+  auto* jthread = field("thread");
+  auto* id = jid != nullptr ? jid->get_ptr<std::string*>() : nullptr;
+  auto* thread = jthread != nullptr ? jthread->get_ptr<std::string*>()
+                                    : nullptr;
+  // Errors carry `id` and `thread` whenever they are usable for correlation.
+  auto fail = [&](const char* code, std::string message) -> decode_result {
+    err.code = code;
+    err.message = std::move(message);
+    if (id != nullptr && valid_client_id(*id))
+      err.id = *id;
+    if (thread != nullptr && valid_thread_id(*thread))
+      err.thread = *thread;
+    return std::move(err);
+  };
+  auto* jtype = field("type");
+  if (jtype == nullptr)
+    return fail("missing_field", "missing field 'type'");
+  auto* type = jtype->get_ptr<std::string*>();
+  if (type == nullptr)
+    return fail("wrong_type", "field 'type' must be a string");
+  client_frame result;
+  bool needs_thread = true;
+  if (*type == "send") {
+    result.type = client_frame_type::send;
+  } else if (*type == "subscribe") {
+    result.type = client_frame_type::subscribe;
+  } else if (*type == "unsubscribe") {
+    result.type = client_frame_type::unsubscribe;
+  } else if (*type == "history") {
+    result.type = client_frame_type::history;
+  } else if (*type == "ping") {
+    result.type = client_frame_type::ping;
+    needs_thread = false;
+  } else {
+    return fail("unknown_type",
+                "unknown frame type '" + clip(*type, 64)
+                  + "' (expected send, subscribe, unsubscribe, history or "
+                    "ping)");
+  }
+  if (jid != nullptr) {
+    if (id == nullptr)
+      return fail("wrong_type", "field 'id' must be a string");
+    if (!valid_client_id(*id))
+      return fail("bad_value", std::string{"field 'id' must be "} + id_rule);
+  } else if (result.type == client_frame_type::send) {
+    return fail("missing_field", "missing field 'id'");
+  }
+  if (needs_thread) {
+    if (jthread == nullptr)
+      return fail("missing_field", "missing field 'thread'");
+    if (thread == nullptr)
+      return fail("wrong_type", "field 'thread' must be a string");
+    if (!valid_thread_id(*thread))
+      return fail("bad_value",
+                  std::string{"field 'thread' must be "} + thread_rule);
+  }
+  std::string* text = nullptr;
+  if (result.type == client_frame_type::send) {
+    auto* jtext = field("text");
+    if (jtext == nullptr)
+      return fail("missing_field", "missing field 'text'");
+    text = jtext->get_ptr<std::string*>();
+    if (text == nullptr)
+      return fail("wrong_type", "field 'text' must be a string");
+    if (text->empty())
+      return fail("bad_value", "field 'text' must not be empty");
+    if (text->size() > limits.max_text_bytes)
+      return fail("too_large", "field 'text' has "
+                                 + std::to_string(text->size())
+                                 + " bytes; the limit is "
+                                 + std::to_string(limits.max_text_bytes));
+  } else if (result.type == client_frame_type::history) {
+    std::string message;
+    uint64_t limit = result.limit;
+    auto code = read_uint(field("after"), "after", 0, UINT64_MAX, result.after,
+                          message);
+    if (code == nullptr)
+      code = read_uint(field("limit"), "limit", 1, max_history_limit, limit,
+                       message);
+    if (code != nullptr)
+      return fail(code, std::move(message));
+    result.limit = static_cast<size_t>(limit);
+  }
+  // Valid: move the strings out of the DOM instead of copying them.
+  if (id != nullptr)
+    result.id = std::move(*id);
+  if (needs_thread)
+    result.thread = std::move(*thread);
+  if (text != nullptr)
+    result.text = std::move(*text);
+  return result;
+}
+
+// -- server frames (encoding) -------------------------------------------------
+
+std::string hello_frame(const std::string& node) {
+  return object_writer{"hello", node.size()}
+    .field("protocol", static_cast<uint64_t>(version))
+    .field("node", node)
+    .done();
+}
+
+std::string ack_frame(const std::string& thread, const std::string& client_id,
+                      seq_t seq, bool duplicate) {
+  return object_writer{"ack", thread.size() + client_id.size() + 48}
+    .field("thread", thread)
+    .field("id", client_id)
+    .field("seq", seq)
+    .field("duplicate", duplicate)
+    .done();
+}
+
+std::string status_frame(const std::string& thread,
+                         const std::string& client_id, seq_t reply_to,
+                         const std::string& state) {
+  return object_writer{"status", thread.size() + client_id.size() + 64}
+    .field("thread", thread)
+    .field("id", client_id)
+    .field("reply_to", reply_to)
+    .field("state", state)
+    .done();
+}
+
+std::string outcome_frame(const std::string& thread, const log_entry& entry) {
+  auto hint = thread.size() + entry.client_id.size() + entry.text.size() + 96;
+  switch (entry.kind) {
+    case log_kind::reply:
+      return object_writer{"reply", hint + entry.provider.size()}
+        .field("thread", thread)
+        .field("seq", entry.seq)
+        .field("reply_to", entry.reply_to)
+        .field("id", entry.client_id)
+        .field("text", entry.text)
+        .field("provider", entry.provider)
+        .done();
+    case log_kind::error:
+      return object_writer{"error", hint + entry.code.size()}
+        .field("code", entry.code.empty() ? std::string_view{"turn_failed"}
+                                          : std::string_view{entry.code})
+        .field("message", entry.text)
+        .field("thread", thread)
+        .field("seq", entry.seq)
+        .field("reply_to", entry.reply_to)
+        .field("id", entry.client_id)
+        .done();
+    case log_kind::user:
+      break;
+  }
+  // Not sent by v1 nodes; encoded anyway so that no entry is ever dropped.
+  return object_writer{"message", hint}
+    .field("thread", thread)
+    .field("seq", entry.seq)
+    .field("id", entry.client_id)
+    .field("text", entry.text)
+    .done();
+}
+
+std::string error_frame(const std::string& code, const std::string& message,
+                        const std::string& id, const std::string& thread) {
+  return object_writer{"error", code.size() + message.size() + id.size()
+                                  + thread.size() + 48}
+    .field("code", code)
+    .field("message", message)
+    .optional("id", id)
+    .optional("thread", thread)
+    .done();
+}
+
+std::string error_frame(const frame_error& err) {
+  return error_frame(err.code, err.message, err.id, err.thread);
+}
+
+std::string history_frame(const std::string& id, const history_page& page) {
+  json entries = json::array();
+  auto& arr = entries.get_ref<json::array_t&>();
+  arr.reserve(page.entries.size());
+  for (const auto& entry : page.entries)
+    arr.emplace_back(to_json(entry));
+  json j{{"type", "history"},
+         {"thread", page.thread},
+         {"entries", std::move(entries)},
+         {"more", page.more}};
+  if (!id.empty())
+    j["id"] = id;
+  return dump(j);
+}
+
+std::string pong_frame(const std::string& id) {
+  return object_writer{"pong", id.size()}.optional("id", id).done();
+}
+
+// -- client frames (encoding) -------------------------------------------------
+
+std::string send_frame(const std::string& thread, const std::string& id,
+                       const std::string& text) {
+  return object_writer{"send", thread.size() + id.size() + text.size() + 32}
+    .field("thread", thread)
+    .field("id", id)
+    .field("text", text)
+    .done();
+}
+
+std::string subscribe_frame(const std::string& thread, const std::string& id) {
+  return object_writer{"subscribe", thread.size() + id.size() + 16}
+    .field("thread", thread)
+    .optional("id", id)
+    .done();
+}
+
+std::string unsubscribe_frame(const std::string& thread,
+                              const std::string& id) {
+  return object_writer{"unsubscribe", thread.size() + id.size() + 16}
+    .field("thread", thread)
+    .optional("id", id)
+    .done();
+}
+
+std::string history_request_frame(const std::string& thread,
+                                  const std::string& id, seq_t after,
+                                  size_t limit) {
+  return object_writer{"history", thread.size() + id.size() + 48}
+    .field("thread", thread)
+    .optional("id", id)
+    .field("after", after)
+    .field("limit", static_cast<uint64_t>(limit))
+    .done();
+}
+
+std::string ping_frame(const std::string& id) {
+  return object_writer{"ping", id.size()}.optional("id", id).done();
+}
+
+// -- server frames (decoding) -------------------------------------------------
+
+caf::expected<server_frame> decode_server_frame(std::string_view text) {
+  server_frame result;
+  try {
+    result.body = json::parse(text.begin(), text.end());
+  } catch (const std::exception& e) {
+    return caf::make_error(ec::protocol_violation,
+                           clip(std::string{"server frame is not valid JSON: "}
+                                + e.what()));
+  }
+  if (!result.body.is_object())
+    return caf::make_error(ec::protocol_violation,
+                           "server frame is not a JSON object");
+  auto i = result.body.find("type");
+  if (i == result.body.end() || !i->is_string())
+    return caf::make_error(ec::protocol_violation,
+                           "server frame has no string field 'type'");
+  result.type = i->get<std::string>();
+  return result;
+}
+
+} // namespace keel::protocol

@@ -1,0 +1,111 @@
+#include "keel/provider.hpp"
+
+#include <stdexcept>
+
+#include "keel/text.hpp"
+
+namespace keel {
+
+provider::~provider() {
+  // nop
+}
+
+std::string last_user_text(const std::vector<context_entry>& ctx) {
+  for (auto i = ctx.rbegin(); i != ctx.rend(); ++i)
+    if (i->role == "user")
+      return i->content;
+  return {};
+}
+
+namespace {
+
+/// Answers every message with "echo: <text>", instantly, offline.
+class echo_provider : public provider {
+public:
+  explicit echo_provider(const provider_config& cfg)
+    : name_(cfg.name), model_(cfg.model.empty() ? "echo" : cfg.model) {
+    // nop
+  }
+
+  const std::string& name() const override {
+    return name_;
+  }
+
+  provider_outcome complete(const completion_request& req) override {
+    provider_outcome out;
+    out.reply = completion{"echo: " + last_user_text(req.context), name_,
+                           model_};
+    return out;
+  }
+
+private:
+  std::string name_;
+  std::string model_;
+};
+
+/// Plays the configured script: the first step whose `match` occurs in the
+/// last user message, else the unmatched steps in rotation.
+class scripted_provider : public provider {
+public:
+  explicit scripted_provider(const provider_config& cfg)
+    : name_(cfg.name), model_(cfg.model.empty() ? "scripted" : cfg.model) {
+    for (auto& step : cfg.script)
+      (step.match.empty() ? rotation_ : matched_).push_back(step);
+  }
+
+  const std::string& name() const override {
+    return name_;
+  }
+
+  provider_outcome complete(const completion_request& req) override {
+    auto input = last_user_text(req.context);
+    const scripted_step* step = nullptr;
+    for (auto& candidate : matched_)
+      if (input.find(candidate.match) != std::string::npos) {
+        step = &candidate;
+        break;
+      }
+    if (step == nullptr && !rotation_.empty())
+      step = &rotation_[next_++ % rotation_.size()];
+    provider_outcome out;
+    if (step == nullptr) {
+      out.reply = completion{input, name_, model_};
+      return out;
+    }
+    out.delay = step->delay;
+    if (step->crash) {
+      out.what = provider_outcome::kind::crash;
+    } else if (!step->fail.empty()) {
+      out.what = provider_outcome::kind::failure;
+      out.error = caf::make_error(ec::provider_failed,
+                                  name_ + ": scripted failure (" + step->fail
+                                    + ")");
+    } else {
+      out.reply = completion{replace_all(step->reply, "{input}", input), name_,
+                             model_};
+    }
+    return out;
+  }
+
+private:
+  std::string name_;
+  std::string model_;
+  std::vector<scripted_step> matched_;
+  std::vector<scripted_step> rotation_;
+  size_t next_ = 0;
+};
+
+} // namespace
+
+caf::expected<std::unique_ptr<provider>>
+make_provider(const provider_config& cfg) {
+  if (cfg.kind == "echo")
+    return std::unique_ptr<provider>{new echo_provider(cfg)};
+  if (cfg.kind == "scripted")
+    return std::unique_ptr<provider>{new scripted_provider(cfg)};
+  return caf::make_error(ec::config_invalid,
+                         "providers." + cfg.name + ".kind: unknown kind '"
+                           + cfg.kind + "' (expected echo or scripted)");
+}
+
+} // namespace keel

@@ -1,0 +1,57 @@
+#include "keel/types.hpp"
+
+#include <algorithm>
+
+namespace keel {
+
+const char* to_string(session_state x) {
+  switch (x) {
+    case session_state::active: return "ACTIVE";
+    case session_state::suspended: return "SUSPENDED";
+    case session_state::closed: return "CLOSED";
+  }
+  return "INVALID";
+}
+
+std::optional<session_state> parse_session_state(const std::string& str) {
+  for (auto x : {session_state::active, session_state::suspended,
+                 session_state::closed})
+    if (str == to_string(x))
+      return x;
+  return std::nullopt;
+}
+
+const char* to_string(log_kind x) {
+  switch (x) {
+    case log_kind::user: return "user";
+    case log_kind::reply: return "reply";
+    case log_kind::error: return "error";
+  }
+  return "invalid";
+}
+
+std::optional<log_kind> parse_log_kind(const std::string& str) {
+  for (auto x : {log_kind::user, log_kind::reply, log_kind::error})
+    if (str == to_string(x))
+      return x;
+  return std::nullopt;
+}
+
+bool valid_thread_id(const std::string& id) {
+  if (id.empty() || id.size() > 128)
+    return false;
+  return std::all_of(id.begin(), id.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
+           || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == ':'
+           || c == '-';
+  });
+}
+
+bool valid_client_id(const std::string& id) {
+  if (id.empty() || id.size() > 128)
+    return false;
+  return std::all_of(id.begin(), id.end(),
+                     [](char c) { return c >= 0x21 && c <= 0x7e; });
+}
+
+} // namespace keel

@@ -1,0 +1,153 @@
+// keel-bench: drives a running node over WebSocket and reports throughput,
+// ack and reply latency, the node's peak RSS, and Keel's durable message
+// rate as a ratio of RocksDB's raw synced-write rate. The work is in
+// libruntime (keel/bench.hpp); this file parses arguments and prints.
+//
+// Exit codes: 0 clean run, 1 a check failed (missing, duplicate or
+// reordered acks/replies, error frames) or the run failed, 2 bad arguments,
+// 3 the node cannot be reached or refuses the token.
+
+#include <fstream>
+#include <iostream>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "cli.hpp"
+#include "keel/bench.hpp"
+#include "keel/ws_client.hpp"
+
+namespace {
+
+constexpr int exit_failed = 1;
+constexpr int exit_usage = 2;
+constexpr int exit_unreachable = 3;
+
+int fail_write(const std::string& path) {
+  std::cerr << "keel-bench: cannot write " << path << '\n';
+  return exit_failed;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"keel-bench: drives a Keel node over WebSocket and measures "
+               "throughput, ack and reply latency, peak RSS, and the durable "
+               "message rate relative to RocksDB's raw synced-write rate."};
+  std::string node = "127.0.0.1:8080";
+  std::string token;
+  keel::bench::benchmark_options opts;
+  auto& load = opts.load;
+  bool json = false;
+  bool no_raw = false;
+  keel::cli::add_node_options(app, node, token);
+  app.add_option("--connections", load.connections, "WebSocket connections")
+    ->check(CLI::Range(size_t{1}, size_t{100000}))
+    ->capture_default_str();
+  app.add_option("--threads", load.threads,
+                 "Distinct threads, spread over the connections (at least "
+                 "--connections)")
+    ->check(CLI::Range(size_t{1}, size_t{10000000}))
+    ->capture_default_str();
+  app.add_option("--rate", load.rate,
+                 "Target total rate in messages/s (default: flat out)")
+    ->check(CLI::PositiveNumber);
+  app.add_option("--window", load.window,
+                 "Flat out: messages in flight per connection")
+    ->check(CLI::Range(size_t{1}, size_t{100000}))
+    ->capture_default_str();
+  auto messages = app.add_option("--messages", load.messages,
+                                 "Send this many measured messages instead "
+                                 "of running for --duration")
+                    ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 40));
+  keel::cli::add_duration(app, "--duration", load.duration,
+                          "Length of the measured phase", false)
+    ->default_str("10s")
+    ->excludes(messages);
+  keel::cli::add_duration(app, "--warmup", load.warmup,
+                          "Traffic before the measured phase (checked, not "
+                          "measured)")
+    ->default_str("2s");
+  keel::cli::add_duration(app, "--drain-timeout", load.drain_timeout,
+                          "After sending stops, how long to wait for missing "
+                          "answers (also: longest silence while sending)",
+                          false)
+    ->default_str("10s");
+  app.add_option("--text-bytes", load.text_bytes, "Bytes of text per message")
+    ->check(CLI::Range(size_t{1}, size_t{1} << 20))
+    ->capture_default_str();
+  app.add_option("--raw-dir", opts.raw_opts.dir,
+                 "Folder for the raw RocksDB measurement (use the node's file "
+                 "system; a fresh subfolder is created and removed)")
+    ->capture_default_str();
+  keel::cli::add_duration(app, "--raw-duration", opts.raw_opts.duration,
+                          "Length of the raw RocksDB measurement", false)
+    ->default_str("3s");
+  app.add_option("--raw-value-bytes", opts.raw_opts.value_bytes,
+                 "Value size of the raw writes")
+    ->check(CLI::Range(size_t{1}, size_t{1} << 20))
+    ->capture_default_str();
+  app.add_flag("--no-raw", no_raw, "Skip the raw RocksDB measurement");
+  app.add_flag("--json", json, "Print the report as JSON");
+  std::string json_out;
+  std::string row_out;
+  std::string label;
+  app.add_option("--json-out", json_out,
+                 "Also write the report as JSON to FILE")
+    ->type_name("FILE");
+  app.add_option("--row-out", row_out,
+                 "Append the report as a row of the results table in "
+                 "docs/benchmarks.md to FILE (header first if FILE is new)")
+    ->type_name("FILE");
+  app.add_option("--label", label, "Scenario name for --row-out")
+    ->default_str("flat out or paced");
+  try {
+    app.parse(argc, argv);
+    if (load.threads < load.connections)
+      throw CLI::ValidationError("--threads",
+                                 "must be at least --connections (each "
+                                 "connection owns its threads)");
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : exit_usage;
+  }
+  auto ep = keel::parse_endpoint(node);
+  load.node = *ep; // checked above
+  load.node.token = token;
+  opts.raw = !no_raw;
+  opts.progress = [](const std::string& line) {
+    std::cerr << "keel-bench: " << line << std::endl;
+  };
+  auto result = keel::bench::run_benchmark(opts);
+  if (!result) {
+    const auto& err = result.error();
+    auto msg = keel::error_message(err);
+    std::cerr << "keel-bench: " << (msg.empty() ? keel::render(err) : msg)
+              << '\n';
+    bool unreachable = err == keel::ec::connection_failed
+                       || err == keel::ec::unauthorized
+                       || err == keel::ec::timeout;
+    return unreachable ? exit_unreachable : exit_failed;
+  }
+  if (json)
+    std::cout << keel::bench::to_json(*result).dump(2) << '\n';
+  else
+    std::cout << keel::bench::render(*result);
+  if (!json_out.empty()) {
+    std::ofstream out{json_out};
+    out << keel::bench::to_json(*result).dump(2) << '\n';
+    if (!out)
+      return fail_write(json_out);
+  }
+  if (!row_out.empty()) {
+    bool fresh = !std::ifstream{row_out}.good();
+    std::ofstream out{row_out, std::ios::app};
+    if (fresh)
+      out << keel::bench::markdown_header();
+    if (label.empty())
+      label = load.rate > 0 ? "paced" : "flat out";
+    out << keel::bench::markdown_row(*result, label);
+    if (!out)
+      return fail_write(row_out);
+  }
+  return result->load.clean() ? 0 : exit_failed;
+}

@@ -1,0 +1,52 @@
+// keel-node: runs one Keel node from a YAML configuration.
+
+#include <iostream>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "keel/config.hpp"
+#include "keel/node.hpp"
+
+namespace {
+
+// Exit codes: 0 clean stop, 1 runtime failure, 2 bad configuration or usage.
+constexpr int exit_config_error = 2;
+
+} // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"keel-node: a fault-tolerant runtime for LLM agent "
+               "conversations"};
+  std::string config_file;
+  std::string check_file;
+  app.add_option("-c,--config", config_file,
+                 "YAML configuration (default: the embedded offline default)");
+  app.add_option("--check-config", check_file,
+                 "validate a configuration file and exit");
+  app.set_version_flag("--version", KEEL_VERSION);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    auto code = app.exit(e);
+    return code == 0 ? 0 : exit_config_error;
+  }
+  auto env = keel::process_env();
+  if (!check_file.empty()) {
+    auto cfg = keel::load_config_file(check_file, env);
+    if (!cfg) {
+      std::cerr << "keel-node: " << keel::error_message(cfg.error()) << '\n';
+      return exit_config_error;
+    }
+    std::cout << "keel-node: " << check_file << ": configuration is valid\n";
+    return 0;
+  }
+  auto cfg = config_file.empty()
+               ? caf::expected<keel::node_config>{keel::default_config()}
+               : keel::load_config_file(config_file, env);
+  if (!cfg) {
+    std::cerr << "keel-node: " << keel::error_message(cfg.error()) << '\n';
+    return exit_config_error;
+  }
+  return keel::run_node(*cfg);
+}

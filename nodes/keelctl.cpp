@@ -1,0 +1,481 @@
+// keelctl: talks to a running node. One subcommand per task; each takes
+// --node HOST:PORT (env KEEL_NODE) and --token (env KEEL_TOKEN).
+//
+// Exit codes: 0 success, 1 the request failed (error frame, timeout),
+// 2 bad arguments, 3 the node cannot be reached or refuses the token.
+
+#include <chrono>
+#include <cstdio>
+#include <initializer_list>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "cli.hpp"
+#include "keel/bench.hpp"
+#include "keel/json_codec.hpp"
+#include "keel/protocol.hpp"
+#include "keel/text.hpp"
+#include "keel/types.hpp"
+#include "keel/ws_client.hpp"
+
+namespace {
+
+using json = nlohmann::json;
+using std::chrono::milliseconds;
+using steady = std::chrono::steady_clock;
+
+constexpr int exit_ok = 0;
+constexpr int exit_failed = 1;
+constexpr int exit_usage = 2;
+constexpr int exit_unreachable = 3;
+
+constexpr milliseconds connect_timeout{5000};
+
+/// Prints `keelctl: MESSAGE` and returns the exit code for `err`.
+int fail(const keel::endpoint& ep, const caf::error& err) {
+  auto described = keel::bench::node_error(ep, err);
+  auto msg = keel::error_message(described);
+  std::cerr << "keelctl: " << (msg.empty() ? keel::render(described) : msg)
+            << '\n';
+  return described == keel::ec::connection_failed
+             || described == keel::ec::unauthorized
+           ? exit_unreachable
+           : exit_failed;
+}
+
+/// Prints `keelctl: MESSAGE` and returns `code`.
+int fail(const std::string& msg, int code = exit_failed) {
+  std::cerr << "keelctl: " << msg << '\n';
+  return code;
+}
+
+/// Connects; a timeout while connecting counts as an unreachable node.
+caf::expected<std::unique_ptr<keel::ws_client>>
+connect(const keel::endpoint& ep) {
+  auto ws = keel::ws_client::connect(ep, keel::protocol::ws_path,
+                                     connect_timeout);
+  if (!ws && ws.error() == keel::ec::timeout)
+    return caf::make_error(keel::ec::connection_failed,
+                           keel::error_message(ws.error()));
+  return ws;
+}
+
+std::string field(const json& body, const char* key) {
+  auto i = body.find(key);
+  return i != body.end() && i->is_string() ? i->get<std::string>()
+                                           : std::string{};
+}
+
+/// Prints an error frame's code and message.
+int print_error_frame(const json& body) {
+  auto code = field(body, "code");
+  auto message = field(body, "message");
+  std::cerr << "keelctl: error " << (code.empty() ? "(no code)" : code)
+            << (message.empty() ? "" : ": " + message) << '\n';
+  return exit_failed;
+}
+
+/// Indents continuation lines of `text` by `indent` spaces.
+std::string indent_lines(const std::string& text, size_t indent) {
+  return keel::replace_all(text, "\n", "\n" + std::string(indent, ' '));
+}
+
+/// Receives decoded text frames until a shared deadline.
+class frame_reader {
+public:
+  frame_reader(keel::endpoint ep, keel::ws_client& ws, milliseconds timeout)
+    : ep_(std::move(ep)),
+      ws_(ws),
+      timeout_(timeout),
+      deadline_(steady::now() + timeout) {
+    // nop
+  }
+
+  /// Receives the next decoded frame. On failure prints why and stores the
+  /// exit code in `code`.
+  std::optional<keel::protocol::server_frame> next(int& code,
+                                                   const std::string& what) {
+    for (;;) {
+      auto left = std::chrono::duration_cast<milliseconds>(deadline_
+                                                           - steady::now());
+      if (left.count() <= 0) {
+        code = fail(too_late(what));
+        return std::nullopt;
+      }
+      auto msg = ws_.receive(left);
+      if (!msg) {
+        const auto& err = msg.error();
+        if (err == keel::ec::timeout)
+          code = fail(too_late(what));
+        else if (err == keel::ec::unavailable)
+          code = fail("the node closed the connection before the " + what
+                        + ": " + keel::error_message(err),
+                      exit_unreachable);
+        else
+          code = fail(ep_, err);
+        return std::nullopt;
+      }
+      if (!msg->text)
+        continue;
+      if (auto frame = keel::protocol::decode_server_frame(msg->payload))
+        return std::move(*frame);
+      // A frame we cannot read is not ours to answer; keep waiting.
+    }
+  }
+
+private:
+  std::string too_late(const std::string& what) const {
+    return "no " + what + " within "
+           + keel::bench::human_duration(timeout_.count());
+  }
+
+  keel::endpoint ep_;
+  keel::ws_client& ws_;
+  milliseconds timeout_;
+  steady::time_point deadline_;
+};
+
+// -- send -----------------------------------------------------------------------
+
+struct send_args {
+  std::string thread;
+  std::string text;
+  std::string id;
+  milliseconds timeout{30000};
+};
+
+/// Looks for the outcome of message `seq` in a history page; true if found
+/// (and printed, with the exit code in `code`).
+bool outcome_in_page(const json& body, keel::seq_t seq, int& code) {
+  auto entries = body.find("entries");
+  if (entries == body.end() || !entries->is_array())
+    return false;
+  for (const auto& item : *entries) {
+    auto entry = keel::log_entry_from_json(item);
+    if (!entry || entry->reply_to != seq)
+      continue;
+    if (entry->kind == keel::log_kind::reply) {
+      std::cout << entry->text << '\n';
+      code = exit_ok;
+      return true;
+    }
+    if (entry->kind == keel::log_kind::error) {
+      code = print_error_frame(json{{"code", entry->code},
+                                    {"message", entry->text}});
+      return true;
+    }
+  }
+  return false;
+}
+
+int run_send(const keel::endpoint& ep, const send_args& args) {
+  auto ws = connect(ep);
+  if (!ws)
+    return fail(ep, ws.error());
+  auto id = args.id.empty() ? "keelctl-" + keel::bench::random_hex(16)
+                            : args.id;
+  if (auto err = (*ws)->send_text(
+        keel::protocol::send_frame(args.thread, id, args.text)))
+    return fail(ep, err);
+  frame_reader reader{ep, **ws, args.timeout};
+  bool acked = false;
+  // A resent id is acknowledged as a duplicate and not processed again; its
+  // outcome may already be in the history, so look there too.
+  std::string history_id = "keelctl-history-" + keel::bench::random_hex(8);
+  keel::seq_t seq = 0;
+  for (;;) {
+    int code = exit_failed;
+    auto frame = reader.next(code, acked ? "reply (the message was "
+                                             "acknowledged as seq "
+                                             + std::to_string(seq) + ")"
+                                         : std::string{"ack"});
+    if (!frame)
+      return code;
+    const auto& body = frame->body;
+    auto frame_id = field(body, "id");
+    if (frame->type == "history" && frame_id == history_id) {
+      if (outcome_in_page(body, seq, code))
+        return code;
+      auto entries = body.find("entries");
+      auto more = body.find("more");
+      if (more != body.end() && more->is_boolean() && more->get<bool>()
+          && entries != body.end() && entries->is_array()
+          && !entries->empty()) {
+        auto last = entries->back().value("seq", keel::seq_t{0});
+        if (auto err = (*ws)->send_text(keel::protocol::history_request_frame(
+              args.thread, history_id, last,
+              keel::protocol::max_history_limit)))
+          return fail(ep, err);
+      }
+      continue;
+    }
+    if (frame_id != id) {
+      // An error about no particular frame concerns this connection.
+      if (frame->type == "error" && body.find("id") == body.end()
+          && body.find("thread") == body.end())
+        return print_error_frame(body);
+      continue;
+    }
+    if (frame->type == "ack") {
+      acked = true;
+      seq = body.value("seq", keel::seq_t{0});
+      if (body.value("duplicate", false) && seq != 0) {
+        if (auto err = (*ws)->send_text(keel::protocol::history_request_frame(
+              args.thread, history_id, seq,
+              keel::protocol::max_history_limit)))
+          return fail(ep, err);
+      }
+    } else if (frame->type == "reply") {
+      std::cout << field(body, "text") << '\n';
+      return exit_ok;
+    } else if (frame->type == "error") {
+      return print_error_frame(body);
+    }
+    // Status events only tell how far the message got.
+  }
+}
+
+// -- history --------------------------------------------------------------------
+
+struct history_args {
+  std::string thread;
+  keel::seq_t after = 0;
+  std::optional<size_t> limit;
+  bool json = false;
+  milliseconds timeout{30000};
+};
+
+void print_entry(const keel::log_entry& entry) {
+  char head[48];
+  std::snprintf(head, sizeof(head), "%6llu  %-5s  ",
+                static_cast<unsigned long long>(entry.seq),
+                keel::to_string(entry.kind));
+  std::string text = entry.text;
+  if (entry.kind == keel::log_kind::error && !entry.code.empty())
+    text = "[" + entry.code + "] " + text;
+  std::cout << head << indent_lines(text, 15) << '\n';
+}
+
+int run_history(const keel::endpoint& ep, const history_args& args) {
+  auto ws = connect(ep);
+  if (!ws)
+    return fail(ep, ws.error());
+  frame_reader reader{ep, **ws, args.timeout};
+  auto after = args.after;
+  size_t printed = 0;
+  bool more = false;
+  json all = json::array();
+  for (size_t page = 0;; ++page) {
+    size_t want = keel::protocol::max_history_limit;
+    if (args.limit)
+      want = std::min(want, *args.limit - printed);
+    auto id = "keelctl-history-" + std::to_string(page);
+    if (auto err = (*ws)->send_text(keel::protocol::history_request_frame(
+          args.thread, id, after, want)))
+      return fail(ep, err);
+    std::optional<keel::protocol::server_frame> frame;
+    for (;;) {
+      int code = exit_failed;
+      frame = reader.next(code, "history");
+      if (!frame)
+        return code;
+      if (field(frame->body, "id") != id)
+        continue;
+      if (frame->type == "error")
+        return print_error_frame(frame->body);
+      if (frame->type == "history")
+        break;
+    }
+    const auto& body = frame->body;
+    auto entries = body.find("entries");
+    if (entries == body.end() || !entries->is_array())
+      return fail("the node sent a history frame without entries");
+    for (const auto& item : *entries) {
+      auto entry = keel::log_entry_from_json(item);
+      if (!entry)
+        return fail("the node sent an unreadable history entry: "
+                    + keel::error_message(entry.error()));
+      after = entry->seq;
+      ++printed;
+      if (args.json)
+        all.push_back(item);
+      else
+        print_entry(*entry);
+    }
+    more = body.value("more", false);
+    if (!more || entries->empty() || (args.limit && printed >= *args.limit))
+      break;
+  }
+  if (args.json) {
+    std::cout << json{{"thread", args.thread}, {"entries", std::move(all)},
+                      {"more", more}}
+                   .dump(2)
+              << '\n';
+  } else if (printed == 0) {
+    std::cerr << "keelctl: no history entries for " << args.thread
+              << (args.after > 0 ? " after " + std::to_string(args.after)
+                                 : std::string{})
+              << '\n';
+  } else if (more) {
+    std::cerr << "keelctl: more entries follow; continue with --after "
+              << after << '\n';
+  }
+  return exit_ok;
+}
+
+// -- status ---------------------------------------------------------------------
+
+uint64_t number(const json& j, std::initializer_list<const char*> path) {
+  const json* cur = &j;
+  for (auto key : path) {
+    if (!cur->is_object() || cur->find(key) == cur->end())
+      return 0;
+    cur = &(*cur)[key];
+  }
+  return cur->is_number() ? cur->get<uint64_t>() : 0;
+}
+
+int run_status(const keel::endpoint& ep, bool as_json) {
+  auto status = keel::bench::fetch_status(ep);
+  if (!status)
+    return fail(ep, status.error());
+  const auto& s = *status;
+  if (as_json) {
+    std::cout << s.dump(2) << '\n';
+    return exit_ok;
+  }
+  auto row = [](const char* label, const std::string& value) {
+    char head[24];
+    std::snprintf(head, sizeof(head), "%-13s", label);
+    std::cout << head << value << '\n';
+  };
+  auto n = [&](std::initializer_list<const char*> path) {
+    return std::to_string(number(s, path));
+  };
+  std::string protocol = s.contains("protocol") ? s["protocol"].dump() : "?";
+  row("node", field(s, "node") + " (version " + field(s, "version")
+                + ", protocol " + protocol + ")");
+  row("address", ep.host + ":" + std::to_string(ep.port));
+  row("uptime", keel::bench::human_duration(number(s, {"uptime_ms"})));
+  row("threads", n({"threads", "active"}) + " active, "
+                   + n({"threads", "stored"}) + " stored");
+  row("connections", n({"gateway", "connections_open"}) + " open, "
+                       + n({"gateway", "connections_total"}) + " total");
+  row("frames", n({"gateway", "frames_in"}) + " in, "
+                  + n({"gateway", "frames_out"}) + " out, "
+                  + n({"gateway", "bad_frames"}) + " bad");
+  row("store", n({"store", "flushes"}) + " flushes, "
+                 + n({"store", "staged_operations"}) + " staged operations, "
+                 + n({"store", "failed_flushes"}) + " failed flushes");
+  row("memory", keel::bench::human_bytes(number(s, {"rss_bytes"})) + " RSS, "
+                  + keel::bench::human_bytes(number(s, {"peak_rss_bytes"}))
+                  + " peak");
+  row("data dir", field(s, "data_dir"));
+  return exit_ok;
+}
+
+// -- argument checks --------------------------------------------------------------
+
+std::string check_thread(const std::string& str) {
+  return keel::valid_thread_id(str)
+           ? std::string{}
+           : "'" + str + "' is not a thread id (1 to 128 characters of "
+               "A-Z a-z 0-9 . _ : -)";
+}
+
+std::string check_client_id(const std::string& str) {
+  return keel::valid_client_id(str)
+           ? std::string{}
+           : "'" + str + "' is not a message id (1 to 128 printable ASCII "
+               "characters)";
+}
+
+std::string check_text(const std::string& str) {
+  if (str.empty())
+    return "the text is empty";
+  return keel::valid_utf8(str) ? std::string{} : "the text is not valid UTF-8";
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"keelctl: talks to a running Keel node."};
+  app.require_subcommand(1);
+  // Global options may also follow the subcommand.
+  app.fallthrough();
+  std::string node = "127.0.0.1:8080";
+  std::string token;
+  keel::cli::add_node_options(app, node, token);
+
+  send_args send;
+  auto send_cmd = app.add_subcommand(
+    "send", "Sends TEXT to THREAD, waits for the reply and prints it");
+  send_cmd->add_option("THREAD", send.thread, "The thread id")
+    ->type_name("")
+    ->required()
+    ->check(check_thread);
+  send_cmd->add_option("TEXT", send.text, "The message text")
+    ->type_name("")
+    ->required()
+    ->check(check_text);
+  send_cmd->add_option("--id", send.id,
+                       "The message id (resending an id is not processed "
+                       "twice; default: a random one)")
+    ->check(check_client_id);
+  keel::cli::add_duration(*send_cmd, "--timeout", send.timeout,
+                          "How long to wait for the reply", false)
+    ->default_str("30s");
+
+  history_args history;
+  auto history_cmd = app.add_subcommand("history",
+                                        "Prints a thread's history");
+  history_cmd->add_option("THREAD", history.thread, "The thread id")
+    ->type_name("")
+    ->required()
+    ->check(check_thread);
+  history_cmd->add_option("--after", history.after,
+                          "Only entries with a sequence number above N")
+    ->type_name("N");
+  history_cmd
+    ->add_option_function<size_t>(
+      "--limit", [&](size_t n) { history.limit = n; },
+      "At most N entries (default: all)")
+    ->type_name("N")
+    ->check(CLI::Range(size_t{1}, size_t{1000000000}));
+  history_cmd->add_flag("--json", history.json, "Print the entries as JSON");
+  keel::cli::add_duration(*history_cmd, "--timeout", history.timeout,
+                          "How long to wait for the node", false)
+    ->default_str("30s");
+
+  bool status_json = false;
+  auto status_cmd = app.add_subcommand("status", "Prints the node's status");
+  status_cmd->add_flag("--json", status_json, "Print the raw JSON");
+
+  // Later: tree, kill, providers, recovery, verify, drain.
+  for (auto cmd : {send_cmd, history_cmd, status_cmd})
+    cmd->footer("Every command also takes --node HOST:PORT (env KEEL_NODE, "
+                "default 127.0.0.1:8080) and --token TOKEN (env KEEL_TOKEN).");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? exit_ok : exit_usage;
+  }
+  auto ep = keel::parse_endpoint(node);
+  if (!ep) // defaults and env values bypass nothing: still checked here
+    return fail(keel::error_message(ep.error()), exit_usage);
+  ep->token = token;
+  if (send_cmd->parsed())
+    return run_send(*ep, send);
+  if (history_cmd->parsed())
+    return run_history(*ep, history);
+  if (status_cmd->parsed())
+    return run_status(*ep, status_json);
+  return exit_usage;
+}

@@ -1,0 +1,77 @@
+#define CAF_SUITE cli
+
+#include <fstream>
+
+#include <caf/test/unit_test.hpp>
+
+#include "node_process.hpp"
+#include "temp_dir.hpp"
+
+using namespace keel;
+using namespace keel::test;
+
+namespace {
+
+bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+std::string node_yaml(const temp_dir& dir) {
+  return "node:\n  name: cli-test\n  data_dir: " + dir.str()
+         + "/data\ngateway:\n  port: 0\nlogging:\n  level: warn\n";
+}
+
+std::string node_flag(const node_process& node) {
+  return "127.0.0.1:" + std::to_string(node.address().port);
+}
+
+} // namespace
+
+CAF_TEST(check-config accepts the shipped example and names bad keys) {
+  auto source = std::getenv("KEEL_SOURCE_DIR");
+  CAF_REQUIRE(source != nullptr);
+  auto ok = run_command({node_binary(), "--check-config",
+                         std::string{source} + "/config/example.yaml"});
+  CAF_CHECK_EQUAL(ok.exit_code, 0);
+  temp_dir dir{"keel-cli"};
+  auto bad = dir.str() + "/bad.yaml";
+  std::ofstream{bad} << "node:\n  name: x\ngateway:\n  prot: 80\n";
+  for (auto flag : {"--check-config", "--config"}) {
+    auto res = run_command({node_binary(), flag, bad});
+    CAF_CHECK_EQUAL(res.exit_code, 2);
+    CAF_CHECK(contains(res.err, "bad.yaml:4"));
+    CAF_CHECK(contains(res.err, "gateway.prot"));
+    CAF_MESSAGE("stderr: " << res.err);
+  }
+}
+
+CAF_TEST(keelctl sends and reads history and status) {
+  temp_dir dir{"keel-cli"};
+  node_process node{dir.str(), node_yaml(dir)};
+  auto ctl = tool_binary("keelctl");
+  auto sent = run_command({ctl, "send", "--node", node_flag(node), "t1",
+                           "hello there"});
+  CAF_CHECK_EQUAL(sent.exit_code, 0);
+  CAF_CHECK(contains(sent.out, "echo: hello there"));
+  auto hist = run_command({ctl, "history", "--node", node_flag(node), "t1"});
+  CAF_CHECK_EQUAL(hist.exit_code, 0);
+  CAF_CHECK(contains(hist.out, "hello there"));
+  CAF_CHECK(contains(hist.out, "echo: hello there"));
+  auto status = run_command({ctl, "status", "--node", node_flag(node)});
+  CAF_CHECK_EQUAL(status.exit_code, 0);
+  CAF_CHECK(contains(status.out, "cli-test"));
+  CAF_CHECK_EQUAL(node.stop(), 0);
+  auto down = run_command({ctl, "status", "--node", node_flag(node)});
+  CAF_CHECK_EQUAL(down.exit_code, 3);
+  CAF_CHECK(contains(down.err, "cannot reach"));
+}
+
+CAF_TEST(a second node on the same data folder fails with a clear error) {
+  temp_dir dir{"keel-cli"};
+  node_process first{dir.str(), node_yaml(dir)};
+  auto second = run_command({node_binary(), "--config", first.config_path()});
+  CAF_CHECK_EQUAL(second.exit_code, 1);
+  CAF_CHECK(contains(second.err, "cannot start"));
+  CAF_CHECK(contains(second.err, dir.str() + "/data"));
+  CAF_MESSAGE("stderr: " << second.err);
+}

@@ -1,0 +1,177 @@
+#pragma once
+
+// A deterministic Keel node on CAF's test coordinator: the real root
+// supervisor with persistence (real RocksDB in a temp folder), providers and
+// orchestrator, plus an event sink registered as the gateway that records
+// every published thread event. Time moves only when a test advances it.
+
+#include <string>
+#include <vector>
+
+#include <caf/test/dsl.hpp>
+
+#include "keel/actors.hpp"
+#include "keel/config.hpp"
+#include "keel/node.hpp"
+#include "keel/protocol.hpp"
+#include "keel/system_config.hpp"
+#include "temp_dir.hpp"
+
+namespace keel::test {
+
+/// Records events published to the "gateway".
+struct event_sink_state {
+  static inline const char* name = "keel.test.event_sink";
+  std::vector<thread_event> events;
+};
+
+inline gateway_bridge_actor::behavior_type
+event_sink(gateway_bridge_actor::stateful_pointer<event_sink_state> self) {
+  return {
+    [](atom::open, connection_id) {},
+    [](atom::frame, connection_id, protocol::client_frame&) {},
+    [](atom::closed, connection_id) {},
+    [](atom::http, uint64_t, std::string&, std::string&, std::string&) {},
+    [self](atom::publish, thread_event& ev) {
+      self->state.events.push_back(std::move(ev));
+    },
+  };
+}
+
+/// A node config with the scripted provider "script" in pool "default".
+inline node_config scripted_config(const std::string& data_dir,
+                                   std::vector<scripted_step> steps) {
+  auto cfg = default_config();
+  cfg.data_dir = data_dir;
+  provider_config p;
+  p.name = "script";
+  p.kind = "scripted";
+  p.script = std::move(steps);
+  cfg.providers = {p};
+  cfg.pools = {pool_config{"default", {"script"}, 1}};
+  cfg.supervision.max_restarts = 5;
+  return cfg;
+}
+
+class node_fixture : public test_coordinator_fixture<system_config> {
+public:
+  explicit node_fixture(node_config config) : config(std::move(config)) {
+    start();
+  }
+
+  node_fixture()
+    : node_fixture(scripted_config(
+      fresh_data_dir(), {scripted_step{"", "re: {input}", {}, "", false}})) {
+    // nop
+  }
+
+  ~node_fixture() override {
+    stop();
+  }
+
+  /// Starts the tree (again) on the same data folder.
+  void start() {
+    sink = sys.spawn(event_sink);
+    sys.registry().put(names::gateway, sink);
+    root = sys.spawn(supervisor, root_spec(config, nullptr, false));
+    consume_messages();
+  }
+
+  /// Stops the tree (as a shutdown would).
+  void stop() {
+    if (!root)
+      return;
+    anon_send_exit(root, caf::exit_reason::user_shutdown);
+    anon_send_exit(sink, caf::exit_reason::user_shutdown);
+    consume_messages();
+    sys.registry().erase(names::gateway);
+    root = nullptr;
+  }
+
+  template <class Handle>
+  Handle component(caf::atom_value name) {
+    auto hdl = caf::actor_cast<Handle>(sys.registry().get(name));
+    CAF_REQUIRE(hdl);
+    return hdl;
+  }
+
+  orchestrator_actor orchestrator() {
+    return component<orchestrator_actor>(names::orchestrator);
+  }
+
+  persistence_actor persistence() {
+    return component<persistence_actor>(names::persistence);
+  }
+
+  /// Routes a message and processes everything that follows (without
+  /// moving time). Returns the accept outcome.
+  caf::expected<accept_result> send(const std::string& thread,
+                                    const std::string& id,
+                                    const std::string& text) {
+    auto hdl = self->request(orchestrator(), caf::infinite, atom::route_v,
+                             thread, id, text);
+    consume_messages();
+    caf::expected<accept_result> result{caf::error{}};
+    hdl.receive([&](accept_result& res) { result = res; },
+                [&](caf::error& err) { result = std::move(err); });
+    return result;
+  }
+
+  /// Reads a thread's whole history.
+  std::vector<log_entry> history(const std::string& thread) {
+    auto hdl = self->request(persistence(), caf::infinite, atom::history_v,
+                             thread, seq_t{0}, uint64_t{1000});
+    consume_messages();
+    std::vector<log_entry> result;
+    hdl.receive([&](history_page& page) { result = std::move(page.entries); },
+                [&](caf::error& err) { CAF_FAIL(render(err)); });
+    return result;
+  }
+
+  /// Number of running conversations.
+  uint64_t active_conversations() {
+    auto hdl = self->request(orchestrator(), caf::infinite, atom::status_v);
+    consume_messages();
+    uint64_t result = 0;
+    hdl.receive([&](uint64_t n) { result = n; },
+                [&](caf::error& err) { CAF_FAIL(render(err)); });
+    return result;
+  }
+
+  /// Events published for `thread`, parsed, in order.
+  std::vector<nlohmann::json> events(const std::string& thread) {
+    std::vector<nlohmann::json> result;
+    for (auto& ev : deref<gateway_bridge_actor::stateful_base<event_sink_state>>(sink)
+                      .state.events)
+      if (ev.thread == thread)
+        result.push_back(nlohmann::json::parse(ev.frame));
+    return result;
+  }
+
+  /// Moves the test clock and processes what became due.
+  void advance(caf::timespan d) {
+    advance_time(d);
+    consume_messages();
+  }
+
+  /// A new, empty data folder (removed when the test binary exits).
+  static std::string fresh_data_dir() {
+    static temp_dir dir{"keel-node-fixture"};
+    static int n = 0;
+    return (dir.path() / std::to_string(n++)).string();
+  }
+
+  node_config config;
+  caf::actor root;
+  gateway_bridge_actor sink;
+};
+
+/// Texts of a history, for compact assertions.
+inline std::vector<std::string> texts(const std::vector<log_entry>& entries) {
+  std::vector<std::string> result;
+  for (auto& e : entries)
+    result.push_back(std::string{to_string(e.kind)} + ":" + e.text);
+  return result;
+}
+
+} // namespace keel::test

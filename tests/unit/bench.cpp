@@ -1,0 +1,262 @@
+#define CAF_SUITE bench
+#include <caf/test/unit_test.hpp>
+
+#include "keel/bench.hpp"
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+
+#include "keel/protocol.hpp"
+#include "keel/ws_server.hpp"
+
+using namespace keel;
+using namespace std::chrono_literals;
+
+namespace {
+
+/// How the fake gateway answers `send` frames.
+enum class answer_mode {
+  /// Ack, then reply.
+  normal,
+  /// Ack, then an `error` outcome.
+  error,
+  /// Ack, then the reply twice.
+  duplicate_reply,
+  /// Ack; per thread, the reply of every first message of a pair is held
+  /// back and sent after the reply of the second.
+  swap_pairs,
+};
+
+/// A gateway that answers like a node would, without actors or storage.
+class fake_node : public gateway_handler {
+public:
+  explicit fake_node(answer_mode mode) : mode_(mode) {
+    // nop
+  }
+
+  ws_server* server = nullptr;
+
+  void on_open(connection_id) override {
+    // nop
+  }
+
+  void on_close(connection_id) override {
+    // nop
+  }
+
+  void on_http(uint64_t request, const std::string&, const std::string&,
+               const std::string&) override {
+    server->respond(request, 404, "text/plain", "not here");
+  }
+
+  void on_frame(connection_id conn, protocol::client_frame frame) override {
+    if (frame.type != protocol::client_frame_type::send)
+      return;
+    log_entry reply;
+    {
+      std::lock_guard<std::mutex> guard{mtx_};
+      reply.seq = ++seq_;
+      reply.reply_to = reply.seq;
+    }
+    reply.kind = log_kind::reply;
+    reply.client_id = frame.id;
+    reply.text = "echo: " + frame.text;
+    server->send(conn,
+                 protocol::ack_frame(frame.thread, frame.id, reply.seq, false));
+    switch (mode_) {
+      case answer_mode::normal:
+        break;
+      case answer_mode::error:
+        reply.kind = log_kind::error;
+        reply.code = "provider_failed";
+        break;
+      case answer_mode::duplicate_reply:
+        server->send(conn, protocol::outcome_frame(frame.thread, reply));
+        break;
+      case answer_mode::swap_pairs: {
+        std::lock_guard<std::mutex> guard{mtx_};
+        auto& held = held_[frame.thread];
+        if (!held) {
+          held = reply;
+          return;
+        }
+        server->send(conn, protocol::outcome_frame(frame.thread, reply));
+        server->send(conn, protocol::outcome_frame(frame.thread, *held));
+        held.reset();
+        return;
+      }
+    }
+    server->send(conn, protocol::outcome_frame(frame.thread, reply));
+  }
+
+private:
+  answer_mode mode_;
+  std::mutex mtx_;
+  seq_t seq_ = 0;
+  std::map<std::string, std::optional<log_entry>> held_;
+};
+
+struct fixture {
+  std::shared_ptr<fake_node> node;
+  std::unique_ptr<ws_server> server;
+
+  void start(answer_mode mode) {
+    node = std::make_shared<fake_node>(mode);
+    gateway_config cfg;
+    cfg.port = 0;
+    auto srv = ws_server::start(cfg, node, "fake");
+    CAF_REQUIRE(srv);
+    server = std::move(*srv);
+    node->server = server.get();
+  }
+
+  /// A fixed number of messages, no warmup: the run ends when the last
+  /// outcome arrives, so no clock decides the result.
+  bench::load_options load(size_t connections, size_t threads,
+                           uint64_t messages, size_t window) {
+    bench::load_options opts;
+    opts.node.host = "127.0.0.1";
+    opts.node.port = server->port();
+    opts.connections = connections;
+    opts.threads = threads;
+    opts.messages = messages;
+    opts.window = window;
+    opts.warmup = 0ms;
+    return opts;
+  }
+
+  ~fixture() {
+    if (server)
+      server->stop();
+  }
+};
+
+} // namespace
+
+CAF_TEST(percentiles use the nearest rank) {
+  bench::latency_recorder rec;
+  CAF_CHECK_EQUAL(rec.percentile(0.5), 0);
+  for (int i = 100; i >= 1; --i)
+    rec.record(std::chrono::milliseconds{i});
+  CAF_CHECK_EQUAL(rec.count(), 100u);
+  CAF_CHECK_EQUAL(rec.percentile(0.50), 50'000'000);
+  CAF_CHECK_EQUAL(rec.percentile(0.99), 99'000'000);
+  CAF_CHECK_EQUAL(rec.percentile(1.0), 100'000'000);
+  CAF_CHECK_EQUAL(rec.percentile(0.001), 1'000'000);
+  auto sum = rec.summary();
+  CAF_CHECK_EQUAL(sum.count, 100u);
+  CAF_CHECK_EQUAL(sum.p50, 50.0);
+  CAF_CHECK_EQUAL(sum.p90, 90.0);
+  CAF_CHECK_EQUAL(sum.p99, 99.0);
+  CAF_CHECK_EQUAL(sum.max, 100.0);
+  CAF_CHECK_EQUAL(sum.mean, 50.5);
+}
+
+CAF_TEST(memory usage comes from proc) {
+  auto mem = bench::read_memory_usage();
+  CAF_REQUIRE(mem);
+  CAF_CHECK_GREATER(mem->rss_bytes, 0u);
+  CAF_CHECK_GREATER_OR_EQUAL(mem->peak_rss_bytes, mem->rss_bytes);
+  auto missing = bench::read_memory_usage(-1);
+  CAF_CHECK_EQUAL(missing.error(), ec::not_found);
+}
+
+CAF_TEST(node errors read as one clear line) {
+  endpoint ep;
+  ep.host = "127.0.0.1";
+  ep.port = 8080;
+  auto refused = bench::node_error(
+    ep, caf::make_error(ec::connection_failed,
+                        "cannot reach 127.0.0.1:8080: Connection refused"));
+  CAF_CHECK_EQUAL(refused, ec::connection_failed);
+  CAF_CHECK_EQUAL(error_message(refused),
+                  "cannot reach node at 127.0.0.1:8080: connection refused");
+  auto token = bench::node_error(ep, caf::make_error(ec::unauthorized));
+  CAF_CHECK_EQUAL(error_message(token), "the node refused the token (401)");
+  auto other = bench::node_error(ep, caf::make_error(ec::timeout, "slow"));
+  CAF_CHECK_EQUAL(error_message(other), "slow");
+}
+
+CAF_TEST(readable sizes and durations) {
+  CAF_CHECK_EQUAL(bench::human_bytes(512), "512 B");
+  CAF_CHECK_EQUAL(bench::human_bytes(3 * 1024 * 1024 / 2), "1.5 MiB");
+  CAF_CHECK_EQUAL(bench::human_duration(850), "850 ms");
+  CAF_CHECK_EQUAL(bench::human_duration(3'723'000), "1h 2m 3s");
+  CAF_CHECK_EQUAL(bench::human_duration(60'000), "1m 0s");
+}
+
+CAF_TEST(an unreachable node fails the load with a clear message) {
+  // Bind and release a port so that nothing listens on it.
+  fixture f;
+  f.start(answer_mode::normal);
+  auto opts = f.load(1, 1, 1, 1);
+  f.server->stop();
+  f.server.reset();
+  auto res = bench::run_load(opts);
+  CAF_REQUIRE(!res);
+  CAF_CHECK_EQUAL(res.error(), ec::connection_failed);
+  CAF_CHECK_EQUAL(error_message(res.error()),
+                  "cannot reach node at 127.0.0.1:" + std::to_string(opts.node.port)
+                    + ": connection refused");
+}
+
+CAF_TEST_FIXTURE_SCOPE(bench_load_tests, fixture)
+
+CAF_TEST(a clean run counts every ack and reply once) {
+  start(answer_mode::normal);
+  auto res = bench::run_load(load(4, 10, 200, 3));
+  CAF_REQUIRE(res);
+  CAF_CHECK_EQUAL(res->sent, 200u);
+  CAF_CHECK_EQUAL(res->measured_sent, 200u);
+  CAF_CHECK_EQUAL(res->acked, 200u);
+  CAF_CHECK_EQUAL(res->answered, 200u);
+  CAF_CHECK_EQUAL(res->measured_answered, 200u);
+  CAF_CHECK_EQUAL(res->ack_latency.count, 200u);
+  CAF_CHECK_EQUAL(res->reply_latency.count, 200u);
+  CAF_CHECK_EQUAL(res->errors, 0u);
+  CAF_CHECK_EQUAL(res->missing_acks, 0u);
+  CAF_CHECK_EQUAL(res->missing_replies, 0u);
+  CAF_CHECK_EQUAL(res->duplicates, 0u);
+  CAF_CHECK_EQUAL(res->out_of_order, 0u);
+  CAF_CHECK(res->clean());
+  CAF_CHECK_GREATER(res->answered_per_second, 0.0);
+}
+
+CAF_TEST(error outcomes are counted and make the run unclean) {
+  start(answer_mode::error);
+  auto res = bench::run_load(load(2, 2, 20, 2));
+  CAF_REQUIRE(res);
+  CAF_CHECK_EQUAL(res->sent, 20u);
+  CAF_CHECK_EQUAL(res->acked, 20u);
+  CAF_CHECK_EQUAL(res->errors, 20u);
+  CAF_CHECK_EQUAL(res->answered, 0u);
+  CAF_CHECK_EQUAL(res->missing_replies, 0u);
+  CAF_CHECK_EQUAL(res->reply_latency.count, 0u);
+  CAF_CHECK(!res->clean());
+  CAF_CHECK(!res->error_samples.empty());
+}
+
+CAF_TEST(a second reply for a message is a duplicate) {
+  start(answer_mode::duplicate_reply);
+  auto res = bench::run_load(load(1, 1, 10, 1));
+  CAF_REQUIRE(res);
+  CAF_CHECK_EQUAL(res->answered, 10u);
+  // The last message's second reply may arrive after the run ended.
+  CAF_CHECK_GREATER_OR_EQUAL(res->duplicates, 9u);
+  CAF_CHECK(!res->clean());
+}
+
+CAF_TEST(replies out of thread order are detected) {
+  start(answer_mode::swap_pairs);
+  // One connection, two threads, window 4: every pair of a thread is in
+  // flight together, so the held reply is always released.
+  auto res = bench::run_load(load(1, 2, 8, 4));
+  CAF_REQUIRE(res);
+  CAF_CHECK_EQUAL(res->answered, 8u);
+  CAF_CHECK_EQUAL(res->out_of_order, 4u);
+  CAF_CHECK(!res->clean());
+}
+
+CAF_TEST_FIXTURE_SCOPE_END()

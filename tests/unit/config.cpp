@@ -1,0 +1,791 @@
+#define CAF_SUITE config
+
+#include "keel/config.hpp"
+
+#include <caf/test/unit_test.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+using namespace keel;
+using namespace std::chrono_literals;
+
+namespace {
+
+using env_map = std::map<std::string, std::string>;
+
+/// An environment holding exactly `vars`.
+env_lookup fake_env(env_map vars) {
+  return [vars{std::move(vars)}](const std::string& name)
+           -> std::optional<std::string> {
+    if (auto i = vars.find(name); i != vars.end())
+      return i->second;
+    return std::nullopt;
+  };
+}
+
+caf::expected<node_config> parse(const std::string& yaml, env_map env = {}) {
+  return parse_config(yaml, "node.yaml", fake_env(std::move(env)));
+}
+
+/// The message of the config_invalid error `yaml` yields, or a marker that
+/// makes the comparison fail with a readable diff.
+std::string error_of(const std::string& yaml, env_map env = {}) {
+  auto result = parse(yaml, std::move(env));
+  if (result)
+    return "<parsed without error>";
+  if (result.error() != ec::config_invalid)
+    return "<unexpected error: " + render(result.error()) + ">";
+  return error_message(result.error());
+}
+
+/// "none" for a value, else the rendered error: a readable check.
+template <class T>
+std::string outcome(const caf::expected<T>& x) {
+  return x ? std::string{"none"} : render(x.error());
+}
+
+/// The repository's root: CTest sets KEEL_SOURCE_DIR; when run by hand, the
+/// folder three levels above this file.
+std::filesystem::path source_dir() {
+  if (auto dir = std::getenv("KEEL_SOURCE_DIR"))
+    return dir;
+  return std::filesystem::path{__FILE__}.parent_path().parent_path()
+    .parent_path();
+}
+
+/// A temporary folder removed at the end of the scope.
+struct temp_dir {
+  temp_dir() {
+    auto base = std::filesystem::temp_directory_path();
+    std::string pattern = (base / "keel-config-XXXXXX").string();
+    CAF_REQUIRE(mkdtemp(pattern.data()) != nullptr);
+    path = pattern;
+  }
+  ~temp_dir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path, ignored);
+  }
+  std::filesystem::path path;
+};
+
+/// Compares the main fields of two configurations.
+void check_same(const node_config& x, const node_config& y) {
+  CAF_CHECK_EQUAL(x.name, y.name);
+  CAF_CHECK_EQUAL(x.data_dir, y.data_dir);
+  CAF_CHECK_EQUAL(x.gateway.host, y.gateway.host);
+  CAF_CHECK_EQUAL(x.gateway.port, y.gateway.port);
+  CAF_CHECK_EQUAL(x.gateway.token, y.gateway.token);
+  CAF_CHECK_EQUAL(x.gateway.max_frame_bytes, y.gateway.max_frame_bytes);
+  CAF_CHECK_EQUAL(x.gateway.max_text_bytes, y.gateway.max_text_bytes);
+  CAF_CHECK_EQUAL(x.gateway.max_connections, y.gateway.max_connections);
+  CAF_CHECK_EQUAL(x.gateway.max_queued_frames, y.gateway.max_queued_frames);
+  CAF_CHECK_EQUAL(x.gateway.io_threads, y.gateway.io_threads);
+  CAF_REQUIRE_EQUAL(x.providers.size(), y.providers.size());
+  for (size_t i = 0; i < x.providers.size(); ++i) {
+    CAF_CHECK_EQUAL(x.providers[i].name, y.providers[i].name);
+    CAF_CHECK_EQUAL(x.providers[i].kind, y.providers[i].kind);
+    CAF_CHECK_EQUAL(x.providers[i].model, y.providers[i].model);
+    CAF_CHECK_EQUAL(x.providers[i].script.size(), y.providers[i].script.size());
+  }
+  CAF_REQUIRE_EQUAL(x.pools.size(), y.pools.size());
+  for (size_t i = 0; i < x.pools.size(); ++i) {
+    CAF_CHECK_EQUAL(x.pools[i].name, y.pools[i].name);
+    CAF_CHECK_EQUAL(x.pools[i].chain, y.pools[i].chain);
+    CAF_CHECK_EQUAL(x.pools[i].max_attempts, y.pools[i].max_attempts);
+  }
+  CAF_CHECK_EQUAL(x.threads.system_prompt, y.threads.system_prompt);
+  CAF_CHECK_EQUAL(x.threads.idle_timeout, y.threads.idle_timeout);
+  CAF_CHECK_EQUAL(x.threads.pool, y.threads.pool);
+  CAF_CHECK_EQUAL(x.threads.max_inbox, y.threads.max_inbox);
+  CAF_CHECK_EQUAL(x.threads.turn_timeout, y.threads.turn_timeout);
+  CAF_CHECK_EQUAL(x.supervision.max_restarts, y.supervision.max_restarts);
+  CAF_CHECK_EQUAL(x.supervision.period, y.supervision.period);
+  CAF_CHECK_EQUAL(x.logging.level, y.logging.level);
+  CAF_CHECK_EQUAL(x.logging.file, y.logging.file);
+  CAF_CHECK_EQUAL(x.storage.sync, y.storage.sync);
+}
+
+} // namespace
+
+// -- defaults -----------------------------------------------------------------
+
+CAF_TEST(the embedded default has one echo provider in pool default) {
+  auto cfg = default_config();
+  CAF_CHECK_EQUAL(cfg.name, "keel-1");
+  CAF_CHECK_EQUAL(cfg.data_dir, "./data");
+  CAF_CHECK_EQUAL(cfg.gateway.host, "127.0.0.1");
+  CAF_CHECK_EQUAL(cfg.gateway.port, 8080u);
+  CAF_CHECK_EQUAL(cfg.source, "<default>");
+  CAF_REQUIRE_EQUAL(cfg.providers.size(), 1u);
+  CAF_CHECK_EQUAL(cfg.providers[0].name, "echo");
+  CAF_CHECK_EQUAL(cfg.providers[0].kind, "echo");
+  CAF_REQUIRE_EQUAL(cfg.pools.size(), 1u);
+  CAF_CHECK_EQUAL(cfg.pools[0].name, "default");
+  CAF_CHECK_EQUAL(cfg.pools[0].chain, std::vector<std::string>{"echo"});
+  CAF_CHECK_EQUAL(cfg.threads.pool, "default");
+  CAF_REQUIRE(cfg.find_pool(cfg.threads.pool) != nullptr);
+}
+
+CAF_TEST(an empty document or one of comments means all defaults) {
+  for (auto text : {"", "# nothing here\n", "\n\n"}) {
+    auto cfg = parse(text);
+    CAF_REQUIRE(cfg);
+    check_same(*cfg, default_config());
+    CAF_CHECK_EQUAL(cfg->source, "node.yaml");
+  }
+}
+
+CAF_TEST(keys left out keep their defaults) {
+  auto cfg = parse("gateway:\n  port: 9000\nthreads:\n  max_inbox: 7\n");
+  CAF_REQUIRE(cfg);
+  auto def = default_config();
+  CAF_CHECK_EQUAL(cfg->gateway.port, 9000u);
+  CAF_CHECK_EQUAL(cfg->gateway.host, def.gateway.host);
+  CAF_CHECK_EQUAL(cfg->gateway.max_frame_bytes, def.gateway.max_frame_bytes);
+  CAF_CHECK_EQUAL(cfg->threads.max_inbox, 7u);
+  CAF_CHECK_EQUAL(cfg->threads.idle_timeout, def.threads.idle_timeout);
+  CAF_CHECK_EQUAL(cfg->providers.size(), 1u);
+  CAF_CHECK_EQUAL(cfg->name, "keel-1");
+}
+
+CAF_TEST(a key without a value counts as not set) {
+  auto cfg = parse("logging:\ngateway:\n  token:\n  port: ~\n");
+  CAF_REQUIRE(cfg);
+  CAF_CHECK_EQUAL(cfg->logging.level, "info");
+  CAF_CHECK_EQUAL(cfg->gateway.port, 8080u);
+  CAF_CHECK_EQUAL(cfg->gateway.token, "");
+}
+
+CAF_TEST(every option is read) {
+  auto cfg = parse(R"(node:
+  name: n.1_x-y
+  data_dir: /var/lib/keel
+gateway:
+  host: 0.0.0.0
+  port: 0
+  token: secret
+  max_frame_bytes: 2MiB
+  max_text_bytes: 1024
+  max_connections: 50
+  max_queued_frames: 16
+  io_threads: 4
+providers:
+  - name: s
+    kind: scripted
+    model: m1
+    script:
+      - match: hi
+        reply: "hello {input}"
+        delay: 250ms
+      - fail: rate_limit
+        delay: 1s
+      - crash: true
+  - name: e
+    kind: echo
+pools:
+  - name: main
+    chain: [s, e]
+    max_attempts: 3
+threads:
+  system_prompt: Be brief.
+  idle_timeout: 1h
+  pool: main
+  max_inbox: 5
+  turn_timeout: 30s
+supervision:
+  max_restarts: 0
+  period: 2m
+logging:
+  level: debug
+  file: /tmp/keel.log
+storage:
+  sync: false
+)");
+  CAF_REQUIRE(cfg);
+  CAF_CHECK_EQUAL(cfg->name, "n.1_x-y");
+  CAF_CHECK_EQUAL(cfg->data_dir, "/var/lib/keel");
+  CAF_CHECK_EQUAL(cfg->gateway.host, "0.0.0.0");
+  CAF_CHECK_EQUAL(cfg->gateway.port, 0u);
+  CAF_CHECK_EQUAL(cfg->gateway.token, "secret");
+  CAF_CHECK_EQUAL(cfg->gateway.max_frame_bytes, 2u << 20);
+  CAF_CHECK_EQUAL(cfg->gateway.max_text_bytes, 1024u);
+  CAF_CHECK_EQUAL(cfg->gateway.max_connections, 50u);
+  CAF_CHECK_EQUAL(cfg->gateway.max_queued_frames, 16u);
+  CAF_CHECK_EQUAL(cfg->gateway.io_threads, 4u);
+  CAF_REQUIRE_EQUAL(cfg->providers.size(), 2u);
+  auto& s = cfg->providers[0];
+  CAF_CHECK_EQUAL(s.name, "s");
+  CAF_CHECK_EQUAL(s.kind, "scripted");
+  CAF_CHECK_EQUAL(s.model, "m1");
+  CAF_REQUIRE_EQUAL(s.script.size(), 3u);
+  CAF_CHECK_EQUAL(s.script[0].match, "hi");
+  CAF_CHECK_EQUAL(s.script[0].reply, "hello {input}");
+  CAF_CHECK_EQUAL(s.script[0].delay, caf::timespan{250ms});
+  CAF_CHECK_EQUAL(s.script[0].fail, "");
+  CAF_CHECK_EQUAL(s.script[0].crash, false);
+  CAF_CHECK_EQUAL(s.script[1].fail, "rate_limit");
+  CAF_CHECK_EQUAL(s.script[1].delay, caf::timespan{1s});
+  CAF_CHECK_EQUAL(s.script[2].crash, true);
+  CAF_CHECK_EQUAL(cfg->providers[1].kind, "echo");
+  CAF_CHECK(cfg->providers[1].script.empty());
+  CAF_REQUIRE_EQUAL(cfg->pools.size(), 1u);
+  CAF_CHECK_EQUAL(cfg->pools[0].name, "main");
+  CAF_CHECK_EQUAL(cfg->pools[0].chain, (std::vector<std::string>{"s", "e"}));
+  CAF_CHECK_EQUAL(cfg->pools[0].max_attempts, 3u);
+  CAF_CHECK_EQUAL(cfg->threads.system_prompt, "Be brief.");
+  CAF_CHECK_EQUAL(cfg->threads.idle_timeout, caf::timespan{1h});
+  CAF_CHECK_EQUAL(cfg->threads.pool, "main");
+  CAF_CHECK_EQUAL(cfg->threads.max_inbox, 5u);
+  CAF_CHECK_EQUAL(cfg->threads.turn_timeout, caf::timespan{30s});
+  CAF_CHECK_EQUAL(cfg->supervision.max_restarts, 0u);
+  CAF_CHECK_EQUAL(cfg->supervision.period, caf::timespan{2min});
+  CAF_CHECK_EQUAL(cfg->logging.level, "debug");
+  CAF_CHECK_EQUAL(cfg->logging.file, "/tmp/keel.log");
+  CAF_CHECK_EQUAL(cfg->storage.sync, false);
+  CAF_CHECK_EQUAL(cfg->find_provider("e"), &cfg->providers[1]);
+  CAF_CHECK_EQUAL(cfg->find_provider("x"), nullptr);
+  CAF_CHECK_EQUAL(cfg->find_pool("main"), &cfg->pools[0]);
+  CAF_CHECK_EQUAL(cfg->find_pool("default"), nullptr);
+}
+
+CAF_TEST(scalars are read by the type the key expects) {
+  auto cfg = parse("node:\n  name: 123\nstorage:\n  sync: FALSE\n"
+                   "gateway:\n  port: \"81\"\n  token: 0x1F\n");
+  CAF_REQUIRE(cfg);
+  CAF_CHECK_EQUAL(cfg->name, "123");
+  CAF_CHECK_EQUAL(cfg->storage.sync, false);
+  CAF_CHECK_EQUAL(cfg->gateway.port, 81u);
+  CAF_CHECK_EQUAL(cfg->gateway.token, "0x1F");
+}
+
+// -- merge rules --------------------------------------------------------------
+
+CAF_TEST(providers without pools form the default pool in order) {
+  auto cfg = parse(R"(providers:
+  - name: b
+    kind: echo
+  - name: a
+    kind: echo
+)");
+  CAF_REQUIRE(cfg);
+  CAF_CHECK(cfg->find_provider("echo") == nullptr);
+  CAF_REQUIRE_EQUAL(cfg->pools.size(), 1u);
+  CAF_CHECK_EQUAL(cfg->pools[0].name, "default");
+  CAF_CHECK_EQUAL(cfg->pools[0].chain, (std::vector<std::string>{"b", "a"}));
+}
+
+CAF_TEST(pools without providers use the default echo provider) {
+  auto cfg = parse(R"(pools:
+  - name: p
+    chain: [echo]
+threads:
+  pool: p
+)");
+  CAF_REQUIRE(cfg);
+  CAF_CHECK_EQUAL(cfg->providers.size(), 1u);
+  CAF_CHECK_EQUAL(cfg->pools.size(), 1u);
+  CAF_CHECK(cfg->find_pool("default") == nullptr);
+  CAF_CHECK_EQUAL(error_of("pools:\n  - name: p\n    chain: [x]\n"),
+                  "node.yaml:3: pools[0].chain[0]: unknown provider \"x\" "
+                  "(expected echo)");
+}
+
+// -- structure errors ---------------------------------------------------------
+
+CAF_TEST(unknown keys are errors with a suggestion when close) {
+  CAF_CHECK_EQUAL(error_of("node:\n  name: a\n\ngatway:\n  port: 1\n"),
+                  "node.yaml:4: gatway: unknown key (did you mean gateway?)");
+  CAF_CHECK_EQUAL(error_of("gateway:\n  max_frame_byte: 2048\n"),
+                  "node.yaml:2: gateway.max_frame_byte: unknown key (did you "
+                  "mean max_frame_bytes?)");
+  CAF_CHECK_EQUAL(error_of("node:\n  colour: red\n"),
+                  "node.yaml:2: node.colour: unknown key (expected name or "
+                  "data_dir)");
+  CAF_CHECK_EQUAL(error_of("providers:\n  - name: a\n    kind: echo\n"
+                           "    modle: x\n"),
+                  "node.yaml:4: providers[0].modle: unknown key (did you mean "
+                  "model?)");
+  CAF_CHECK_EQUAL(error_of("providers:\n  - name: a\n    kind: scripted\n"
+                           "    script:\n      - reply: x\n        dealy: 1s\n"),
+                  "node.yaml:6: providers[0].script[0].dealy: unknown key "
+                  "(did you mean delay?)");
+}
+
+CAF_TEST(duplicate keys are errors) {
+  CAF_CHECK_EQUAL(error_of("gateway:\n  port: 1\n  port: 2\n"),
+                  "node.yaml:3: gateway.port: duplicate key (first given on "
+                  "line 2)");
+}
+
+CAF_TEST(the document must be a mapping) {
+  CAF_CHECK_EQUAL(error_of("- a\n- b\n"),
+                  "node.yaml:1: expected a mapping of top-level keys (node, "
+                  "gateway, providers, pools, threads, supervision, logging "
+                  "or storage), got a list");
+  CAF_CHECK_EQUAL(error_of("hello\n"),
+                  "node.yaml:1: expected a mapping of top-level keys (node, "
+                  "gateway, providers, pools, threads, supervision, logging "
+                  "or storage), got \"hello\"");
+}
+
+CAF_TEST(wrong types are errors) {
+  CAF_CHECK_EQUAL(error_of("gateway: 5\n"),
+                  "node.yaml:1: gateway: expected a mapping, got \"5\"");
+  CAF_CHECK_EQUAL(error_of("gateway:\n  host: [a, b]\n"),
+                  "node.yaml:2: gateway.host: expected a string, got a list");
+  CAF_CHECK_EQUAL(error_of("providers:\n  name: x\n"),
+                  "node.yaml:2: providers: expected a list of providers, got "
+                  "a mapping");
+  CAF_CHECK_EQUAL(error_of("providers:\n  - echo\n"),
+                  "node.yaml:2: providers[0]: expected a mapping, got "
+                  "\"echo\"");
+  CAF_CHECK_EQUAL(error_of("pools:\n  - name: p\n    chain: echo\n"),
+                  "node.yaml:3: pools[0].chain: expected a list of provider "
+                  "names, got \"echo\"");
+  CAF_CHECK_EQUAL(error_of("pools:\n  - name: p\n    chain: [{a: 1}]\n"),
+                  "node.yaml:3: pools[0].chain[0]: expected a non-empty name, "
+                  "got a mapping");
+  CAF_CHECK_EQUAL(error_of("storage:\n  sync: yes\n"),
+                  "node.yaml:2: storage.sync: expected true or false, got "
+                  "\"yes\"");
+  CAF_CHECK_EQUAL(error_of("threads:\n  max_inbox: {a: 1}\n"),
+                  "node.yaml:2: threads.max_inbox: expected an integer >= 1, "
+                  "got a mapping");
+}
+
+CAF_TEST(missing required fields point at the parent mapping) {
+  CAF_CHECK_EQUAL(error_of("providers:\n  - name: a\n    kind: echo\n"
+                           "  - kind: echo\n    model: m\n"),
+                  "node.yaml:4: providers[1].name: missing required key "
+                  "(expected a non-empty provider name)");
+  CAF_CHECK_EQUAL(error_of("providers:\n  - name: a\n"),
+                  "node.yaml:2: providers[0].kind: missing required key "
+                  "(expected echo or scripted)");
+  CAF_CHECK_EQUAL(error_of("providers:\n  - name: a\n    kind:\n"),
+                  "node.yaml:3: providers[0].kind: missing required key "
+                  "(expected echo or scripted)");
+  CAF_CHECK_EQUAL(error_of("pools:\n  - name: p\n"),
+                  "node.yaml:2: pools[0].chain: missing required key "
+                  "(expected a non-empty list of provider names)");
+  CAF_CHECK_EQUAL(error_of("pools:\n  - chain: [echo]\n"),
+                  "node.yaml:2: pools[0].name: missing required key "
+                  "(expected a non-empty pool name)");
+}
+
+CAF_TEST(yaml syntax errors name the line and the reason) {
+  CAF_CHECK_EQUAL(error_of("gateway:\n  port: [1,\n"),
+                  "node.yaml:3: YAML syntax error: end of sequence flow not "
+                  "found");
+  CAF_CHECK_EQUAL(error_of("a: b: c\n"),
+                  "node.yaml:1: YAML syntax error: illegal map value");
+  CAF_CHECK_EQUAL(error_of("gateway:\n  port: 1\n---\ngateway:\n  port: 2\n"),
+                  "node.yaml:4: expected a single YAML document, got 2");
+}
+
+// -- bad values ---------------------------------------------------------------
+
+CAF_TEST(integers out of range or malformed are errors) {
+  CAF_CHECK_EQUAL(error_of("node:\n  name: a\ngateway:\n  port: abc\n"),
+                  "node.yaml:4: gateway.port: expected an integer in "
+                  "0..65535, got \"abc\"");
+  CAF_CHECK_EQUAL(error_of("gateway:\n  port: 65536\n"),
+                  "node.yaml:2: gateway.port: expected an integer in "
+                  "0..65535, got \"65536\"");
+  CAF_CHECK_EQUAL(error_of("gateway:\n  port: -1\n"),
+                  "node.yaml:2: gateway.port: expected an integer in "
+                  "0..65535, got \"-1\"");
+  CAF_CHECK_EQUAL(error_of("gateway:\n  port: 80.5\n"),
+                  "node.yaml:2: gateway.port: expected an integer in "
+                  "0..65535, got \"80.5\"");
+  CAF_CHECK_EQUAL(error_of("gateway:\n  io_threads: 0\n"),
+                  "node.yaml:2: gateway.io_threads: expected an integer in "
+                  "1..64, got \"0\"");
+  CAF_CHECK_EQUAL(error_of("gateway:\n  io_threads: 65\n"),
+                  "node.yaml:2: gateway.io_threads: expected an integer in "
+                  "1..64, got \"65\"");
+  CAF_CHECK_EQUAL(error_of("gateway:\n  max_connections: 0\n"),
+                  "node.yaml:2: gateway.max_connections: expected an integer "
+                  ">= 1, got \"0\"");
+  CAF_CHECK_EQUAL(error_of("supervision:\n  max_restarts: -1\n"),
+                  "node.yaml:2: supervision.max_restarts: expected an integer "
+                  "in 0..4294967295, got \"-1\"");
+  CAF_CHECK_EQUAL(error_of("threads:\n  max_inbox: 99999999999999999999\n"),
+                  "node.yaml:2: threads.max_inbox: expected an integer >= 1, "
+                  "got \"99999999999999999999\" (too large)");
+  CAF_CHECK_EQUAL(error_of("pools:\n  - name: p\n    chain: [echo]\n"
+                           "    max_attempts: 0\nthreads:\n  pool: p\n"),
+                  "node.yaml:4: pools[0].max_attempts: expected an integer in "
+                  "1..100, got \"0\"");
+}
+
+CAF_TEST(sizes take KiB MiB and GiB and have lower bounds) {
+  CAF_CHECK_EQUAL(error_of("gateway:\n  max_frame_bytes: 512\n"),
+                  "node.yaml:2: gateway.max_frame_bytes: expected a size in "
+                  "bytes >= 1024 (an integer, or a string like \"64KiB\" or "
+                  "\"1MiB\"), got \"512\"");
+  CAF_CHECK_EQUAL(error_of("gateway:\n  max_frame_bytes: 64kb\n"),
+                  "node.yaml:2: gateway.max_frame_bytes: expected a size in "
+                  "bytes >= 1024 (an integer, or a string like \"64KiB\" or "
+                  "\"1MiB\"), got \"64kb\"");
+  CAF_CHECK_EQUAL(error_of("gateway:\n  max_text_bytes: 2MiB\n"),
+                  "node.yaml:2: gateway.max_text_bytes: expected at most "
+                  "gateway.max_frame_bytes (1048576), got 2097152");
+  // The check blames the key that was written when only one of them was.
+  CAF_CHECK_EQUAL(error_of("gateway:\n  host: h\n  max_frame_bytes: 32KiB\n"),
+                  "node.yaml:3: gateway.max_text_bytes: expected at most "
+                  "gateway.max_frame_bytes (32768), got 65536");
+  auto cfg = parse("gateway:\n  max_frame_bytes: 2GiB\n"
+                   "  max_text_bytes: \"4096\"\n");
+  CAF_REQUIRE(cfg);
+  CAF_CHECK_EQUAL(cfg->gateway.max_frame_bytes, size_t{2} << 30);
+  CAF_CHECK_EQUAL(cfg->gateway.max_text_bytes, 4096u);
+}
+
+CAF_TEST(parse_size accepts integers and binary units only) {
+  CAF_CHECK_EQUAL(parse_size("0"), size_t{0});
+  CAF_CHECK_EQUAL(parse_size("123"), size_t{123});
+  CAF_CHECK_EQUAL(parse_size("64KiB"), size_t{65536});
+  CAF_CHECK_EQUAL(parse_size("1MiB"), size_t{1} << 20);
+  CAF_CHECK_EQUAL(parse_size("3GiB"), size_t{3} << 30);
+  for (auto bad : {"", "KiB", "-1", "+1", "1.5MiB", "64kb", "64 KiB", "64KiBs",
+                   "1B", "99999999999999999999", "17179869184GiB"})
+    CAF_CHECK_EQUAL(parse_size(bad), std::nullopt);
+}
+
+CAF_TEST(parse_duration requires a unit) {
+  CAF_CHECK_EQUAL(parse_duration("7ns"), caf::timespan{7ns});
+  CAF_CHECK_EQUAL(parse_duration("10us"), caf::timespan{10us});
+  CAF_CHECK_EQUAL(parse_duration("250ms"), caf::timespan{250ms});
+  CAF_CHECK_EQUAL(parse_duration("0s"), caf::timespan{0});
+  CAF_CHECK_EQUAL(parse_duration("5s"), caf::timespan{5s});
+  CAF_CHECK_EQUAL(parse_duration("2m"), caf::timespan{2min});
+  CAF_CHECK_EQUAL(parse_duration("1h"), caf::timespan{1h});
+  for (auto bad : {"", "5", "s", "-1s", "1.5s", "5 s", "5sec", "5S", "1d",
+                   "9999999999h"})
+    CAF_CHECK_EQUAL(parse_duration(bad), std::nullopt);
+}
+
+CAF_TEST(durations must have a unit and be positive where required) {
+  CAF_CHECK_EQUAL(error_of("threads:\n  idle_timeout: 300\n"),
+                  "node.yaml:2: threads.idle_timeout: expected a positive "
+                  "duration such as \"250ms\", \"5s\", \"2m\" or \"1h\", got "
+                  "\"300\" (a unit is required)");
+  CAF_CHECK_EQUAL(error_of("threads:\n  idle_timeout: soon\n"),
+                  "node.yaml:2: threads.idle_timeout: expected a positive "
+                  "duration such as \"250ms\", \"5s\", \"2m\" or \"1h\", got "
+                  "\"soon\"");
+  CAF_CHECK_EQUAL(error_of("threads:\n  idle_timeout: 0s\n"),
+                  "node.yaml:2: threads.idle_timeout: expected a positive "
+                  "duration such as \"250ms\", \"5s\", \"2m\" or \"1h\", got "
+                  "\"0s\"");
+  CAF_CHECK_EQUAL(error_of("threads:\n  turn_timeout: 0ms\n"),
+                  "node.yaml:2: threads.turn_timeout: expected a positive "
+                  "duration such as \"250ms\", \"5s\", \"2m\" or \"1h\", got "
+                  "\"0ms\"");
+  CAF_CHECK_EQUAL(error_of("supervision:\n  period: 0s\n"),
+                  "node.yaml:2: supervision.period: expected a positive "
+                  "duration such as \"250ms\", \"5s\", \"2m\" or \"1h\", got "
+                  "\"0s\"");
+  CAF_CHECK_EQUAL(error_of("providers:\n  - name: s\n    kind: scripted\n"
+                           "    script:\n      - reply: x\n        delay: -5s\n"),
+                  "node.yaml:6: providers[0].script[0].delay: expected a "
+                  "duration such as \"250ms\", \"5s\", \"2m\" or \"1h\", got "
+                  "\"-5s\"");
+  // A zero delay is fine.
+  CAF_CHECK(parse("providers:\n  - name: s\n    kind: scripted\n"
+                  "    script:\n      - reply: x\n        delay: 0ms\n"));
+}
+
+CAF_TEST(names and strings are checked) {
+  CAF_CHECK_EQUAL(error_of("node:\n  name: my node\n"),
+                  "node.yaml:2: node.name: expected 1 to 64 characters from "
+                  "A-Z, a-z, 0-9, '.', '_' and '-', got \"my node\"");
+  CAF_CHECK_EQUAL(error_of("node:\n  name: \"\"\n"),
+                  "node.yaml:2: node.name: expected 1 to 64 characters from "
+                  "A-Z, a-z, 0-9, '.', '_' and '-', got \"\"");
+  CAF_CHECK_EQUAL(error_of("node:\n  name: " + std::string(65, 'a') + "\n"),
+                  "node.yaml:2: node.name: expected 1 to 64 characters from "
+                  "A-Z, a-z, 0-9, '.', '_' and '-', got \""
+                    + std::string(60, 'a') + "...\"");
+  CAF_CHECK(parse("node:\n  name: " + std::string(64, 'a') + "\n"));
+  // Shortened values are cut between characters, not inside one.
+  CAF_CHECK_EQUAL(error_of("logging:\n  level: " + std::string(59, 'x')
+                           + "\xC3\xA9\n"),
+                  "node.yaml:2: logging.level: unknown value \""
+                    + std::string(59, 'x')
+                    + "...\" (expected trace, debug, info, warn, error or "
+                      "off)");
+  CAF_CHECK_EQUAL(error_of("node:\n  data_dir: ''\n"),
+                  "node.yaml:2: node.data_dir: expected a non-empty folder "
+                  "path, got \"\"");
+  CAF_CHECK_EQUAL(error_of("gateway:\n  host: \"\"\n"),
+                  "node.yaml:2: gateway.host: expected a non-empty host name "
+                  "or address, got \"\"");
+  CAF_CHECK_EQUAL(error_of("logging:\n  level: loud\n"),
+                  "node.yaml:2: logging.level: unknown value \"loud\" "
+                  "(expected trace, debug, info, warn, error or off)");
+  // Control characters never break the one-line message.
+  CAF_CHECK_EQUAL(error_of("logging:\n  level: \"a\\nb\"\n"),
+                  "node.yaml:2: logging.level: unknown value \"a\\nb\" "
+                  "(expected trace, debug, info, warn, error or off)");
+}
+
+CAF_TEST(providers are checked) {
+  CAF_CHECK_EQUAL(error_of(R"(node:
+  name: a
+providers:
+  - name: echo
+    kind: echo
+  - name: b
+    kind: foo
+)"),
+                  "node.yaml:7: providers[1].kind: unknown value \"foo\" "
+                  "(expected echo or scripted)");
+  CAF_CHECK_EQUAL(error_of("providers:\n  - name: ''\n    kind: echo\n"),
+                  "node.yaml:2: providers[0].name: expected a non-empty name, "
+                  "got \"\"");
+  CAF_CHECK_EQUAL(error_of("providers:\n  - name: a\n    kind: echo\n"
+                           "  - name: a\n    kind: echo\n"),
+                  "node.yaml:4: providers[1].name: duplicate provider name "
+                  "\"a\" (also providers[0])");
+  CAF_CHECK_EQUAL(error_of("providers: []\n"),
+                  "node.yaml:1: providers: expected a non-empty list of "
+                  "providers, got an empty list");
+  CAF_CHECK_EQUAL(error_of("providers:\n  - name: a\n    kind: scripted\n"),
+                  "node.yaml:2: providers[0].script: a scripted provider "
+                  "needs a non-empty list of script steps");
+  CAF_CHECK_EQUAL(error_of("providers:\n  - name: a\n    kind: scripted\n"
+                           "    script: []\n"),
+                  "node.yaml:4: providers[0].script: a scripted provider "
+                  "needs a non-empty list of script steps");
+  CAF_CHECK_EQUAL(error_of("providers:\n  - name: a\n    kind: echo\n"
+                           "    script:\n      - reply: x\n"),
+                  "node.yaml:4: providers[0].script: echo providers take no "
+                  "script");
+}
+
+CAF_TEST(script steps are checked) {
+  auto step = [](const std::string& body) {
+    return error_of("providers:\n  - name: s\n    kind: scripted\n"
+                    "    script:\n      - reply: ok\n"
+                    + body);
+  };
+  CAF_CHECK_EQUAL(step("      - fail: nope\n"),
+                  "node.yaml:6: providers[0].script[1].fail: unknown value "
+                  "\"nope\" (expected auth, rate_limit, billing, timeout, "
+                  "overloaded, model_not_found, context_overflow, "
+                  "invalid_request, format or unknown)");
+  CAF_CHECK_EQUAL(step("      - match: x\n        delay: 1s\n"),
+                  "node.yaml:6: providers[0].script[1]: a step needs one of "
+                  "reply, fail or crash: true");
+  CAF_CHECK_EQUAL(step("      - reply: x\n        fail: auth\n"),
+                  "node.yaml:6: providers[0].script[1]: a step takes only one "
+                  "of reply, fail and crash: true");
+  CAF_CHECK_EQUAL(step("      - crash: maybe\n"),
+                  "node.yaml:6: providers[0].script[1].crash: expected true "
+                  "or false, got \"maybe\"");
+  CAF_CHECK_EQUAL(step("      - 42\n"),
+                  "node.yaml:6: providers[0].script[1]: expected a mapping, "
+                  "got \"42\"");
+  // Every failure class is accepted; crash: false with a reply is a reply.
+  for (auto cls : {"auth", "rate_limit", "billing", "timeout", "overloaded",
+                   "model_not_found", "context_overflow", "invalid_request",
+                   "format", "unknown"})
+    CAF_CHECK_EQUAL(step(std::string{"      - fail: "} + cls + "\n"),
+                    "<parsed without error>");
+  CAF_CHECK_EQUAL(step("      - reply: ''\n        crash: false\n"),
+                  "<parsed without error>");
+}
+
+CAF_TEST(pools are checked) {
+  CAF_CHECK_EQUAL(error_of("pools:\n  - name: default\n    chain: []\n"),
+                  "node.yaml:3: pools[0].chain: expected a non-empty list of "
+                  "provider names, got an empty list");
+  CAF_CHECK_EQUAL(error_of("pools:\n  - name: default\n    chain: [echo]\n"
+                           "  - name: default\n    chain: [echo]\n"),
+                  "node.yaml:4: pools[1].name: duplicate pool name "
+                  "\"default\" (also pools[0])");
+  CAF_CHECK_EQUAL(error_of("pools:\n  - name: default\n    chain:\n"
+                           "      - echo\n      - ehco\n"),
+                  "node.yaml:5: pools[0].chain[1]: unknown provider \"ehco\" "
+                  "(expected echo)");
+  CAF_CHECK_EQUAL(error_of("pools:\n  - name: default\n"
+                           "    chain: [echo, echo]\n"),
+                  "node.yaml:3: pools[0].chain[1]: provider \"echo\" is "
+                  "listed twice");
+  CAF_CHECK_EQUAL(error_of("pools: []\n"),
+                  "node.yaml:1: pools: expected a non-empty list of pools, "
+                  "got an empty list");
+}
+
+CAF_TEST(threads pool must exist) {
+  CAF_CHECK_EQUAL(error_of("threads:\n  pool: fast\n"),
+                  "node.yaml:2: threads.pool: unknown pool \"fast\" "
+                  "(expected default)");
+  // Left at its default, the error points at the pools that lack it.
+  CAF_CHECK_EQUAL(error_of("node:\n  name: a\npools:\n  - name: p\n"
+                           "    chain: [echo]\n"),
+                  "node.yaml:3: threads.pool: unknown pool \"default\" "
+                  "(expected p); threads.pool defaults to \"default\", so set "
+                  "threads.pool or define a pool named \"default\"");
+}
+
+// -- environment expansion ----------------------------------------------------
+
+CAF_TEST(env references expand in values) {
+  auto cfg = parse(R"(node:
+  name: ${NAME}
+  data_dir: ${HOME_DIR}/keel-${NAME}
+gateway:
+  port: ${PORT:-9999}
+  token: "${TOKEN:-}"
+  host: ${HOST:-localhost}
+threads:
+  system_prompt: "costs $$5, not ${PRICE:-$1}; $HOME stays"
+  idle_timeout: ${IDLE:-1m}
+)",
+                   {{"NAME", "n1"},
+                    {"HOME_DIR", "/srv"},
+                    {"HOST", ""},
+                    {"IDLE", "90s"}});
+  CAF_REQUIRE(cfg);
+  CAF_CHECK_EQUAL(cfg->name, "n1");
+  CAF_CHECK_EQUAL(cfg->data_dir, "/srv/keel-n1");
+  CAF_CHECK_EQUAL(cfg->gateway.port, 9999u);
+  CAF_CHECK_EQUAL(cfg->gateway.token, "");
+  // Like the shell, :- also takes the default when the variable is empty.
+  CAF_CHECK_EQUAL(cfg->gateway.host, "localhost");
+  CAF_CHECK_EQUAL(cfg->threads.system_prompt,
+                  "costs $5, not $1; $HOME stays");
+  CAF_CHECK_EQUAL(cfg->threads.idle_timeout, caf::timespan{90s});
+}
+
+CAF_TEST(a set but empty variable expands to nothing) {
+  auto cfg = parse("gateway:\n  token: ${TOKEN}\n", {{"TOKEN", ""}});
+  CAF_REQUIRE(cfg);
+  CAF_CHECK_EQUAL(cfg->gateway.token, "");
+}
+
+CAF_TEST(env reference errors name the variable and the key) {
+  CAF_CHECK_EQUAL(error_of("node:\n  name: a\ngateway:\n"
+                           "  token: ${KEEL_TOKEN}\n"),
+                  "node.yaml:4: gateway.token: environment variable "
+                  "KEEL_TOKEN is not set (write ${KEEL_TOKEN:-default} to "
+                  "make it optional)");
+  CAF_CHECK_EQUAL(error_of("providers:\n  - name: p\n    kind: scripted\n"
+                           "    script:\n      - reply: \"${R\"\n"),
+                  "node.yaml:5: providers[0].script[0].reply: unterminated "
+                  "\"${\" (expected ${VAR} or ${VAR:-default}; write $$ for a "
+                  "literal $)");
+  CAF_CHECK_EQUAL(error_of("gateway:\n  token: ${1X}\n"),
+                  "node.yaml:2: gateway.token: invalid environment variable "
+                  "reference \"${1X}\" (expected ${VAR} or ${VAR:-default} "
+                  "with VAR made of letters, digits and _)");
+  CAF_CHECK_EQUAL(error_of("gateway:\n  token: ${A-B}\n"),
+                  "node.yaml:2: gateway.token: invalid environment variable "
+                  "reference \"${A-B}\" (expected ${VAR} or ${VAR:-default} "
+                  "with VAR made of letters, digits and _)");
+  // A bad expanded value shows what it came from.
+  CAF_CHECK_EQUAL(error_of("gateway:\n  port: ${PORT}\n", {{"PORT", "http"}}),
+                  "node.yaml:2: gateway.port: expected an integer in "
+                  "0..65535, got \"http\" (from \"${PORT}\")");
+  CAF_CHECK_EQUAL(error_of("logging:\n  level: ${L:-loud}\n"),
+                  "node.yaml:2: logging.level: unknown value \"loud\" (from "
+                  "\"${L:-loud}\") (expected trace, debug, info, warn, error "
+                  "or off)");
+}
+
+CAF_TEST(keys are not expanded) {
+  CAF_CHECK_EQUAL(error_of("${KEY}: 1\n", {{"KEY", "node"}}),
+                  "node.yaml:1: ${KEY}: unknown key (expected node, gateway, "
+                  "providers, pools, threads, supervision, logging or "
+                  "storage)");
+}
+
+CAF_TEST(process_env reads the real environment) {
+  auto env = process_env();
+  CAF_REQUIRE(setenv("KEEL_CONFIG_TEST_VAR", "v1", 1) == 0);
+  CAF_CHECK_EQUAL(env("KEEL_CONFIG_TEST_VAR"), std::string{"v1"});
+  CAF_REQUIRE(unsetenv("KEEL_CONFIG_TEST_VAR") == 0);
+  CAF_CHECK_EQUAL(env("KEEL_CONFIG_TEST_VAR"), std::nullopt);
+}
+
+// -- files --------------------------------------------------------------------
+
+CAF_TEST(an unreadable file names the path and the reason) {
+  temp_dir tmp;
+  auto missing = (tmp.path / "nope.yaml").string();
+  auto res = load_config_file(missing, fake_env({}));
+  CAF_REQUIRE(!res);
+  CAF_CHECK_EQUAL(res.error(), ec::config_unreadable);
+  CAF_CHECK_EQUAL(error_message(res.error()),
+                  missing + ": cannot read the file: No such file or "
+                            "directory");
+  auto dir = tmp.path.string();
+  res = load_config_file(dir, fake_env({}));
+  CAF_REQUIRE(!res);
+  CAF_CHECK_EQUAL(res.error(), ec::config_unreadable);
+  CAF_CHECK_EQUAL(error_message(res.error()),
+                  dir + ": cannot read the file: Is a directory");
+}
+
+CAF_TEST(a loaded file names itself in errors and in source) {
+  temp_dir tmp;
+  auto path = (tmp.path / "node.yaml").string();
+  {
+    std::ofstream out{path};
+    out << "gateway:\n  port: 1234\n";
+  }
+  auto cfg = load_config_file(path, fake_env({}));
+  CAF_REQUIRE(cfg);
+  CAF_CHECK_EQUAL(cfg->gateway.port, 1234u);
+  CAF_CHECK_EQUAL(cfg->source, path);
+  {
+    std::ofstream out{path};
+    out << "gateway:\n  port: x\n";
+  }
+  auto res = load_config_file(path, fake_env({}));
+  CAF_REQUIRE(!res);
+  CAF_CHECK_EQUAL(res.error(), ec::config_invalid);
+  CAF_CHECK_EQUAL(error_message(res.error()),
+                  path + ":2: gateway.port: expected an integer in 0..65535, "
+                         "got \"x\"");
+}
+
+CAF_TEST(config default yaml is the embedded default) {
+  auto path = (source_dir() / "config" / "default.yaml").string();
+  auto cfg = load_config_file(path, fake_env({}));
+  CAF_REQUIRE_EQUAL(outcome(cfg), "none");
+  check_same(*cfg, default_config());
+}
+
+CAF_TEST(every file in config is valid) {
+  auto dir = source_dir() / "config";
+  size_t count = 0;
+  for (auto& entry : std::filesystem::directory_iterator{dir}) {
+    if (entry.path().extension() != ".yaml")
+      continue;
+    ++count;
+    CAF_MESSAGE("loading " << entry.path());
+    // No variables set: every reference in a shipped file needs a default.
+    auto cfg = load_config_file(entry.path().string(), fake_env({}));
+    CAF_CHECK_EQUAL(outcome(cfg), "none");
+  }
+  // default.yaml, example.yaml and scripted.yaml at least.
+  CAF_CHECK_GREATER_OR_EQUAL(count, 3u);
+}
+
+CAF_TEST(config example yaml sets every section) {
+  auto path = (source_dir() / "config" / "example.yaml").string();
+  auto cfg = load_config_file(path, fake_env({{"KEEL_TOKEN", "t0k"}}));
+  CAF_REQUIRE_EQUAL(outcome(cfg), "none");
+  CAF_CHECK_EQUAL(cfg->gateway.token, "t0k");
+  CAF_CHECK_EQUAL(cfg->providers.size(), 2u);
+  CAF_CHECK_EQUAL(cfg->pools.size(), 2u);
+  auto actor = cfg->find_provider("actor");
+  CAF_REQUIRE(actor != nullptr);
+  CAF_CHECK_EQUAL(actor->script.size(), 5u);
+}
