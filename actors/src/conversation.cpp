@@ -110,9 +110,16 @@ void publish(self_ptr self, std::string frame) {
                thread_event{self->state.cfg.thread, std::move(frame)});
 }
 
-void arm_idle_timer(self_ptr self) {
-  auto gen = ++self->state.idle_generation;
-  self->delayed_send(self, self->state.cfg.idle_timeout, atom::idle_v, gen);
+// Records that the thread just became idle. At most one idle timer is
+// pending per actor; when it fires early (work came and went since) it is
+// re-armed for the remainder, so a busy thread costs no timer per turn.
+void note_idle(self_ptr self) {
+  auto& st = self->state;
+  st.idle_since = self->clock().now();
+  if (st.idle_timer_armed)
+    return;
+  st.idle_timer_armed = true;
+  self->delayed_send(self, st.cfg.idle_timeout, atom::idle_v);
 }
 
 // Describes a provider error to the user (seed 000's messages).
@@ -216,7 +223,7 @@ void drain(self_ptr self) {
     return;
   if (st.inbox.empty()) {
     if (st.idle())
-      arm_idle_timer(self);
+      note_idle(self);
     return;
   }
   st.turn_running = true;
@@ -329,7 +336,7 @@ void passivate(self_ptr self) {
               if (stop)
                 self->quit();
               else if (self->state.idle())
-                arm_idle_timer(self);
+                note_idle(self);
             },
             [self](caf::error&) { self->quit(); });
       },
@@ -337,7 +344,7 @@ void passivate(self_ptr self) {
         spdlog::warn("thread {}: cannot suspend: {}", self->state.cfg.thread,
                        render(err));
         if (self->state.idle())
-          arm_idle_timer(self);
+          note_idle(self);
       });
 }
 
@@ -353,7 +360,6 @@ conversation(conversation_actor::stateful_pointer<conversation_state> self,
       -> caf::result<accept_result> {
       auto& st = self->state;
       ++st.received;
-      ++st.idle_generation; // Work arrived: any armed idle timer is stale.
       auto rp = self->make_response_promise<accept_result>();
       if (!st.loaded)
         st.deferred.push_back({rp, std::move(client_id), std::move(text)});
@@ -366,9 +372,18 @@ conversation(conversation_actor::stateful_pointer<conversation_state> self,
       self->state.turn_running = false;
       drain(self);
     },
-    [self](atom::idle, uint64_t generation) {
-      if (generation == self->state.idle_generation && self->state.idle())
-        passivate(self);
+    [self](atom::idle) {
+      auto& st = self->state;
+      st.idle_timer_armed = false;
+      if (!st.idle())
+        return; // Busy again: the next idle moment arms a new timer.
+      auto idle_for = self->clock().now() - st.idle_since;
+      if (idle_for < st.cfg.idle_timeout) {
+        st.idle_timer_armed = true;
+        self->delayed_send(self, st.cfg.idle_timeout - idle_for, atom::idle_v);
+        return;
+      }
+      passivate(self);
     },
   };
 }

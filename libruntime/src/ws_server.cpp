@@ -744,12 +744,21 @@ private:
 caf::error server_impl::listen() {
   auto where = cfg_.host + ":" + std::to_string(cfg_.port);
   error_code err;
-  auto addr = net::ip::make_address(cfg_.host, err);
-  if (err)
-    return caf::make_error(ec::connection_failed,
-                           "cannot listen on " + where + ": '" + cfg_.host
-                             + "' is not an IP address");
-  tcp::endpoint ep{addr, cfg_.port};
+  tcp::endpoint ep;
+  if (auto addr = net::ip::make_address(cfg_.host, err); !err) {
+    ep = tcp::endpoint{addr, cfg_.port};
+  } else {
+    // A host name such as "localhost": listen on its first address.
+    tcp::resolver resolver{ioc_};
+    auto results = resolver.resolve(cfg_.host, std::to_string(cfg_.port),
+                                    tcp::resolver::passive, err);
+    if (err || results.empty())
+      return caf::make_error(ec::connection_failed,
+                             "cannot listen on " + where + ": cannot resolve '"
+                               + cfg_.host + "'"
+                               + (err ? ": " + err.message() : ""));
+    ep = results.begin()->endpoint();
+  }
   if (acceptor_.open(ep.protocol(), err)
       || acceptor_.set_option(net::socket_base::reuse_address(true), err)
       || acceptor_.bind(ep, err)

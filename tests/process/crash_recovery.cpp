@@ -125,9 +125,9 @@ CAF_TEST(kill -9 during traffic loses no acknowledged message) {
   temp_dir dir{"keel-crash"};
   node_process node{dir.str(), node_yaml(dir)};
   ack_record record;
-  for (int round = 0; round < 3; ++round) {
+  for (int round = 0; round < 5; ++round) {
     std::atomic<bool> stop{false};
-    auto target = record.count.load() + 150;
+    auto target = record.count.load() + 200;
     std::vector<std::thread> clients;
     for (int c = 0; c < 4; ++c)
       clients.emplace_back(client_loop, node.address(), c, round,

@@ -1,29 +1,28 @@
 #pragma once
 
-#include <atomic>
+#include <cstdlib>
 #include <filesystem>
-#include <random>
+#include <stdexcept>
 #include <string>
-
-#include <unistd.h>
 
 namespace keel::test {
 
-/// A fresh folder under the system's temp folder, removed on destruction.
+/// A fresh, uniquely named folder under the system's temp folder (mkdtemp),
+/// removed with everything in it on destruction.
 class temp_dir {
 public:
   explicit temp_dir(const std::string& prefix = "keel-test") {
-    static std::atomic<uint64_t> counter{0};
-    std::random_device rd;
-    path_ = std::filesystem::temp_directory_path()
-            / (prefix + "-" + std::to_string(::getpid()) + "-"
-               + std::to_string(counter++) + "-" + std::to_string(rd()));
-    std::filesystem::create_directories(path_);
+    auto pattern
+      = (std::filesystem::temp_directory_path() / (prefix + "-XXXXXX"))
+          .string();
+    if (::mkdtemp(pattern.data()) == nullptr)
+      throw std::runtime_error("mkdtemp failed for " + pattern);
+    path_ = pattern;
   }
 
   ~temp_dir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
   }
 
   temp_dir(const temp_dir&) = delete;

@@ -2,6 +2,8 @@
 
 #include "keel/config.hpp"
 
+#include "temp_dir.hpp"
+
 #include <caf/test/unit_test.hpp>
 
 #include <cstdlib>
@@ -56,20 +58,7 @@ std::filesystem::path source_dir() {
     .parent_path();
 }
 
-/// A temporary folder removed at the end of the scope.
-struct temp_dir {
-  temp_dir() {
-    auto base = std::filesystem::temp_directory_path();
-    std::string pattern = (base / "keel-config-XXXXXX").string();
-    CAF_REQUIRE(mkdtemp(pattern.data()) != nullptr);
-    path = pattern;
-  }
-  ~temp_dir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path, ignored);
-  }
-  std::filesystem::path path;
-};
+using keel::test::temp_dir;
 
 /// Compares the main fields of two configurations.
 void check_same(const node_config& x, const node_config& y) {
@@ -717,14 +706,14 @@ CAF_TEST(process_env reads the real environment) {
 
 CAF_TEST(an unreadable file names the path and the reason) {
   temp_dir tmp;
-  auto missing = (tmp.path / "nope.yaml").string();
+  auto missing = (tmp.path() / "nope.yaml").string();
   auto res = load_config_file(missing, fake_env({}));
   CAF_REQUIRE(!res);
   CAF_CHECK_EQUAL(res.error(), ec::config_unreadable);
   CAF_CHECK_EQUAL(error_message(res.error()),
                   missing + ": cannot read the file: No such file or "
                             "directory");
-  auto dir = tmp.path.string();
+  auto dir = tmp.path().string();
   res = load_config_file(dir, fake_env({}));
   CAF_REQUIRE(!res);
   CAF_CHECK_EQUAL(res.error(), ec::config_unreadable);
@@ -734,7 +723,7 @@ CAF_TEST(an unreadable file names the path and the reason) {
 
 CAF_TEST(a loaded file names itself in errors and in source) {
   temp_dir tmp;
-  auto path = (tmp.path / "node.yaml").string();
+  auto path = (tmp.path() / "node.yaml").string();
   {
     std::ofstream out{path};
     out << "gateway:\n  port: 1234\n";

@@ -2,6 +2,8 @@
 
 #include "keel/store.hpp"
 
+#include "temp_dir.hpp"
+
 #include <caf/test/unit_test.hpp>
 
 #include <algorithm>
@@ -17,20 +19,7 @@ using namespace keel;
 
 namespace {
 
-/// A temporary folder removed at the end of the scope.
-struct temp_dir {
-  temp_dir() {
-    auto base = std::filesystem::temp_directory_path();
-    std::string pattern = (base / "keel-store-XXXXXX").string();
-    CAF_REQUIRE(mkdtemp(pattern.data()) != nullptr);
-    path = pattern;
-  }
-  ~temp_dir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path, ignored);
-  }
-  std::filesystem::path path;
-};
+using keel::test::temp_dir;
 
 /// "none" for a value, else the rendered error: a readable check.
 template <class T>
@@ -108,7 +97,7 @@ turn_commit make_commit(const std::string& thread, seq_t seq,
 
 struct fixture {
   temp_dir tmp;
-  std::string dir = (tmp.path / "db").string();
+  std::string dir = (tmp.path() / "db").string();
   std::unique_ptr<store> db;
 
   fixture() {
@@ -243,7 +232,7 @@ CAF_TEST(column families of a newer build do not hide its schema version) {
 }
 
 CAF_TEST(opening a regular file fails with a clear error) {
-  auto file = (tmp.path / "plain-file").string();
+  auto file = (tmp.path() / "plain-file").string();
   std::ofstream{file} << "not a database";
   auto res = store::open(file);
   CAF_REQUIRE(!res);
@@ -260,7 +249,7 @@ CAF_TEST(opening a regular file fails with a clear error) {
 CAF_TEST(a missing database is not created when told not to) {
   store_options opts;
   opts.create_if_missing = false;
-  auto missing = (tmp.path / "missing").string();
+  auto missing = (tmp.path() / "missing").string();
   auto res = store::open(missing, opts);
   CAF_REQUIRE(!res);
   CAF_CHECK_EQUAL(res.error(), ec::storage_open_failed);

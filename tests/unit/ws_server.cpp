@@ -603,6 +603,16 @@ CAF_TEST(binding a busy port fails with the address) {
             != std::string::npos);
 }
 
+CAF_TEST(host names are resolved for listening) {
+  cfg.host = "localhost";
+  start();
+  auto where = ep();
+  where.host = "localhost";
+  auto res = http_request(where, "GET", "/healthz");
+  CAF_REQUIRE(res);
+  CAF_CHECK_EQUAL(res->status, 200u);
+}
+
 CAF_TEST_FIXTURE_SCOPE_END()
 
 CAF_TEST(parse_endpoint accepts host and port or just a port) {

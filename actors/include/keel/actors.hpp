@@ -150,8 +150,8 @@ using conversation_actor = caf::typed_actor<
     accept_result>,
   // (internal) Starts the next turn if none runs.
   caf::reacts_to<atom::drain>,
-  // (internal) The idle timer with this generation fired.
-  caf::reacts_to<atom::idle, uint64_t>>;
+  // (internal) The idle timer fired.
+  caf::reacts_to<atom::idle>>;
 
 /// The orchestrator: routes a thread to its conversation actor, spawning it
 /// on demand; never waits on I/O.

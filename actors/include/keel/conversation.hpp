@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include <caf/actor_clock.hpp>
 #include <caf/typed_event_based_actor.hpp>
 
 #include "keel/actors.hpp"
@@ -82,8 +83,10 @@ struct conversation_state {
   bool turn_running = false;
   /// Messages routed here by the orchestrator (for passivation).
   uint64_t received = 0;
-  /// Invalidates stale idle timers.
-  uint64_t idle_generation = 0;
+  /// True while an idle timer is pending (at most one is).
+  bool idle_timer_armed = false;
+  /// When the thread last became idle.
+  caf::actor_clock::time_point idle_since;
 
   /// True if nothing is pending: the actor may passivate.
   bool idle() const;
