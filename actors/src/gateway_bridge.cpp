@@ -118,13 +118,19 @@ void respond_json(self_ptr self, uint64_t request, unsigned status,
                                   body.dump());
 }
 
+// API errors use the protocol's error object, like the gateway's own.
+void respond_error(self_ptr self, uint64_t request, unsigned status,
+                   const std::string& code, const std::string& message) {
+  self->state.cfg.server->respond(request, status, "application/json",
+                                  protocol::error_frame(code, message));
+}
+
 void on_status(self_ptr self, uint64_t request) {
   auto orch = lookup<orchestrator_actor>(self->system(), names::orchestrator);
   auto db = lookup<persistence_actor>(self->system(), names::persistence);
   if (!orch || !db) {
-    respond_json(self, request, 503,
-                 {{"error", "unavailable"},
-                  {"message", "a node component is restarting"}});
+    respond_error(self, request, 503, to_string(ec::unavailable),
+                  "a node component is restarting");
     return;
   }
   auto timeout = std::chrono::seconds{10};
@@ -162,15 +168,12 @@ void on_status(self_ptr self, uint64_t request) {
               respond_json(self, request, 200, body);
             },
             [self, request](caf::error& err) {
-              respond_json(self, request, 503,
-                           {{"error", error_code_name(err)},
-                            {"message", render(err)}});
+              respond_error(self, request, 503, error_code_name(err),
+                            render(err));
             });
       },
       [self, request](caf::error& err) {
-        respond_json(self, request, 503,
-                     {{"error", error_code_name(err)},
-                      {"message", render(err)}});
+        respond_error(self, request, 503, error_code_name(err), render(err));
       });
 }
 
@@ -191,9 +194,13 @@ gateway_bridge(self_ptr self, gateway_bridge_config cfg) {
           break;
         case type::subscribe:
           self->state.subscribe(conn, f.thread);
+          self->state.cfg.server->send(
+            conn, protocol::subscribed_frame(f.thread, true, f.id));
           break;
         case type::unsubscribe:
           self->state.unsubscribe(conn, f.thread);
+          self->state.cfg.server->send(
+            conn, protocol::subscribed_frame(f.thread, false, f.id));
           break;
         case type::history:
           on_history(self, conn, f);
@@ -210,9 +217,8 @@ gateway_bridge(self_ptr self, gateway_bridge_config cfg) {
       if (path == "/api/v1/status" && method == "GET")
         on_status(self, request);
       else
-        respond_json(self, request, 404,
-                     {{"error", "not_found"},
-                      {"message", "no endpoint " + method + " " + path}});
+        respond_error(self, request, 404, to_string(ec::not_found),
+                      "no endpoint " + method + " " + path);
     },
     [self](atom::publish, thread_event& ev) {
       auto i = self->state.subscribers.find(ev.thread);
@@ -272,7 +278,8 @@ void bridge_handler::on_http(uint64_t request, const std::string& method,
   }
   if (auto server = server_.lock())
     server->respond(request, 503, "application/json",
-                    R"({"error":"unavailable","message":"the gateway bridge is restarting"})");
+                    protocol::error_frame(to_string(ec::unavailable),
+                                          "the gateway bridge is restarting"));
 }
 
 } // namespace keel

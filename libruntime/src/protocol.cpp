@@ -379,6 +379,16 @@ std::string history_frame(const std::string& id, const history_page& page) {
   return dump(j);
 }
 
+std::string subscribed_frame(const std::string& thread, bool subscribed,
+                             const std::string& id) {
+  nlohmann::json j{{"type", "subscribed"},
+                   {"thread", thread},
+                   {"subscribed", subscribed}};
+  if (!id.empty())
+    j["id"] = id;
+  return dump(j);
+}
+
 std::string pong_frame(const std::string& id) {
   return object_writer{"pong", id.size()}.optional("id", id).done();
 }

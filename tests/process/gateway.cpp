@@ -66,6 +66,26 @@ CAF_TEST(a message is acknowledged then answered) {
   CAF_CHECK_EQUAL((*hist)["entries"].size(), 2u);
 }
 
+CAF_TEST(a subscriber sees the events of messages other clients send) {
+  auto watcher = connect_client(node.address());
+  CAF_REQUIRE(!watcher->send_text(protocol::subscribe_frame("shared", "s1")));
+  auto confirmed = receive_until(
+    *watcher, [](auto& j) { return j["type"] == "subscribed"; });
+  CAF_REQUIRE(confirmed);
+  CAF_CHECK_EQUAL((*confirmed)["subscribed"], true);
+  auto sender = connect_client(node.address());
+  CAF_REQUIRE(!sender->send_text(protocol::send_frame("shared", "m1", "hey")));
+  auto reply
+    = receive_until(*watcher, [](auto& j) { return j["type"] == "reply"; });
+  CAF_REQUIRE(reply);
+  CAF_CHECK_EQUAL((*reply)["text"], "echo: hey");
+  CAF_REQUIRE(!watcher->send_text(protocol::unsubscribe_frame("shared", "s2")));
+  auto left = receive_until(
+    *watcher, [](auto& j) { return j["type"] == "subscribed"; });
+  CAF_REQUIRE(left);
+  CAF_CHECK_EQUAL((*left)["subscribed"], false);
+}
+
 CAF_TEST(every kind of bad frame gets an error and the connection stays usable) {
   auto client = connect_client(node.address());
   struct bad_case {

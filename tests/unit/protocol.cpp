@@ -432,6 +432,16 @@ CAF_TEST(pong frames) {
   CAF_CHECK_EQUAL(pong_frame(""), R"({"type":"pong"})");
 }
 
+CAF_TEST(subscribed frames) {
+  auto on = server(subscribed_frame("t1", true, "s1"), "subscribed");
+  CAF_CHECK_EQUAL(on["thread"].get<std::string>(), "t1");
+  CAF_CHECK_EQUAL(on["subscribed"].get<bool>(), true);
+  CAF_CHECK_EQUAL(on["id"].get<std::string>(), "s1");
+  auto off = server(subscribed_frame("t1", false, ""), "subscribed");
+  CAF_CHECK_EQUAL(off["subscribed"].get<bool>(), false);
+  CAF_CHECK(!has(off, "id"));
+}
+
 CAF_TEST(server frames escape text and never carry invalid utf8) {
   std::string nasty = "quote\" backslash\\ nl\n cr\r tab\t nul";
   nasty += '\0';

@@ -107,6 +107,12 @@ std::string error_frame(const frame_error& err);
 /// A page of history: `{"type":"history","id","thread","entries","more"}`.
 std::string history_frame(const std::string& id, const history_page& page);
 
+/// Confirms a subscribe or unsubscribe: `{"type":"subscribed","thread",
+/// "subscribed":true|false,"id"}`. Events of the thread flow (or stop) from
+/// this frame on.
+std::string subscribed_frame(const std::string& thread, bool subscribed,
+                             const std::string& id);
+
 /// Answers a ping: `{"type":"pong","id"}`.
 std::string pong_frame(const std::string& id);
 
