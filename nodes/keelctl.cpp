@@ -39,7 +39,7 @@ constexpr milliseconds connect_timeout{5000};
 
 /// Prints `keelctl: MESSAGE` and returns the exit code for `err`.
 int fail(const keel::endpoint& ep, const caf::error& err) {
-  auto described = keel::bench::node_error(ep, err);
+  auto described = keel::describe_node_error(ep, err);
   auto msg = keel::error_message(described);
   std::cerr << "keelctl: " << (msg.empty() ? keel::render(described) : msg)
             << '\n';
@@ -342,7 +342,7 @@ uint64_t number(const json& j, std::initializer_list<const char*> path) {
 }
 
 int run_status(const keel::endpoint& ep, bool as_json) {
-  auto status = keel::bench::fetch_status(ep);
+  auto status = keel::api_call(ep, "GET", "/api/v1/status");
   if (!status)
     return fail(ep, status.error());
   const auto& s = *status;
@@ -377,6 +377,56 @@ int run_status(const keel::endpoint& ep, bool as_json) {
                   + keel::bench::human_bytes(number(s, {"peak_rss_bytes"}))
                   + " peak");
   row("data dir", field(s, "data_dir"));
+  return exit_ok;
+}
+
+// -- tree and kill ---------------------------------------------------------------
+
+/// Prints one node of the supervision tree and, indented, its children.
+void print_tree(const json& node, const std::string& prefix, bool last,
+                bool root) {
+  std::string line = root ? "" : prefix + (last ? "`-- " : "|-- ");
+  line += field(node, "id");
+  char cols[160];
+  std::snprintf(cols, sizeof(cols), "  %-10s restarts %-4llu up %s",
+                field(node, "state").c_str(),
+                static_cast<unsigned long long>(number(node, {"restarts"})),
+                keel::bench::human_duration(number(node, {"uptime_ms"}))
+                  .c_str());
+  std::cout << line << cols;
+  auto exit = field(node, "last_exit");
+  if (!exit.empty())
+    std::cout << "  last exit: " << exit;
+  std::cout << '\n';
+  auto i = node.find("children");
+  if (i == node.end() || !i->is_array())
+    return;
+  auto child_prefix = root ? "" : prefix + (last ? "    " : "|   ");
+  for (size_t k = 0; k < i->size(); ++k)
+    print_tree((*i)[k], child_prefix, k + 1 == i->size(), false);
+}
+
+int run_tree(const keel::endpoint& ep, bool as_json) {
+  auto tree = keel::api_call(ep, "GET", "/api/v1/tree");
+  if (!tree)
+    return fail(ep, tree.error());
+  if (as_json)
+    std::cout << tree->dump(2) << '\n';
+  else if (auto i = tree->find("tree"); i != tree->end())
+    print_tree(*i, "", true, true);
+  return exit_ok;
+}
+
+int run_kill(const keel::endpoint& ep, const std::string& path,
+             const std::string& reason) {
+  json body{{"path", path}};
+  if (!reason.empty())
+    body["reason"] = reason;
+  auto res = keel::api_call(ep, "POST", "/api/v1/kill", body.dump());
+  if (!res)
+    return fail(ep, res.error());
+  std::cout << "killed " << field(*res, "path") << " ("
+            << field(*res, "reason") << ")\n";
   return exit_ok;
 }
 
@@ -458,7 +508,25 @@ int main(int argc, char** argv) {
   status_cmd->add_flag("--json", status_json, "Print the raw JSON");
 
   // Later: tree, kill, providers, recovery, verify, drain.
-  for (auto cmd : {send_cmd, history_cmd, status_cmd})
+  bool tree_json = false;
+  auto tree_cmd = app.add_subcommand(
+    "tree", "Prints the live supervision tree: each actor's state, restart "
+            "count, uptime and last exit reason");
+  tree_cmd->add_flag("--json", tree_json, "Print the raw JSON");
+
+  std::string kill_path;
+  std::string kill_reason;
+  auto kill_cmd = app.add_subcommand(
+    "kill", "Kills the actor at PATH (e.g. /persistence, /orchestrator, "
+            "/providers/default, /conversations/t42); its supervisor "
+            "restarts it");
+  kill_cmd->add_option("PATH", kill_path, "The actor's path in the tree")
+    ->type_name("")
+    ->required();
+  kill_cmd->add_option("--reason", kill_reason,
+                       "The exit reason to use (default: killed)");
+
+  for (auto cmd : {send_cmd, history_cmd, status_cmd, tree_cmd, kill_cmd})
     cmd->footer("Every command also takes --node HOST:PORT (env KEEL_NODE, "
                 "default 127.0.0.1:8080) and --token TOKEN (env KEEL_TOKEN).");
 
@@ -477,5 +545,9 @@ int main(int argc, char** argv) {
     return run_history(*ep, history);
   if (status_cmd->parsed())
     return run_status(*ep, status_json);
+  if (tree_cmd->parsed())
+    return run_tree(*ep, tree_json);
+  if (kill_cmd->parsed())
+    return run_kill(*ep, kill_path, kill_reason);
   return exit_usage;
 }

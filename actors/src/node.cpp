@@ -25,8 +25,8 @@ supervisor_config root_spec(const node_config& cfg,
                             bool detached_persistence) {
   supervisor_config sup;
   sup.name = "root";
-  sup.max_restarts = cfg.supervision.max_restarts;
-  sup.period = cfg.supervision.period;
+  sup.max_restarts = cfg.supervision.root.max_restarts;
+  sup.period = cfg.supervision.root.period;
   auto db_dir = (std::filesystem::path{cfg.data_dir} / "db").string();
   store_options opts;
   opts.sync = cfg.storage.sync;

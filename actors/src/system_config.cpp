@@ -22,6 +22,8 @@ system_config::system_config() {
   add_message_type<protocol::client_frame>("keel::protocol::client_frame");
   add_message_type<persistence_stats>("keel::persistence_stats");
   add_message_type<std::vector<std::string>>("std::vector<std::string>");
+  add_message_type<child_info>("keel::child_info");
+  add_message_type<std::vector<child_info>>("std::vector<keel::child_info>");
   add_error_category(error_category,
                      [](uint8_t code, caf::atom_value category,
                         const caf::message& ctx) -> std::string {

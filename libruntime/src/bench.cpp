@@ -858,7 +858,7 @@ caf::expected<load_result> run_load(const load_options& opts) {
     load_run run{opts};
     auto result = run.run();
     if (!result)
-      return node_error(opts.node, result.error());
+      return describe_node_error(opts.node, result.error());
     return result;
   } catch (const std::exception& ex) {
     return caf::make_error(ec::unavailable,
@@ -1067,50 +1067,6 @@ std::string markdown_row(const report& x, const std::string& label) {
   return row + "\n";
 }
 
-// -- talking to a node -------------------------------------------------------------
-
-caf::error node_error(const endpoint& node, const caf::error& err) {
-  auto address = node.host + ":" + std::to_string(node.port);
-  if (err == ec::connection_failed) {
-    // Keep only the reason, whatever prefix the layer below added.
-    auto reason = error_message(err);
-    for (auto prefix : {"cannot reach node at " + address + ": ",
-                        "cannot reach " + address + ": "})
-      if (reason.compare(0, prefix.size(), prefix) == 0)
-        reason.erase(0, prefix.size());
-    if (!reason.empty())
-      reason[0] = static_cast<char>(
-        std::tolower(static_cast<unsigned char>(reason[0])));
-    return caf::make_error(ec::connection_failed,
-                           "cannot reach node at " + address + ": "
-                             + reason);
-  }
-  if (err == ec::unauthorized)
-    return caf::make_error(ec::unauthorized,
-                           "the node refused the token (401)");
-  return err;
-}
-
-caf::expected<nlohmann::json> fetch_status(const endpoint& node,
-                                           std::chrono::milliseconds timeout) {
-  auto res = http_request(node, "GET", "/api/v1/status", {}, timeout);
-  if (!res)
-    return node_error(node, res.error());
-  if (res->status == 401)
-    return node_error(node, caf::make_error(ec::unauthorized));
-  if (res->status != 200) {
-    auto body = res->body.substr(0, 200);
-    return caf::make_error(ec::unavailable,
-                           "GET /api/v1/status answered HTTP "
-                             + std::to_string(res->status)
-                             + (body.empty() ? "" : ": " + body));
-  }
-  auto j = nlohmann::json::parse(res->body, nullptr, false);
-  if (j.is_discarded() || !j.is_object())
-    return caf::make_error(ec::protocol_violation,
-                           "GET /api/v1/status: the body is not a JSON object");
-  return j;
-}
 
 namespace {
 
@@ -1142,7 +1098,7 @@ caf::expected<report> run_benchmark(const benchmark_options& opts) {
   if (result.load_opts.thread_prefix.empty())
     result.load_opts.thread_prefix = "bench-" + random_hex(6);
   // Reaching the node (and the token) is checked before anything else.
-  auto before = fetch_status(opts.load.node);
+  auto before = api_call(opts.load.node, "GET", "/api/v1/status");
   if (!before) {
     const auto& err = before.error();
     if (err == ec::connection_failed || err == ec::unauthorized
@@ -1178,7 +1134,7 @@ caf::expected<report> run_benchmark(const benchmark_options& opts) {
     return load.error();
   result.load = std::move(*load);
   if (before) {
-    if (auto after = fetch_status(opts.load.node)) {
+    if (auto after = api_call(opts.load.node, "GET", "/api/v1/status")) {
       result.node.available = true;
       result.node.name = get_str(*after, "node");
       result.node.data_dir = get_str(*after, "data_dir");

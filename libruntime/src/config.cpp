@@ -4,9 +4,11 @@
 #include <cctype>
 #include <cerrno>
 #include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <set>
 #include <utility>
@@ -128,6 +130,26 @@ std::optional<size_t> parse_size(std::string_view str) {
   return std::nullopt;
 }
 
+// -- restart strategies -------------------------------------------------------
+
+namespace {
+
+constexpr const char* strategy_names[] = {"one_for_one", "one_for_all",
+                                          "rest_for_one"};
+
+} // namespace
+
+std::string to_string(restart_strategy x) {
+  return strategy_names[static_cast<size_t>(x)];
+}
+
+std::optional<restart_strategy> parse_restart_strategy(std::string_view str) {
+  for (size_t i = 0; i < std::size(strategy_names); ++i)
+    if (str == strategy_names[i])
+      return static_cast<restart_strategy>(i);
+  return std::nullopt;
+}
+
 // -- the parser ---------------------------------------------------------------
 
 namespace {
@@ -147,6 +169,20 @@ constexpr const char* failure_classes[] = {
 
 constexpr const char* log_levels[] = {"trace", "debug", "info",
                                       "warn",  "error", "off"};
+
+constexpr const char* supervisor_names[] = {"root", "providers",
+                                            "conversations"};
+
+constexpr const char* supervisor_keys[] = {"strategy", "max_restarts",
+                                           "period",   "shutdown_timeout",
+                                           "buffer",   "backoff"};
+
+constexpr const char* backoff_keys[] = {"initial", "max", "multiplier",
+                                        "reset_after", "jitter"};
+
+/// Upper bound of `max_restarts` and `buffer`: far beyond any sane value,
+/// low enough that a typo of a few extra digits is caught.
+constexpr int64_t supervision_limit = 1'000'000;
 
 constexpr int64_t no_limit = std::numeric_limits<int64_t>::max();
 
@@ -202,6 +238,30 @@ std::string one_of(const Range& names) {
     result += xs[i];
   }
   return result;
+}
+
+/// Renders a duration in the largest unit that keeps it whole ("10ms",
+/// "2s"), as it would be written in the file.
+std::string render_duration(caf::timespan x) {
+  static constexpr std::pair<const char*, int64_t> units[] = {
+    {"h", 3'600'000'000'000},
+    {"m", 60'000'000'000},
+    {"s", 1'000'000'000},
+    {"ms", 1'000'000},
+    {"us", 1'000},
+  };
+  auto ns = x.count();
+  for (auto& [name, factor] : units)
+    if (ns != 0 && ns % factor == 0)
+      return std::to_string(ns / factor) + name;
+  return std::to_string(ns) + (ns == 0 ? "s" : "ns");
+}
+
+/// Renders a bound of a floating-point range without trailing zeros.
+std::string render_number(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", x);
+  return buf;
 }
 
 template <class Range>
@@ -369,6 +429,26 @@ public:
     return value;
   }
 
+  /// Reads a finite decimal number (an integer or a fraction such as `1.5`)
+  /// in `lo..hi`; `hi` infinite means no upper bound.
+  double read_number(const YAML::Node& node, const std::string& path,
+                     double lo, double hi) {
+    auto expected = std::isinf(hi) ? "a number >= " + render_number(lo)
+                                   : "a number in " + render_number(lo) + ".."
+                                       + render_number(hi);
+    auto text = scalar(node, path, expected);
+    double value = 0;
+    auto first = text.data();
+    auto last = first + text.size();
+    auto [ptr, err] = std::from_chars(first, last, value);
+    // from_chars takes "inf" and "nan": no sensible setting is either.
+    if (err != std::errc{} || ptr != last || !std::isfinite(value))
+      bad_value(node, path, text, expected);
+    if (value < lo || value > hi)
+      bad_value(node, path, text, expected);
+    return value;
+  }
+
   size_t read_size(const YAML::Node& node, const std::string& path,
                    size_t lo) {
     auto expected = "a size in bytes >= " + std::to_string(lo)
@@ -518,6 +598,9 @@ private:
   pool_config read_pool(const YAML::Node& node, const std::string& path);
   void read_threads(const map_reader& m, thread_defaults& cfg);
   void read_supervision(const map_reader& m, supervision_config& cfg);
+  void read_supervisor(const map_reader& m, supervisor_settings& cfg,
+                       bool dynamic);
+  void read_backoff(const map_reader& m, backoff_config& cfg);
   void read_logging(const map_reader& m, logging_config& cfg);
   void read_storage(const map_reader& m, storage_config& cfg);
   void validate(const node_config& cfg, bool providers_given,
@@ -630,7 +713,8 @@ node_config parser::run(const YAML::Node& root) {
   if (auto node = top.get("supervision"))
     read_supervision(map_reader{*this, *node, "supervision",
                                 top.line("supervision"),
-                                {"max_restarts", "period"}},
+                                {std::begin(supervisor_names),
+                                 std::end(supervisor_names)}},
                      cfg.supervision);
   if (auto node = top.get("logging"))
     read_logging(map_reader{*this, *node, "logging", top.line("logging"),
@@ -797,12 +881,58 @@ void parser::read_threads(const map_reader& m, thread_defaults& cfg) {
 }
 
 void parser::read_supervision(const map_reader& m, supervision_config& cfg) {
+  auto sub = [&](const char* name, supervisor_settings& settings,
+                 bool dynamic) {
+    if (auto x = m.get(name))
+      read_supervisor(map_reader{*this, *x, m.path(name), m.line(name),
+                                 {std::begin(supervisor_keys),
+                                  std::end(supervisor_keys)}},
+                      settings, dynamic);
+  };
+  sub("root", cfg.root, false);
+  sub("providers", cfg.providers, false);
+  sub("conversations", cfg.conversations, true);
+}
+
+void parser::read_supervisor(const map_reader& m, supervisor_settings& cfg,
+                             bool dynamic) {
+  // A dynamic supervisor's children are alike and independent; any other
+  // strategy would let one thread's crash restart the others.
+  if (dynamic && m.has("strategy"))
+    fail(m.line("strategy"), m.path("strategy"),
+         "conversations is a dynamic supervisor; its strategy is always "
+         "one_for_one (remove this key)");
+  if (auto x = m.get("strategy"))
+    cfg.strategy = *parse_restart_strategy(
+      read_enum(*x, m.path("strategy"), strategy_names));
   if (auto x = m.get("max_restarts"))
     cfg.max_restarts = static_cast<uint32_t>(
-      read_int(*x, m.path("max_restarts"), 0,
-               std::numeric_limits<uint32_t>::max()));
+      read_int(*x, m.path("max_restarts"), 0, supervision_limit));
   if (auto x = m.get("period"))
     cfg.period = read_duration(*x, m.path("period"), true);
+  if (auto x = m.get("shutdown_timeout"))
+    cfg.shutdown_timeout = read_duration(*x, m.path("shutdown_timeout"), true);
+  if (auto x = m.get("buffer"))
+    cfg.buffer = static_cast<size_t>(
+      read_int(*x, m.path("buffer"), 0, supervision_limit));
+  if (auto x = m.get("backoff"))
+    read_backoff(map_reader{*this, *x, m.path("backoff"), m.line("backoff"),
+                            {std::begin(backoff_keys), std::end(backoff_keys)}},
+                 cfg.backoff);
+}
+
+void parser::read_backoff(const map_reader& m, backoff_config& cfg) {
+  if (auto x = m.get("initial"))
+    cfg.initial = read_duration(*x, m.path("initial"), false);
+  if (auto x = m.get("max"))
+    cfg.max = read_duration(*x, m.path("max"), false);
+  if (auto x = m.get("multiplier"))
+    cfg.multiplier = read_number(*x, m.path("multiplier"), 1.0,
+                                 std::numeric_limits<double>::infinity());
+  if (auto x = m.get("reset_after"))
+    cfg.reset_after = read_duration(*x, m.path("reset_after"), true);
+  if (auto x = m.get("jitter"))
+    cfg.jitter = read_number(*x, m.path("jitter"), 0.0, 1.0);
 }
 
 void parser::read_logging(const map_reader& m, logging_config& cfg) {
@@ -826,6 +956,21 @@ void parser::validate(const node_config& cfg, bool providers_given,
          "expected at most gateway.max_frame_bytes ("
            + std::to_string(cfg.gateway.max_frame_bytes) + "), got "
            + std::to_string(cfg.gateway.max_text_bytes));
+  // Backoff bounds, after merging over the defaults.
+  const std::pair<const char*, const supervisor_settings*> supervisors[] = {
+    {"root", &cfg.supervision.root},
+    {"providers", &cfg.supervision.providers},
+    {"conversations", &cfg.supervision.conversations},
+  };
+  for (auto [name, settings] : supervisors) {
+    auto& b = settings->backoff;
+    if (b.max >= b.initial)
+      continue;
+    auto prefix = std::string{"supervision."} + name + ".backoff";
+    fail(line(prefix + ".max", prefix + ".initial"), prefix + ".max",
+         "expected at least " + prefix + ".initial ("
+           + render_duration(b.initial) + "), got " + render_duration(b.max));
+  }
   // Providers: at least one, names unique.
   if (providers_given && cfg.providers.empty())
     fail(line("providers"), "providers",

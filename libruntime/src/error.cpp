@@ -28,6 +28,8 @@ const char* to_string(ec x) {
     case ec::connection_failed: return "connection_failed";
     case ec::protocol_violation: return "protocol_violation";
     case ec::timeout: return "timeout";
+    case ec::shutdown: return "shutdown";
+    case ec::killed: return "killed";
   }
   return "unknown";
 }

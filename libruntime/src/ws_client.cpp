@@ -1,5 +1,7 @@
 #include "keel/ws_client.hpp"
 
+#include <cctype>
+
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
@@ -439,6 +441,67 @@ caf::expected<endpoint> parse_endpoint(const std::string& str) {
     return bad("port '" + port + "' is not a number in 1..65535");
   result.port = static_cast<uint16_t>(num);
   return result;
+}
+
+caf::error describe_node_error(const endpoint& node, const caf::error& err) {
+  auto address = node.host + ":" + std::to_string(node.port);
+  if (err == ec::connection_failed) {
+    // Keep only the reason, whatever prefix the layer below added.
+    auto reason = error_message(err);
+    for (auto prefix : {"cannot reach node at " + address + ": ",
+                        "cannot reach " + address + ": "})
+      if (reason.compare(0, prefix.size(), prefix) == 0)
+        reason.erase(0, prefix.size());
+    if (!reason.empty())
+      reason[0] = static_cast<char>(
+        std::tolower(static_cast<unsigned char>(reason[0])));
+    return caf::make_error(ec::connection_failed,
+                           "cannot reach node at " + address + ": "
+                             + reason);
+  }
+  if (err == ec::unauthorized)
+    return caf::make_error(ec::unauthorized,
+                           "the node refused the token (401)");
+  return err;
+}
+
+namespace {
+
+// Maps an error object's wire code back to our error code.
+ec code_from_name(const std::string& name) {
+  for (auto i = 1; i <= static_cast<int>(ec::timeout); ++i)
+    if (name == to_string(static_cast<ec>(i)))
+      return static_cast<ec>(i);
+  return ec::unavailable;
+}
+
+} // namespace
+
+caf::expected<nlohmann::json>
+api_call(const endpoint& node, const std::string& method,
+         const std::string& target, const std::string& body,
+         std::chrono::milliseconds timeout) {
+  auto res = http_request(node, method, target, body, timeout);
+  if (!res)
+    return describe_node_error(node, res.error());
+  if (res->status == 401)
+    return describe_node_error(node, caf::make_error(ec::unauthorized));
+  auto j = nlohmann::json::parse(res->body, nullptr, false);
+  auto what = method + " " + target;
+  if (res->status != 200) {
+    if (j.is_object() && j.value("type", "") == "error")
+      return caf::make_error(code_from_name(j.value("code", "")),
+                             j.value("message", what + " failed"));
+    auto excerpt = res->body.substr(0, 200);
+    return caf::make_error(ec::unavailable,
+                           what + " answered HTTP "
+                             + std::to_string(res->status)
+                             + (excerpt.empty() ? "" : ": " + excerpt));
+  }
+  if (j.is_discarded() || !j.is_object())
+    return caf::make_error(ec::protocol_violation,
+                           what + ": the body is not a JSON object");
+  return j;
 }
 
 } // namespace keel

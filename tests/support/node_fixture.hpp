@@ -49,7 +49,7 @@ inline node_config scripted_config(const std::string& data_dir,
   p.script = std::move(steps);
   cfg.providers = {p};
   cfg.pools = {pool_config{"default", {"script"}, 1}};
-  cfg.supervision.max_restarts = 5;
+  cfg.supervision.root.max_restarts = 5;
   return cfg;
 }
 

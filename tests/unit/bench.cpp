@@ -167,15 +167,15 @@ CAF_TEST(node errors read as one clear line) {
   endpoint ep;
   ep.host = "127.0.0.1";
   ep.port = 8080;
-  auto refused = bench::node_error(
+  auto refused = describe_node_error(
     ep, caf::make_error(ec::connection_failed,
                         "cannot reach 127.0.0.1:8080: Connection refused"));
   CAF_CHECK_EQUAL(refused, ec::connection_failed);
   CAF_CHECK_EQUAL(error_message(refused),
                   "cannot reach node at 127.0.0.1:8080: connection refused");
-  auto token = bench::node_error(ep, caf::make_error(ec::unauthorized));
+  auto token = describe_node_error(ep, caf::make_error(ec::unauthorized));
   CAF_CHECK_EQUAL(error_message(token), "the node refused the token (401)");
-  auto other = bench::node_error(ep, caf::make_error(ec::timeout, "slow"));
+  auto other = describe_node_error(ep, caf::make_error(ec::timeout, "slow"));
   CAF_CHECK_EQUAL(error_message(other), "slow");
 }
 

@@ -60,6 +60,20 @@ std::filesystem::path source_dir() {
 
 using keel::test::temp_dir;
 
+/// Compares two supervisors' settings field by field.
+void check_same(const supervisor_settings& x, const supervisor_settings& y) {
+  CAF_CHECK_EQUAL(to_string(x.strategy), to_string(y.strategy));
+  CAF_CHECK_EQUAL(x.max_restarts, y.max_restarts);
+  CAF_CHECK_EQUAL(x.period, y.period);
+  CAF_CHECK_EQUAL(x.shutdown_timeout, y.shutdown_timeout);
+  CAF_CHECK_EQUAL(x.buffer, y.buffer);
+  CAF_CHECK_EQUAL(x.backoff.initial, y.backoff.initial);
+  CAF_CHECK_EQUAL(x.backoff.max, y.backoff.max);
+  CAF_CHECK_EQUAL(x.backoff.multiplier, y.backoff.multiplier);
+  CAF_CHECK_EQUAL(x.backoff.reset_after, y.backoff.reset_after);
+  CAF_CHECK_EQUAL(x.backoff.jitter, y.backoff.jitter);
+}
+
 /// Compares the main fields of two configurations.
 void check_same(const node_config& x, const node_config& y) {
   CAF_CHECK_EQUAL(x.name, y.name);
@@ -90,8 +104,9 @@ void check_same(const node_config& x, const node_config& y) {
   CAF_CHECK_EQUAL(x.threads.pool, y.threads.pool);
   CAF_CHECK_EQUAL(x.threads.max_inbox, y.threads.max_inbox);
   CAF_CHECK_EQUAL(x.threads.turn_timeout, y.threads.turn_timeout);
-  CAF_CHECK_EQUAL(x.supervision.max_restarts, y.supervision.max_restarts);
-  CAF_CHECK_EQUAL(x.supervision.period, y.supervision.period);
+  check_same(x.supervision.root, y.supervision.root);
+  check_same(x.supervision.providers, y.supervision.providers);
+  check_same(x.supervision.conversations, y.supervision.conversations);
   CAF_CHECK_EQUAL(x.logging.level, y.logging.level);
   CAF_CHECK_EQUAL(x.logging.file, y.logging.file);
   CAF_CHECK_EQUAL(x.storage.sync, y.storage.sync);
@@ -185,8 +200,41 @@ threads:
   max_inbox: 5
   turn_timeout: 30s
 supervision:
-  max_restarts: 0
-  period: 2m
+  root:
+    strategy: rest_for_one
+    max_restarts: 0
+    period: 2m
+    shutdown_timeout: 1s
+    buffer: 0
+    backoff:
+      initial: 0s
+      max: 0s
+      multiplier: 1
+      reset_after: 1m
+      jitter: 0
+  providers:
+    strategy: one_for_all
+    max_restarts: 1000000
+    period: 1h
+    shutdown_timeout: 250ms
+    buffer: 1000000
+    backoff:
+      initial: 1s
+      max: 1s
+      multiplier: 3.5
+      reset_after: 1h
+      jitter: 1
+  conversations:
+    max_restarts: 7
+    period: 3s
+    shutdown_timeout: 100ms
+    buffer: 5
+    backoff:
+      initial: 5ms
+      max: 500ms
+      multiplier: 1.25
+      reset_after: 10s
+      jitter: 0.05
 logging:
   level: debug
   file: /tmp/keel.log
@@ -229,8 +277,39 @@ storage:
   CAF_CHECK_EQUAL(cfg->threads.pool, "main");
   CAF_CHECK_EQUAL(cfg->threads.max_inbox, 5u);
   CAF_CHECK_EQUAL(cfg->threads.turn_timeout, caf::timespan{30s});
-  CAF_CHECK_EQUAL(cfg->supervision.max_restarts, 0u);
-  CAF_CHECK_EQUAL(cfg->supervision.period, caf::timespan{2min});
+  auto& root = cfg->supervision.root;
+  CAF_CHECK_EQUAL(to_string(root.strategy), "rest_for_one");
+  CAF_CHECK_EQUAL(root.max_restarts, 0u);
+  CAF_CHECK_EQUAL(root.period, caf::timespan{2min});
+  CAF_CHECK_EQUAL(root.shutdown_timeout, caf::timespan{1s});
+  CAF_CHECK_EQUAL(root.buffer, 0u);
+  CAF_CHECK_EQUAL(root.backoff.initial, caf::timespan{0});
+  CAF_CHECK_EQUAL(root.backoff.max, caf::timespan{0});
+  CAF_CHECK_EQUAL(root.backoff.multiplier, 1.0);
+  CAF_CHECK_EQUAL(root.backoff.reset_after, caf::timespan{1min});
+  CAF_CHECK_EQUAL(root.backoff.jitter, 0.0);
+  auto& prov = cfg->supervision.providers;
+  CAF_CHECK_EQUAL(to_string(prov.strategy), "one_for_all");
+  CAF_CHECK_EQUAL(prov.max_restarts, 1000000u);
+  CAF_CHECK_EQUAL(prov.period, caf::timespan{1h});
+  CAF_CHECK_EQUAL(prov.shutdown_timeout, caf::timespan{250ms});
+  CAF_CHECK_EQUAL(prov.buffer, 1000000u);
+  CAF_CHECK_EQUAL(prov.backoff.initial, caf::timespan{1s});
+  CAF_CHECK_EQUAL(prov.backoff.max, caf::timespan{1s});
+  CAF_CHECK_EQUAL(prov.backoff.multiplier, 3.5);
+  CAF_CHECK_EQUAL(prov.backoff.reset_after, caf::timespan{1h});
+  CAF_CHECK_EQUAL(prov.backoff.jitter, 1.0);
+  auto& conv = cfg->supervision.conversations;
+  CAF_CHECK_EQUAL(to_string(conv.strategy), "one_for_one");
+  CAF_CHECK_EQUAL(conv.max_restarts, 7u);
+  CAF_CHECK_EQUAL(conv.period, caf::timespan{3s});
+  CAF_CHECK_EQUAL(conv.shutdown_timeout, caf::timespan{100ms});
+  CAF_CHECK_EQUAL(conv.buffer, 5u);
+  CAF_CHECK_EQUAL(conv.backoff.initial, caf::timespan{5ms});
+  CAF_CHECK_EQUAL(conv.backoff.max, caf::timespan{500ms});
+  CAF_CHECK_EQUAL(conv.backoff.multiplier, 1.25);
+  CAF_CHECK_EQUAL(conv.backoff.reset_after, caf::timespan{10s});
+  CAF_CHECK_EQUAL(conv.backoff.jitter, 0.05);
   CAF_CHECK_EQUAL(cfg->logging.level, "debug");
   CAF_CHECK_EQUAL(cfg->logging.file, "/tmp/keel.log");
   CAF_CHECK_EQUAL(cfg->storage.sync, false);
@@ -398,9 +477,6 @@ CAF_TEST(integers out of range or malformed are errors) {
   CAF_CHECK_EQUAL(error_of("gateway:\n  max_connections: 0\n"),
                   "node.yaml:2: gateway.max_connections: expected an integer "
                   ">= 1, got \"0\"");
-  CAF_CHECK_EQUAL(error_of("supervision:\n  max_restarts: -1\n"),
-                  "node.yaml:2: supervision.max_restarts: expected an integer "
-                  "in 0..4294967295, got \"-1\"");
   CAF_CHECK_EQUAL(error_of("threads:\n  max_inbox: 99999999999999999999\n"),
                   "node.yaml:2: threads.max_inbox: expected an integer >= 1, "
                   "got \"99999999999999999999\" (too large)");
@@ -474,10 +550,6 @@ CAF_TEST(durations must have a unit and be positive where required) {
                   "node.yaml:2: threads.turn_timeout: expected a positive "
                   "duration such as \"250ms\", \"5s\", \"2m\" or \"1h\", got "
                   "\"0ms\"");
-  CAF_CHECK_EQUAL(error_of("supervision:\n  period: 0s\n"),
-                  "node.yaml:2: supervision.period: expected a positive "
-                  "duration such as \"250ms\", \"5s\", \"2m\" or \"1h\", got "
-                  "\"0s\"");
   CAF_CHECK_EQUAL(error_of("providers:\n  - name: s\n    kind: scripted\n"
                            "    script:\n      - reply: x\n        delay: -5s\n"),
                   "node.yaml:6: providers[0].script[0].delay: expected a "
@@ -620,6 +692,232 @@ CAF_TEST(threads pool must exist) {
                   "node.yaml:3: threads.pool: unknown pool \"default\" "
                   "(expected p); threads.pool defaults to \"default\", so set "
                   "threads.pool or define a pool named \"default\"");
+}
+
+// -- supervision --------------------------------------------------------------
+
+namespace {
+
+/// The error of a `supervision:` section holding `body` (indented by 2).
+std::string supervision_error(const std::string& body) {
+  return error_of("supervision:\n" + body);
+}
+
+constexpr const char* duration_examples
+  = "such as \"250ms\", \"5s\", \"2m\" or \"1h\"";
+
+} // namespace
+
+CAF_TEST(supervision defaults ride out a few crashes per supervisor) {
+  auto sup = default_config().supervision;
+  CAF_CHECK_EQUAL(to_string(sup.root.strategy), "one_for_one");
+  CAF_CHECK_EQUAL(sup.root.max_restarts, 3u);
+  CAF_CHECK_EQUAL(sup.root.period, caf::timespan{5s});
+  CAF_CHECK_EQUAL(to_string(sup.providers.strategy), "one_for_one");
+  CAF_CHECK_EQUAL(sup.providers.max_restarts, 5u);
+  CAF_CHECK_EQUAL(sup.providers.period, caf::timespan{10s});
+  CAF_CHECK_EQUAL(to_string(sup.conversations.strategy), "one_for_one");
+  CAF_CHECK_EQUAL(sup.conversations.max_restarts, 10u);
+  CAF_CHECK_EQUAL(sup.conversations.period, caf::timespan{10s});
+  for (auto* x : {&sup.root, &sup.providers, &sup.conversations}) {
+    CAF_CHECK_EQUAL(x->shutdown_timeout, caf::timespan{5s});
+    CAF_CHECK_EQUAL(x->buffer, 1000u);
+    CAF_CHECK_EQUAL(x->backoff.initial, caf::timespan{10ms});
+    CAF_CHECK_EQUAL(x->backoff.max, caf::timespan{2s});
+    CAF_CHECK_EQUAL(x->backoff.multiplier, 2.0);
+    CAF_CHECK_EQUAL(x->backoff.reset_after, caf::timespan{30s});
+    CAF_CHECK_EQUAL(x->backoff.jitter, 0.2);
+  }
+  // A supervisor_settings on its own keeps OTP's intensity: 1 in 5 s.
+  supervisor_settings otp;
+  CAF_CHECK_EQUAL(otp.max_restarts, 1u);
+  CAF_CHECK_EQUAL(otp.period, caf::timespan{5s});
+}
+
+CAF_TEST(restart strategies round trip through their names) {
+  for (auto x : {restart_strategy::one_for_one, restart_strategy::one_for_all,
+                 restart_strategy::rest_for_one}) {
+    auto parsed = parse_restart_strategy(to_string(x));
+    CAF_REQUIRE(parsed.has_value());
+    CAF_CHECK(*parsed == x);
+  }
+  CAF_CHECK_EQUAL(to_string(restart_strategy::rest_for_one), "rest_for_one");
+  for (auto bad : {"", "one-for-one", "ONE_FOR_ONE", "simple_one_for_one"})
+    CAF_CHECK(!parse_restart_strategy(bad).has_value());
+}
+
+CAF_TEST(supervisor settings merge key by key over the defaults) {
+  auto def = default_config().supervision;
+  auto cfg = parse("supervision: {root: {max_restarts: 5}}\n");
+  CAF_REQUIRE(cfg);
+  auto expected = def.root;
+  expected.max_restarts = 5;
+  check_same(cfg->supervision.root, expected);
+  check_same(cfg->supervision.providers, def.providers);
+  check_same(cfg->supervision.conversations, def.conversations);
+  // Inside backoff too; a supervisor written without a value is not set.
+  cfg = parse("supervision:\n  root:\n  providers:\n    backoff:\n"
+              "      max: 10s\n  conversations:\n    buffer: 0\n");
+  CAF_REQUIRE(cfg);
+  check_same(cfg->supervision.root, def.root);
+  expected = def.providers;
+  expected.backoff.max = 10s;
+  check_same(cfg->supervision.providers, expected);
+  expected = def.conversations;
+  expected.buffer = 0;
+  check_same(cfg->supervision.conversations, expected);
+  // Integers are numbers; values may come from the environment.
+  cfg = parse("supervision:\n  root:\n    backoff:\n      multiplier: 3\n"
+              "      jitter: ${J:-0.5}\n    strategy: ${S}\n",
+              {{"S", "one_for_all"}});
+  CAF_REQUIRE(cfg);
+  CAF_CHECK_EQUAL(cfg->supervision.root.backoff.multiplier, 3.0);
+  CAF_CHECK_EQUAL(cfg->supervision.root.backoff.jitter, 0.5);
+  CAF_CHECK_EQUAL(to_string(cfg->supervision.root.strategy), "one_for_all");
+}
+
+CAF_TEST(supervision names its supervisors) {
+  CAF_CHECK_EQUAL(supervision_error("  workers: {}\n"),
+                  "node.yaml:2: supervision.workers: unknown key (expected "
+                  "root, providers or conversations)");
+  CAF_CHECK_EQUAL(supervision_error("  conversation: {}\n"),
+                  "node.yaml:2: supervision.conversation: unknown key (did "
+                  "you mean conversations?)");
+  CAF_CHECK_EQUAL(error_of("supervision: 3\n"),
+                  "node.yaml:1: supervision: expected a mapping, got \"3\"");
+  CAF_CHECK_EQUAL(supervision_error("  root: [a]\n"),
+                  "node.yaml:2: supervision.root: expected a mapping, got a "
+                  "list");
+  CAF_CHECK_EQUAL(supervision_error("  root:\n    intensity: 3\n"),
+                  "node.yaml:3: supervision.root.intensity: unknown key "
+                  "(expected strategy, max_restarts, period, "
+                  "shutdown_timeout, buffer or backoff)");
+  CAF_CHECK_EQUAL(supervision_error("  root:\n    backoff:\n"
+                                    "      multiplyer: 2\n"),
+                  "node.yaml:4: supervision.root.backoff.multiplyer: unknown "
+                  "key (did you mean multiplier?)");
+  CAF_CHECK_EQUAL(supervision_error("  root:\n    backoff: 10ms\n"),
+                  "node.yaml:3: supervision.root.backoff: expected a mapping, "
+                  "got \"10ms\"");
+}
+
+CAF_TEST(the old flat supervision keys are rejected) {
+  CAF_CHECK_EQUAL(supervision_error("  max_restarts: 3\n"),
+                  "node.yaml:2: supervision.max_restarts: unknown key "
+                  "(expected root, providers or conversations)");
+  CAF_CHECK_EQUAL(supervision_error("  period: 5s\n"),
+                  "node.yaml:2: supervision.period: unknown key (expected "
+                  "root, providers or conversations)");
+}
+
+CAF_TEST(strategies are checked) {
+  CAF_CHECK_EQUAL(supervision_error("  root:\n    strategy: one_for_rest\n"),
+                  "node.yaml:3: supervision.root.strategy: unknown value "
+                  "\"one_for_rest\" (expected one_for_one, one_for_all or "
+                  "rest_for_one)");
+  CAF_CHECK_EQUAL(supervision_error("  providers:\n    strategy: [a]\n"),
+                  "node.yaml:3: supervision.providers.strategy: expected one "
+                  "of one_for_one, one_for_all or rest_for_one, got a list");
+  // The dynamic supervisor has no choice, even when written as the default.
+  for (auto value : {"one_for_one", "one_for_all", ""})
+    CAF_CHECK_EQUAL(supervision_error(
+                      std::string{"  conversations:\n    max_restarts: 1\n"
+                                  "    strategy: "}
+                      + value + "\n"),
+                    "node.yaml:4: supervision.conversations.strategy: "
+                    "conversations is a dynamic supervisor; its strategy is "
+                    "always one_for_one (remove this key)");
+}
+
+CAF_TEST(intensity shutdown and buffer are checked) {
+  CAF_CHECK_EQUAL(supervision_error("  root:\n    max_restarts: -1\n"),
+                  "node.yaml:3: supervision.root.max_restarts: expected an "
+                  "integer in 0..1000000, got \"-1\"");
+  CAF_CHECK_EQUAL(supervision_error("  providers:\n"
+                                    "    max_restarts: 1000001\n"),
+                  "node.yaml:3: supervision.providers.max_restarts: expected "
+                  "an integer in 0..1000000, got \"1000001\"");
+  CAF_CHECK_EQUAL(supervision_error("  root:\n    period: 0s\n"),
+                  std::string{"node.yaml:3: supervision.root.period: "
+                              "expected a positive duration "}
+                    + duration_examples + ", got \"0s\"");
+  CAF_CHECK_EQUAL(supervision_error("  conversations:\n    period: 5\n"),
+                  std::string{"node.yaml:3: supervision.conversations.period: "
+                              "expected a positive duration "}
+                    + duration_examples
+                    + ", got \"5\" (a unit is required)");
+  CAF_CHECK_EQUAL(supervision_error("  root:\n    shutdown_timeout: 0ms\n"),
+                  std::string{"node.yaml:3: supervision.root.shutdown_timeout: "
+                              "expected a positive duration "}
+                    + duration_examples + ", got \"0ms\"");
+  CAF_CHECK_EQUAL(supervision_error("  root:\n    buffer: -1\n"),
+                  "node.yaml:3: supervision.root.buffer: expected an integer "
+                  "in 0..1000000, got \"-1\"");
+  CAF_CHECK_EQUAL(supervision_error("  conversations:\n    buffer: 1000001\n"),
+                  "node.yaml:3: supervision.conversations.buffer: expected an "
+                  "integer in 0..1000000, got \"1000001\"");
+  CAF_CHECK_EQUAL(supervision_error("  root:\n    buffer: 1KiB\n"),
+                  "node.yaml:3: supervision.root.buffer: expected an integer "
+                  "in 0..1000000, got \"1KiB\"");
+}
+
+CAF_TEST(backoff values are checked) {
+  auto backoff_error = [](const std::string& body) {
+    return supervision_error("  root:\n    backoff:\n" + body);
+  };
+  CAF_CHECK_EQUAL(backoff_error("      initial: -1s\n"),
+                  std::string{"node.yaml:4: supervision.root.backoff.initial: "
+                              "expected a duration "}
+                    + duration_examples + ", got \"-1s\"");
+  CAF_CHECK_EQUAL(backoff_error("      max: 1.5s\n"),
+                  std::string{"node.yaml:4: supervision.root.backoff.max: "
+                              "expected a duration "}
+                    + duration_examples + ", got \"1.5s\"");
+  CAF_CHECK_EQUAL(backoff_error("      reset_after: 0s\n"),
+                  std::string{"node.yaml:4: supervision.root.backoff."
+                              "reset_after: expected a positive duration "}
+                    + duration_examples + ", got \"0s\"");
+  for (auto bad : {"2x", "abc", "0.5", "-2", "nan", "inf", ".inf", "1,5",
+                   "\"\""})
+    CAF_CHECK_EQUAL(backoff_error(std::string{"      multiplier: "} + bad
+                                  + "\n"),
+                    "node.yaml:4: supervision.root.backoff.multiplier: "
+                    "expected a number >= 1, got "
+                      + (std::string_view{bad} == "\"\""
+                           ? std::string{"\"\""}
+                           : "\"" + std::string{bad} + "\""));
+  CAF_CHECK_EQUAL(backoff_error("      multiplier: {x: 1}\n"),
+                  "node.yaml:4: supervision.root.backoff.multiplier: expected "
+                  "a number >= 1, got a mapping");
+  for (auto bad : {"1.5", "-0.1", "20%", "1.0.0"})
+    CAF_CHECK_EQUAL(backoff_error(std::string{"      jitter: "} + bad + "\n"),
+                    "node.yaml:4: supervision.root.backoff.jitter: expected a "
+                    "number in 0..1, got \"" + std::string{bad} + "\"");
+  CAF_CHECK_EQUAL(error_of("supervision:\n  root:\n    backoff:\n"
+                           "      jitter: ${J}\n",
+                           {{"J", "2"}}),
+                  "node.yaml:4: supervision.root.backoff.jitter: expected a "
+                  "number in 0..1, got \"2\" (from \"${J}\")");
+}
+
+CAF_TEST(backoff max must be at least backoff initial) {
+  // Both written: the error points at max.
+  CAF_CHECK_EQUAL(supervision_error("  providers:\n    backoff:\n"
+                                    "      initial: 2s\n      max: 1500ms\n"),
+                  "node.yaml:5: supervision.providers.backoff.max: expected "
+                  "at least supervision.providers.backoff.initial (2s), got "
+                  "1500ms");
+  // Max left at its default (2s): the error points at initial.
+  CAF_CHECK_EQUAL(supervision_error("  conversations:\n    backoff:\n"
+                                    "      initial: 1m\n"),
+                  "node.yaml:4: supervision.conversations.backoff.max: "
+                  "expected at least supervision.conversations.backoff."
+                  "initial (1m), got 2s");
+  // Equal bounds mean a constant delay; zero means no delay at all.
+  CAF_CHECK(parse("supervision:\n  root:\n    backoff: {initial: 2s, "
+                  "max: 2s}\n"));
+  CAF_CHECK(parse("supervision:\n  root:\n    backoff: {initial: 0s, "
+                  "max: 0s}\n"));
 }
 
 // -- environment expansion ----------------------------------------------------

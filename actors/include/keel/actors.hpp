@@ -11,6 +11,7 @@
 
 #include <caf/fwd.hpp>
 #include <caf/replies_to.hpp>
+#include <caf/timespan.hpp>
 #include <caf/type_id.hpp>
 #include <caf/typed_actor.hpp>
 
@@ -45,6 +46,36 @@ typename Inspector::result_type inspect(Inspector& f, persistence_stats& x) {
            x.flushes, x.staged_operations, x.failed_flushes);
 }
 
+/// One child of a supervisor as `which_children` reports it (and, for child
+/// supervisors, their children in turn): the operator's view of the tree.
+struct child_info {
+  /// The child's id, its path segment.
+  std::string id;
+  /// "running", "restarting" (dead, restart pending: backoff or a group
+  /// restart), "stopping" or "stopped".
+  std::string state;
+  /// Restarts of this child since its supervisor started.
+  uint64_t restarts = 0;
+  /// The last exit reason, rendered; empty if the child never exited.
+  std::string last_exit;
+  /// Time since the current incarnation started (actor clock); zero unless
+  /// running.
+  caf::timespan uptime{0};
+  /// Whether the child is a supervisor (then `children` lists its children).
+  bool supervisor = false;
+  /// CAF id of the current incarnation; 0 unless running.
+  uint64_t actor_id = 0;
+  /// Children of a child supervisor, in start order.
+  std::vector<child_info> children;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, child_info& x) {
+  return f(caf::meta::type_name("keel::child_info"), x.id, x.state,
+           x.restarts, x.last_exit, x.uptime, x.supervisor, x.actor_id,
+           x.children);
+}
+
 } // namespace keel
 
 CAF_BEGIN_TYPE_ID_BLOCK(keel, caf::first_custom_type_id)
@@ -70,6 +101,13 @@ CAF_BEGIN_TYPE_ID_BLOCK(keel, caf::first_custom_type_id)
   CAF_ADD_ATOM(keel, keel::atom, publish, "publish")
   CAF_ADD_ATOM(keel, keel::atom, status, "status")
   CAF_ADD_ATOM(keel, keel::atom, turn_done, "turn_done")
+  CAF_ADD_ATOM(keel, keel::atom, children, "children")
+  CAF_ADD_ATOM(keel, keel::atom, kill_child, "killchild")
+  CAF_ADD_ATOM(keel, keel::atom, start_child, "startchild")
+  CAF_ADD_ATOM(keel, keel::atom, stop_child, "stopchild")
+  CAF_ADD_ATOM(keel, keel::atom, forward, "forward")
+  CAF_ADD_ATOM(keel, keel::atom, restart, "restart")
+  CAF_ADD_ATOM(keel, keel::atom, stop_timer, "stoptimer")
 
   CAF_ADD_TYPE_ID(keel, (keel::session_record))
   CAF_ADD_TYPE_ID(keel, (keel::inbox_entry))
@@ -86,6 +124,8 @@ CAF_BEGIN_TYPE_ID_BLOCK(keel, caf::first_custom_type_id)
   CAF_ADD_TYPE_ID(keel, (keel::protocol::client_frame))
   CAF_ADD_TYPE_ID(keel, (keel::persistence_stats))
   CAF_ADD_TYPE_ID(keel, (std::vector<std::string>))
+  CAF_ADD_TYPE_ID(keel, (keel::child_info))
+  CAF_ADD_TYPE_ID(keel, (std::vector<keel::child_info>))
 
 CAF_END_TYPE_ID_BLOCK(keel)
 
@@ -101,6 +141,31 @@ constexpr caf::atom_value orchestrator = caf::atom("orch");
 constexpr caf::atom_value gateway = caf::atom("gateway");
 
 } // namespace names
+
+/// A supervisor (`keel/supervisor.hpp`; docs/supervision.md): the operator
+/// and management part of its interface. The behaviour itself is untyped,
+/// because it forwards arbitrary messages to its children; cast a
+/// `caf::actor` of a supervisor to this handle with `caf::actor_cast`.
+using supervisor_actor = caf::typed_actor<
+  // Lists the children in start order, recursing into child supervisors.
+  caf::replies_to<atom::children>::with<std::vector<child_info>>,
+  // Sends an exit with the given reason to the child at a '/'-separated
+  // path relative to this supervisor ("persistence", "providers/default");
+  // not_found naming the path if there is none.
+  caf::replies_to<atom::kill_child, std::string, caf::error>::with<
+    caf::ok_atom>,
+  // Dynamic supervisors: starts a child (id, arguments of the start
+  // function); answers its first incarnation.
+  caf::replies_to<atom::start_child, std::string, caf::message>::with<
+    caf::actor>,
+  // Stops a child (its shutdown spec applies) and answers once it is gone;
+  // a dynamic supervisor forgets it, a static one keeps it stopped.
+  caf::replies_to<atom::stop_child, std::string>::with<caf::ok_atom>,
+  // Delivers a message to a child by id, keeping the original sender and
+  // request id (the child's reply goes straight to the sender); held while
+  // the child restarts. Send it as a request through a `caf::actor` handle
+  // to get the child's reply.
+  caf::reacts_to<atom::forward, std::string, caf::message>>;
 
 /// The persistence actor: owns the RocksDB store; every durable mutation goes
 /// through it. Writes are group-committed: each write request joins the

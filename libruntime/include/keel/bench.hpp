@@ -231,22 +231,6 @@ std::string markdown_header();
 /// The report as one row of that table, `label` naming the scenario.
 std::string markdown_row(const report& x, const std::string& label);
 
-// -- talking to a node -------------------------------------------------------------
-
-/// Rewrites a failure to reach or use `node` as the line the tools print:
-/// `ec::connection_failed` becomes "cannot reach node at HOST:PORT: REASON"
-/// and `ec::unauthorized` "the node refused the token (401)"; other errors
-/// pass unchanged.
-caf::error node_error(const endpoint& node, const caf::error& err);
-
-/// Reads the node's `GET /api/v1/status` (with the endpoint's token). Fails
-/// as `node_error` describes, with `ec::unavailable` naming any other HTTP
-/// status, and with `ec::protocol_violation` when the body is not a JSON
-/// object.
-caf::expected<nlohmann::json>
-fetch_status(const endpoint& node,
-             std::chrono::milliseconds timeout = std::chrono::seconds{10});
-
 /// What `run_benchmark` does.
 struct benchmark_options {
   /// The load.

@@ -92,12 +92,81 @@ struct thread_defaults {
   caf::timespan turn_timeout = std::chrono::minutes{2};
 };
 
-/// Supervision limits (`supervision:`), OTP defaults.
-struct supervision_config {
-  /// Restarts allowed within `period` before the supervisor gives up.
+/// How a supervisor reacts when one of its children exits abnormally.
+enum class restart_strategy : uint8_t {
+  /// Restart only the child that exited.
+  one_for_one,
+  /// Stop all other children, then restart all of them.
+  one_for_all,
+  /// Stop the children started after the one that exited, then restart it
+  /// and them.
+  rest_for_one,
+};
+
+/// Returns the YAML spelling of `x`: "one_for_one", "one_for_all" or
+/// "rest_for_one".
+std::string to_string(restart_strategy x);
+
+/// Parses the YAML spelling of a strategy; `std::nullopt` for anything else.
+std::optional<restart_strategy> parse_restart_strategy(std::string_view str);
+
+/// Restart backoff with jitter (`supervision.NAME.backoff:`); OTP has none.
+/// The n-th consecutive restart of a child waits
+/// `min(max, initial * multiplier^(n-1))`, varied by up to `jitter` of itself.
+struct backoff_config {
+  /// Delay before the first restart; zero restarts at once.
+  caf::timespan initial = std::chrono::milliseconds{10};
+  /// Upper bound of the delay.
+  caf::timespan max = std::chrono::seconds{2};
+  /// Growth factor from one delay to the next (at least 1).
+  double multiplier = 2.0;
+  /// A child that stayed up this long restarts from `initial` again.
+  caf::timespan reset_after = std::chrono::seconds{30};
+  /// Random variation of each delay as a fraction of it, in 0..1
+  /// (0.2: up to +-20 %), so children restarting together spread out.
+  double jitter = 0.2;
+};
+
+/// The settings of one supervisor of the node's tree.
+struct supervisor_settings {
+  /// The restart strategy (always one_for_one for dynamic supervisors).
+  restart_strategy strategy = restart_strategy::one_for_one;
+  /// Restart intensity: more than this many restarts within `period` stop
+  /// the supervisor, which escalates to its parent.
   uint32_t max_restarts = 1;
   /// The window for `max_restarts`.
   caf::timespan period = std::chrono::seconds{5};
+  /// How long a child may take to stop before it is killed.
+  caf::timespan shutdown_timeout = std::chrono::seconds{5};
+  /// Messages held per child while it restarts; 0 holds none (senders get
+  /// an error at once).
+  size_t buffer = 1000;
+  /// Delays between restarts.
+  backoff_config backoff;
+
+  /// The defaults above with restart intensity `n` restarts in `period`.
+  static supervisor_settings with_intensity(uint32_t n, caf::timespan period) {
+    supervisor_settings result;
+    result.max_restarts = n;
+    result.period = period;
+    return result;
+  }
+};
+
+/// The node's supervisors (`supervision:`). The node tolerates a few
+/// crashes of one child, so its intensities are higher than OTP's library
+/// default of 1 restart in 5 s (which the supervisor library keeps).
+struct supervision_config {
+  /// The root supervisor: 3 restarts in 5 s.
+  supervisor_settings root
+    = supervisor_settings::with_intensity(3, std::chrono::seconds{5});
+  /// The providers supervisor, one child per pool: 5 restarts in 10 s.
+  supervisor_settings providers
+    = supervisor_settings::with_intensity(5, std::chrono::seconds{10});
+  /// The conversations supervisor (dynamic, one child per active thread):
+  /// 10 restarts in 10 s.
+  supervisor_settings conversations
+    = supervisor_settings::with_intensity(10, std::chrono::seconds{10});
 };
 
 /// Logging (`logging:`).

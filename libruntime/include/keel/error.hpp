@@ -54,6 +54,13 @@ enum class ec : uint8_t {
   protocol_violation,
   /// An operation did not complete in time.
   timeout,
+  /// Exit reason of an orderly stop: a supervisor stops its children with it,
+  /// and exits with it after its restart intensity was exceeded. Not an
+  /// abnormal exit (a transient child exiting with it is not restarted).
+  shutdown,
+  /// Exit reason of an actor killed on purpose (`keelctl kill`); abnormal,
+  /// and, unlike CAF's untrappable `exit_reason::kill`, trappable.
+  killed,
 };
 
 /// Returns the stable, machine-readable name of `x` (also used on the wire).

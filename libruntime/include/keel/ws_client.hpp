@@ -10,6 +10,8 @@
 #include <string>
 #include <string_view>
 
+#include <nlohmann/json.hpp>
+
 #include "keel/error.hpp"
 
 namespace keel {
@@ -39,6 +41,23 @@ caf::expected<http_response>
 http_request(const endpoint& ep, const std::string& method,
              const std::string& target, const std::string& body = {},
              std::chrono::milliseconds timeout = std::chrono::seconds{10});
+
+/// Rewrites a failure to reach or use `node` as the line the tools print:
+/// `ec::connection_failed` becomes "cannot reach node at HOST:PORT: REASON"
+/// and `ec::unauthorized` "the node refused the token (401)"; other errors
+/// pass unchanged.
+caf::error describe_node_error(const endpoint& node, const caf::error& err);
+
+/// Calls one of the node's JSON endpoints (`/api/v1/...`, with the
+/// endpoint's token) and returns the JSON object it answers with. Fails as
+/// `describe_node_error` describes; an error answer (HTTP 4xx/5xx with the
+/// protocol's error object) keeps its code and message (`not_found`,
+/// `unavailable`, ...); anything else that is not a JSON object fails with
+/// `ec::protocol_violation`.
+caf::expected<nlohmann::json>
+api_call(const endpoint& node, const std::string& method,
+         const std::string& target, const std::string& body = {},
+         std::chrono::milliseconds timeout = std::chrono::seconds{10});
 
 /// A received WebSocket message.
 struct ws_message {
