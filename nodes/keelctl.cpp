@@ -387,8 +387,10 @@ void print_tree(const json& node, const std::string& prefix, bool last,
                 bool root) {
   std::string line = root ? "" : prefix + (last ? "`-- " : "|-- ");
   line += field(node, "id");
+  if (line.size() < 32)
+    line.resize(32, ' ');
   char cols[160];
-  std::snprintf(cols, sizeof(cols), "  %-10s restarts %-4llu up %s",
+  std::snprintf(cols, sizeof(cols), " %-10s restarts %-4llu up %s",
                 field(node, "state").c_str(),
                 static_cast<unsigned long long>(number(node, {"restarts"})),
                 keel::bench::human_duration(number(node, {"uptime_ms"}))

@@ -192,15 +192,17 @@ void run_turn(self_ptr self) {
   publish(self,
           protocol::status_frame(st.cfg.thread, msg.client_id, msg.seq,
                                  "thinking"));
-  auto pool = lookup<providers_actor>(self->system(), names::providers);
-  if (!pool) {
+  auto providers = lookup<caf::actor>(self->system(), names::providers);
+  if (!providers) {
     fail_turn(self, to_string(ec::provider_failed),
               turn_errors::provider_failed);
     return;
   }
+  // Through the providers supervisor, which hands the request to the pool
+  // (holding it while the pool restarts); the pool answers us directly.
   self
-    ->request(pool, st.cfg.turn_timeout, atom::complete_v, st.cfg.pool,
-              st.make_request())
+    ->request(providers, st.cfg.turn_timeout, atom::forward_v, st.cfg.pool,
+              caf::make_message(atom::complete_v, st.make_request()))
     .then(
       [self](completion& reply) {
         guarded(self, [&] {

@@ -177,6 +177,84 @@ void on_status(self_ptr self, uint64_t request) {
       });
 }
 
+nlohmann::json to_json(const child_info& x) {
+  nlohmann::json children = nlohmann::json::array();
+  for (auto& child : x.children)
+    children.push_back(to_json(child));
+  return {{"id", x.id},
+          {"state", x.state},
+          {"supervisor", x.supervisor},
+          {"restarts", x.restarts},
+          {"last_exit", x.last_exit},
+          {"uptime_ms",
+           std::chrono::duration_cast<std::chrono::milliseconds>(x.uptime)
+             .count()},
+          {"children", std::move(children)}};
+}
+
+// GET /api/v1/tree: the live supervision tree from the root down.
+void on_tree(self_ptr self, uint64_t request) {
+  auto root = lookup<supervisor_actor>(self->system(), names::root);
+  if (!root) {
+    respond_error(self, request, 503, to_string(ec::unavailable),
+                  "the root supervisor is not running");
+    return;
+  }
+  self->request(root, std::chrono::seconds{10}, atom::children_v)
+    .then(
+      [self, request](std::vector<child_info>& children) {
+        child_info top;
+        top.id = "root";
+        top.state = "running";
+        top.supervisor = true;
+        top.uptime = std::chrono::steady_clock::now() - self->state.cfg.started;
+        top.children = std::move(children);
+        respond_json(self, request, 200,
+                     {{"node", self->state.cfg.node_name},
+                      {"tree", to_json(top)}});
+      },
+      [self, request](caf::error& err) {
+        respond_error(self, request, 503, error_code_name(err), render(err));
+      });
+}
+
+// POST /api/v1/kill {"path": "/persistence", "reason": "..."}: the actor's
+// supervisor sees an abnormal exit and applies its strategy.
+void on_kill(self_ptr self, uint64_t request, const std::string& body) {
+  auto j = nlohmann::json::parse(body, nullptr, false);
+  if (!j.is_object() || !j.contains("path") || !j["path"].is_string()) {
+    respond_error(self, request, 400, "bad_request",
+                  "expected a JSON object with a string field 'path'");
+    return;
+  }
+  auto path = j["path"].get<std::string>();
+  auto reason = j.value("reason", std::string{"killed by operator"});
+  auto relative = path;
+  while (!relative.empty() && relative.front() == '/')
+    relative.erase(0, 1);
+  auto root = lookup<supervisor_actor>(self->system(), names::root);
+  if (!root || relative.empty()) {
+    respond_error(self, request, root ? 400 : 503,
+                  root ? "bad_request" : to_string(ec::unavailable),
+                  root ? "the path names no actor below the root"
+                       : "the root supervisor is not running");
+    return;
+  }
+  self
+    ->request(root, std::chrono::seconds{10}, atom::kill_child_v, relative,
+              caf::make_error(ec::killed, reason))
+    .then(
+      [self, request, path, reason](caf::ok_atom) {
+        respond_json(self, request, 200, {{"path", path}, {"reason", reason}});
+      },
+      [self, request](caf::error& err) {
+        auto status = err == ec::not_found ? 404 : 503;
+        respond_error(self, request, status, error_code_name(err),
+                      error_message(err).empty() ? render(err)
+                                                 : error_message(err));
+      });
+}
+
 } // namespace
 
 gateway_bridge_actor::behavior_type
@@ -212,10 +290,14 @@ gateway_bridge(self_ptr self, gateway_bridge_config cfg) {
     },
     [self](atom::closed, connection_id conn) { self->state.drop(conn); },
     [self](atom::http, uint64_t request, const std::string& method,
-           const std::string& target, const std::string&) {
+           const std::string& target, const std::string& body) {
       auto path = target.substr(0, target.find('?'));
       if (path == "/api/v1/status" && method == "GET")
         on_status(self, request);
+      else if (path == "/api/v1/tree" && method == "GET")
+        on_tree(self, request);
+      else if (path == "/api/v1/kill" && method == "POST")
+        on_kill(self, request, body);
       else
         respond_error(self, request, 404, to_string(ec::not_found),
                       "no endpoint " + method + " " + path);

@@ -20,13 +20,14 @@
 
 namespace keel {
 
-supervisor_config root_spec(const node_config& cfg,
-                            std::shared_ptr<ws_server> server,
-                            bool detached_persistence) {
+caf::expected<supervisor_config> root_spec(const node_config& cfg,
+                                           std::shared_ptr<ws_server> server,
+                                           bool detached_persistence) {
+  auto providers_sup = providers_spec(cfg);
+  if (!providers_sup)
+    return providers_sup.error();
   supervisor_config sup;
   sup.name = "root";
-  sup.max_restarts = cfg.supervision.root.max_restarts;
-  sup.period = cfg.supervision.root.period;
   auto db_dir = (std::filesystem::path{cfg.data_dir} / "db").string();
   store_options opts;
   opts.sync = cfg.storage.sync;
@@ -41,27 +42,32 @@ supervisor_config root_spec(const node_config& cfg,
            parent->spawn<caf::detached>(persistence, pcfg));
        return caf::actor_cast<caf::actor>(parent->spawn(persistence, pcfg));
      }});
-  sup.children.push_back(
-    {"providers", names::providers, [cfg](caf::local_actor* parent) {
-       return caf::actor_cast<caf::actor>(parent->spawn(providers, cfg));
-     }});
+  child_spec providers_child{
+    "providers", names::providers,
+    [pcfg = std::move(*providers_sup)](caf::local_actor* parent) {
+      return parent->spawn(supervisor, pcfg);
+    }};
+  providers_child.supervisor = true;
+  sup.children.push_back(std::move(providers_child));
   sup.children.push_back(
     {"orchestrator", names::orchestrator, [cfg](caf::local_actor* parent) {
        orchestrator_config ocfg;
        ocfg.threads = cfg.threads;
        return caf::actor_cast<caf::actor>(parent->spawn(orchestrator, ocfg));
      }});
-  if (!server)
-    return sup;
-  gateway_bridge_config gcfg;
-  gcfg.server = std::move(server);
-  gcfg.node_name = cfg.name;
-  gcfg.data_dir = cfg.data_dir;
-  gcfg.started = std::chrono::steady_clock::now();
-  sup.children.push_back(
-    {"gateway", names::gateway, [gcfg](caf::local_actor* parent) {
-       return caf::actor_cast<caf::actor>(parent->spawn(gateway_bridge, gcfg));
-     }});
+  if (server) {
+    gateway_bridge_config gcfg;
+    gcfg.server = std::move(server);
+    gcfg.node_name = cfg.name;
+    gcfg.data_dir = cfg.data_dir;
+    gcfg.started = std::chrono::steady_clock::now();
+    sup.children.push_back(
+      {"gateway", names::gateway, [gcfg](caf::local_actor* parent) {
+         return caf::actor_cast<caf::actor>(
+           parent->spawn(gateway_bridge, gcfg));
+       }});
+  }
+  apply_settings(sup, cfg.supervision.root);
   return sup;
 }
 
@@ -89,7 +95,13 @@ caf::expected<std::unique_ptr<node>> node::start(caf::actor_system& sys,
     return started.error();
   std::shared_ptr<ws_server> server = std::move(*started);
   handler->attach(server);
-  auto root = sys.spawn(supervisor, root_spec(cfg, server, true));
+  auto spec = root_spec(cfg, server, true);
+  if (!spec) {
+    server->stop();
+    return spec.error();
+  }
+  auto root = sys.spawn(supervisor, std::move(*spec));
+  sys.registry().put(names::root, root);
   // Ready once the store answers; if the root gives up first (the store
   // cannot be opened), report why.
   caf::scoped_actor self{sys};
@@ -111,6 +123,7 @@ caf::expected<std::unique_ptr<node>> node::start(caf::actor_system& sys,
   }
   if (failure) {
     self->send_exit(root, caf::exit_reason::user_shutdown);
+    sys.registry().erase(names::root);
     server->stop();
     return failure;
   }
@@ -132,6 +145,7 @@ void node::stop() {
     self->monitor(root_);
     self->send_exit(root_, caf::exit_reason::user_shutdown);
     self->receive([](caf::down_msg&) {});
+    sys_.registry().erase(names::root);
     root_ = nullptr;
   }
   if (server_) {

@@ -132,47 +132,22 @@ provider_pool(provider_pool_actor::stateful_pointer<provider_pool_state> self,
   };
 }
 
-providers_actor::behavior_type
-providers(providers_actor::stateful_pointer<providers_state> self,
-          node_config cfg) {
-  auto& st = self->state;
+caf::expected<supervisor_config> providers_spec(const node_config& cfg) {
+  supervisor_config sup;
+  sup.name = "providers";
   for (auto& pool : cfg.pools) {
     auto resolved = resolve_pool(cfg, pool);
-    if (!resolved) {
-      self->quit(resolved.error());
-      return providers_actor::behavior_type::make_empty_behavior();
-    }
-    st.configs.emplace(pool.name, std::move(*resolved));
+    if (!resolved)
+      return resolved.error();
+    child_spec spec;
+    spec.id = pool.name;
+    spec.start = [pcfg = std::move(*resolved)](caf::local_actor* parent) {
+      return caf::actor_cast<caf::actor>(parent->spawn(provider_pool, pcfg));
+    };
+    sup.children.push_back(std::move(spec));
   }
-  auto start = [self](const std::string& name) {
-    auto pool = self->spawn<caf::linked>(provider_pool,
-                                         self->state.configs.at(name));
-    self->state.pools[name] = pool;
-  };
-  for (auto& [name, _] : st.configs)
-    start(name);
-  // Pools are linked to us so they stop with us. A pool that fails is
-  // restarted; requests it had in flight were failed by the pool itself,
-  // everyone else is untouched. An exit from anyone else stops us.
-  self->set_exit_handler([self, start](caf::exit_msg& msg) {
-    for (auto& [name, pool] : self->state.pools)
-      if (pool.address() == msg.source) {
-        ++self->state.restarts[name];
-        start(name);
-        return;
-      }
-    self->quit(msg.reason);
-  });
-  return {
-    [self](atom::complete, const std::string& pool,
-           completion_request& req) -> caf::result<completion> {
-      auto i = self->state.pools.find(pool);
-      if (i == self->state.pools.end())
-        return caf::make_error(ec::not_found, "no provider pool '" + pool
-                                                + "'");
-      return self->delegate(i->second, atom::complete_v, std::move(req));
-    },
-  };
+  apply_settings(sup, cfg.supervision.providers);
+  return sup;
 }
 
 } // namespace keel

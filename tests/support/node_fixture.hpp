@@ -50,6 +50,9 @@ inline node_config scripted_config(const std::string& data_dir,
   cfg.providers = {p};
   cfg.pools = {pool_config{"default", {"script"}, 1}};
   cfg.supervision.root.max_restarts = 5;
+  // Restart at once: these tests move time only when they say so.
+  cfg.supervision.root.backoff.initial = caf::timespan{0};
+  cfg.supervision.providers.backoff.initial = caf::timespan{0};
   return cfg;
 }
 
@@ -73,7 +76,10 @@ public:
   void start() {
     sink = sys.spawn(event_sink);
     sys.registry().put(names::gateway, sink);
-    root = sys.spawn(supervisor, root_spec(config, nullptr, false));
+    auto spec = root_spec(config, nullptr, false);
+    CAF_REQUIRE(spec);
+    root = sys.spawn(supervisor, std::move(*spec));
+    sys.registry().put(names::root, root);
     consume_messages();
   }
 

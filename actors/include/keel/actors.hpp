@@ -136,6 +136,9 @@ namespace keel {
 namespace names {
 
 constexpr caf::atom_value persistence = caf::atom("persist");
+constexpr caf::atom_value root = caf::atom("root");
+/// The providers supervisor: reach a pool with `atom::forward` and the pool's
+/// name, so requests are held while the pool restarts.
 constexpr caf::atom_value providers = caf::atom("providers");
 constexpr caf::atom_value orchestrator = caf::atom("orch");
 constexpr caf::atom_value gateway = caf::atom("gateway");
@@ -191,13 +194,6 @@ using persistence_actor = caf::typed_actor<
   caf::replies_to<atom::stats>::with<persistence_stats>,
   // (internal) Commits the pending group.
   caf::reacts_to<atom::flush>>;
-
-/// The providers actor: one provider pool per configured pool; answers
-/// completions from the named pool's failover chain.
-using providers_actor = caf::typed_actor<
-  // Completes a conversation with the named pool.
-  caf::replies_to<atom::complete, std::string, completion_request>::with<
-    completion>>;
 
 /// A provider pool: tries its chain of providers in order.
 using provider_pool_actor = caf::typed_actor<

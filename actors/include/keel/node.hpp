@@ -14,11 +14,13 @@ namespace keel {
 
 /// The root supervisor's children in start order (DESIGN.md's tree; later
 /// issues add tools, delivery, notifier and cluster): persistence (its
-/// database in `data_dir/db`), providers, orchestrator and, if `server` is
-/// set, the gateway bridge. All are registered under `keel::names`.
-supervisor_config root_spec(const node_config& cfg,
-                            std::shared_ptr<ws_server> server,
-                            bool detached_persistence);
+/// database in `data_dir/db`), the providers supervisor (one child per
+/// pool), orchestrator and, if `server` is set, the gateway bridge, with the
+/// `supervision.root` and `supervision.providers` settings. All are
+/// registered under `keel::names`.
+caf::expected<supervisor_config> root_spec(const node_config& cfg,
+                                           std::shared_ptr<ws_server> server,
+                                           bool detached_persistence);
 
 /// A running node: the supervision tree and the gateway server.
 class node {

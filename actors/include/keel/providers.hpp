@@ -11,6 +11,7 @@
 #include "keel/actors.hpp"
 #include "keel/config.hpp"
 #include "keel/provider.hpp"
+#include "keel/supervisor.hpp"
 
 namespace keel {
 
@@ -65,23 +66,10 @@ provider_pool_actor::behavior_type
 provider_pool(provider_pool_actor::stateful_pointer<provider_pool_state> self,
               provider_pool_config cfg);
 
-/// State of the providers actor.
-struct providers_state {
-  static inline const char* name = "keel.providers";
-
-  /// Pool configurations by name.
-  std::map<std::string, provider_pool_config> configs;
-  /// Running pools by name.
-  std::map<std::string, provider_pool_actor> pools;
-
-  /// Restarts recorded per pool (for status and tests).
-  std::map<std::string, uint64_t> restarts;
-};
-
-/// Supervises one pool actor per configured pool (restarting a pool that
-/// fails) and routes completions to them.
-providers_actor::behavior_type
-providers(providers_actor::stateful_pointer<providers_state> self,
-          node_config cfg);
+/// The providers supervisor's configuration: one child per configured pool
+/// (a provider_pool actor named after the pool), with the node's
+/// `supervision.providers` settings. Fails with `ec::config_invalid` if a
+/// pool names an unknown provider.
+caf::expected<supervisor_config> providers_spec(const node_config& cfg);
 
 } // namespace keel
