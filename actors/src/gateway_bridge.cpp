@@ -240,6 +240,13 @@ void on_kill(self_ptr self, uint64_t request, const std::string& body) {
                        : "the root supervisor is not running");
     return;
   }
+  if (relative == "gateway") {
+    // Killing ourselves: nobody would be left to answer, so answer first.
+    respond_json(self, request, 200, {{"path", path}, {"reason", reason}});
+    caf::anon_send(root, atom::kill_child_v, relative,
+                   caf::make_error(ec::killed, reason));
+    return;
+  }
   self
     ->request(root, std::chrono::seconds{10}, atom::kill_child_v, relative,
               caf::make_error(ec::killed, reason))

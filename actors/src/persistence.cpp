@@ -47,6 +47,19 @@ persistence(persistence_actor::stateful_pointer<persistence_state> self,
     return persistence_actor::behavior_type::make_empty_behavior();
   }
   self->state.db = std::move(*db);
+  // Stopped or killed by its supervisor: answer everyone waiting on the
+  // pending group now (it was never written) instead of leaving them to
+  // their timeouts.
+  self->set_exit_handler([self](caf::exit_msg& msg) {
+    auto replies = std::move(self->state.waiting);
+    self->state.waiting.clear();
+    auto err = caf::make_error(ec::unavailable,
+                               "persistence stopped before the write was "
+                               "synced; resend");
+    for (auto& reply : replies)
+      reply(err);
+    self->quit(msg.reason);
+  });
   return {
     [self](atom::accept, accept_request& req)
       -> caf::result<accept_result> {

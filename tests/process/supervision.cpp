@@ -1,0 +1,179 @@
+#define CAF_SUITE supervision
+
+#include <atomic>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include <caf/test/unit_test.hpp>
+
+#include "node_process.hpp"
+#include "temp_dir.hpp"
+
+#include "keel/protocol.hpp"
+
+using namespace keel;
+using namespace keel::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::string node_yaml(const temp_dir& dir) {
+  return "node:\n  name: sup-test\n  data_dir: " + dir.str()
+         + "/data\n"
+           "gateway:\n  port: 0\n"
+           "providers:\n"
+           "  - name: slow-echo\n    kind: scripted\n"
+           "    script:\n      - reply: \"answer to {input}\"\n"
+           "        delay: 2ms\n"
+           "pools:\n  - name: default\n    chain: [slow-echo]\n"
+           "logging:\n  level: error\n";
+}
+
+/// Acknowledged messages, recorded outside the node.
+struct ack_log {
+  std::mutex mtx;
+  std::condition_variable grew;
+  std::map<std::string, std::set<std::string>> acked;
+  size_t count = 0;
+
+  void add(const std::string& thread, const std::string& id) {
+    std::lock_guard<std::mutex> guard{mtx};
+    if (acked[thread].insert(id).second)
+      ++count;
+    grew.notify_all();
+  }
+
+  bool wait_for(size_t n, std::chrono::seconds timeout) {
+    std::unique_lock<std::mutex> guard{mtx};
+    return grew.wait_for(guard, timeout, [&] { return count >= n; });
+  }
+};
+
+// Sends messages one after another like a careful client: a message that
+// gets an error or no ack is resent with the same id (at most 20 times), on
+// a new connection if the old one broke.
+void client_loop(endpoint ep, int client, ack_log& log,
+                 std::atomic<bool>& stop) {
+  std::unique_ptr<ws_client> ws;
+  for (int i = 0; !stop; ++i) {
+    auto thread = "c" + std::to_string(client) + "-t" + std::to_string(i % 4);
+    auto id = "m" + std::to_string(i);
+    for (int attempt = 0; attempt < 20 && !stop; ++attempt) {
+      try {
+        if (!ws)
+          ws = connect_client(ep);
+      } catch (...) {
+        continue;
+      }
+      if (ws->send_text(protocol::send_frame(thread, id, "msg " + id))) {
+        ws.reset();
+        continue;
+      }
+      auto answer = receive_until(
+        *ws,
+        [&](auto& j) {
+          return (j["type"] == "ack" || j["type"] == "error")
+                 && j.value("id", "") == id && !j.contains("reply_to");
+        },
+        10s);
+      if (answer && (*answer)["type"] == "ack") {
+        log.add(thread, id);
+        break;
+      }
+      if (!answer)
+        ws.reset();
+    }
+  }
+}
+
+nlohmann::json tree_of(const node_process& node) {
+  auto tree = api_call(node.address(), "GET", "/api/v1/tree");
+  CAF_REQUIRE(tree);
+  return (*tree)["tree"];
+}
+
+const nlohmann::json* child(const nlohmann::json& parent,
+                            const std::string& id) {
+  for (auto& c : parent["children"])
+    if (c["id"] == id)
+      return &c;
+  return nullptr;
+}
+
+} // namespace
+
+CAF_TEST(the tree shows every component and the node survives killing each) {
+  temp_dir dir{"keel-sup"};
+  node_process node{dir.str(), node_yaml(dir)};
+  auto tree = tree_of(node);
+  for (auto id : {"persistence", "providers", "orchestrator", "gateway"}) {
+    auto c = child(tree, id);
+    CAF_REQUIRE(c != nullptr);
+    CAF_CHECK_EQUAL((*c)["state"], "running");
+  }
+  CAF_REQUIRE(child(tree, "providers") != nullptr);
+  CAF_CHECK(child(*child(tree, "providers"), "default") != nullptr);
+  ack_log log;
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> clients;
+  for (int c = 0; c < 3; ++c)
+    clients.emplace_back(client_loop, node.address(), c, std::ref(log),
+                         std::ref(stop));
+  auto ctl = tool_binary("keelctl");
+  auto flag = "127.0.0.1:" + std::to_string(node.address().port);
+  for (auto path : {"/providers/default", "/persistence", "/orchestrator",
+                    "/gateway", "/persistence"}) {
+    CAF_REQUIRE(log.wait_for(log.count + 50, 60s));
+    auto killed = run_command({ctl, "kill", "--node", flag, path});
+    CAF_CHECK_EQUAL(killed.exit_code, 0);
+    CAF_MESSAGE("killed " << path << " after " << log.count << " acks");
+  }
+  // Traffic flows again after the last kill.
+  CAF_REQUIRE(log.wait_for(log.count + 50, 60s));
+  stop = true;
+  for (auto& t : clients)
+    t.join();
+  CAF_REQUIRE(node.running());
+  auto missing = run_command({ctl, "kill", "--node", flag, "/no/such/actor"});
+  CAF_CHECK_EQUAL(missing.exit_code, 1);
+  tree = tree_of(node);
+  CAF_CHECK_GREATER_OR_EQUAL((*child(tree, "persistence"))["restarts"], 2);
+  CAF_CHECK_GREATER_OR_EQUAL((*child(tree, "orchestrator"))["restarts"], 1);
+  CAF_CHECK_GREATER_OR_EQUAL((*child(tree, "gateway"))["restarts"], 1);
+  CAF_CHECK_GREATER_OR_EQUAL(
+    (*child(*child(tree, "providers"), "default"))["restarts"], 1);
+  // Every acknowledged message has exactly one outcome in its thread.
+  auto ws = connect_client(node.address());
+  auto deadline = std::chrono::steady_clock::now() + 60s;
+  for (auto& [thread, ids] : log.acked) {
+    for (;;) {
+      CAF_REQUIRE(!ws->send_text(
+        protocol::history_request_frame(thread, "h", 0, 1000)));
+      auto page = receive_until(
+        *ws, [](auto& j) { return j["type"] == "history"; }, 10s);
+      CAF_REQUIRE(page);
+      std::map<std::string, uint64_t> seq_of;
+      std::map<uint64_t, int> outcomes;
+      for (auto& e : (*page)["entries"]) {
+        if (e["kind"] == "user")
+          seq_of[e["client_id"]] = e["seq"];
+        else
+          ++outcomes[e["reply_to"].get<uint64_t>()];
+      }
+      size_t answered = 0;
+      for (auto& id : ids) {
+        auto i = seq_of.find(id);
+        CAF_REQUIRE(i != seq_of.end()); // Acknowledged, so never lost.
+        CAF_REQUIRE_LESS_OR_EQUAL(outcomes[i->second], 1);
+        answered += outcomes[i->second];
+      }
+      if (answered == ids.size())
+        break;
+      CAF_REQUIRE(std::chrono::steady_clock::now() < deadline);
+    }
+  }
+  CAF_CHECK_EQUAL(node.stop(), 0);
+}
