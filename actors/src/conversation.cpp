@@ -315,12 +315,14 @@ void load(self_ptr self) {
       fail);
 }
 
+// Writes the session as SUSPENDED, then asks the orchestrator to stop us.
+// If it agrees, our supervisor stops us; if a message is on its way, we stay.
 void passivate(self_ptr self) {
   auto& st = self->state;
   auto db = lookup<persistence_actor>(self->system(), names::persistence);
   auto orch = lookup<orchestrator_actor>(self->system(), names::orchestrator);
   if (!db || !orch || !st.session_exists) {
-    self->quit();
+    note_idle(self); // Try again later.
     return;
   }
   auto record = st.session;
@@ -332,19 +334,20 @@ void passivate(self_ptr self) {
         self->state.session.state = session_state::suspended;
         self
           ->request(orch, self->state.cfg.storage_timeout, atom::passivate_v,
-                    self->state.cfg.thread, self->state.received)
+                    self->state.cfg.thread, self->state.last_route)
           .then(
-            [self](bool stop) {
-              if (stop)
-                self->quit();
-              else if (self->state.idle())
+            [self](bool stopping) {
+              if (!stopping && self->state.idle())
                 note_idle(self);
             },
-            [self](caf::error&) { self->quit(); });
+            [self](caf::error&) {
+              if (self->state.idle())
+                note_idle(self);
+            });
       },
       [self](caf::error& err) {
         spdlog::warn("thread {}: cannot suspend: {}", self->state.cfg.thread,
-                       render(err));
+                     render(err));
         if (self->state.idle())
           note_idle(self);
       });
@@ -356,12 +359,17 @@ conversation_actor::behavior_type
 conversation(conversation_actor::stateful_pointer<conversation_state> self,
              conversation_config cfg) {
   self->state.cfg = std::move(cfg);
+  // Tell the orchestrator an incarnation started: messages routed to an
+  // earlier one may have died with it.
+  if (auto orch = lookup<orchestrator_actor>(self->system(),
+                                             names::orchestrator))
+    self->send(orch, atom::started_v, self->state.cfg.thread);
   load(self);
   return {
-    [self](atom::accept, std::string& client_id, std::string& text)
-      -> caf::result<accept_result> {
+    [self](atom::accept, std::string& client_id, std::string& text,
+           uint64_t route) -> caf::result<accept_result> {
       auto& st = self->state;
-      ++st.received;
+      st.last_route = route;
       auto rp = self->make_response_promise<accept_result>();
       if (!st.loaded)
         st.deferred.push_back({rp, std::move(client_id), std::move(text)});

@@ -9,6 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include "keel/actors.hpp"
+#include "keel/conversation.hpp"
 #include "keel/gateway_bridge.hpp"
 #include "keel/logging.hpp"
 #include "keel/lookup.hpp"
@@ -49,11 +50,29 @@ caf::expected<supervisor_config> root_spec(const node_config& cfg,
     }};
   providers_child.supervisor = true;
   sup.children.push_back(std::move(providers_child));
+  supervisor_config convs;
+  convs.name = "conversations";
+  convs.dynamic = true;
+  // Transient: a passivated conversation stops normally and is forgotten; a
+  // crashed one is restarted and reloads its thread from the store.
+  convs.child_template.restart = restart_type::transient;
+  convs.dynamic_start = [threads = cfg.threads](caf::local_actor* parent,
+                                                const std::string& thread,
+                                                const caf::message&) {
+    return caf::actor_cast<caf::actor>(
+      parent->spawn(conversation, make_conversation_config(threads, thread)));
+  };
+  apply_settings(convs, cfg.supervision.conversations);
+  child_spec convs_child{"conversations", names::conversations,
+                         [convs](caf::local_actor* parent) {
+                           return parent->spawn(supervisor, convs);
+                         }};
+  convs_child.supervisor = true;
+  sup.children.push_back(std::move(convs_child));
   sup.children.push_back(
-    {"orchestrator", names::orchestrator, [cfg](caf::local_actor* parent) {
-       orchestrator_config ocfg;
-       ocfg.threads = cfg.threads;
-       return caf::actor_cast<caf::actor>(parent->spawn(orchestrator, ocfg));
+    {"orchestrator", names::orchestrator, [](caf::local_actor* parent) {
+       return caf::actor_cast<caf::actor>(
+         parent->spawn(orchestrator, orchestrator_config{}));
      }});
   if (server) {
     gateway_bridge_config gcfg;

@@ -110,6 +110,14 @@ provider_pool(provider_pool_actor::stateful_pointer<provider_pool_state> self,
     self->state.fail_pending(err);
     return err;
   });
+  // Stopped or killed by its supervisor: fail the completions in flight now
+  // rather than leaving their threads to the turn timeout.
+  self->set_exit_handler([self](caf::exit_msg& msg) {
+    self->state.fail_pending(caf::make_error(
+      ec::provider_failed, "pool '" + self->state.pool + "' stopped: "
+                             + render(msg.reason)));
+    self->quit(msg.reason);
+  });
   return {
     [self](atom::complete, completion_request& req)
       -> caf::result<completion> {

@@ -29,7 +29,11 @@ std::string node_yaml(const temp_dir& dir) {
            "    script:\n      - reply: \"answer to {input}\"\n"
            "        delay: 2ms\n"
            "pools:\n  - name: default\n    chain: [slow-echo]\n"
-           "logging:\n  level: error\n";
+           // Five kills within seconds: more than the default intensity.
+           "supervision:\n"
+           "  root:\n    max_restarts: 20\n"
+           "  conversations:\n    max_restarts: 1000\n"
+           "logging:\n  level: warn\n";
 }
 
 /// Acknowledged messages, recorded outside the node.
@@ -164,15 +168,20 @@ CAF_TEST(the tree shows every component and the node survives killing each) {
           ++outcomes[e["reply_to"].get<uint64_t>()];
       }
       size_t answered = 0;
+      std::string unanswered;
       for (auto& id : ids) {
         auto i = seq_of.find(id);
         CAF_REQUIRE(i != seq_of.end()); // Acknowledged, so never lost.
         CAF_REQUIRE_LESS_OR_EQUAL(outcomes[i->second], 1);
         answered += outcomes[i->second];
+        if (outcomes[i->second] == 0)
+          unanswered += " " + id;
       }
       if (answered == ids.size())
         break;
-      CAF_REQUIRE(std::chrono::steady_clock::now() < deadline);
+      if (std::chrono::steady_clock::now() >= deadline)
+        CAF_FAIL(thread << ": never answered:" << unanswered << "\nnode log:\n"
+                        << node.stderr_text());
     }
   }
   CAF_CHECK_EQUAL(node.stop(), 0);

@@ -53,6 +53,7 @@ inline node_config scripted_config(const std::string& data_dir,
   // Restart at once: these tests move time only when they say so.
   cfg.supervision.root.backoff.initial = caf::timespan{0};
   cfg.supervision.providers.backoff.initial = caf::timespan{0};
+  cfg.supervision.conversations.backoff.initial = caf::timespan{0};
   return cfg;
 }
 
@@ -152,6 +153,27 @@ public:
       if (ev.thread == thread)
         result.push_back(nlohmann::json::parse(ev.frame));
     return result;
+  }
+
+  /// The conversations supervisor's view of its children.
+  std::vector<child_info> conversations() {
+    auto sup = component<supervisor_actor>(names::conversations);
+    auto hdl = self->request(sup, caf::infinite, atom::children_v);
+    consume_messages();
+    std::vector<child_info> result;
+    hdl.receive([&](std::vector<child_info>& xs) { result = std::move(xs); },
+                [&](caf::error& err) { CAF_FAIL(render(err)); });
+    return result;
+  }
+
+  /// Kills the actor at `path` below the root, as `keelctl kill` does.
+  void kill(const std::string& path) {
+    auto sup = component<supervisor_actor>(names::root);
+    auto hdl = self->request(sup, caf::infinite, atom::kill_child_v, path,
+                             caf::make_error(ec::killed, "test"));
+    consume_messages();
+    hdl.receive([](caf::ok_atom) {},
+                [&](caf::error& err) { CAF_FAIL(render(err)); });
   }
 
   /// Moves the test clock and processes what became due.

@@ -3,7 +3,6 @@
 #include "node_fixture.hpp"
 
 #include "keel/conversation.hpp"
-#include "keel/orchestrator.hpp"
 
 using namespace keel;
 using namespace keel::test;
@@ -38,13 +37,13 @@ struct fixture : node_fixture {
                          id, text);
   }
 
-  conversation_actor conversation_of(const std::string& thread) {
-    auto& st
-      = deref<orchestrator_actor::stateful_base<orchestrator_state>>(orchestrator())
-          .state;
-    auto i = st.threads.find(thread);
-    CAF_REQUIRE(i != st.threads.end());
-    return i->second.actor;
+  /// CAF id of the thread's conversation, as its supervisor reports it.
+  uint64_t conversation_of(const std::string& thread) {
+    for (auto& child : conversations())
+      if (child.id == thread)
+        return child.actor_id;
+    CAF_FAIL("no conversation for " << thread);
+    return 0;
   }
 };
 
@@ -251,8 +250,9 @@ CAF_TEST(unanswered messages are answered after a restart of the node) {
 
 CAF_TEST(a conversation killed mid-turn re-runs the turn once) {
   CAF_REQUIRE(send("t", "1", "work"));
-  anon_send_exit(conversation_of("t"), caf::exit_reason::unhandled_exception);
-  consume_messages();
+  auto before = conversation_of("t");
+  kill("conversations/t");
+  CAF_CHECK_NOT_EQUAL(conversation_of("t"), before);
   advance(11s);
   CAF_CHECK_EQUAL(texts(history("t")),
                   (std::vector<std::string>{"user:work", "reply:slow: work"}));

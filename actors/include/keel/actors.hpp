@@ -108,6 +108,7 @@ CAF_BEGIN_TYPE_ID_BLOCK(keel, caf::first_custom_type_id)
   CAF_ADD_ATOM(keel, keel::atom, forward, "forward")
   CAF_ADD_ATOM(keel, keel::atom, restart, "restart")
   CAF_ADD_ATOM(keel, keel::atom, stop_timer, "stoptimer")
+  CAF_ADD_ATOM(keel, keel::atom, started, "started")
 
   CAF_ADD_TYPE_ID(keel, (keel::session_record))
   CAF_ADD_TYPE_ID(keel, (keel::inbox_entry))
@@ -141,6 +142,9 @@ constexpr caf::atom_value root = caf::atom("root");
 /// name, so requests are held while the pool restarts.
 constexpr caf::atom_value providers = caf::atom("providers");
 constexpr caf::atom_value orchestrator = caf::atom("orch");
+/// The dynamic supervisor of conversations (child id = thread id); reach a
+/// conversation with `atom::forward` and its thread id.
+constexpr caf::atom_value conversations = caf::atom("convs");
 constexpr caf::atom_value gateway = caf::atom("gateway");
 
 } // namespace names
@@ -202,27 +206,32 @@ using provider_pool_actor = caf::typed_actor<
   // (internal) A delayed provider outcome is due: request id.
   caf::reacts_to<atom::deliver, uint64_t>>;
 
-/// A conversation: one per thread. Holds the ordered inbox and drains it one
-/// turn at a time; every failure inside a turn becomes a descriptive error
-/// in the thread.
+/// A conversation: one per thread, a child of the conversations supervisor.
+/// Holds the ordered inbox and drains it one turn at a time; every failure
+/// inside a turn becomes a descriptive error in the thread.
 using conversation_actor = caf::typed_actor<
-  // Accepts a message (client id, text); answers once it is durable.
-  caf::replies_to<atom::accept, std::string, std::string>::with<
+  // Accepts a message (client id, text, the orchestrator's route sequence
+  // number); answers once it is durable.
+  caf::replies_to<atom::accept, std::string, std::string, uint64_t>::with<
     accept_result>,
   // (internal) Starts the next turn if none runs.
   caf::reacts_to<atom::drain>,
   // (internal) The idle timer fired.
   caf::reacts_to<atom::idle>>;
 
-/// The orchestrator: routes a thread to its conversation actor, spawning it
-/// on demand; never waits on I/O.
+/// The orchestrator: routes a thread to its conversation (through the
+/// conversations supervisor, starting it on demand); never waits on I/O.
 using orchestrator_actor = caf::typed_actor<
   // Routes a message (thread, client id, text); answers once durable.
   caf::replies_to<atom::route, std::string, std::string, std::string>::with<
     accept_result>,
-  // A conversation asks to passivate having seen this many messages;
-  // answers true if it may stop (nothing was routed to it since).
+  // A conversation asks to passivate, naming the route sequence number of
+  // the last message it received; answers true if nothing was routed to it
+  // since (the orchestrator then stops it through its supervisor).
   caf::replies_to<atom::passivate, std::string, uint64_t>::with<bool>,
+  // A conversation (re)started: messages routed before may have been lost
+  // with an earlier incarnation.
+  caf::reacts_to<atom::started, std::string>,
   // Returns the number of running conversations.
   caf::replies_to<atom::status>::with<uint64_t>,
   // (internal) Resumes every thread with unanswered messages.

@@ -81,8 +81,9 @@ struct conversation_state {
   std::vector<deferred_accept> deferred;
   /// True while a turn (provider call and commit) runs.
   bool turn_running = false;
-  /// Messages routed here by the orchestrator (for passivation).
-  uint64_t received = 0;
+  /// Route sequence number of the last message the orchestrator routed
+  /// here (named when asking to passivate).
+  uint64_t last_route = 0;
   /// True while an idle timer is pending (at most one is).
   bool idle_timer_armed = false;
   /// When the thread last became idle.
@@ -104,7 +105,8 @@ struct conversation_state {
 };
 
 /// One thread's conversation: loads its state, accepts messages durably,
-/// drains the inbox one turn at a time, passivates when idle.
+/// drains the inbox one turn at a time, and when idle asks the orchestrator
+/// to passivate it (its supervisor then stops it).
 conversation_actor::behavior_type
 conversation(conversation_actor::stateful_pointer<conversation_state> self,
              conversation_config cfg);

@@ -3,9 +3,10 @@
 #include <cstdint>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
-#include <caf/actor_clock.hpp>
 #include <caf/typed_event_based_actor.hpp>
+#include <caf/typed_response_promise.hpp>
 
 #include "keel/actors.hpp"
 #include "keel/config.hpp"
@@ -14,21 +15,30 @@ namespace keel {
 
 /// Configuration of the orchestrator.
 struct orchestrator_config {
-  /// Defaults for every conversation it spawns.
-  thread_defaults threads;
   /// Resume threads with unanswered messages right after starting.
   bool recover_on_start = true;
-  /// A conversation that fails more often than this within
-  /// `restart_period` is not restarted until its next message.
-  uint32_t max_conversation_restarts = 3;
-  caf::timespan restart_period = std::chrono::seconds{10};
+  /// Timeout of requests to the conversations supervisor.
+  caf::timespan request_timeout = std::chrono::seconds{30};
 };
 
-/// A running conversation as the orchestrator sees it.
-struct conversation_entry {
-  conversation_actor actor;
-  /// Messages routed to it (compared with its own count on passivation).
+/// A message waiting while its thread's conversation is being stopped.
+struct queued_route {
+  caf::typed_response_promise<accept_result> promise;
+  std::string client_id;
+  std::string text;
+};
+
+/// A thread as the orchestrator sees it.
+struct thread_entry {
+  /// Route sequence number of the last message routed to the thread.
   uint64_t routed = 0;
+  /// `routed` when the conversation last reported a (re)start: messages up
+  /// to here may have been lost with an earlier incarnation.
+  uint64_t floor = 0;
+  /// True while the conversation is being stopped (passivation).
+  bool stopping = false;
+  /// Messages that arrived while stopping, routed once it is gone.
+  std::vector<queued_route> queued;
 };
 
 /// State of the orchestrator.
@@ -36,21 +46,19 @@ struct orchestrator_state {
   static inline const char* name = "keel.orchestrator";
 
   orchestrator_config cfg;
-  /// Running conversations by thread id.
-  std::unordered_map<std::string, conversation_entry> threads;
-  /// Recent abnormal exits per thread, for the restart limit.
-  std::unordered_map<std::string, std::vector<caf::actor_clock::time_point>>
-    failures;
+  /// Threads with a running (or stopping) conversation.
+  std::unordered_map<std::string, thread_entry> threads;
 
-  /// Returns the thread's conversation, spawning it if needed.
-  conversation_entry& conversation_for(
-    orchestrator_actor::stateful_pointer<orchestrator_state> self,
-    const std::string& thread);
+  /// True if a conversation that last saw route `last_seen` has nothing in
+  /// flight and may stop.
+  bool may_passivate(const thread_entry& entry, uint64_t last_seen) const;
 };
 
-/// Routes threads to conversations. Conversations are linked to it (they
-/// stop with it and are reloaded from the store on demand); it traps their
-/// exits and restarts one that failed if it still has work.
+/// Routes threads to conversations. Conversations are children of the
+/// conversations supervisor; every message goes through it (`forward`), so
+/// it reaches the current incarnation or waits for the restarting one. The
+/// orchestrator starts conversations on demand and stops them when they
+/// passivate.
 orchestrator_actor::behavior_type
 orchestrator(orchestrator_actor::stateful_pointer<orchestrator_state> self,
              orchestrator_config cfg);
