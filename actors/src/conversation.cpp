@@ -137,7 +137,6 @@ std::pair<std::string, std::string> describe_failure(const caf::error& err) {
 // A failed commit keeps the message in the inbox and retries the turn later:
 // nothing is acknowledged as answered that is not durable.
 void commit_turn(self_ptr self, turn_commit commit) {
-  auto db = lookup<persistence_actor>(self->system(), names::persistence);
   auto done = [self](turn_commit& commit) {
     self->state.apply(commit);
     for (auto& entry : commit.log)
@@ -154,11 +153,8 @@ void commit_turn(self_ptr self, turn_commit commit) {
     self->delayed_send(self, st.cfg.commit_retry_delay, atom::drain_v);
     // The turn stays "running" until the retry so nothing overtakes it.
   };
-  if (!db) {
-    failed(caf::make_error(ec::unavailable, "persistence is restarting"));
-    return;
-  }
-  self->request(db, self->state.cfg.storage_timeout, atom::commit_v, commit)
+  request_component(self, names::persistence, self->state.cfg.storage_timeout,
+                    atom::commit_v, commit)
     .then([done, commit](caf::ok_atom) mutable { done(commit); },
           [failed](caf::error& err) { failed(err); });
 }
@@ -243,11 +239,6 @@ void accept(self_ptr self, caf::typed_response_promise<accept_result> rp,
                                  + " unanswered messages"));
     return;
   }
-  auto db = lookup<persistence_actor>(self->system(), names::persistence);
-  if (!db) {
-    rp.deliver(caf::make_error(ec::unavailable, "persistence is restarting"));
-    return;
-  }
   accept_request req;
   req.thread = st.cfg.thread;
   req.entry = inbox_entry{st.next_seq++, std::move(client_id),
@@ -265,7 +256,8 @@ void accept(self_ptr self, caf::typed_response_promise<accept_result> rp,
     req.session = st.session;
   }
   ++st.accepts_in_flight;
-  self->request(db, st.cfg.storage_timeout, atom::accept_v, req)
+  request_component(self, names::persistence, st.cfg.storage_timeout,
+                    atom::accept_v, req)
     .then(
       [self, rp, entry = req.entry, wrote_session = req.create_session](
         accept_result& res) mutable {
@@ -288,20 +280,14 @@ void accept(self_ptr self, caf::typed_response_promise<accept_result> rp,
 }
 
 void load(self_ptr self) {
-  auto db = lookup<persistence_actor>(self->system(), names::persistence);
   auto fail = [self](const caf::error& err) {
     for (auto& d : self->state.deferred)
       d.promise.deliver(err);
     self->state.deferred.clear();
     self->quit(err);
   };
-  if (!db) {
-    fail(caf::make_error(ec::unavailable, "persistence is restarting"));
-    return;
-  }
-  self
-    ->request(db, self->state.cfg.storage_timeout, atom::load_v,
-              self->state.cfg.thread)
+  request_component(self, names::persistence, self->state.cfg.storage_timeout,
+                    atom::load_v, self->state.cfg.thread)
     .then(
       [self](thread_snapshot& snapshot) {
         auto& st = self->state;
@@ -319,22 +305,21 @@ void load(self_ptr self) {
 // If it agrees, our supervisor stops us; if a message is on its way, we stay.
 void passivate(self_ptr self) {
   auto& st = self->state;
-  auto db = lookup<persistence_actor>(self->system(), names::persistence);
-  auto orch = lookup<orchestrator_actor>(self->system(), names::orchestrator);
-  if (!db || !orch || !st.session_exists) {
-    note_idle(self); // Try again later.
+  if (!st.session_exists) {
+    note_idle(self); // Nothing on disk yet: try again later.
     return;
   }
   auto record = st.session;
   record.state = session_state::suspended;
   st.session_active = false;
-  self->request(db, st.cfg.storage_timeout, caf::put_atom_v, record)
+  request_component(self, names::persistence, st.cfg.storage_timeout,
+                    caf::put_atom_v, record)
     .then(
-      [self, orch](caf::ok_atom) {
+      [self](caf::ok_atom) {
         self->state.session.state = session_state::suspended;
-        self
-          ->request(orch, self->state.cfg.storage_timeout, atom::passivate_v,
-                    self->state.cfg.thread, self->state.last_route)
+        request_component(self, names::orchestrator,
+                          self->state.cfg.storage_timeout, atom::passivate_v,
+                          self->state.cfg.thread, self->state.last_route)
           .then(
             [self](bool stopping) {
               if (!stopping && self->state.idle())

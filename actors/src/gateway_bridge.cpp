@@ -69,18 +69,8 @@ void on_send(self_ptr self, connection_id conn, protocol::client_frame& f) {
   // Sending to a thread subscribes the connection to it, so the sender sees
   // its reply.
   self->state.subscribe(conn, f.thread);
-  auto orch = lookup<orchestrator_actor>(self->system(), names::orchestrator);
-  if (!orch) {
-    send_error(self, conn,
-               caf::make_error(ec::unavailable,
-                               "the node is restarting its orchestrator; "
-                               "resend the message with the same id"),
-               f.id, f.thread);
-    return;
-  }
-  self
-    ->request(orch, self->state.cfg.route_timeout, atom::route_v, f.thread,
-              f.id, std::move(f.text))
+  request_component(self, names::orchestrator, self->state.cfg.route_timeout,
+                    atom::route_v, f.thread, f.id, std::move(f.text))
     .then(
       [self, conn, thread = f.thread, id = f.id](accept_result& res) {
         self->state.cfg.server->send(
@@ -93,16 +83,9 @@ void on_send(self_ptr self, connection_id conn, protocol::client_frame& f) {
 
 void on_history(self_ptr self, connection_id conn,
                 const protocol::client_frame& f) {
-  auto db = lookup<persistence_actor>(self->system(), names::persistence);
-  if (!db) {
-    send_error(self, conn,
-               caf::make_error(ec::unavailable, "persistence is restarting"),
-               f.id, f.thread);
-    return;
-  }
-  self
-    ->request(db, std::chrono::seconds{30}, atom::history_v, f.thread, f.after,
-              static_cast<uint64_t>(f.limit))
+  request_component(self, names::persistence, std::chrono::seconds{30},
+                    atom::history_v, f.thread, f.after,
+                    static_cast<uint64_t>(f.limit))
     .then(
       [self, conn, id = f.id](history_page& page) {
         self->state.cfg.server->send(conn, protocol::history_frame(id, page));

@@ -1,8 +1,15 @@
 #pragma once
 
+#include <string>
+#include <utility>
+
+#include <caf/actor.hpp>
 #include <caf/actor_cast.hpp>
 #include <caf/actor_registry.hpp>
 #include <caf/actor_system.hpp>
+#include <caf/make_message.hpp>
+
+#include "keel/actors.hpp"
 
 namespace keel {
 
@@ -12,6 +19,36 @@ namespace keel {
 template <class Handle>
 Handle lookup(caf::actor_system& sys, caf::atom_value name) {
   return caf::actor_cast<Handle>(sys.registry().get(name));
+}
+
+/// The root supervisor's child id of a registered component.
+inline std::string root_child_id(caf::atom_value name) {
+  if (name == names::persistence)
+    return "persistence";
+  if (name == names::providers)
+    return "providers";
+  if (name == names::conversations)
+    return "conversations";
+  if (name == names::orchestrator)
+    return "orchestrator";
+  return "gateway";
+}
+
+/// Sends a request to a root component by name: straight to its current
+/// incarnation or, while it restarts, through the root supervisor, which
+/// holds the request (up to the child's buffer) and hands it to the new
+/// incarnation with the original sender. The answer comes back to `self`
+/// either way; with no root running, the request fails at once.
+template <class Self, class... Ts>
+auto request_component(Self* self, caf::atom_value name,
+                       caf::timespan timeout, Ts&&... xs) {
+  auto& registry = self->system().registry();
+  auto current = caf::actor_cast<caf::actor>(registry.get(name));
+  if (current)
+    return self->request(current, timeout, std::forward<Ts>(xs)...);
+  auto root = caf::actor_cast<caf::actor>(registry.get(names::root));
+  return self->request(root, timeout, atom::forward_v, root_child_id(name),
+                       caf::make_message(std::forward<Ts>(xs)...));
 }
 
 } // namespace keel
