@@ -22,15 +22,8 @@ namespace {
 
 // A scripted provider with a little latency, so kills land mid-turn too.
 std::string node_yaml(const temp_dir& dir) {
-  return "node:\n  name: crash-test\n  data_dir: " + dir.str()
-         + "/data\n"
-           "gateway:\n  port: 0\n"
-           "providers:\n"
-           "  - name: slow-echo\n    kind: scripted\n"
-           "    script:\n      - reply: \"answer to {input}\"\n"
-           "        delay: 3ms\n"
-           "pools:\n  - name: default\n    chain: [slow-echo]\n"
-           "logging:\n  level: warn\n";
+  return slow_echo_yaml("crash-test", dir.str() + "/data", "3ms",
+                        "logging:\n  level: warn\n");
 }
 
 /// What the clients saw acknowledged, kept outside the node.

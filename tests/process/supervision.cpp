@@ -21,19 +21,12 @@ using namespace std::chrono_literals;
 namespace {
 
 std::string node_yaml(const temp_dir& dir) {
-  return "node:\n  name: sup-test\n  data_dir: " + dir.str()
-         + "/data\n"
-           "gateway:\n  port: 0\n"
-           "providers:\n"
-           "  - name: slow-echo\n    kind: scripted\n"
-           "    script:\n      - reply: \"answer to {input}\"\n"
-           "        delay: 2ms\n"
-           "pools:\n  - name: default\n    chain: [slow-echo]\n"
-           // Five kills within seconds: more than the default intensity.
-           "supervision:\n"
-           "  root:\n    max_restarts: 20\n"
-           "  conversations:\n    max_restarts: 1000\n"
-           "logging:\n  level: warn\n";
+  // Five kills within seconds: more than the default intensity allows.
+  return slow_echo_yaml("sup-test", dir.str() + "/data", "2ms",
+                        "supervision:\n"
+                        "  root:\n    max_restarts: 20\n"
+                        "  conversations:\n    max_restarts: 1000\n"
+                        "logging:\n  level: warn\n");
 }
 
 /// Acknowledged messages, recorded outside the node.

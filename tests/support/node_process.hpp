@@ -83,6 +83,14 @@ private:
   int starts_ = 0;
 };
 
+/// A node config on 127.0.0.1 (free port) with data in `data_dir`, whose
+/// default pool is a scripted provider answering "answer to {input}" after
+/// `delay` (so kills land mid-turn too); `extra` is appended as is.
+std::string slow_echo_yaml(const std::string& name,
+                           const std::string& data_dir,
+                           const std::string& delay,
+                           const std::string& extra = {});
+
 /// Opens a WebSocket client to the node and consumes its hello frame.
 std::unique_ptr<ws_client> connect_client(const endpoint& ep);
 

@@ -233,6 +233,22 @@ inline std::string node_process::stderr_text() const {
   return detail::read_file(stderr_path_);
 }
 
+inline std::string slow_echo_yaml(const std::string& name,
+                                  const std::string& data_dir,
+                                  const std::string& delay,
+                                  const std::string& extra) {
+  return "node:\n  name: " + name + "\n  data_dir: " + data_dir
+         + "\ngateway:\n  port: 0\n"
+           "providers:\n"
+           "  - name: slow-echo\n    kind: scripted\n"
+           "    script:\n      - reply: \"answer to {input}\"\n"
+           "        delay: "
+         + delay
+         + "\n"
+           "pools:\n  - name: default\n    chain: [slow-echo]\n"
+         + extra;
+}
+
 inline std::unique_ptr<ws_client> connect_client(const endpoint& ep) {
   auto client = ws_client::connect(ep);
   if (!client)
