@@ -24,7 +24,7 @@ conversation_config make_conversation_config(const thread_defaults& defaults,
 }
 
 bool conversation_state::idle() const {
-  return loaded && inbox.empty() && !turn_running && accepts_in_flight == 0
+  return loaded && inbox.empty() && !turn_running && accepting.empty()
          && deferred.empty();
 }
 
@@ -84,6 +84,15 @@ void conversation_state::apply(const turn_commit& commit) {
   if (!inbox.empty() && inbox.front().seq == commit.inbox_seq)
     inbox.pop_front();
   context.insert(context.end(), commit.context.begin(), commit.context.end());
+}
+
+void conversation_state::fail_pending_accepts(const caf::error& reason) {
+  for (auto& [seq, promise] : accepting)
+    promise.deliver(reason);
+  accepting.clear();
+  for (auto& d : deferred)
+    d.promise.deliver(reason);
+  deferred.clear();
 }
 
 void conversation_state::restore(thread_snapshot snapshot) {
@@ -232,7 +241,7 @@ void drain(self_ptr self) {
 void accept(self_ptr self, caf::typed_response_promise<accept_result> rp,
             std::string client_id, std::string text) {
   auto& st = self->state;
-  if (st.inbox.size() + st.accepts_in_flight >= st.cfg.max_inbox) {
+  if (st.inbox.size() + st.accepting.size() >= st.cfg.max_inbox) {
     rp.deliver(caf::make_error(ec::overloaded,
                                "thread '" + st.cfg.thread + "' already has "
                                  + std::to_string(st.cfg.max_inbox)
@@ -255,26 +264,35 @@ void accept(self_ptr self, caf::typed_response_promise<accept_result> rp,
     req.create_session = true;
     req.session = st.session;
   }
-  ++st.accepts_in_flight;
+  auto seq = req.entry.seq;
+  st.accepting.emplace(seq, rp);
+  // Answers the sender unless the promise was already failed (exit).
+  auto answer = [self, seq](auto&& result) {
+    auto& accepting = self->state.accepting;
+    auto i = accepting.find(seq);
+    if (i == accepting.end())
+      return;
+    auto promise = std::move(i->second);
+    accepting.erase(i);
+    promise.deliver(std::forward<decltype(result)>(result));
+  };
   request_component(self, names::persistence, st.cfg.storage_timeout,
                     atom::accept_v, req)
     .then(
-      [self, rp, entry = req.entry, wrote_session = req.create_session](
+      [self, answer, entry = req.entry, wrote_session = req.create_session](
         accept_result& res) mutable {
         auto& st = self->state;
-        --st.accepts_in_flight;
         if (wrote_session) {
           st.session_exists = true;
           st.session_active = true;
         }
         if (!res.duplicate)
           st.inbox.push_back(std::move(entry));
-        rp.deliver(res);
+        answer(res);
         drain(self);
       },
-      [self, rp](caf::error& err) mutable {
-        --self->state.accepts_in_flight;
-        rp.deliver(err);
+      [self, answer](caf::error& err) mutable {
+        answer(std::move(err));
         drain(self);
       });
 }
@@ -349,6 +367,14 @@ conversation(conversation_actor::stateful_pointer<conversation_state> self,
   if (auto orch = lookup<orchestrator_actor>(self->system(),
                                              names::orchestrator))
     self->send(orch, atom::started_v, self->state.cfg.thread);
+  // Stopped or killed: senders of accepts not yet answered learn at once
+  // that they must resend (a durable one is then acknowledged as duplicate).
+  self->set_exit_handler([self](caf::exit_msg& msg) {
+    self->state.fail_pending_accepts(caf::make_error(
+      ec::unavailable, "the conversation of thread '" + self->state.cfg.thread
+                         + "' stopped; resend with the same id"));
+    self->quit(msg.reason);
+  });
   load(self);
   return {
     [self](atom::accept, std::string& client_id, std::string& text,

@@ -179,3 +179,69 @@ CAF_TEST(the tree shows every component and the node survives killing each) {
   }
   CAF_CHECK_EQUAL(node.stop(), 0);
 }
+
+CAF_TEST(killing one conversation leaves every other thread untouched) {
+  temp_dir dir{"keel-sup-conv"};
+  node_process node{dir.str(), node_yaml(dir)};
+  ack_log log;
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> clients;
+  for (int c = 0; c < 3; ++c)
+    clients.emplace_back(client_loop, node.address(), c, std::ref(log),
+                         std::ref(stop));
+  auto ctl = tool_binary("keelctl");
+  auto flag = "127.0.0.1:" + std::to_string(node.address().port);
+  for (int round = 0; round < 5; ++round) {
+    CAF_REQUIRE(log.wait_for(log.count + 40, 60s));
+    auto killed = run_command(
+      {ctl, "kill", "--node", flag, "/conversations/c0-t" + std::to_string(round % 4)});
+    CAF_CHECK_EQUAL(killed.exit_code, 0);
+  }
+  CAF_REQUIRE(log.wait_for(log.count + 40, 60s));
+  stop = true;
+  for (auto& t : clients)
+    t.join();
+  auto tree = tree_of(node);
+  auto convs = child(tree, "conversations");
+  CAF_REQUIRE(convs != nullptr);
+  uint64_t restarts = 0;
+  for (auto& c : (*convs)["children"])
+    restarts += c["restarts"].get<uint64_t>();
+  CAF_CHECK_GREATER_OR_EQUAL(restarts, 5u);
+  // Threads of the other clients never saw an error; every acknowledged
+  // message of every thread has exactly one outcome.
+  auto ws = connect_client(node.address());
+  auto deadline = std::chrono::steady_clock::now() + 60s;
+  for (auto& [thread, ids] : log.acked) {
+    for (;;) {
+      CAF_REQUIRE(!ws->send_text(
+        protocol::history_request_frame(thread, "h", 0, 1000)));
+      auto page = receive_until(
+        *ws, [](auto& j) { return j["type"] == "history"; }, 10s);
+      CAF_REQUIRE(page);
+      std::map<std::string, uint64_t> seq_of;
+      std::map<uint64_t, int> outcomes;
+      size_t errors = 0;
+      for (auto& e : (*page)["entries"]) {
+        if (e["kind"] == "user")
+          seq_of[e["client_id"]] = e["seq"];
+        else
+          ++outcomes[e["reply_to"].get<uint64_t>()];
+        errors += e["kind"] == "error" ? 1 : 0;
+      }
+      if (thread.rfind("c0-", 0) != 0)
+        CAF_CHECK_EQUAL(errors, 0u);
+      size_t answered = 0;
+      for (auto& id : ids) {
+        auto i = seq_of.find(id);
+        CAF_REQUIRE(i != seq_of.end());
+        CAF_REQUIRE_LESS_OR_EQUAL(outcomes[i->second], 1);
+        answered += outcomes[i->second];
+      }
+      if (answered == ids.size())
+        break;
+      CAF_REQUIRE(std::chrono::steady_clock::now() < deadline);
+    }
+  }
+  CAF_CHECK_EQUAL(node.stop(), 0);
+}

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -75,8 +76,9 @@ struct conversation_state {
   std::vector<context_entry> context;
   /// Next sequence number to hand out.
   seq_t next_seq = 1;
-  /// Accepts sent to persistence and not answered yet.
-  uint64_t accepts_in_flight = 0;
+  /// Accepts sent to persistence and not answered yet, by sequence number,
+  /// with the promise to answer the sender.
+  std::map<seq_t, caf::typed_response_promise<accept_result>> accepting;
   /// Accepts waiting for the load.
   std::vector<deferred_accept> deferred;
   /// True while a turn (provider call and commit) runs.
@@ -100,6 +102,8 @@ struct conversation_state {
                                 const std::string& text, millis now);
   /// Applies a committed turn to the in-memory state.
   void apply(const turn_commit& commit);
+  /// Fails every accept not answered yet (the actor is going down).
+  void fail_pending_accepts(const caf::error& reason);
   /// Restores the state from a snapshot.
   void restore(thread_snapshot snapshot);
 };
