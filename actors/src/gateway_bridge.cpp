@@ -9,13 +9,13 @@
 
 namespace keel {
 
-void gateway_bridge_state::subscribe(connection_id conn,
+void subscription_table::subscribe(connection_id conn,
                                      const std::string& thread) {
   subscribers[thread].insert(conn);
   subscriptions[conn].insert(thread);
 }
 
-void gateway_bridge_state::unsubscribe(connection_id conn,
+void subscription_table::unsubscribe(connection_id conn,
                                        const std::string& thread) {
   if (auto i = subscribers.find(thread); i != subscribers.end()) {
     i->second.erase(conn);
@@ -26,7 +26,7 @@ void gateway_bridge_state::unsubscribe(connection_id conn,
     i->second.erase(thread);
 }
 
-void gateway_bridge_state::drop(connection_id conn) {
+void subscription_table::drop(connection_id conn) {
   auto i = subscriptions.find(conn);
   if (i == subscriptions.end())
     return;
@@ -68,7 +68,7 @@ void send_error(self_ptr self, connection_id conn, const caf::error& err,
 void on_send(self_ptr self, connection_id conn, protocol::client_frame& f) {
   // Sending to a thread subscribes the connection to it, so the sender sees
   // its reply.
-  self->state.subscribe(conn, f.thread);
+  self->state.subs().subscribe(conn, f.thread);
   request_component(self, names::orchestrator, self->state.cfg.route_timeout,
                     atom::route_v, f.thread, f.id, std::move(f.text))
     .then(
@@ -261,12 +261,12 @@ gateway_bridge(self_ptr self, gateway_bridge_config cfg) {
           on_send(self, conn, f);
           break;
         case type::subscribe:
-          self->state.subscribe(conn, f.thread);
+          self->state.subs().subscribe(conn, f.thread);
           self->state.cfg.server->send(
             conn, protocol::subscribed_frame(f.thread, true, f.id));
           break;
         case type::unsubscribe:
-          self->state.unsubscribe(conn, f.thread);
+          self->state.subs().unsubscribe(conn, f.thread);
           self->state.cfg.server->send(
             conn, protocol::subscribed_frame(f.thread, false, f.id));
           break;
@@ -278,7 +278,7 @@ gateway_bridge(self_ptr self, gateway_bridge_config cfg) {
           break;
       }
     },
-    [self](atom::closed, connection_id conn) { self->state.drop(conn); },
+    [self](atom::closed, connection_id conn) { self->state.subs().drop(conn); },
     [self](atom::http, uint64_t request, const std::string& method,
            const std::string& target, const std::string& body) {
       auto path = target.substr(0, target.find('?'));
@@ -293,8 +293,9 @@ gateway_bridge(self_ptr self, gateway_bridge_config cfg) {
                       "no endpoint " + method + " " + path);
     },
     [self](atom::publish, thread_event& ev) {
-      auto i = self->state.subscribers.find(ev.thread);
-      if (i == self->state.subscribers.end())
+      auto& subscribers = self->state.subs().subscribers;
+      auto i = subscribers.find(ev.thread);
+      if (i == subscribers.end())
         return;
       for (auto conn : i->second)
         self->state.cfg.server->send(conn, ev.frame);

@@ -86,6 +86,26 @@ CAF_TEST(a subscriber sees the events of messages other clients send) {
   CAF_CHECK_EQUAL((*left)["subscribed"], false);
 }
 
+CAF_TEST(subscriptions survive a restart of the gateway bridge) {
+  auto watcher = connect_client(node.address());
+  CAF_REQUIRE(!watcher->send_text(protocol::subscribe_frame("kept", "s1")));
+  CAF_REQUIRE(receive_until(
+    *watcher, [](auto& j) { return j["type"] == "subscribed"; }));
+  auto killed = api_call(node.address(), "POST", "/api/v1/kill",
+                         R"({"path":"/gateway","reason":"test"})");
+  CAF_REQUIRE(killed);
+  // The bridge is back once the API answers through it again.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds{10};
+  while (!api_call(node.address(), "GET", "/api/v1/status"))
+    CAF_REQUIRE(std::chrono::steady_clock::now() < deadline);
+  auto sender = connect_client(node.address());
+  CAF_REQUIRE(!sender->send_text(protocol::send_frame("kept", "m1", "still")));
+  auto reply
+    = receive_until(*watcher, [](auto& j) { return j["type"] == "reply"; });
+  CAF_REQUIRE(reply);
+  CAF_CHECK_EQUAL((*reply)["text"], "echo: still");
+}
+
 CAF_TEST(every kind of bad frame gets an error and the connection stays usable) {
   auto client = connect_client(node.address());
   struct bad_case {

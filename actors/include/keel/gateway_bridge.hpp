@@ -13,24 +13,10 @@
 
 namespace keel {
 
-/// Configuration of the gateway bridge.
-struct gateway_bridge_config {
-  /// The server the bridge answers through (owned by the node).
-  std::shared_ptr<ws_server> server;
-  /// Node name and data folder, for the status page.
-  std::string node_name;
-  std::string data_dir;
-  /// When the node started.
-  std::chrono::steady_clock::time_point started;
-  /// Timeout for a routed message to become durable.
-  caf::timespan route_timeout = std::chrono::seconds{60};
-};
-
-/// State of the gateway bridge.
-struct gateway_bridge_state {
-  static inline const char* name = "keel.gateway_bridge";
-
-  gateway_bridge_config cfg;
+/// Which connections follow which threads. Owned by the node, not by the
+/// bridge actor, so a restarted bridge keeps every subscription. Only the
+/// current bridge incarnation touches it.
+struct subscription_table {
   /// Connections subscribed to each thread.
   std::unordered_map<std::string, std::unordered_set<connection_id>>
     subscribers;
@@ -41,6 +27,34 @@ struct gateway_bridge_state {
   void subscribe(connection_id conn, const std::string& thread);
   void unsubscribe(connection_id conn, const std::string& thread);
   void drop(connection_id conn);
+};
+
+/// Configuration of the gateway bridge.
+struct gateway_bridge_config {
+  /// The server the bridge answers through (owned by the node).
+  std::shared_ptr<ws_server> server;
+  /// Node name and data folder, for the status page.
+  std::string node_name;
+  std::string data_dir;
+  /// When the node started.
+  std::chrono::steady_clock::time_point started;
+  /// Thread subscriptions (outlive the bridge actor).
+  std::shared_ptr<subscription_table> subscriptions
+    = std::make_shared<subscription_table>();
+  /// Timeout for a routed message to become durable.
+  caf::timespan route_timeout = std::chrono::seconds{60};
+};
+
+/// State of the gateway bridge.
+struct gateway_bridge_state {
+  static inline const char* name = "keel.gateway_bridge";
+
+  gateway_bridge_config cfg;
+
+  /// The node's subscription table.
+  subscription_table& subs() {
+    return *cfg.subscriptions;
+  }
 };
 
 /// Bridges the WebSocket server and the actors.
