@@ -13,6 +13,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -75,6 +76,9 @@ inline pid_t spawn(const std::vector<std::string>& argv, int out_fd,
   args.push_back(nullptr);
   auto pid = ::fork();
   if (pid == 0) {
+    // Die with the test process even if it aborts (watchdog, failed
+    // REQUIRE) before its destructors run: no node outlives its test.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     ::dup2(out_fd, STDOUT_FILENO);
     ::dup2(err_fd, STDERR_FILENO);
     // Unblock signals the parent may have blocked.
