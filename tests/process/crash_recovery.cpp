@@ -127,11 +127,12 @@ CAF_TEST(kill -9 during traffic loses no acknowledged message) {
                            std::ref(record), std::ref(stop));
     // Kill once enough new messages were acknowledged (an event the clients
     // produce; bounded so a broken node fails the test instead of hanging).
-    CAF_REQUIRE(record.wait_for(target, 60s));
+    auto reached = record.wait_for(target, 60s);
     node.kill9();
     stop = true;
     for (auto& t : clients)
-      t.join();
+      t.join(); // Before any REQUIRE: a joinable thread must not be destroyed.
+    CAF_REQUIRE(reached);
     CAF_MESSAGE("round " << round << ": killed after " << record.count
                          << " acknowledged messages");
     node.start();

@@ -146,6 +146,38 @@ std::map<std::string, size_t> expect_one_outcome_each(node_process& node,
   return errors;
 }
 
+/// Three careful clients sending to the node until `stop()` (or the end of
+/// the scope, so a failed REQUIRE never leaves a joinable thread behind).
+struct traffic {
+  ack_log log;
+  std::atomic<bool> stopping{false};
+  std::vector<std::thread> clients;
+
+  explicit traffic(const endpoint& ep) {
+    for (int c = 0; c < 3; ++c)
+      clients.emplace_back(client_loop, ep, c, std::ref(log),
+                           std::ref(stopping));
+  }
+
+  ~traffic() {
+    stop();
+  }
+
+  void stop() {
+    stopping = true;
+    for (auto& t : clients)
+      if (t.joinable())
+        t.join();
+  }
+};
+
+/// Runs `keelctl kill PATH` against the node; returns its exit code.
+int keelctl_kill(const node_process& node, const std::string& path) {
+  auto flag = "127.0.0.1:" + std::to_string(node.address().port);
+  return run_command({tool_binary("keelctl"), "kill", "--node", flag, path})
+    .exit_code;
+}
+
 } // namespace
 
 CAF_TEST(the tree shows every component and the node survives killing each) {
@@ -159,29 +191,19 @@ CAF_TEST(the tree shows every component and the node survives killing each) {
   }
   CAF_REQUIRE(child(tree, "providers") != nullptr);
   CAF_CHECK(child(*child(tree, "providers"), "default") != nullptr);
-  ack_log log;
-  std::atomic<bool> stop{false};
-  std::vector<std::thread> clients;
-  for (int c = 0; c < 3; ++c)
-    clients.emplace_back(client_loop, node.address(), c, std::ref(log),
-                         std::ref(stop));
-  auto ctl = tool_binary("keelctl");
-  auto flag = "127.0.0.1:" + std::to_string(node.address().port);
+  traffic load{node.address()};
+  auto& log = load.log;
   for (auto path : {"/providers/default", "/persistence", "/orchestrator",
                     "/gateway", "/persistence"}) {
     CAF_REQUIRE(log.wait_for(log.count + 50, 60s));
-    auto killed = run_command({ctl, "kill", "--node", flag, path});
-    CAF_CHECK_EQUAL(killed.exit_code, 0);
+    CAF_CHECK_EQUAL(keelctl_kill(node, path), 0);
     CAF_MESSAGE("killed " << path << " after " << log.count << " acks");
   }
   // Traffic flows again after the last kill.
   CAF_REQUIRE(log.wait_for(log.count + 50, 60s));
-  stop = true;
-  for (auto& t : clients)
-    t.join();
+  load.stop();
   CAF_REQUIRE(node.running());
-  auto missing = run_command({ctl, "kill", "--node", flag, "/no/such/actor"});
-  CAF_CHECK_EQUAL(missing.exit_code, 1);
+  CAF_CHECK_EQUAL(keelctl_kill(node, "/no/such/actor"), 1);
   tree = tree_of(node);
   CAF_CHECK_GREATER_OR_EQUAL((*child(tree, "persistence"))["restarts"], 2);
   CAF_CHECK_GREATER_OR_EQUAL((*child(tree, "orchestrator"))["restarts"], 1);
@@ -196,24 +218,16 @@ CAF_TEST(the tree shows every component and the node survives killing each) {
 CAF_TEST(killing one conversation leaves every other thread untouched) {
   temp_dir dir{"keel-sup-conv"};
   node_process node{dir.str(), node_yaml(dir)};
-  ack_log log;
-  std::atomic<bool> stop{false};
-  std::vector<std::thread> clients;
-  for (int c = 0; c < 3; ++c)
-    clients.emplace_back(client_loop, node.address(), c, std::ref(log),
-                         std::ref(stop));
-  auto ctl = tool_binary("keelctl");
-  auto flag = "127.0.0.1:" + std::to_string(node.address().port);
+  traffic load{node.address()};
+  auto& log = load.log;
   for (int round = 0; round < 5; ++round) {
     CAF_REQUIRE(log.wait_for(log.count + 40, 60s));
-    auto killed = run_command(
-      {ctl, "kill", "--node", flag, "/conversations/c0-t" + std::to_string(round % 4)});
-    CAF_CHECK_EQUAL(killed.exit_code, 0);
+    CAF_CHECK_EQUAL(
+      keelctl_kill(node, "/conversations/c0-t" + std::to_string(round % 4)),
+      0);
   }
   CAF_REQUIRE(log.wait_for(log.count + 40, 60s));
-  stop = true;
-  for (auto& t : clients)
-    t.join();
+  load.stop();
   auto tree = tree_of(node);
   auto convs = child(tree, "conversations");
   CAF_REQUIRE(convs != nullptr);
