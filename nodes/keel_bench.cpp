@@ -1,15 +1,21 @@
 // keel-bench: drives a running node over WebSocket and reports throughput,
 // ack and reply latency, the node's peak RSS, and Keel's durable message
-// rate as a ratio of RocksDB's raw synced-write rate. The work is in
-// libruntime (keel/bench.hpp); this file parses arguments and prints.
+// rate as a ratio of RocksDB's raw synced-write rate; optionally injects a
+// fault mid-run (kills a process, or tags messages with a fault directive)
+// and reports how the node failed over. With --http URL it instead POSTs
+// chat completions to an OpenAI-compatible server (a mock, or a gateway in
+// front of one) and reports their latency. The work is in libruntime
+// (keel/bench.hpp); this file parses arguments and prints.
 //
 // Exit codes: 0 clean run, 1 a check failed (missing, duplicate or
-// reordered acks/replies, error frames) or the run failed, 2 bad arguments,
-// 3 the node cannot be reached or refuses the token.
+// reordered acks/replies, error frames, failed calls) or the run failed,
+// 2 bad arguments, 3 the node or server cannot be reached or refuses the
+// token.
 
 #include <fstream>
 #include <iostream>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -26,6 +32,36 @@ constexpr int exit_unreachable = 3;
 int fail_write(const std::string& path) {
   std::cerr << "keel-bench: cannot write " << path << '\n';
   return exit_failed;
+}
+
+int fail_run(const caf::error& err) {
+  auto msg = keel::error_message(err);
+  std::cerr << "keel-bench: " << (msg.empty() ? keel::render(err) : msg)
+            << '\n';
+  bool unreachable = err == keel::ec::connection_failed
+                     || err == keel::ec::unauthorized
+                     || err == keel::ec::timeout;
+  return unreachable ? exit_unreachable : exit_failed;
+}
+
+/// The HTTP mode: one run, printed like the WebSocket one.
+int run_http(const keel::bench::http_load_options& opts, bool json,
+             const std::string& json_out) {
+  std::cerr << "keel-bench: calling " << opts.server.base_url << std::endl;
+  auto result = keel::bench::run_http_load(opts);
+  if (!result)
+    return fail_run(result.error());
+  if (json)
+    std::cout << keel::bench::to_json(opts, *result).dump(2) << '\n';
+  else
+    std::cout << keel::bench::render(opts, *result);
+  if (!json_out.empty()) {
+    std::ofstream out{json_out};
+    out << keel::bench::to_json(opts, *result).dump(2) << '\n';
+    if (!out)
+      return fail_write(json_out);
+  }
+  return result->clean() ? 0 : exit_failed;
 }
 
 } // namespace
@@ -53,7 +89,8 @@ int main(int argc, char** argv) {
                  "Target total rate in messages/s (default: flat out)")
     ->check(CLI::PositiveNumber);
   app.add_option("--window", load.window,
-                 "Flat out: messages in flight per connection")
+                 "Flat out: messages in flight per connection (HTTP mode: "
+                 "calls in flight, 1 = sequential)")
     ->check(CLI::Range(size_t{1}, size_t{100000}))
     ->capture_default_str();
   auto messages = app.add_option("--messages", load.messages,
@@ -101,14 +138,80 @@ int main(int argc, char** argv) {
     ->type_name("FILE");
   app.add_option("--label", label, "Scenario name for --row-out")
     ->default_str("flat out or paced");
+  auto& fault = load.fault;
+  std::chrono::milliseconds fault_at{0};
+  auto fault_at_opt
+    = keel::cli::add_duration(app, "--fault-at", fault_at,
+                              "Inject a fault this long into the measured "
+                              "phase and report the failover");
+  app.add_option("--kill-pid", fault.kill_pid,
+                 "The fault: SIGKILL to this process (e.g. the primary "
+                 "provider's server)")
+    ->check(CLI::PositiveNumber)
+    ->needs(fault_at_opt);
+  app.add_option("--fault-text", fault.text_suffix,
+                 "The fault: append TEXT to every message sent from then on "
+                 "(e.g. keel-fault-llm's [[fault:503]])")
+    ->type_name("TEXT")
+    ->needs(fault_at_opt);
+  app.add_option("--fallback-provider", fault.fallback_provider,
+                 "The provider whose replies show the node failed over")
+    ->type_name("NAME")
+    ->needs(fault_at_opt);
+  keel::bench::http_load_options http;
+  http.server.model = "gpt-4o-mini";
+  http.server.stream = false;
+  // Enough for any sane open-loop rate; beyond it calls queue inside the
+  // client (still measured from their due time), which keeps an overloaded
+  // server from exhausting the usual limit of 1024 open files.
+  http.server.max_concurrency = 512;
+  std::vector<std::string> headers;
+  auto http_opt
+    = app.add_option("--http", http.server.base_url,
+                     "HTTP mode: POST chat completions to this "
+                     "OpenAI-compatible base URL (e.g. "
+                     "http://127.0.0.1:4010/v1) instead of driving a node; "
+                     "--window is the calls in flight, --rate paces them")
+        ->type_name("URL");
+  app.add_option("--header", headers,
+                 "HTTP mode: an extra request header (repeatable)")
+    ->type_name("'NAME: VALUE'")
+    ->needs(http_opt);
+  app.add_option("--model", http.server.model, "HTTP mode: the model to ask")
+    ->capture_default_str()
+    ->needs(http_opt);
+  http_opt->excludes(fault_at_opt);
+  for (auto name : {"--row-out", "--raw-dir", "--raw-duration",
+                    "--raw-value-bytes", "--no-raw"})
+    http_opt->excludes(app.get_option(name));
   try {
     app.parse(argc, argv);
+    for (auto& header : headers) {
+      auto colon = header.find(':');
+      if (colon == 0 || colon == std::string::npos)
+        throw CLI::ValidationError("--header",
+                                   "'" + header + "' is not 'NAME: VALUE'");
+      auto value = header.substr(colon + 1);
+      value.erase(0, value.find_first_not_of(' '));
+      http.server.headers[header.substr(0, colon)] = value;
+    }
+    if (*fault_at_opt) {
+      fault.at = fault_at;
+      if (fault.fallback_provider.empty())
+        throw CLI::ValidationError("--fault-at",
+                                   "needs --fallback-provider");
+    }
     if (load.threads < load.connections)
       throw CLI::ValidationError("--threads",
                                  "must be at least --connections (each "
                                  "connection owns its threads)");
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : exit_usage;
+  }
+  if (*http_opt) {
+    static_cast<keel::bench::traffic_options&>(http) = load;
+    http.window = load.window;
+    return run_http(http, json, json_out);
   }
   auto ep = keel::parse_endpoint(node);
   load.node = *ep; // checked above
@@ -118,16 +221,8 @@ int main(int argc, char** argv) {
     std::cerr << "keel-bench: " << line << std::endl;
   };
   auto result = keel::bench::run_benchmark(opts);
-  if (!result) {
-    const auto& err = result.error();
-    auto msg = keel::error_message(err);
-    std::cerr << "keel-bench: " << (msg.empty() ? keel::render(err) : msg)
-              << '\n';
-    bool unreachable = err == keel::ec::connection_failed
-                       || err == keel::ec::unauthorized
-                       || err == keel::ec::timeout;
-    return unreachable ? exit_unreachable : exit_failed;
-  }
+  if (!result)
+    return fail_run(result.error());
   if (json)
     std::cout << keel::bench::to_json(*result).dump(2) << '\n';
   else

@@ -432,6 +432,53 @@ int run_kill(const keel::endpoint& ep, const std::string& path,
   return exit_ok;
 }
 
+// -- providers ----------------------------------------------------------------------
+
+/// Prints one provider's health on one line.
+void print_provider(const json& p) {
+  char cols[200];
+  std::snprintf(cols, sizeof(cols), "  %-20s %-9s breaker %-9s calls %-6llu "
+                                    "failures %-6llu",
+                field(p, "provider").c_str(), field(p, "status").c_str(),
+                field(p, "breaker").c_str(),
+                static_cast<unsigned long long>(number(p, {"calls"})),
+                static_cast<unsigned long long>(number(p, {"failures"})));
+  std::cout << cols;
+  auto remaining = number(p, {"cooldown_remaining_ms"});
+  if (remaining > 0)
+    std::cout << " cooldown " << keel::bench::human_duration(remaining);
+  auto cls = field(p, "last_error_class");
+  if (!cls.empty())
+    std::cout << "\n    last error (" << cls << "): "
+              << field(p, "last_error");
+  std::cout << '\n';
+}
+
+int run_providers(const keel::endpoint& ep, bool as_json) {
+  auto res = keel::api_call(ep, "GET", "/api/v1/providers");
+  if (!res)
+    return fail(ep, res.error());
+  if (as_json) {
+    std::cout << res->dump(2) << '\n';
+    return exit_ok;
+  }
+  auto pools = res->find("pools");
+  if (pools == res->end() || !pools->is_array())
+    return exit_ok;
+  for (auto& pool : *pools) {
+    std::cout << "pool " << field(pool, "pool");
+    if (auto err = field(pool, "error"); !err.empty()) {
+      std::cout << ": unavailable (" << err << ")\n";
+      continue;
+    }
+    std::cout << '\n';
+    if (auto i = pool.find("providers"); i != pool.end() && i->is_array())
+      for (auto& p : *i)
+        print_provider(p);
+  }
+  return exit_ok;
+}
+
 // -- argument checks --------------------------------------------------------------
 
 std::string check_thread(const std::string& str) {
@@ -509,7 +556,6 @@ int main(int argc, char** argv) {
   auto status_cmd = app.add_subcommand("status", "Prints the node's status");
   status_cmd->add_flag("--json", status_json, "Print the raw JSON");
 
-  // Later: tree, kill, providers, recovery, verify, drain.
   bool tree_json = false;
   auto tree_cmd = app.add_subcommand(
     "tree", "Prints the live supervision tree: each actor's state, restart "
@@ -528,7 +574,14 @@ int main(int argc, char** argv) {
   kill_cmd->add_option("--reason", kill_reason,
                        "The exit reason to use (default: killed)");
 
-  for (auto cmd : {send_cmd, history_cmd, status_cmd, tree_cmd, kill_cmd})
+  bool providers_json = false;
+  auto providers_cmd = app.add_subcommand(
+    "providers", "Prints the health of every provider of every pool: status, "
+                 "breaker, cooldown, calls and the last error");
+  providers_cmd->add_flag("--json", providers_json, "Print the raw JSON");
+
+  for (auto cmd : {send_cmd, history_cmd, status_cmd, tree_cmd, kill_cmd,
+                   providers_cmd})
     cmd->footer("Every command also takes --node HOST:PORT (env KEEL_NODE, "
                 "default 127.0.0.1:8080) and --token TOKEN (env KEEL_TOKEN).");
 
@@ -551,5 +604,7 @@ int main(int argc, char** argv) {
     return run_tree(*ep, tree_json);
   if (kill_cmd->parsed())
     return run_kill(*ep, kill_path, kill_reason);
+  if (providers_cmd->parsed())
+    return run_providers(*ep, providers_json);
   return exit_usage;
 }

@@ -7,6 +7,7 @@
 
 #include "keel/lookup.hpp"
 #include "keel/protocol.hpp"
+#include "keel/providers.hpp"
 #include "keel/text.hpp"
 
 namespace keel {
@@ -34,6 +35,8 @@ completion_request conversation_state::make_request() const {
   req.system_prompt = cfg.system_prompt;
   req.context = context;
   auto& msg = inbox.front();
+  req.client_id = msg.client_id;
+  req.seq = msg.seq;
   req.context.push_back(context_entry{msg.seq, "user", msg.text});
   return req;
 }
@@ -46,13 +49,19 @@ turn_commit conversation_state::make_reply_commit(const completion& reply,
   commit.thread = cfg.thread;
   commit.inbox_seq = msg.seq;
   commit.context.push_back(context_entry{msg.seq, "user", msg.text});
-  commit.context.push_back(context_entry{seq, "assistant", reply.text});
+  // Tools run with a later issue; until then a requested call is kept in
+  // the answer's text so that neither the user nor the model loses it.
+  auto text = reply.text;
+  for (auto& call : reply.tool_calls)
+    text += (text.empty() ? "" : "\n") + std::string{"[tool call "}
+            + call.name + " " + call.arguments + "]";
+  commit.context.push_back(context_entry{seq, "assistant", text});
   log_entry entry;
   entry.seq = seq;
   entry.kind = log_kind::reply;
   entry.client_id = msg.client_id;
   entry.reply_to = msg.seq;
-  entry.text = reply.text;
+  entry.text = std::move(text);
   entry.provider = reply.provider;
   entry.at = now;
   commit.log.push_back(std::move(entry));
@@ -113,10 +122,7 @@ void drain(self_ptr self);
 
 // Pushes a ready-made frame to the thread's subscribers, if a gateway runs.
 void publish(self_ptr self, std::string frame) {
-  auto gw = lookup<gateway_bridge_actor>(self->system(), names::gateway);
-  if (gw)
-    self->send(gw, atom::publish_v,
-               thread_event{self->state.cfg.thread, std::move(frame)});
+  publish_event(self->system(), self->state.cfg.thread, std::move(frame));
 }
 
 // Records that the thread just became idle. At most one idle timer is
@@ -136,6 +142,10 @@ std::pair<std::string, std::string> describe_failure(const caf::error& err) {
   if (err == caf::sec::request_timeout || err == ec::provider_timeout
       || err == ec::timeout)
     return {to_string(ec::provider_timeout), turn_errors::provider_timeout};
+  if (err == ec::context_overflow)
+    return {to_string(ec::context_overflow), turn_errors::context_overflow};
+  if (err == ec::provider_rejected)
+    return {to_string(ec::provider_rejected), turn_errors::provider_rejected};
   if (err.category() == error_category)
     return {error_code_name(err), turn_errors::provider_failed};
   // The pool is down or restarting: still a provider problem to the user.
@@ -207,7 +217,7 @@ void run_turn(self_ptr self) {
   // (holding it while the pool restarts); the pool answers us directly.
   self
     ->request(providers, st.cfg.turn_timeout, atom::forward_v, st.cfg.pool,
-              caf::make_message(atom::complete_v, st.make_request()))
+              complete_message(st.make_request()))
     .then(
       [self](completion& reply) {
         guarded(self, [&] {

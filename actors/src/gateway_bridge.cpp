@@ -5,7 +5,10 @@
 #include <caf/all.hpp>
 #include <nlohmann/json.hpp>
 
+#include "keel/json_codec.hpp"
 #include "keel/lookup.hpp"
+#include "keel/providers.hpp"
+#include "keel/text.hpp"
 
 namespace keel {
 
@@ -201,6 +204,59 @@ void on_tree(self_ptr self, uint64_t request) {
       });
 }
 
+nlohmann::json health_json(const provider_health_record& x) {
+  auto j = to_json(x);
+  // Operators read times; wall-clock milliseconds stay for scripts.
+  j["cooldown_remaining_ms"]
+    = x.cooldown_until != 0
+        ? std::max<millis>(0, x.cooldown_until - wall_clock_millis())
+        : 0;
+  return j;
+}
+
+// GET /api/v1/providers: the live health of every provider of every pool,
+// asked of each pool's router (through the supervisors, so a restarting
+// router answers once it is back).
+void on_providers(self_ptr self, uint64_t request) {
+  auto providers = lookup<caf::actor>(self->system(), names::providers);
+  if (!providers) {
+    respond_error(self, request, 503, to_string(ec::unavailable),
+                  "the providers supervisor is restarting");
+    return;
+  }
+  struct gathered {
+    nlohmann::json pools = nlohmann::json::array();
+    size_t left = 0;
+  };
+  auto acc = std::make_shared<gathered>();
+  auto& pools = self->state.cfg.pools;
+  acc->left = pools.size();
+  auto done = [self, request, acc] {
+    if (--acc->left == 0)
+      respond_json(self, request, 200,
+                   {{"node", self->state.cfg.node_name},
+                    {"pools", std::move(acc->pools)}});
+  };
+  for (auto& pool : pools)
+    self
+      ->request(providers, std::chrono::seconds{10}, atom::forward_v, pool,
+                caf::make_message(atom::forward_v,
+                                  std::string{router_child_id},
+                                  caf::make_message(atom::health_v)))
+      .then(
+        [acc, done, pool](std::vector<provider_health_record>& records) {
+          auto list = nlohmann::json::array();
+          for (auto& rec : records)
+            list.push_back(health_json(rec));
+          acc->pools.push_back({{"pool", pool}, {"providers", list}});
+          done();
+        },
+        [acc, done, pool](caf::error& err) {
+          acc->pools.push_back({{"pool", pool}, {"error", render(err)}});
+          done();
+        });
+}
+
 // POST /api/v1/kill {"path": "/persistence", "reason": "..."}: the actor's
 // supervisor sees an abnormal exit and applies its strategy.
 void on_kill(self_ptr self, uint64_t request, const std::string& body) {
@@ -286,6 +342,8 @@ gateway_bridge(self_ptr self, gateway_bridge_config cfg) {
         on_status(self, request);
       else if (path == "/api/v1/tree" && method == "GET")
         on_tree(self, request);
+      else if (path == "/api/v1/providers" && method == "GET")
+        on_providers(self, request);
       else if (path == "/api/v1/kill" && method == "POST")
         on_kill(self, request, body);
       else

@@ -23,8 +23,9 @@ namespace keel {
 
 caf::expected<supervisor_config> root_spec(const node_config& cfg,
                                            std::shared_ptr<ws_server> server,
-                                           bool detached_persistence) {
-  auto providers_sup = providers_spec(cfg);
+                                           bool detached_persistence,
+                                           std::shared_ptr<http_io> io) {
+  auto providers_sup = providers_spec(cfg, std::move(io));
   if (!providers_sup)
     return providers_sup.error();
   supervisor_config sup;
@@ -80,6 +81,8 @@ caf::expected<supervisor_config> root_spec(const node_config& cfg,
     gcfg.node_name = cfg.name;
     gcfg.data_dir = cfg.data_dir;
     gcfg.started = std::chrono::steady_clock::now();
+    for (auto& pool : cfg.pools)
+      gcfg.pools.push_back(pool.name);
     sup.children.push_back(
       {"gateway", names::gateway, [gcfg](caf::local_actor* parent) {
          return caf::actor_cast<caf::actor>(
@@ -91,8 +94,11 @@ caf::expected<supervisor_config> root_spec(const node_config& cfg,
 }
 
 node::node(caf::actor_system& sys, std::shared_ptr<ws_server> server,
-           caf::actor root)
-  : sys_(sys), server_(std::move(server)), root_(std::move(root)) {
+           std::shared_ptr<http_io> io, caf::actor root)
+  : sys_(sys),
+    server_(std::move(server)),
+    io_(std::move(io)),
+    root_(std::move(root)) {
   // nop
 }
 
@@ -108,13 +114,24 @@ caf::expected<std::unique_ptr<node>> node::start(caf::actor_system& sys,
     return caf::make_error(ec::storage_open_failed,
                            "cannot create data folder '" + cfg.data_dir
                              + "': " + fs_err.message());
+  // HTTP providers share one set of I/O threads; each endpoint is built
+  // once here so that a bad one (unreadable ca_file) stops the start with
+  // its reason instead of crash-looping its worker.
+  std::shared_ptr<http_io> io;
+  if (needs_http(cfg)) {
+    io = std::make_shared<http_io>(1);
+    for (auto& p : cfg.providers)
+      if (is_http_kind(p.kind))
+        if (auto ep = llm_endpoint::make(*io, p); !ep)
+          return ep.error();
+  }
   auto handler = std::make_shared<bridge_handler>(sys);
   auto started = ws_server::start(cfg.gateway, handler, cfg.name);
   if (!started)
     return started.error();
   std::shared_ptr<ws_server> server = std::move(*started);
   handler->attach(server);
-  auto spec = root_spec(cfg, server, true);
+  auto spec = root_spec(cfg, server, true, io);
   if (!spec) {
     server->stop();
     return spec.error();
@@ -147,7 +164,8 @@ caf::expected<std::unique_ptr<node>> node::start(caf::actor_system& sys,
     return failure;
   }
   self->demonitor(root);
-  return std::unique_ptr<node>{new node(sys, std::move(server), root)};
+  return std::unique_ptr<node>{
+    new node(sys, std::move(server), std::move(io), root)};
 }
 
 uint16_t node::port() const {
@@ -171,6 +189,8 @@ void node::stop() {
     server_->stop();
     server_ = nullptr;
   }
+  // After the tree: no worker is left to start a call.
+  io_ = nullptr;
 }
 
 int run_node(const node_config& cfg) {

@@ -84,6 +84,19 @@ persistence(persistence_actor::stateful_pointer<persistence_state> self,
       await_flush(self, rp, caf::ok_atom_v);
       return rp;
     },
+    [self](caf::put_atom, provider_health_record& rec)
+      -> caf::result<caf::ok_atom> {
+      self->state.db->stage_health(rec);
+      auto rp = self->make_response_promise<caf::ok_atom>();
+      await_flush(self, rp, caf::ok_atom_v);
+      return rp;
+    },
+    [self](atom::health) -> caf::result<std::vector<provider_health_record>> {
+      auto records = self->state.db->health();
+      if (!records)
+        return records.error();
+      return std::move(*records);
+    },
     [self](atom::load, const std::string& thread)
       -> caf::result<thread_snapshot> {
       auto snapshot = self->state.db->load_thread(thread);

@@ -3,8 +3,18 @@
 #include <stdexcept>
 
 #include <caf/all.hpp>
+#include <spdlog/spdlog.h>
+
+#include "keel/lookup.hpp"
+#include "keel/text.hpp"
 
 namespace keel {
+
+caf::message complete_message(completion_request req) {
+  return caf::make_message(atom::forward_v, std::string{router_child_id},
+                           caf::make_message(atom::complete_v,
+                                             std::move(req)));
+}
 
 caf::expected<provider_pool_config> resolve_pool(const node_config& cfg,
                                                  const pool_config& pool) {
@@ -21,136 +31,582 @@ caf::expected<provider_pool_config> resolve_pool(const node_config& cfg,
   return result;
 }
 
-void provider_pool_state::fail_pending(const caf::error& reason) {
-  for (auto& [id, call] : pending)
-    call.promise.deliver(reason);
-  pending.clear();
-}
-
 namespace {
 
-using pool_ptr = provider_pool_actor::stateful_pointer<provider_pool_state>;
+using std::chrono::duration_cast;
+using std::chrono::milliseconds;
+using time_point = caf::actor_clock::time_point;
 
-// Asks the current provider of `call` and either resolves the outcome now
-// or parks the call until its delay has passed.
-void attempt(pool_ptr self, pending_completion call);
-
-void resolve(pool_ptr self, pending_completion call) {
-  auto& st = self->state;
-  auto& out = call.outcome;
-  switch (out.what) {
-    case provider_outcome::kind::reply:
-      call.promise.deliver(std::move(out.reply));
-      return;
-    case provider_outcome::kind::crash:
-      // Simulates a bug inside the pool: the exception handler fails every
-      // in-flight completion, then the pool stops and is restarted.
-      st.pending.emplace(st.next_id++, std::move(call));
-      throw std::runtime_error("pool '" + st.pool
-                               + "' crashed (scripted crash)");
-    case provider_outcome::kind::failure:
-      break;
+/// Describes an exception caught by an exception handler.
+std::string describe(std::exception_ptr& ptr) {
+  try {
+    std::rethrow_exception(ptr);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "unknown exception";
   }
-  auto& failed = *st.chain[call.provider_index];
-  if (!call.failures.empty())
-    call.failures += "; ";
-  call.failures += failed.name() + ": " + render(out.error);
-  if (++call.attempts >= st.max_attempts) {
-    call.attempts = 0;
-    ++call.provider_index;
-  }
-  if (call.provider_index >= st.chain.size()) {
-    call.promise.deliver(caf::make_error(
-      ec::provider_failed,
-      "every provider of pool '" + st.pool + "' failed (" + call.failures + ")"));
-    return;
-  }
-  attempt(self, std::move(call));
 }
 
-void attempt(pool_ptr self, pending_completion call) {
-  auto& st = self->state;
-  call.outcome = st.chain[call.provider_index]->complete(call.request);
-  if (call.outcome.delay.count() == 0) {
-    resolve(self, std::move(call));
-    return;
+/// Renders a duration for status details: "850 ms", "2.5 s", "3 min".
+std::string say_duration(milliseconds d) {
+  auto ms = d.count();
+  if (ms < 1000)
+    return std::to_string(ms) + " ms";
+  if (ms < 60'000) {
+    auto tenths = (ms + 50) / 100;
+    return std::to_string(tenths / 10)
+           + (tenths % 10 != 0 ? "." + std::to_string(tenths % 10) : "")
+           + " s";
   }
-  auto id = st.next_id++;
-  auto delay = call.outcome.delay;
-  st.pending.emplace(id, std::move(call));
-  self->delayed_send(self, delay, atom::deliver_v, id);
+  return std::to_string((ms + 30'000) / 60'000) + " min";
 }
 
 } // namespace
 
-provider_pool_actor::behavior_type
-provider_pool(provider_pool_actor::stateful_pointer<provider_pool_state> self,
-              provider_pool_config cfg) {
+// -- worker -------------------------------------------------------------------
+
+void provider_worker_state::fail_pending(const std::string& why) {
+  for (auto& [id, promise] : pending)
+    promise.deliver(attempt_outcome::failed(error_class::unknown, why));
+  pending.clear();
+  crashing.clear();
+}
+
+namespace {
+
+using worker_ptr
+  = provider_worker_actor::stateful_pointer<provider_worker_state>;
+
+attempt_outcome to_outcome(const provider_outcome& out) {
+  if (out.what == provider_outcome::kind::reply) {
+    attempt_outcome result;
+    result.ok = true;
+    result.reply = out.reply;
+    return result;
+  }
+  auto result = attempt_outcome::failed(out.failure, out.message);
+  if (out.retry_after)
+    result.retry_after_ms = out.retry_after->count();
+  return result;
+}
+
+attempt_outcome to_outcome(call_result&& res) {
+  if (auto reply = std::get_if<completion>(&res)) {
+    attempt_outcome result;
+    result.ok = true;
+    result.reply = std::move(*reply);
+    return result;
+  }
+  auto& failed = std::get<call_failure>(res);
+  auto result = attempt_outcome::failed(classify(failed.failure),
+                                        std::move(failed.message));
+  if (failed.retry_after)
+    result.retry_after_ms = failed.retry_after->count();
+  result.partial = failed.partial;
+  return result;
+}
+
+// An offline call: the outcome is known now and due after its delay (on the
+// actor clock, so tests run it on the test clock).
+caf::result<attempt_outcome> call_offline(worker_ptr self,
+                                          attempt_request& req) {
   auto& st = self->state;
-  st.pool = cfg.pool.name;
-  st.max_attempts = std::max<uint32_t>(cfg.pool.max_attempts, 1);
-  for (auto& pcfg : cfg.providers) {
-    auto p = make_provider(pcfg);
+  auto out = st.offline->complete(req.request, req.max_tokens);
+  auto crash = out.what == provider_outcome::kind::crash;
+  if (out.delay.count() == 0 && !crash)
+    return to_outcome(out);
+  auto id = st.next_id++;
+  auto rp = self->make_response_promise<attempt_outcome>();
+  // Pending before any throw: the exception handler answers it.
+  st.pending.emplace(id, rp);
+  auto what = "provider '" + st.cfg.name + "' crashed (scripted crash)";
+  if (crash && out.delay.count() == 0)
+    throw std::runtime_error(what);
+  if (crash)
+    st.crashing.emplace(id, std::move(what));
+  self->delayed_send(self, out.delay, atom::deliver_v, id, to_outcome(out));
+  return rp;
+}
+
+// An HTTP call on the node's I/O threads; streamed text goes straight to the
+// thread's subscribers, the outcome comes back as a message.
+caf::result<attempt_outcome> call_remote(worker_ptr self,
+                                         attempt_request& req) {
+  auto& st = self->state;
+  auto id = st.next_id++;
+  auto rp = self->make_response_promise<attempt_outcome>();
+  st.pending.emplace(id, rp);
+  delta_handler on_delta;
+  if (st.cfg.stream)
+    on_delta = [sys = &self->system(), thread = req.request.thread,
+                client_id = req.request.client_id, seq = req.request.seq,
+                attempt = req.attempt](std::string_view text) {
+      publish_event(*sys, thread,
+                    protocol::delta_frame(thread, client_id, seq, attempt,
+                                          text));
+    };
+  // A weak handle: an outcome arriving after the worker is gone is dropped.
+  caf::weak_actor_ptr me{self->ctrl()};
+  auto on_done = [me, id](call_result result) {
+    if (auto ptr = me.lock())
+      caf::anon_send(caf::actor_cast<provider_worker_actor>(ptr),
+                     atom::deliver_v, id, to_outcome(std::move(result)));
+  };
+  st.remote->complete(req.request, req.max_tokens, std::move(on_delta),
+                      std::move(on_done));
+  return rp;
+}
+
+} // namespace
+
+provider_worker_actor::behavior_type
+provider_worker(worker_ptr self, provider_config cfg,
+                std::shared_ptr<http_io> io) {
+  auto& st = self->state;
+  st.cfg = std::move(cfg);
+  if (is_http_kind(st.cfg.kind)) {
+    caf::expected<std::shared_ptr<llm_endpoint>> ep{caf::make_error(
+      ec::config_invalid, "provider '" + st.cfg.name + "' needs I/O threads")};
+    if (io)
+      ep = llm_endpoint::make(*io, st.cfg);
+    if (!ep) {
+      self->quit(ep.error());
+      return provider_worker_actor::behavior_type::make_empty_behavior();
+    }
+    st.remote = std::move(*ep);
+  } else {
+    auto p = make_provider(st.cfg);
     if (!p) {
       self->quit(p.error());
-      return provider_pool_actor::behavior_type::make_empty_behavior();
+      return provider_worker_actor::behavior_type::make_empty_behavior();
     }
-    st.chain.push_back(std::move(*p));
+    st.offline = std::move(*p);
   }
+  // A bug (or a scripted crash) fails this worker's calls, each with a
+  // classified outcome, and stops the worker; its supervisor restarts it.
   self->set_exception_handler([self](std::exception_ptr& ptr) -> caf::error {
-    std::string what = "unknown exception";
-    try {
-      std::rethrow_exception(ptr);
-    } catch (const std::exception& e) {
-      what = e.what();
-    } catch (...) {
-      // nop
-    }
-    auto err = caf::make_error(ec::provider_failed, what);
-    self->state.fail_pending(err);
-    return err;
+    auto what = describe(ptr);
+    self->state.fail_pending(what);
+    return caf::make_error(ec::provider_failed, what);
   });
-  // Stopped or killed by its supervisor: fail the completions in flight now
-  // rather than leaving their threads to the turn timeout.
   self->set_exit_handler([self](caf::exit_msg& msg) {
-    self->state.fail_pending(caf::make_error(
-      ec::provider_failed, "pool '" + self->state.pool + "' stopped: "
-                             + render(msg.reason)));
+    self->state.fail_pending("provider worker '" + self->state.cfg.name
+                             + "' stopped: " + render(msg.reason));
     self->quit(msg.reason);
   });
   return {
-    [self](atom::complete, completion_request& req)
-      -> caf::result<completion> {
-      pending_completion call;
-      call.promise = self->make_response_promise<completion>();
-      call.request = std::move(req);
-      auto rp = call.promise;
-      attempt(self, std::move(call));
-      return rp;
+    [self](atom::attempt,
+           attempt_request& req) -> caf::result<attempt_outcome> {
+      if (self->state.offline)
+        return call_offline(self, req);
+      return call_remote(self, req);
     },
-    [self](atom::deliver, uint64_t id) {
-      auto& pending = self->state.pending;
-      auto i = pending.find(id);
-      if (i == pending.end())
+    [self](atom::deliver, uint64_t id, attempt_outcome& outcome) {
+      auto& st = self->state;
+      auto i = st.pending.find(id);
+      if (i == st.pending.end())
         return;
-      auto call = std::move(i->second);
-      pending.erase(i);
-      resolve(self, std::move(call));
+      if (auto c = st.crashing.find(id); c != st.crashing.end())
+        throw std::runtime_error(c->second);
+      i->second.deliver(std::move(outcome));
+      st.pending.erase(i);
     },
   };
 }
 
-caf::expected<supervisor_config> providers_spec(const node_config& cfg) {
+// -- router -------------------------------------------------------------------
+
+void provider_router_state::fail_all(const caf::error& reason) {
+  for (auto& [id, call] : calls)
+    call.promise.deliver(reason);
+  calls.clear();
+}
+
+provider_health_record
+provider_router_state::health_record(size_t i, time_point now) const {
+  auto& link = chain[i];
+  auto& h = link.breaker.health();
+  auto wall = [now, base = wall_clock_millis()](time_point t) {
+    return base + duration_cast<milliseconds>(t - now).count();
+  };
+  provider_health_record rec;
+  rec.pool = pool;
+  rec.provider = link.provider.name;
+  rec.status = to_string(h.status);
+  rec.breaker = to_string(link.breaker.state());
+  rec.consecutive_failures = h.consecutive_failures;
+  rec.last_error = h.last_error;
+  if (h.last_error_class)
+    rec.last_error_class = to_string(*h.last_error_class);
+  if (h.last_success)
+    rec.last_success = wall(*h.last_success);
+  if (h.status == health_status::down)
+    rec.cooldown_until = wall(h.cooldown_until);
+  rec.calls = link.calls;
+  rec.failures = link.failures;
+  return rec;
+}
+
+void provider_router_state::restore(const provider_health_record& rec,
+                                    time_point now) {
+  if (rec.pool != pool)
+    return;
+  for (auto& link : chain) {
+    if (link.provider.name != rec.provider)
+      continue;
+    auto local = [now, base = wall_clock_millis()](millis t) {
+      return now + milliseconds{t - base};
+    };
+    provider_health h;
+    h.status = parse_health_status(rec.status).value_or(health_status::healthy);
+    h.consecutive_failures = rec.consecutive_failures;
+    h.last_error = rec.last_error;
+    h.last_error_class = parse_error_class(rec.last_error_class);
+    if (rec.last_success != 0)
+      h.last_success = local(rec.last_success);
+    if (h.status == health_status::down) {
+      // A cooldown that ended while the node was down leaves the breaker
+      // open with its probe due at once: the next call finds out.
+      h.cooldown_until = local(rec.cooldown_until);
+    }
+    link.breaker.restore(h);
+    return;
+  }
+}
+
+namespace {
+
+using router_ptr
+  = provider_router_actor::stateful_pointer<provider_router_state>;
+
+void dispatch(router_ptr self, uint64_t id);
+
+// Publishes a status event about the message `call` answers.
+void tell_thread(router_ptr self, const pool_call& call,
+                 const std::string& state, const std::string& detail) {
+  auto& req = call.request;
+  publish_event(self->system(), req.thread,
+                protocol::status_frame(req.thread, req.client_id, req.seq,
+                                       state, detail));
+}
+
+// Persists the health of link `i` (best effort: a failed write is logged;
+// the in-memory breaker stays authoritative).
+void persist_health(router_ptr self, size_t i) {
+  auto rec = self->state.health_record(i, self->clock().now());
+  request_component(self, names::persistence, std::chrono::seconds{30},
+                    caf::put_atom_v, std::move(rec))
+    .then([](caf::ok_atom) {},
+          [self, i](caf::error& err) {
+            spdlog::warn("pool {}: cannot store the health of {}: {}",
+                         self->state.pool,
+                         self->state.chain[i].provider.name, render(err));
+          });
+}
+
+// The error a request ends with, by the class of its last failure.
+caf::error final_error(const provider_router_state& st, const pool_call& call,
+                       const std::string& why) {
+  auto text = "pool '" + st.pool + "': " + why;
+  if (!call.failures.empty())
+    text += " (" + call.failures + ")";
+  switch (call.last_class.value_or(error_class::unknown)) {
+    case error_class::timeout:
+      return caf::make_error(ec::provider_timeout, std::move(text));
+    case error_class::context_overflow:
+      return caf::make_error(ec::context_overflow, std::move(text));
+    case error_class::invalid_request:
+      return caf::make_error(ec::provider_rejected, std::move(text));
+    default:
+      return caf::make_error(ec::provider_failed, std::move(text));
+  }
+}
+
+void finish(router_ptr self, uint64_t id, caf::error err) {
+  auto& calls = self->state.calls;
+  auto i = calls.find(id);
+  if (i == calls.end())
+    return;
+  i->second.promise.deliver(std::move(err));
+  calls.erase(i);
+}
+
+// Moves `call` to the next provider of the chain.
+void fail_over(router_ptr self, uint64_t id, pool_call& call,
+               const std::string& why) {
+  auto& st = self->state;
+  if (call.budget.exhausted()) {
+    finish(self, id, final_error(st, call, "the retry budget of "
+                                             + std::to_string(call.budget.used())
+                                             + " attempts is used up"));
+    return;
+  }
+  auto from = st.chain[call.link].provider.name;
+  ++call.link;
+  call.tries_here = 0;
+  call.timeout_retried = false;
+  call.max_tokens = 0;
+  if (call.link < st.chain.size())
+    tell_thread(self, call, "failing_over",
+                from + " failed (" + why + "); trying "
+                  + st.chain[call.link].provider.name);
+  dispatch(self, id);
+}
+
+void on_outcome(router_ptr self, uint64_t id, attempt_outcome& out) {
+  auto& st = self->state;
+  auto i = st.calls.find(id);
+  if (i == st.calls.end())
+    return;
+  auto& call = i->second;
+  call.in_flight = false;
+  auto& link = st.chain[call.link];
+  auto now = self->clock().now();
+  ++link.calls;
+  if (out.ok) {
+    // Stored on changes only: a success on a healthy provider costs no
+    // write (the live record, with its last success, is at /api/v1/providers).
+    auto was = link.breaker.health().status;
+    link.breaker.record_success(now);
+    if (was != health_status::healthy)
+      persist_health(self, call.link);
+    call.promise.deliver(std::move(out.reply));
+    st.calls.erase(i);
+    return;
+  }
+  ++link.failures;
+  auto cls = parse_error_class(out.error_class).value_or(error_class::unknown);
+  call.last_class = cls;
+  if (!call.failures.empty())
+    call.failures += "; ";
+  call.failures += out.message;
+  spdlog::info("pool {}: attempt {} at {} failed ({}): {}", st.pool,
+               call.attempt, link.provider.name, to_string(cls), out.message);
+  link.breaker.record_failure(now, cls, out.message);
+  persist_health(self, call.link);
+  if (out.partial)
+    tell_thread(self, call, "stream_interrupted",
+                link.provider.name + " stopped mid-answer; the partial answer "
+                                     "is discarded");
+  // The request itself is wrong: no provider can help.
+  if (!counts_against_provider(cls)) {
+    finish(self, id, final_error(st, call, "the provider refused the request"));
+    return;
+  }
+  // Auth, billing, model_not_found, format: this provider cannot serve the
+  // request; another one may.
+  if (!retryable(cls)) {
+    fail_over(self, id, call, to_string(cls));
+    return;
+  }
+  // A timeout is retried once, asking for fewer tokens.
+  bool again = call.tries_here < st.cfg.retry.max_attempts
+               && !(cls == error_class::timeout && call.timeout_retried)
+               && link.breaker.state() != breaker_state::open
+               && !call.budget.exhausted();
+  if (!again) {
+    fail_over(self, id, call, to_string(cls));
+    return;
+  }
+  if (cls == error_class::timeout) {
+    call.timeout_retried = true;
+    auto current = call.max_tokens != 0 ? call.max_tokens
+                                        : link.provider.max_tokens;
+    call.max_tokens = std::max<uint32_t>(
+      1, static_cast<uint32_t>(current * st.cfg.timeout_max_tokens_factor));
+  }
+  std::optional<milliseconds> retry_after;
+  if (out.retry_after_ms >= 0)
+    retry_after = milliseconds{out.retry_after_ms};
+  auto delay = next_delay(st.cfg.retry, call.tries_here, retry_after, st.rng);
+  tell_thread(self, call, "retrying_provider",
+              out.message + "; retrying " + link.provider.name + " in "
+                + say_duration(delay) + " (attempt "
+                + std::to_string(call.tries_here + 1) + " of "
+                + std::to_string(st.cfg.retry.max_attempts) + ")");
+  self->delayed_send(self, delay, atom::retry_v, id);
+}
+
+// Makes the next attempt of call `id`: on the current provider if its
+// breaker lets it through, else on the next one that does.
+void dispatch(router_ptr self, uint64_t id) {
+  auto& st = self->state;
+  auto i = st.calls.find(id);
+  if (i == st.calls.end())
+    return;
+  auto& call = i->second;
+  auto now = self->clock().now();
+  std::string skipped;
+  while (call.link < st.chain.size()
+         && !st.chain[call.link].breaker.admit(now)) {
+    auto& link = st.chain[call.link];
+    auto wait = duration_cast<milliseconds>(link.breaker.probe_at() - now);
+    if (!skipped.empty())
+      skipped += ", ";
+    skipped += link.provider.name + " cooling down for "
+               + say_duration(std::max(wait, milliseconds{0}));
+    ++call.link;
+    call.tries_here = 0;
+    call.timeout_retried = false;
+    call.max_tokens = 0;
+  }
+  if (!skipped.empty()) {
+    if (!call.failures.empty())
+      call.failures += "; ";
+    call.failures += "skipped " + skipped;
+  }
+  if (call.link >= st.chain.size()) {
+    finish(self, id, final_error(st, call,
+                                 call.attempt == 0
+                                   ? "every provider is cooling down"
+                                   : "every provider failed"));
+    return;
+  }
+  if (!call.budget.take()) {
+    finish(self, id, final_error(st, call, "the retry budget of "
+                                             + std::to_string(call.budget.used())
+                                             + " attempts is used up"));
+    return;
+  }
+  auto& link = st.chain[call.link];
+  ++call.attempt;
+  ++call.tries_here;
+  call.in_flight = true;
+  attempt_request req{call.request,
+                      call.max_tokens != 0 ? call.max_tokens
+                                           : link.provider.max_tokens,
+                      call.attempt};
+  // The worker enforces the provider's own timeouts; this one only guards
+  // against a worker that died holding the call.
+  auto guard = caf::timespan{link.provider.total_timeout}
+               + std::chrono::seconds{5};
+  self
+    ->request(st.workers, guard, atom::forward_v, link.provider.name,
+              caf::make_message(atom::attempt_v, std::move(req)))
+    .then([self, id](attempt_outcome& out) { on_outcome(self, id, out); },
+          [self, id, name = link.provider.name](caf::error& err) {
+            auto cls = err == caf::sec::request_timeout ? error_class::timeout
+                                                        : error_class::unknown;
+            auto out = attempt_outcome::failed(
+              cls, name + ": worker unavailable: " + render(err));
+            on_outcome(self, id, out);
+          });
+}
+
+} // namespace
+
+provider_router_actor::behavior_type
+provider_router(router_ptr self, provider_pool_config cfg, caf::actor workers) {
+  auto& st = self->state;
+  st.pool = cfg.pool.name;
+  st.cfg = cfg.pool;
+  st.workers = std::move(workers);
+  st.rng.seed(std::random_device{}());
+  for (auto& p : cfg.providers)
+    st.chain.push_back(chain_link{p, circuit_breaker{cfg.pool.breaker}});
+  self->set_exception_handler([self](std::exception_ptr& ptr) -> caf::error {
+    auto err = caf::make_error(ec::provider_failed,
+                               "pool '" + self->state.pool
+                                 + "' router crashed: " + describe(ptr));
+    self->state.fail_all(err);
+    return err;
+  });
+  // Stopped or killed by its supervisor: fail the requests in flight now
+  // rather than leaving their threads to the turn timeout.
+  self->set_exit_handler([self](caf::exit_msg& msg) {
+    self->state.fail_all(caf::make_error(
+      ec::provider_failed, "pool '" + self->state.pool + "' stopped: "
+                             + render(msg.reason)));
+    self->quit(msg.reason);
+  });
+  // Cooldowns survive restarts: pick up the persisted health.
+  request_component(self, names::persistence, std::chrono::seconds{30},
+                    atom::health_v)
+    .then(
+      [self](std::vector<provider_health_record>& records) {
+        auto now = self->clock().now();
+        for (auto& rec : records)
+          self->state.restore(rec, now);
+      },
+      [self](caf::error& err) {
+        spdlog::warn("pool {}: cannot load provider health: {}",
+                     self->state.pool, render(err));
+      });
+  return {
+    [self](atom::complete,
+           completion_request& req) -> caf::result<completion> {
+      auto& st = self->state;
+      auto id = st.next_id++;
+      auto budget = st.cfg.budget != 0
+                      ? st.cfg.budget
+                      : st.cfg.retry.max_attempts
+                          * static_cast<uint32_t>(st.chain.size());
+      pool_call call;
+      call.promise = self->make_response_promise<completion>();
+      call.request = std::move(req);
+      call.budget = retry_budget{budget};
+      auto rp = call.promise;
+      st.calls.emplace(id, std::move(call));
+      dispatch(self, id);
+      return rp;
+    },
+    [self](atom::health) {
+      auto& st = self->state;
+      auto now = self->clock().now();
+      std::vector<provider_health_record> result;
+      for (size_t i = 0; i < st.chain.size(); ++i)
+        result.push_back(st.health_record(i, now));
+      return result;
+    },
+    [self](atom::retry, uint64_t id) { dispatch(self, id); },
+  };
+}
+
+// -- supervisors --------------------------------------------------------------
+
+supervisor_config pool_spec(const provider_pool_config& cfg,
+                            const supervisor_settings& settings) {
+  supervisor_config sup;
+  sup.name = "pool " + cfg.pool.name;
+  sup.children.push_back(
+    {router_child_id, std::nullopt, [cfg](caf::local_actor* parent) {
+       return caf::actor_cast<caf::actor>(
+         parent->spawn(provider_router, cfg,
+                       caf::actor_cast<caf::actor>(parent)));
+     }});
+  for (auto& p : cfg.providers)
+    sup.children.push_back(
+      {p.name, std::nullopt, [p, io = cfg.io](caf::local_actor* parent) {
+         return caf::actor_cast<caf::actor>(
+           parent->spawn(provider_worker, p, io));
+       }});
+  apply_settings(sup, settings);
+  return sup;
+}
+
+bool needs_http(const node_config& cfg) {
+  for (auto& p : cfg.providers)
+    if (is_http_kind(p.kind))
+      return true;
+  return false;
+}
+
+caf::expected<supervisor_config>
+providers_spec(const node_config& cfg, std::shared_ptr<http_io> io) {
   supervisor_config sup;
   sup.name = "providers";
   for (auto& pool : cfg.pools) {
     auto resolved = resolve_pool(cfg, pool);
     if (!resolved)
       return resolved.error();
+    resolved->io = io;
     child_spec spec;
     spec.id = pool.name;
-    spec.start = [pcfg = std::move(*resolved)](caf::local_actor* parent) {
-      return caf::actor_cast<caf::actor>(parent->spawn(provider_pool, pcfg));
+    spec.supervisor = true;
+    spec.start = [pcfg = pool_spec(*resolved, cfg.supervision.providers)](
+                   caf::local_actor* parent) {
+      return parent->spawn(supervisor, pcfg);
     };
     sup.children.push_back(std::move(spec));
   }

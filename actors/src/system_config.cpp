@@ -24,6 +24,11 @@ system_config::system_config() {
   add_message_type<std::vector<std::string>>("std::vector<std::string>");
   add_message_type<child_info>("keel::child_info");
   add_message_type<std::vector<child_info>>("std::vector<keel::child_info>");
+  add_message_type<provider_health_record>("keel::provider_health_record");
+  add_message_type<std::vector<provider_health_record>>(
+    "std::vector<keel::provider_health_record>");
+  add_message_type<attempt_request>("keel::attempt_request");
+  add_message_type<attempt_outcome>("keel::attempt_outcome");
   add_error_category(error_category,
                      [](uint8_t code, caf::atom_value category,
                         const caf::message& ctx) -> std::string {

@@ -8,8 +8,11 @@
 #include <cctype>
 #include <cerrno>
 #include <cmath>
+#include <condition_variable>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <deque>
 #include <filesystem>
@@ -22,8 +25,10 @@
 #include <thread>
 
 #include <boost/asio/connect.hpp>
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -32,6 +37,7 @@
 #include <rocksdb/db.h>
 #include <rocksdb/options.h>
 
+#include "keel/llm_client.hpp"
 #include "keel/protocol.hpp"
 
 namespace keel::bench {
@@ -220,6 +226,11 @@ struct message_state {
   /// Position among the messages of its thread.
   uint32_t order = 0;
   steady::time_point sent_at;
+  /// When the first outcome arrived (kept only with a fault configured).
+  steady::time_point done_at;
+  /// Index of the provider that answered, plus one (0: unknown; kept only
+  /// with a fault configured).
+  uint16_t provider = 0;
   bool measured = false;
   uint8_t acks = 0;
   uint8_t outcomes = 0;
@@ -234,6 +245,75 @@ double cpu_seconds() {
   };
   return secs(usage.ru_utime) + secs(usage.ru_stime);
 }
+
+/// The text of every message: recognizable, padded to `bytes`.
+std::string message_text(size_t bytes) {
+  std::string result = "keel-bench message ";
+  result.resize(std::max(bytes, size_t{1}), 'x');
+  return result;
+}
+
+/// Whether a run should send another message at `now`: always during the
+/// warmup, then until `messages` measured messages are out or `duration`
+/// has passed.
+bool wants_more(const traffic_options& opts, steady::time_point now,
+                steady::time_point measure_start, uint64_t measured_sent) {
+  if (opts.messages > 0)
+    return now < measure_start || measured_sent < opts.messages;
+  return now < measure_start + opts.duration;
+}
+
+/// Open-loop pacing on the I/O thread: calls `send(now)` `rate` times per
+/// second from `start` on. Sends that fell due while the timer was late go
+/// out at once, so a client or server that falls behind shows up as
+/// growing latency, not as a lower rate. Stops when `send` returns false.
+class pacer {
+public:
+  explicit pacer(net::io_context& ioc) : timer_(ioc) {
+    // nop
+  }
+
+  void start(double rate, steady::time_point start,
+             std::function<bool(steady::time_point)> send) {
+    interval_ = std::chrono::duration_cast<steady::duration>(
+      std::chrono::duration<double>(1.0 / rate));
+    if (interval_.count() <= 0)
+      interval_ = steady::duration{1};
+    next_due_ = start;
+    send_ = std::move(send);
+    stopped_ = false;
+    tick();
+  }
+
+  void stop() {
+    stopped_ = true;
+    timer_.cancel();
+  }
+
+private:
+  void tick() {
+    auto now = steady::now();
+    while (next_due_ <= now && !stopped_) {
+      if (!send_(now))
+        return stop();
+      next_due_ += interval_;
+    }
+    if (stopped_)
+      return;
+    timer_.expires_at(next_due_);
+    timer_.async_wait([this](beast::error_code ec) {
+      // A handler already queued when `stop` ran still sees no error.
+      if (!ec && !stopped_)
+        tick();
+    });
+  }
+
+  net::steady_timer timer_;
+  steady::duration interval_{0};
+  steady::time_point next_due_;
+  std::function<bool(steady::time_point)> send_;
+  bool stopped_ = true;
+};
 
 class connection;
 
@@ -250,9 +330,10 @@ public:
   void on_ready();
   void on_connect_failed(caf::error err);
   void on_ack(message_state& msg, steady::time_point now);
-  /// Returns false when the outcome was a duplicate.
+  /// Returns false when the outcome was a duplicate. `provider` is the
+  /// reply's provider (looked at only with a fault configured).
   bool on_outcome(message_state& msg, bool is_error, const std::string& what,
-                  steady::time_point now);
+                  steady::time_point now, std::string_view provider = {});
   void on_lost(connection& conn, const std::string& reason);
   void on_stray(const std::string& what);
   void on_closed();
@@ -269,6 +350,11 @@ public:
 
   bool measuring(steady::time_point now) const noexcept {
     return now >= measure_start_;
+  }
+
+  /// Whether outcomes keep their time and provider (for failover figures).
+  bool tracking() const noexcept {
+    return opts_.fault.at.has_value();
   }
 
   const load_options& opts() const noexcept {
@@ -293,9 +379,11 @@ private:
   void begin();
   void begin_drain(steady::time_point now);
   void finish();
-  void pace();
+  bool send_paced(steady::time_point now);
   void control();
   void sample(std::string what);
+  void inject_fault();
+  void compute_failover();
 
   load_options opts_;
   net::io_context ioc_;
@@ -315,14 +403,17 @@ private:
   /// The latest outcome of any message (or the start).
   steady::time_point last_outcome_;
   steady::time_point drain_deadline_;
-  steady::time_point next_due_;
-  steady::duration interval_{0};
   size_t next_conn_ = 0;
   uint64_t in_flight_ = 0;
   size_t closing_ = 0;
-  net::steady_timer pacer_;
+  pacer pacer_;
   net::steady_timer control_timer_;
   net::steady_timer stop_timer_;
+  net::steady_timer fault_timer_;
+  /// When the fault was injected.
+  std::optional<steady::time_point> fault_at_;
+  /// Providers named by replies (`message_state::provider` - 1 indexes it).
+  std::vector<std::string> providers_;
   latency_recorder ack_latency_;
   latency_recorder reply_latency_;
   load_result result_;
@@ -555,10 +646,16 @@ private:
       if (!msg)
         return run_.on_stray(type + " for no message of this run: "
                              + describe(frame->body));
+      std::string_view provider;
+      if (!is_error && run_.tracking()) {
+        auto i = frame->body.find("provider");
+        if (i != frame->body.end() && i->is_string())
+          provider = i->get_ref<const std::string&>();
+      }
       auto first = run_.on_outcome(*msg, is_error,
                                    is_error ? describe(frame->body)
                                             : std::string{},
-                                   now);
+                                   now, provider);
       if (first && in_flight_ > 0)
         --in_flight_;
       if (run_.flat_out())
@@ -586,7 +683,11 @@ private:
 };
 
 load_run::load_run(const load_options& opts)
-  : opts_(opts), pacer_(ioc_), control_timer_(ioc_), stop_timer_(ioc_) {
+  : opts_(opts),
+    pacer_(ioc_),
+    control_timer_(ioc_),
+    stop_timer_(ioc_),
+    fault_timer_(ioc_) {
   if (opts_.thread_prefix.empty())
     opts_.thread_prefix = "bench-" + random_hex(6);
   thread_names_.reserve(opts_.threads);
@@ -594,8 +695,7 @@ load_run::load_run(const load_options& opts)
     thread_names_.push_back(opts_.thread_prefix + "-" + std::to_string(i));
   thread_next_order_.assign(opts_.threads, 0);
   thread_last_outcome_.assign(opts_.threads, 0);
-  text_ = "keel-bench message ";
-  text_.resize(std::max(opts_.text_bytes, size_t{1}), 'x');
+  text_ = message_text(opts_.text_bytes);
 }
 
 caf::expected<load_result> load_run::run() {
@@ -636,6 +736,8 @@ caf::expected<load_result> load_run::run() {
   }
   result_.ack_latency = ack_latency_.summary();
   result_.reply_latency = reply_latency_.summary();
+  if (tracking())
+    compute_failover();
   if (result_.measured_answered > 0) {
     result_.measured_seconds
       = std::chrono::duration<double>(last_measured_outcome_ - measure_start_)
@@ -676,12 +778,15 @@ void load_run::begin() {
     for (auto& conn : conns_)
       conn->refill(start_);
   } else {
-    interval_ = std::chrono::duration_cast<steady::duration>(
-      std::chrono::duration<double>(1.0 / opts_.rate));
-    if (interval_.count() <= 0)
-      interval_ = steady::duration{1};
-    next_due_ = start_;
-    pace();
+    pacer_.start(opts_.rate, start_,
+                 [this](steady::time_point now) { return send_paced(now); });
+  }
+  if (opts_.fault.at) {
+    fault_timer_.expires_at(measure_start_ + *opts_.fault.at);
+    fault_timer_.async_wait([this](beast::error_code ec) {
+      if (!ec && phase_ == phase::running)
+        inject_fault();
+    });
   }
   control();
 }
@@ -689,11 +794,7 @@ void load_run::begin() {
 bool load_run::may_send(steady::time_point now) {
   if (phase_ != phase::running)
     return false;
-  bool more = opts_.messages > 0 && !measuring(now)
-                ? true
-              : opts_.messages > 0
-                ? result_.measured_sent < opts_.messages
-                : now < measure_start_ + opts_.duration;
+  bool more = wants_more(opts_, now, measure_start_, result_.measured_sent);
   if (!more)
     begin_drain(now);
   return more;
@@ -706,28 +807,35 @@ void load_run::on_sent(bool measured) {
     ++result_.measured_sent;
 }
 
-void load_run::pace() {
-  auto now = steady::now();
-  while (next_due_ <= now && may_send(now)) {
-    // Round robin over the connections that are still usable.
-    connection* conn = nullptr;
-    for (size_t i = 0; i < conns_.size() && conn == nullptr; ++i) {
-      auto& candidate = conns_[next_conn_++ % conns_.size()];
-      if (candidate->usable())
-        conn = candidate.get();
-    }
-    if (conn == nullptr)
-      return finish();
-    conn->send_one(now);
-    next_due_ += interval_;
+bool load_run::send_paced(steady::time_point now) {
+  if (!may_send(now))
+    return false;
+  // Round robin over the connections that are still usable.
+  connection* conn = nullptr;
+  for (size_t i = 0; i < conns_.size() && conn == nullptr; ++i) {
+    auto& candidate = conns_[next_conn_++ % conns_.size()];
+    if (candidate->usable())
+      conn = candidate.get();
   }
-  if (phase_ != phase::running)
-    return;
-  pacer_.expires_at(next_due_);
-  pacer_.async_wait([this](beast::error_code ec) {
-    if (!ec)
-      pace();
-  });
+  if (conn == nullptr) {
+    finish();
+    return false;
+  }
+  conn->send_one(now);
+  return true;
+}
+
+void load_run::inject_fault() {
+  const auto& fault = opts_.fault;
+  // Taken before the kill: the figures include the time the process takes
+  // to die.
+  fault_at_ = steady::now();
+  result_.failover.injected = true;
+  if (fault.kill_pid > 0 && ::kill(fault.kill_pid, SIGKILL) != 0)
+    result_.failover.fault_error = "cannot kill process "
+                                   + std::to_string(fault.kill_pid) + ": "
+                                   + std::strerror(errno);
+  text_ += fault.text_suffix;
 }
 
 void load_run::control() {
@@ -758,7 +866,7 @@ void load_run::begin_drain(steady::time_point now) {
     return;
   phase_ = phase::draining;
   drain_deadline_ = now + opts_.drain_timeout;
-  pacer_.cancel();
+  pacer_.stop();
   if (in_flight_ == 0)
     finish();
 }
@@ -767,8 +875,9 @@ void load_run::finish() {
   if (phase_ == phase::done)
     return;
   phase_ = phase::done;
-  pacer_.cancel();
+  pacer_.stop();
   control_timer_.cancel();
+  fault_timer_.cancel();
   for (auto& conn : conns_)
     conn->close();
   if (closing_ == 0)
@@ -802,10 +911,21 @@ void load_run::on_ack(message_state& msg, steady::time_point now) {
 }
 
 bool load_run::on_outcome(message_state& msg, bool is_error,
-                          const std::string& what, steady::time_point now) {
+                          const std::string& what, steady::time_point now,
+                          std::string_view provider) {
   if (msg.outcomes++ > 0) {
     ++result_.duplicates;
     return false;
+  }
+  if (tracking()) {
+    msg.done_at = now;
+    if (!provider.empty()) {
+      auto i = std::find(providers_.begin(), providers_.end(), provider);
+      if (i == providers_.end() && providers_.size() < UINT16_MAX - 1)
+        i = providers_.insert(providers_.end(), std::string{provider});
+      if (i != providers_.end())
+        msg.provider = static_cast<uint16_t>(i - providers_.begin() + 1);
+    }
   }
   if (in_flight_ > 0)
     --in_flight_;
@@ -851,6 +971,69 @@ void load_run::on_stray(const std::string& what) {
   sample(what);
 }
 
+void load_run::compute_failover() {
+  auto& fo = result_.failover;
+  if (!fault_at_)
+    return;
+  auto fault = *fault_at_;
+  auto ms = [](steady::duration d) {
+    return std::chrono::duration<double, std::milli>(d).count();
+  };
+  std::vector<const message_state*> all;
+  for (auto& conn : conns_)
+    for (auto& msg : conn->messages())
+      all.push_back(&msg);
+  std::sort(all.begin(), all.end(), [](auto* a, auto* b) {
+    return a->sent_at < b->sent_at;
+  });
+  auto name = [&](const message_state& msg) -> std::string {
+    if (msg.outcomes == 0)
+      return "none";
+    if (msg.error)
+      return "error";
+    return msg.provider > 0 ? providers_[msg.provider - 1] : "unknown";
+  };
+  // The first reply from the fallback, whichever message it answered.
+  std::optional<steady::time_point> recovered;
+  for (auto* msg : all)
+    if (msg->outcomes > 0 && !msg->error && msg->done_at >= fault
+        && name(*msg) == opts_.fault.fallback_provider
+        && (!recovered || msg->done_at < *recovered))
+      recovered = msg->done_at;
+  if (recovered)
+    fo.to_first_fallback = ms(*recovered - fault);
+  latency_recorder affected;
+  latency_recorder before;
+  latency_recorder after;
+  for (auto* msg : all) {
+    bool done = msg->outcomes > 0;
+    if (done && msg->done_at < fault) {
+      if (msg->measured && !msg->error)
+        before.record(msg->done_at - msg->sent_at);
+      continue;
+    }
+    if (msg->sent_at >= fault && done && !msg->error)
+      ++fo.replies_after_fault[name(*msg)];
+    if (recovered && msg->sent_at >= *recovered) {
+      if (done && !msg->error)
+        after.record(msg->done_at - msg->sent_at);
+      continue;
+    }
+    ++fo.affected;
+    if (!done || msg->error)
+      ++fo.affected_failed;
+    if (done)
+      affected.record(msg->done_at - msg->sent_at);
+    if (fo.affected_latencies.size() < 50)
+      fo.affected_latencies.emplace_back(done ? ms(msg->done_at - msg->sent_at)
+                                              : -1.0,
+                                         name(*msg));
+  }
+  fo.affected_latency = affected.summary();
+  fo.before = before.summary();
+  fo.after = after.summary();
+}
+
 } // namespace
 
 caf::expected<load_result> run_load(const load_options& opts) {
@@ -863,6 +1046,261 @@ caf::expected<load_result> run_load(const load_options& opts) {
   } catch (const std::exception& ex) {
     return caf::make_error(ec::unavailable,
                            std::string{"load generator failed: "} + ex.what());
+  }
+}
+
+// -- HTTP load ----------------------------------------------------------------
+
+bool http_load_result::clean() const noexcept {
+  return sent > 0 && answered == sent && errors == 0 && missing == 0;
+}
+
+namespace {
+
+/// One HTTP benchmark run. Pacing and bookkeeping run on the thread that
+/// calls `run`; the HTTP client runs on its own thread and posts each result
+/// back, after taking its time stamp.
+class http_run {
+public:
+  explicit http_run(const http_load_options& opts)
+    : opts_(opts),
+      work_(net::make_work_guard(ioc_)),
+      pacer_(ioc_),
+      control_timer_(ioc_) {
+    request_.thread = "keel-bench";
+    request_.system_prompt = opts_.system_prompt;
+    context_entry user;
+    user.role = "user";
+    user.content = message_text(opts_.text_bytes);
+    request_.context.push_back(std::move(user));
+  }
+
+  caf::expected<http_load_result> run() {
+    if (opts_.rate <= 0 && opts_.window == 0)
+      return caf::make_error(ec::config_invalid, "window: must be at least 1");
+    auto server = opts_.server;
+    if (server.kind.empty())
+      server.kind = "openai";
+    if (server.name.empty())
+      server.name = "bench";
+    io_ = std::make_unique<http_io>(1);
+    auto ep = llm_endpoint::make(*io_, server);
+    if (!ep)
+      return ep.error();
+    endpoint_ = std::move(*ep);
+    if (auto err = probe(server.base_url))
+      return err;
+    auto cpu_before = cpu_seconds();
+    begin();
+    ioc_.run();
+    result_.client_cpu_seconds = cpu_seconds() - cpu_before;
+    for (auto& call : calls_)
+      if (!call.done)
+        ++result_.missing;
+    result_.latency = latency_.summary();
+    if (result_.measured_answered > 0) {
+      result_.measured_seconds
+        = std::chrono::duration<double>(last_measured_result_ - measure_start_)
+            .count();
+      if (result_.measured_seconds > 0)
+        result_.answered_per_second
+          = result_.measured_answered / result_.measured_seconds;
+    }
+    return std::move(result_);
+  }
+
+private:
+  enum class phase { running, draining, done };
+
+  struct call_state {
+    steady::time_point sent_at;
+    bool measured = false;
+    bool done = false;
+  };
+
+  /// One call before the run, waited for: it opens the first connection and
+  /// turns a server that cannot be reached or refuses the request into a
+  /// clear error instead of a run full of failures.
+  caf::error probe(const std::string& url) {
+    struct state {
+      std::mutex mtx;
+      std::condition_variable cv;
+      std::optional<call_result> result;
+    };
+    auto st = std::make_shared<state>();
+    endpoint_->complete(request_, 0, nullptr, [st](call_result res) {
+      std::lock_guard<std::mutex> guard{st->mtx};
+      st->result = std::move(res);
+      st->cv.notify_all();
+    });
+    std::unique_lock<std::mutex> guard{st->mtx};
+    // The call's own total timeout bounds the wait; this only guards it.
+    auto limit = opts_.server.total_timeout + std::chrono::seconds{5};
+    if (!st->cv.wait_for(guard, limit, [&] { return st->result.has_value(); }))
+      return caf::make_error(ec::timeout, "no answer from " + url);
+    if (auto failure = std::get_if<call_failure>(&*st->result)) {
+      auto code = failure->failure.transport && !failure->failure.status
+                    ? ec::connection_failed
+                    : ec::provider_failed;
+      return caf::make_error(code, url + ": " + failure->message);
+    }
+    return {};
+  }
+
+  void begin() {
+    start_ = steady::now();
+    measure_start_ = start_ + opts_.warmup;
+    last_measured_result_ = measure_start_;
+    last_result_ = start_;
+    if (opts_.rate > 0)
+      pacer_.start(opts_.rate, start_, [this](steady::time_point now) {
+        if (!may_send(now))
+          return false;
+        send_one(now);
+        return true;
+      });
+    else
+      refill(start_);
+    control();
+  }
+
+  bool may_send(steady::time_point now) {
+    if (phase_ != phase::running)
+      return false;
+    if (wants_more(opts_, now, measure_start_, result_.measured_sent))
+      return true;
+    begin_drain(now);
+    return false;
+  }
+
+  void refill(steady::time_point now) {
+    while (in_flight_ < opts_.window && may_send(now))
+      send_one(now);
+  }
+
+  void send_one(steady::time_point now) {
+    auto index = calls_.size();
+    call_state call;
+    call.sent_at = now;
+    call.measured = now >= measure_start_;
+    calls_.push_back(call);
+    ++result_.sent;
+    if (call.measured)
+      ++result_.measured_sent;
+    ++in_flight_;
+    endpoint_->complete(request_, 0, nullptr, [this, index](call_result res) {
+      // The time stamp is taken here, on the client's thread, so the hop
+      // back to the run's thread does not count.
+      auto done = steady::now();
+      net::post(ioc_, [this, index, done, res = std::move(res)]() mutable {
+        on_result(index, done, std::move(res));
+      });
+    });
+  }
+
+  void on_result(size_t index, steady::time_point done, call_result res) {
+    auto& call = calls_[index];
+    if (call.done)
+      return;
+    call.done = true;
+    --in_flight_;
+    last_result_ = done;
+    if (auto failure = std::get_if<call_failure>(&res)) {
+      ++result_.errors;
+      if (result_.error_samples.size() < max_error_samples)
+        result_.error_samples.push_back(failure->message);
+    } else {
+      ++result_.answered;
+      if (call.measured) {
+        ++result_.measured_answered;
+        latency_.record(done - call.sent_at);
+        if (done > last_measured_result_)
+          last_measured_result_ = done;
+      }
+    }
+    if (phase_ == phase::draining && in_flight_ == 0)
+      return finish();
+    if (phase_ == phase::running && opts_.rate <= 0)
+      refill(steady::now());
+  }
+
+  void control() {
+    auto now = steady::now();
+    if (phase_ == phase::running) {
+      // A server that stops answering must not stall the run forever.
+      if (in_flight_ > 0 && now - last_result_ >= opts_.drain_timeout) {
+        if (result_.error_samples.size() < max_error_samples)
+          result_.error_samples.push_back(
+            "no result for " + std::to_string(opts_.drain_timeout.count())
+            + " ms with calls in flight: stopped sending");
+        return finish();
+      }
+      may_send(now); // starts draining when the measured phase is over
+    }
+    if (phase_ == phase::draining && now >= drain_deadline_)
+      return finish();
+    if (phase_ == phase::done)
+      return;
+    control_timer_.expires_after(std::chrono::milliseconds{20});
+    control_timer_.async_wait([this](beast::error_code ec) {
+      if (!ec)
+        control();
+    });
+  }
+
+  void begin_drain(steady::time_point now) {
+    if (phase_ != phase::running)
+      return;
+    phase_ = phase::draining;
+    drain_deadline_ = now + opts_.drain_timeout;
+    pacer_.stop();
+    if (in_flight_ == 0)
+      finish();
+  }
+
+  void finish() {
+    if (phase_ == phase::done)
+      return;
+    phase_ = phase::done;
+    pacer_.stop();
+    control_timer_.cancel();
+    // Results of calls still in flight are no longer waited for.
+    work_.reset();
+    ioc_.stop();
+  }
+
+  http_load_options opts_;
+  net::io_context ioc_;
+  net::executor_work_guard<net::io_context::executor_type> work_;
+  completion_request request_;
+  phase phase_ = phase::running;
+  std::vector<call_state> calls_;
+  uint64_t in_flight_ = 0;
+  steady::time_point start_;
+  steady::time_point measure_start_;
+  steady::time_point last_measured_result_;
+  steady::time_point last_result_;
+  steady::time_point drain_deadline_;
+  pacer pacer_;
+  net::steady_timer control_timer_;
+  latency_recorder latency_;
+  http_load_result result_;
+  // Last, so they go first: the client's shutdown fails the calls still in
+  // flight, whose handlers post to `ioc_`, which must still exist.
+  std::unique_ptr<http_io> io_;
+  std::shared_ptr<llm_endpoint> endpoint_;
+};
+
+} // namespace
+
+caf::expected<http_load_result> run_http_load(const http_load_options& opts) {
+  try {
+    http_run run{opts};
+    return run.run();
+  } catch (const std::exception& ex) {
+    return caf::make_error(ec::unavailable,
+                           std::string{"HTTP load generator failed: "}
+                             + ex.what());
   }
 }
 
@@ -897,6 +1335,86 @@ std::string latency_line(const latency_summary& x) {
   return "p50 " + fixed(x.p50, 2) + " ms   p90 " + fixed(x.p90, 2)
          + " ms   p99 " + fixed(x.p99, 2) + " ms   max " + fixed(x.max, 2)
          + " ms";
+}
+
+/// One line of a readable report: the label in a column of 15.
+void table_row(std::ostream& out, const char* label, const std::string& value) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%-15s", label);
+  out << buf << value << '\n';
+}
+
+std::string length_str(const traffic_options& o) {
+  return o.messages > 0 ? std::to_string(o.messages) + " measured messages"
+                        : seconds_str(o.duration) + " measured";
+}
+
+nlohmann::json to_json(const failover_result& x, const fault_options& f) {
+  nlohmann::json j;
+  j["at_s"] = f.at ? f.at->count() / 1000.0 : 0.0;
+  j["kill_pid"] = f.kill_pid;
+  j["text_suffix"] = f.text_suffix;
+  j["fallback_provider"] = f.fallback_provider;
+  j["injected"] = x.injected;
+  if (!x.fault_error.empty())
+    j["fault_error"] = x.fault_error;
+  j["to_first_fallback_ms"] = x.to_first_fallback >= 0
+                                ? nlohmann::json(x.to_first_fallback)
+                                : nlohmann::json(nullptr);
+  j["affected"] = x.affected;
+  j["affected_failed"] = x.affected_failed;
+  auto list = nlohmann::json::array();
+  for (auto& [ms, by] : x.affected_latencies)
+    list.push_back({{"latency_ms", ms >= 0 ? nlohmann::json(ms)
+                                           : nlohmann::json(nullptr)},
+                    {"outcome", by}});
+  j["affected_messages"] = std::move(list);
+  j["affected_latency_ms"] = to_json(x.affected_latency);
+  j["before_latency_ms"] = to_json(x.before);
+  j["after_latency_ms"] = to_json(x.after);
+  j["replies_after_fault"] = x.replies_after_fault;
+  return j;
+}
+
+void render(std::ostream& out, const failover_result& x,
+            const fault_options& f) {
+  auto at = fixed(f.at ? f.at->count() / 1000.0 : 0.0, 1);
+  std::string what;
+  if (f.kill_pid > 0)
+    what = "SIGKILL to process " + std::to_string(f.kill_pid);
+  if (!f.text_suffix.empty())
+    what += (what.empty() ? "" : ", ") + std::string{"text suffix \""}
+            + f.text_suffix + "\"";
+  table_row(out, "fault", (x.injected ? "" : "NOT injected: ") + what + " at "
+                            + at + " s into the measured phase");
+  if (!x.fault_error.empty())
+    table_row(out, "fault error", x.fault_error);
+  if (!x.injected)
+    return;
+  table_row(out, "failover", x.to_first_fallback >= 0
+                               ? fixed(x.to_first_fallback, 1)
+                                   + " ms from the fault to the first reply by "
+                                   + f.fallback_provider
+                               : "no reply by " + f.fallback_provider
+                                   + " after the fault");
+  table_row(out, "affected", std::to_string(x.affected)
+                               + " messages (outcome after the fault, sent "
+                                 "before the first fallback reply), "
+                               + std::to_string(x.affected_failed)
+                               + " of them failed");
+  table_row(out, "  latency", latency_line(x.affected_latency));
+  std::string list;
+  for (auto& [ms, by] : x.affected_latencies)
+    list += (list.empty() ? "" : ", ")
+            + (ms >= 0 ? fixed(ms, 1) : std::string{"-"}) + " (" + by + ")";
+  if (!list.empty())
+    table_row(out, "  each (ms)", list);
+  table_row(out, "before fault", latency_line(x.before));
+  table_row(out, "after failover", latency_line(x.after));
+  std::string by;
+  for (auto& [name, n] : x.replies_after_fault)
+    by += (by.empty() ? "" : ", ") + name + " " + std::to_string(n);
+  table_row(out, "replies after", by.empty() ? "none" : by);
 }
 
 } // namespace
@@ -938,6 +1456,8 @@ nlohmann::json to_json(const report& x) {
   j["reply_latency_ms"] = to_json(l.reply_latency);
   j["client_cpu_seconds"] = l.client_cpu_seconds;
   j["error_samples"] = l.error_samples;
+  if (o.fault.at)
+    j["failover"] = to_json(l.failover, o.fault);
   if (x.node.available) {
     j["node"] = {{"name", x.node.name},
                  {"rss_bytes", x.node.rss_bytes},
@@ -967,16 +1487,12 @@ std::string render(const report& x) {
   const auto& l = x.load;
   std::ostringstream out;
   auto row = [&](const char* label, const std::string& value) {
-    char buf[32];
-    std::snprintf(buf, sizeof(buf), "%-15s", label);
-    out << buf << value << '\n';
+    table_row(out, label, value);
   };
   std::string mode = o.rate > 0 ? "paced at " + fixed(o.rate, 0) + " msg/s"
                                 : "flat out (window " + std::to_string(o.window)
                                     + " per connection)";
-  std::string length = o.messages > 0
-                         ? std::to_string(o.messages) + " measured messages"
-                         : seconds_str(o.duration) + " measured";
+  std::string length = length_str(o);
   row("run", std::to_string(o.connections) + " connections, "
                + std::to_string(o.threads) + " threads, " + mode + ", "
                + length + " after " + seconds_str(o.warmup) + " warmup");
@@ -999,6 +1515,8 @@ std::string render(const report& x) {
                       + " s)");
   row("ack latency", latency_line(l.ack_latency));
   row("reply latency", latency_line(l.reply_latency));
+  if (o.fault.at)
+    render(out, l.failover, o.fault);
   if (x.node.available) {
     std::string flushes = std::to_string(x.node.store_flushes)
                           + " store flushes during the run";
@@ -1067,6 +1585,70 @@ std::string markdown_row(const report& x, const std::string& label) {
   return row + "\n";
 }
 
+nlohmann::json to_json(const http_load_options& opts,
+                       const http_load_result& x) {
+  nlohmann::json j;
+  j["config"] = {
+    {"url", opts.server.base_url},
+    {"model", opts.server.model},
+    {"headers", opts.server.headers},
+    {"rate", opts.rate > 0 ? nlohmann::json(opts.rate)
+                           : nlohmann::json("flat out")},
+    {"window", opts.window},
+    {"messages", opts.messages},
+    {"duration_s", opts.messages > 0 ? 0.0 : opts.duration.count() / 1000.0},
+    {"warmup_s", opts.warmup.count() / 1000.0},
+    {"text_bytes", opts.text_bytes},
+  };
+  j["calls"] = {{"sent", x.sent},
+                {"answered", x.answered},
+                {"errors", x.errors},
+                {"missing", x.missing},
+                {"measured_sent", x.measured_sent},
+                {"measured_answered", x.measured_answered}};
+  j["clean"] = x.clean();
+  j["measured_seconds"] = x.measured_seconds;
+  j["answered_per_second"] = x.answered_per_second;
+  j["latency_ms"] = to_json(x.latency);
+  j["client_cpu_seconds"] = x.client_cpu_seconds;
+  j["error_samples"] = x.error_samples;
+  return j;
+}
+
+std::string render(const http_load_options& opts, const http_load_result& x) {
+  std::ostringstream out;
+  auto row = [&](const char* label, const std::string& value) {
+    table_row(out, label, value);
+  };
+  std::string mode = opts.rate > 0
+                       ? "paced at " + fixed(opts.rate, 0) + " calls/s"
+                       : opts.window == 1
+                         ? std::string{"sequential (one call at a time)"}
+                         : "flat out (" + std::to_string(opts.window)
+                             + " calls in flight)";
+  row("run", "HTTP chat completions, " + mode + ", " + length_str(opts)
+               + " after " + seconds_str(opts.warmup) + " warmup");
+  std::string headers;
+  for (auto& [key, value] : opts.server.headers)
+    headers += (headers.empty() ? " (" : ", ") + key + ": " + value;
+  row("server", opts.server.base_url + (headers.empty() ? "" : headers + ")"));
+  row("calls", "sent " + std::to_string(x.sent) + ", answered "
+                 + std::to_string(x.answered) + ", errors "
+                 + std::to_string(x.errors) + ", missing "
+                 + std::to_string(x.missing));
+  row("throughput", fixed(x.answered_per_second, 1) + " answered calls/s ("
+                      + std::to_string(x.measured_answered)
+                      + " measured calls in " + fixed(x.measured_seconds, 2)
+                      + " s)");
+  row("latency", latency_line(x.latency));
+  row("client CPU", fixed(x.client_cpu_seconds, 2)
+                      + " s (keel-bench itself, HTTP client included)");
+  row("result", x.clean() ? "clean: every call returned a completion"
+                          : "NOT CLEAN: see the counts above");
+  for (auto& sample : x.error_samples)
+    row("  sample", sample);
+  return out.str();
+}
 
 namespace {
 

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <iterator>
 #include <limits>
 #include <set>
@@ -23,6 +24,10 @@ const provider_config* node_config::find_provider(const std::string& x) const {
   auto i = std::find_if(providers.begin(), providers.end(),
                         [&](const provider_config& p) { return p.name == x; });
   return i != providers.end() ? &*i : nullptr;
+}
+
+bool is_http_kind(std::string_view kind) {
+  return kind == "openai" || kind == "anthropic";
 }
 
 const pool_config* node_config::find_pool(const std::string& x) const {
@@ -159,7 +164,20 @@ constexpr const char* top_level_keys[] = {"node",    "gateway",
                                           "threads", "supervision",
                                           "logging", "storage"};
 
-constexpr const char* provider_kinds[] = {"echo", "scripted"};
+constexpr const char* provider_kinds[] = {"echo", "scripted", "openai",
+                                          "anthropic"};
+
+constexpr const char* http_provider_keys[] = {
+  "base_url",   "api_key",            "headers",       "connect_timeout",
+  "first_byte_timeout", "total_timeout", "max_concurrency", "ca_file",
+  "stream",     "max_tokens"};
+
+constexpr const char* retry_keys[] = {"base_delay", "multiplier",
+                                      "max_delay",  "jitter",
+                                      "retry_after_cap", "budget"};
+
+constexpr const char* breaker_keys[] = {"failure_threshold", "probe_lead",
+                                        "probe_timeout"};
 
 constexpr const char* failure_classes[] = {
   "auth",           "rate_limit",       "billing",
@@ -594,8 +612,12 @@ private:
   void read_gateway(const map_reader& m, gateway_config& cfg);
   provider_config read_provider(const YAML::Node& node,
                                 const std::string& path);
+  void read_http_provider(const map_reader& m, provider_config& cfg);
   scripted_step read_step(const YAML::Node& node, const std::string& path);
   pool_config read_pool(const YAML::Node& node, const std::string& path);
+  void read_retry(const map_reader& m, pool_config& cfg);
+  void read_breaker(const map_reader& m, breaker_config& cfg);
+  void read_cooldowns(const map_reader& m, cooldown_table& cfg);
   void read_threads(const map_reader& m, thread_defaults& cfg);
   void read_supervision(const map_reader& m, supervision_config& cfg);
   void read_supervisor(const map_reader& m, supervisor_settings& cfg,
@@ -778,8 +800,10 @@ void parser::read_gateway(const map_reader& m, gateway_config& cfg) {
 
 provider_config parser::read_provider(const YAML::Node& node,
                                       const std::string& path) {
-  map_reader m{*this, node, path, line_of(node),
-               {"name", "kind", "model", "script"}};
+  std::vector<std::string> known{"name", "kind", "model", "script"};
+  known.insert(known.end(), std::begin(http_provider_keys),
+               std::end(http_provider_keys));
+  map_reader m{*this, node, path, line_of(node), std::move(known)};
   provider_config result;
   auto name = m.get("name");
   if (!name)
@@ -805,13 +829,84 @@ provider_config parser::read_provider(const YAML::Node& node,
   if (result.kind == "scripted" && result.script.empty())
     fail(m.line("script"), script_path,
          "a scripted provider needs a non-empty list of script steps");
+  read_http_provider(m, result);
   return result;
+}
+
+void parser::read_http_provider(const map_reader& m, provider_config& cfg) {
+  auto http = is_http_kind(cfg.kind);
+  if (!http) {
+    for (auto key : http_provider_keys)
+      if (m.has(key))
+        fail(m.line(key), m.path(key),
+             "only openai and anthropic providers take " + std::string{key}
+               + " (this provider is " + quote(cfg.kind) + ")");
+    return;
+  }
+  if (http && m.has("script"))
+    fail(m.line("script"), m.path("script"),
+         cfg.kind + " providers take no script");
+  auto url = m.get("base_url");
+  if (!url)
+    fail(m.line("base_url"), m.path("base_url"),
+         "missing required key (expected an http:// or https:// URL)");
+  cfg.base_url = read_string(*url, m.path("base_url"));
+  auto url_ok = [](const std::string& x) {
+    for (std::string_view scheme : {"http://", "https://"})
+      if (x.size() > scheme.size() && x.compare(0, scheme.size(), scheme) == 0)
+        return true;
+    return false;
+  };
+  if (!url_ok(cfg.base_url))
+    bad_value(*url, m.path("base_url"), cfg.base_url,
+              "an http:// or https:// URL with a host");
+  if (cfg.model.empty())
+    fail(m.line("model"), m.path("model"),
+         "missing required key (expected the model name to request)");
+  if (auto x = m.get("api_key"))
+    cfg.api_key = read_string(*x, m.path("api_key"));
+  if (auto x = m.get("headers")) {
+    auto path = m.path("headers");
+    if (!x->IsMap())
+      fail(line_of(*x), path, "expected a mapping of header names to values, "
+                              "got " + describe(*x));
+    for (auto kv : *x) {
+      auto name = read_name(kv.first, path);
+      cfg.headers[name] = read_string(kv.second, path + "." + name);
+    }
+  }
+  auto millis = [](caf::timespan x) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(x);
+  };
+  if (auto x = m.get("connect_timeout"))
+    cfg.connect_timeout = millis(
+      read_duration(*x, m.path("connect_timeout"), true));
+  if (auto x = m.get("first_byte_timeout"))
+    cfg.first_byte_timeout = millis(
+      read_duration(*x, m.path("first_byte_timeout"), true));
+  if (auto x = m.get("total_timeout"))
+    cfg.total_timeout = millis(read_duration(*x, m.path("total_timeout"),
+                                             true));
+  if (auto x = m.get("max_concurrency"))
+    cfg.max_concurrency = static_cast<size_t>(
+      read_int(*x, m.path("max_concurrency"), 1, 100000));
+  if (auto x = m.get("ca_file")) {
+    cfg.ca_file = read_string(*x, m.path("ca_file"));
+    if (!cfg.ca_file.empty() && !std::ifstream{cfg.ca_file})
+      bad_value(*x, m.path("ca_file"), cfg.ca_file,
+                "a readable PEM file of CA certificates");
+  }
+  if (auto x = m.get("stream"))
+    cfg.stream = read_bool(*x, m.path("stream"));
+  if (auto x = m.get("max_tokens"))
+    cfg.max_tokens = static_cast<uint32_t>(
+      read_int(*x, m.path("max_tokens"), 1, 1'000'000));
 }
 
 scripted_step parser::read_step(const YAML::Node& node,
                                 const std::string& path) {
   map_reader m{*this, node, path, line_of(node),
-               {"match", "reply", "delay", "fail", "crash"}};
+               {"match", "reply", "delay", "fail", "retry_after", "crash"}};
   scripted_step result;
   if (auto x = m.get("match"))
     result.match = read_string(*x, m.path("match"));
@@ -824,6 +919,13 @@ scripted_step parser::read_step(const YAML::Node& node,
     result.delay = read_duration(*x, m.path("delay"), false);
   if (auto x = m.get("fail"))
     result.fail = read_enum(*x, m.path("fail"), failure_classes);
+  if (auto x = m.get("retry_after")) {
+    if (result.fail.empty())
+      fail(m.line("retry_after"), m.path("retry_after"),
+           "retry_after needs fail (it is part of a simulated failure)");
+    result.retry_after = std::chrono::duration_cast<std::chrono::milliseconds>(
+      read_duration(*x, m.path("retry_after"), false));
+  }
   if (auto x = m.get("crash"))
     result.crash = read_bool(*x, m.path("crash"));
   auto outcomes = int{has_reply} + int{!result.fail.empty()}
@@ -840,7 +942,8 @@ scripted_step parser::read_step(const YAML::Node& node,
 pool_config parser::read_pool(const YAML::Node& node,
                               const std::string& path) {
   map_reader m{*this, node, path, line_of(node),
-               {"name", "chain", "max_attempts"}};
+               {"name", "chain", "max_attempts", "retry", "breaker", "cooldowns",
+                "timeout_max_tokens_factor"}};
   pool_config result;
   auto name = m.get("name");
   if (!name)
@@ -861,9 +964,75 @@ pool_config parser::read_pool(const YAML::Node& node,
     fail(line_of(*chain), chain_path,
          "expected a non-empty list of provider names, got an empty list");
   if (auto x = m.get("max_attempts"))
-    result.max_attempts = static_cast<uint32_t>(
+    result.retry.max_attempts = static_cast<uint32_t>(
       read_int(*x, m.path("max_attempts"), 1, 100));
+  if (auto x = m.get("retry"))
+    read_retry(map_reader{*this, *x, m.path("retry"), m.line("retry"),
+                          {std::begin(retry_keys), std::end(retry_keys)}},
+               result);
+  if (auto x = m.get("breaker"))
+    read_breaker(map_reader{*this, *x, m.path("breaker"), m.line("breaker"),
+                            {std::begin(breaker_keys),
+                             std::end(breaker_keys)}},
+                 result.breaker);
+  if (auto x = m.get("cooldowns"))
+    read_cooldowns(map_reader{*this, *x, m.path("cooldowns"),
+                              m.line("cooldowns"),
+                              {std::begin(failure_classes),
+                               std::end(failure_classes)}},
+                   result.breaker.cooldowns);
+  if (auto x = m.get("timeout_max_tokens_factor"))
+    result.timeout_max_tokens_factor = read_number(
+      *x, m.path("timeout_max_tokens_factor"), 0.01, 1.0);
   return result;
+}
+
+void parser::read_retry(const map_reader& m, pool_config& cfg) {
+  auto millis = [&](const char* key, bool positive) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+      read_duration(*m.get(key), m.path(key), positive));
+  };
+  auto& r = cfg.retry;
+  if (m.get("base_delay"))
+    r.base_delay = millis("base_delay", false);
+  if (auto x = m.get("multiplier"))
+    r.multiplier = read_number(*x, m.path("multiplier"), 1.0, 100.0);
+  if (m.get("max_delay"))
+    r.max_delay = millis("max_delay", false);
+  if (auto x = m.get("jitter"))
+    r.jitter = read_number(*x, m.path("jitter"), 0.0, 1.0);
+  if (m.get("retry_after_cap"))
+    r.retry_after_cap = millis("retry_after_cap", false);
+  if (auto x = m.get("budget"))
+    cfg.budget = static_cast<uint32_t>(read_int(*x, m.path("budget"), 1,
+                                                10000));
+  if (r.max_delay < r.base_delay)
+    fail(m.line("max_delay"), m.path("max_delay"),
+         "expected at least " + m.path("base_delay") + " ("
+           + render_duration(r.base_delay) + "), got "
+           + render_duration(r.max_delay));
+}
+
+void parser::read_breaker(const map_reader& m, breaker_config& cfg) {
+  auto millis = [&](const char* key, bool positive) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+      read_duration(*m.get(key), m.path(key), positive));
+  };
+  if (auto x = m.get("failure_threshold"))
+    cfg.failure_threshold = static_cast<uint32_t>(
+      read_int(*x, m.path("failure_threshold"), 1, 1000));
+  if (m.get("probe_lead"))
+    cfg.probe_lead = millis("probe_lead", false);
+  if (m.get("probe_timeout"))
+    cfg.probe_timeout = millis("probe_timeout", true);
+}
+
+void parser::read_cooldowns(const map_reader& m, cooldown_table& cfg) {
+  for (auto name : failure_classes)
+    if (auto x = m.get(name))
+      cfg.set(*parse_error_class(name),
+              std::chrono::duration_cast<std::chrono::milliseconds>(
+                read_duration(*x, m.path(name), false)));
 }
 
 void parser::read_threads(const map_reader& m, thread_defaults& cfg) {

@@ -70,6 +70,20 @@ json to_json(const context_entry& x) {
   return json{{"seq", x.seq}, {"role", x.role}, {"content", x.content}};
 }
 
+json to_json(const provider_health_record& x) {
+  return json{{"pool", x.pool},
+              {"provider", x.provider},
+              {"status", x.status},
+              {"breaker", x.breaker},
+              {"consecutive_failures", x.consecutive_failures},
+              {"last_error", x.last_error},
+              {"last_error_class", x.last_error_class},
+              {"last_success", x.last_success},
+              {"cooldown_until", x.cooldown_until},
+              {"calls", x.calls},
+              {"failures", x.failures}};
+}
+
 caf::expected<session_record> session_record_from_json(const json& j) {
   return decode_object<session_record>(j, "session record", [&](auto& x) {
     std::string state;
@@ -136,6 +150,28 @@ caf::expected<context_entry> context_entry_from_json(const json& j) {
   });
 }
 
+caf::expected<provider_health_record>
+provider_health_record_from_json(const json& j) {
+  return decode_object<provider_health_record>(
+    j, "provider health record", [&](auto& x) {
+      caf::error err;
+      if ((err = read_field(j, "pool", x.pool))
+          || (err = read_field(j, "provider", x.provider))
+          || (err = read_field(j, "status", x.status))
+          || (err = read_field(j, "breaker", x.breaker))
+          || (err = read_field(j, "consecutive_failures",
+                               x.consecutive_failures))
+          || (err = read_field(j, "last_error", x.last_error))
+          || (err = read_field(j, "last_error_class", x.last_error_class))
+          || (err = read_field(j, "last_success", x.last_success))
+          || (err = read_field(j, "cooldown_until", x.cooldown_until)))
+        return err;
+      x.calls = j.value("calls", uint64_t{0});
+      x.failures = j.value("failures", uint64_t{0});
+      return caf::error{};
+    });
+}
+
 namespace {
 
 template <class T, class Fn>
@@ -166,6 +202,13 @@ caf::expected<log_entry> decode<log_entry>(std::string_view text) {
 template <>
 caf::expected<context_entry> decode<context_entry>(std::string_view text) {
   return parse_then<context_entry>(text, context_entry_from_json);
+}
+
+template <>
+caf::expected<provider_health_record>
+decode<provider_health_record>(std::string_view text) {
+  return parse_then<provider_health_record>(text,
+                                            provider_health_record_from_json);
 }
 
 } // namespace keel

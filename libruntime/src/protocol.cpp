@@ -306,12 +306,27 @@ std::string ack_frame(const std::string& thread, const std::string& client_id,
 
 std::string status_frame(const std::string& thread,
                          const std::string& client_id, seq_t reply_to,
-                         const std::string& state) {
-  return object_writer{"status", thread.size() + client_id.size() + 64}
+                         const std::string& state, const std::string& detail) {
+  return object_writer{"status",
+                       thread.size() + client_id.size() + detail.size() + 64}
     .field("thread", thread)
     .field("id", client_id)
     .field("reply_to", reply_to)
     .field("state", state)
+    .optional("detail", detail)
+    .done();
+}
+
+std::string delta_frame(const std::string& thread,
+                        const std::string& client_id, seq_t reply_to,
+                        uint32_t attempt, std::string_view text) {
+  return object_writer{"delta",
+                       thread.size() + client_id.size() + text.size() + 80}
+    .field("thread", thread)
+    .field("id", client_id)
+    .field("reply_to", reply_to)
+    .field("attempt", uint64_t{attempt})
+    .field("text", text)
     .done();
 }
 

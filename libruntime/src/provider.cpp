@@ -31,10 +31,13 @@ public:
     return name_;
   }
 
-  provider_outcome complete(const completion_request& req) override {
+  provider_outcome complete(const completion_request& req,
+                            uint32_t) override {
     provider_outcome out;
-    out.reply = completion{"echo: " + last_user_text(req.context), name_,
-                           model_};
+    out.reply.text = "echo: " + last_user_text(req.context);
+    out.reply.provider = name_;
+    out.reply.model = model_;
+    out.reply.finish_reason = "stop";
     return out;
   }
 
@@ -57,7 +60,8 @@ public:
     return name_;
   }
 
-  provider_outcome complete(const completion_request& req) override {
+  provider_outcome complete(const completion_request& req,
+                            uint32_t max_tokens) override {
     auto input = last_user_text(req.context);
     const scripted_step* step = nullptr;
     for (auto& candidate : matched_)
@@ -69,7 +73,9 @@ public:
       step = &rotation_[next_++ % rotation_.size()];
     provider_outcome out;
     if (step == nullptr) {
-      out.reply = completion{input, name_, model_};
+      out.reply.text = input;
+      out.reply.provider = name_;
+      out.reply.model = model_;
       return out;
     }
     out.delay = step->delay;
@@ -77,12 +83,16 @@ public:
       out.what = provider_outcome::kind::crash;
     } else if (!step->fail.empty()) {
       out.what = provider_outcome::kind::failure;
-      out.error = caf::make_error(ec::provider_failed,
-                                  name_ + ": scripted failure (" + step->fail
-                                    + ")");
+      out.failure = parse_error_class(step->fail).value_or(
+        error_class::unknown);
+      out.message = name_ + ": scripted failure (" + step->fail + ")";
+      out.retry_after = step->retry_after;
     } else {
-      out.reply = completion{replace_all(step->reply, "{input}", input), name_,
-                             model_};
+      out.reply.text = replace_all(replace_all(step->reply, "{input}", input),
+                                   "{max_tokens}",
+                                   std::to_string(max_tokens));
+      out.reply.provider = name_;
+      out.reply.model = model_;
     }
     return out;
   }
@@ -104,8 +114,8 @@ make_provider(const provider_config& cfg) {
   if (cfg.kind == "scripted")
     return std::unique_ptr<provider>{new scripted_provider(cfg)};
   return caf::make_error(ec::config_invalid,
-                         "providers." + cfg.name + ".kind: unknown kind '"
-                           + cfg.kind + "' (expected echo or scripted)");
+                         "providers." + cfg.name + ".kind: '" + cfg.kind
+                           + "' is not an offline provider (echo, scripted)");
 }
 
 } // namespace keel

@@ -403,7 +403,7 @@ circuit_breaker::time_point circuit_breaker::probe_at() const {
   return health_.cooldown_until - lead;
 }
 
-bool circuit_breaker::allow(time_point now) {
+bool circuit_breaker::admit(time_point now) {
   switch (state_) {
     case breaker_state::closed:
       return true;

@@ -474,6 +474,24 @@ public:
     return result;
   }
 
+  caf::expected<std::vector<provider_health_record>> health() override {
+    if (auto err = ensure_readable())
+      return err;
+    std::vector<provider_health_record> result;
+    std::unique_ptr<rocksdb::Iterator> it{
+      db_->NewIterator(rocksdb::ReadOptions{}, cf_[cf_health])};
+    for (it->SeekToFirst(); it->Valid(); it->Next()) {
+      auto rec = decode_at<provider_health_record>(cf_health, it->key(),
+                                                   it->value());
+      if (!rec)
+        return rec.error();
+      result.push_back(std::move(*rec));
+    }
+    if (!it->status().ok())
+      return read_failed(cf_health, it->status());
+    return result;
+  }
+
   caf::expected<std::string> meta(const std::string& key) override {
     if (auto err = ensure_readable())
       return err;
@@ -569,17 +587,12 @@ public:
   }
 
   void stage_session(const session_record& rec) override {
-    if (!ready_to_stage())
-      return;
-    std::string value;
-    try {
-      value = encode(rec);
-    } catch (const std::exception& ex) {
-      poison("cannot encode the session of " + rec.thread + ": " + ex.what());
-      return;
-    }
-    batch_put(cf_sessions, rec.thread, value);
-    count_staged();
+    stage_record(cf_sessions, rec.thread, rec, "the session of " + rec.thread);
+  }
+
+  void stage_health(const provider_health_record& rec) override {
+    auto key = rec.pool + '/' + rec.provider;
+    stage_record(cf_health, key, rec, "the health of " + key);
   }
 
   void stage_meta(const std::string& key, const std::string& value) override {
@@ -809,6 +822,24 @@ private:
   void batch_put(size_t cf, const std::string& key, const std::string& value) {
     // Only fails on a batch over 4 GB (max_bytes is unlimited by default).
     static_cast<void>(batch_.Put(cf_[cf], key, value));
+  }
+
+  // Stages one record under `key`; one that cannot be encoded (a string
+  // that is not UTF-8) fails the group, naming `what`.
+  template <class T>
+  void stage_record(size_t cf, const std::string& key, const T& rec,
+                    const std::string& what) {
+    if (!ready_to_stage())
+      return;
+    std::string value;
+    try {
+      value = encode(rec);
+    } catch (const std::exception& ex) {
+      poison("cannot encode " + what + ": " + ex.what());
+      return;
+    }
+    batch_put(cf, key, value);
+    count_staged();
   }
 
   void batch_delete(size_t cf, const std::string& key) {

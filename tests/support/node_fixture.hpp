@@ -48,7 +48,11 @@ inline node_config scripted_config(const std::string& data_dir,
   p.kind = "scripted";
   p.script = std::move(steps);
   cfg.providers = {p};
-  cfg.pools = {pool_config{"default", {"script"}, 1}};
+  pool_config pool;
+  pool.name = "default";
+  pool.chain = {"script"};
+  pool.retry.max_attempts = 1;
+  cfg.pools = {pool};
   cfg.supervision.root.max_restarts = 5;
   // Restart at once: these tests move time only when they say so.
   cfg.supervision.root.backoff.initial = caf::timespan{0};
@@ -77,7 +81,7 @@ public:
   void start() {
     sink = sys.spawn(event_sink);
     sys.registry().put(names::gateway, sink);
-    auto spec = root_spec(config, nullptr, false);
+    auto spec = root_spec(config, nullptr, false, nullptr);
     CAF_REQUIRE(spec);
     root = sys.spawn(supervisor, std::move(*spec));
     sys.registry().put(names::root, root);

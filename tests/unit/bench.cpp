@@ -3,6 +3,10 @@
 
 #include "keel/bench.hpp"
 
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -10,6 +14,8 @@
 
 #include "keel/protocol.hpp"
 #include "keel/ws_server.hpp"
+
+#include "fault_llm_server.hpp"
 
 using namespace keel;
 using namespace std::chrono_literals;
@@ -27,6 +33,9 @@ enum class answer_mode {
   /// Ack; per thread, the reply of every first message of a pair is held
   /// back and sent after the reply of the second.
   swap_pairs,
+  /// Ack, then reply naming provider "fallback" if the text contains
+  /// "[fail]", else "primary" (a node failing over).
+  tag_provider,
 };
 
 /// A gateway that answers like a node would, without actors or storage.
@@ -63,10 +72,14 @@ public:
     reply.kind = log_kind::reply;
     reply.client_id = frame.id;
     reply.text = "echo: " + frame.text;
+    reply.provider = frame.text.find("[fail]") == std::string::npos
+                       ? "primary"
+                       : "fallback";
     server->send(conn,
                  protocol::ack_frame(frame.thread, frame.id, reply.seq, false));
     switch (mode_) {
       case answer_mode::normal:
+      case answer_mode::tag_provider:
         break;
       case answer_mode::error:
         reply.kind = log_kind::error;
@@ -259,4 +272,125 @@ CAF_TEST(replies out of thread order are detected) {
   CAF_CHECK(!res->clean());
 }
 
+CAF_TEST(a fault mid-run is timed up to the first fallback reply) {
+  start(answer_mode::tag_provider);
+  auto opts = load(1, 1, 20, 1);
+  // At once: the first message is already out, every later one carries the
+  // tag, so exactly 19 are answered by the fallback after the fault.
+  opts.fault.at = 0ms;
+  opts.fault.text_suffix = " [fail]";
+  opts.fault.fallback_provider = "fallback";
+  auto res = bench::run_load(opts);
+  CAF_REQUIRE(res);
+  CAF_CHECK(res->clean());
+  const auto& fo = res->failover;
+  CAF_CHECK(fo.injected);
+  CAF_CHECK(fo.fault_error.empty());
+  CAF_CHECK_GREATER_OR_EQUAL(fo.to_first_fallback, 0.0);
+  CAF_CHECK_EQUAL(fo.replies_after_fault.count("primary"), 0u);
+  CAF_CHECK_EQUAL(fo.replies_after_fault.at("fallback"), 19u);
+  CAF_CHECK_GREATER_OR_EQUAL(fo.affected, 1u);
+  CAF_CHECK_LESS_OR_EQUAL(fo.affected, 2u);
+  CAF_CHECK_EQUAL(fo.affected_failed, 0u);
+  CAF_CHECK_EQUAL(fo.affected_latencies.size(), fo.affected);
+  CAF_CHECK_EQUAL(fo.after.count + fo.affected + fo.before.count, 20u);
+}
+
+CAF_TEST(the fault can kill a process) {
+  auto child = fork();
+  CAF_REQUIRE_GREATER_OR_EQUAL(child, 0);
+  if (child == 0) {
+    pause();
+    _exit(0);
+  }
+  start(answer_mode::tag_provider);
+  auto opts = load(1, 1, 5, 1);
+  opts.fault.at = 0ms;
+  opts.fault.kill_pid = child;
+  opts.fault.fallback_provider = "fallback";
+  auto res = bench::run_load(opts);
+  int status = 0;
+  CAF_CHECK_EQUAL(waitpid(child, &status, 0), child);
+  CAF_CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+  CAF_REQUIRE(res);
+  CAF_CHECK(res->failover.injected);
+  // Nothing failed over: the fallback never answered.
+  CAF_CHECK_LESS(res->failover.to_first_fallback, 0.0);
+}
+
 CAF_TEST_FIXTURE_SCOPE_END()
+
+namespace {
+
+/// A fixed number of sequential calls, no warmup (no clock decides).
+bench::http_load_options http_load(const test::fault_llm_server& server,
+                                   uint64_t messages) {
+  bench::http_load_options opts;
+  opts.server.base_url = server.base_url() + "/v1";
+  opts.server.model = "gpt-4o-mini";
+  opts.server.stream = false;
+  opts.server.headers["x-bench"] = "1";
+  opts.messages = messages;
+  opts.warmup = 0ms;
+  return opts;
+}
+
+} // namespace
+
+CAF_TEST(the HTTP load counts every call) {
+  test::fault_llm_server server;
+  auto opts = http_load(server, 20);
+  auto res = bench::run_http_load(opts);
+  CAF_REQUIRE(res);
+  CAF_CHECK_EQUAL(res->sent, 20u);
+  CAF_CHECK_EQUAL(res->answered, 20u);
+  CAF_CHECK_EQUAL(res->measured_answered, 20u);
+  CAF_CHECK_EQUAL(res->latency.count, 20u);
+  CAF_CHECK_EQUAL(res->errors, 0u);
+  CAF_CHECK_EQUAL(res->missing, 0u);
+  CAF_CHECK(res->clean());
+  // The probe call, then the load.
+  CAF_CHECK_EQUAL(server.requests(), 21u);
+  // Paced, several calls in flight.
+  opts.rate = 500;
+  opts.window = 4;
+  res = bench::run_http_load(opts);
+  CAF_REQUIRE(res);
+  CAF_CHECK_EQUAL(res->answered, 20u);
+  CAF_CHECK(res->clean());
+}
+
+CAF_TEST(HTTP failures are counted and make the run unclean) {
+  test::fault_llm_server::options sopts;
+  // The probe passes; three of the ten calls fail.
+  for (auto spec : {"ok", "503", "ok", "503", "503"})
+    sopts.script.push_back(*test::parse_fault(spec));
+  test::fault_llm_server server{sopts};
+  auto res = bench::run_http_load(http_load(server, 10));
+  CAF_REQUIRE(res);
+  CAF_CHECK_EQUAL(res->sent, 10u);
+  CAF_CHECK_EQUAL(res->errors, 3u);
+  CAF_CHECK_EQUAL(res->answered, 7u);
+  CAF_CHECK_EQUAL(res->latency.count, 7u);
+  CAF_CHECK(!res->clean());
+  CAF_CHECK(!res->error_samples.empty());
+}
+
+CAF_TEST(an HTTP server that refuses or cannot be reached fails the run) {
+  std::string dead_url;
+  {
+    test::fault_llm_server refusing;
+    refusing.set_default(*test::parse_fault("400"));
+    auto res = bench::run_http_load(http_load(refusing, 1));
+    CAF_REQUIRE(!res);
+    CAF_CHECK_EQUAL(res.error(), ec::provider_failed);
+    dead_url = refusing.base_url();
+  }
+  bench::http_load_options opts;
+  opts.server.base_url = dead_url;
+  opts.server.model = "m";
+  opts.messages = 1;
+  auto res = bench::run_http_load(opts);
+  CAF_REQUIRE(!res);
+  CAF_CHECK_EQUAL(res.error(), ec::connection_failed);
+}

@@ -97,7 +97,8 @@ void check_same(const node_config& x, const node_config& y) {
   for (size_t i = 0; i < x.pools.size(); ++i) {
     CAF_CHECK_EQUAL(x.pools[i].name, y.pools[i].name);
     CAF_CHECK_EQUAL(x.pools[i].chain, y.pools[i].chain);
-    CAF_CHECK_EQUAL(x.pools[i].max_attempts, y.pools[i].max_attempts);
+    CAF_CHECK_EQUAL(x.pools[i].retry.max_attempts,
+                    y.pools[i].retry.max_attempts);
   }
   CAF_CHECK_EQUAL(x.threads.system_prompt, y.threads.system_prompt);
   CAF_CHECK_EQUAL(x.threads.idle_timeout, y.threads.idle_timeout);
@@ -271,7 +272,7 @@ storage:
   CAF_REQUIRE_EQUAL(cfg->pools.size(), 1u);
   CAF_CHECK_EQUAL(cfg->pools[0].name, "main");
   CAF_CHECK_EQUAL(cfg->pools[0].chain, (std::vector<std::string>{"s", "e"}));
-  CAF_CHECK_EQUAL(cfg->pools[0].max_attempts, 3u);
+  CAF_CHECK_EQUAL(cfg->pools[0].retry.max_attempts, 3u);
   CAF_CHECK_EQUAL(cfg->threads.system_prompt, "Be brief.");
   CAF_CHECK_EQUAL(cfg->threads.idle_timeout, caf::timespan{1h});
   CAF_CHECK_EQUAL(cfg->threads.pool, "main");
@@ -431,10 +432,10 @@ CAF_TEST(missing required fields point at the parent mapping) {
                   "(expected a non-empty provider name)");
   CAF_CHECK_EQUAL(error_of("providers:\n  - name: a\n"),
                   "node.yaml:2: providers[0].kind: missing required key "
-                  "(expected echo or scripted)");
+                  "(expected echo, scripted, openai or anthropic)");
   CAF_CHECK_EQUAL(error_of("providers:\n  - name: a\n    kind:\n"),
                   "node.yaml:3: providers[0].kind: missing required key "
-                  "(expected echo or scripted)");
+                  "(expected echo, scripted, openai or anthropic)");
   CAF_CHECK_EQUAL(error_of("pools:\n  - name: p\n"),
                   "node.yaml:2: pools[0].chain: missing required key "
                   "(expected a non-empty list of provider names)");
@@ -604,7 +605,7 @@ providers:
     kind: foo
 )"),
                   "node.yaml:7: providers[1].kind: unknown value \"foo\" "
-                  "(expected echo or scripted)");
+                  "(expected echo, scripted, openai or anthropic)");
   CAF_CHECK_EQUAL(error_of("providers:\n  - name: ''\n    kind: echo\n"),
                   "node.yaml:2: providers[0].name: expected a non-empty name, "
                   "got \"\"");
@@ -1070,9 +1071,150 @@ CAF_TEST(config example yaml sets every section) {
   auto cfg = load_config_file(path, fake_env({{"KEEL_TOKEN", "t0k"}}));
   CAF_REQUIRE_EQUAL(outcome(cfg), "none");
   CAF_CHECK_EQUAL(cfg->gateway.token, "t0k");
-  CAF_CHECK_EQUAL(cfg->providers.size(), 2u);
-  CAF_CHECK_EQUAL(cfg->pools.size(), 2u);
+  CAF_CHECK_EQUAL(cfg->providers.size(), 4u);
+  CAF_CHECK_EQUAL(cfg->pools.size(), 3u);
   auto actor = cfg->find_provider("actor");
   CAF_REQUIRE(actor != nullptr);
-  CAF_CHECK_EQUAL(actor->script.size(), 5u);
+  CAF_CHECK_EQUAL(actor->script.size(), 6u);
+  auto gpt = cfg->find_provider("gpt");
+  CAF_REQUIRE(gpt != nullptr);
+  CAF_CHECK_EQUAL(gpt->headers.size(), 1u);
+  auto cloud = cfg->find_pool("cloud");
+  CAF_REQUIRE(cloud != nullptr);
+  CAF_CHECK_EQUAL(cloud->breaker.cooldowns.get(error_class::rate_limit),
+                  30s);
+}
+
+CAF_TEST(http providers take their endpoint timeouts and limits) {
+  // Any readable file passes the ca_file check; TLS reads it later.
+  auto ca_file = (source_dir() / "config" / "default.yaml").string();
+  auto cfg = parse("providers:\n"
+                   "  - name: gpt\n"
+                   "    kind: openai\n"
+                   "    base_url: http://127.0.0.1:4010/v1\n"
+                   "    model: gpt-x\n"
+                   "    api_key: ${KEY}\n"
+                   "    headers:\n"
+                   "      X-Team: core\n"
+                   "    connect_timeout: 250ms\n"
+                   "    first_byte_timeout: 2s\n"
+                   "    total_timeout: 10s\n"
+                   "    max_concurrency: 8\n"
+                   "    ca_file: " + ca_file + "\n"
+                   "    stream: false\n"
+                   "    max_tokens: 77\n"
+                   "  - name: claude\n"
+                   "    kind: anthropic\n"
+                   "    base_url: https://api.anthropic.com\n"
+                   "    model: c\n",
+                   {{"KEY", "sk-1"}});
+  CAF_REQUIRE(cfg);
+  auto& gpt = cfg->providers[0];
+  CAF_CHECK(is_http_kind(gpt.kind));
+  CAF_CHECK_EQUAL(gpt.base_url, "http://127.0.0.1:4010/v1");
+  CAF_CHECK_EQUAL(gpt.api_key, "sk-1");
+  CAF_CHECK_EQUAL(gpt.headers.at("X-Team"), "core");
+  CAF_CHECK_EQUAL(gpt.connect_timeout, 250ms);
+  CAF_CHECK_EQUAL(gpt.first_byte_timeout, 2s);
+  CAF_CHECK_EQUAL(gpt.total_timeout, 10s);
+  CAF_CHECK_EQUAL(gpt.max_concurrency, 8u);
+  CAF_CHECK_EQUAL(gpt.ca_file, ca_file);
+  CAF_CHECK(!gpt.stream);
+  CAF_CHECK_EQUAL(gpt.max_tokens, 77u);
+  auto& claude = cfg->providers[1];
+  CAF_CHECK(claude.stream);
+  CAF_CHECK_EQUAL(claude.total_timeout, 120s);
+  // Without pools, the default pool chains both.
+  CAF_CHECK_EQUAL(cfg->pools[0].chain,
+                  (std::vector<std::string>{"gpt", "claude"}));
+}
+
+CAF_TEST(http provider mistakes are named) {
+  CAF_CHECK_EQUAL(error_of("providers:\n  - name: g\n    kind: openai\n"
+                           "    model: m\n"),
+                  "node.yaml:2: providers[0].base_url: missing required key "
+                  "(expected an http:// or https:// URL)");
+  CAF_CHECK_EQUAL(error_of("providers:\n  - name: g\n    kind: openai\n"
+                           "    base_url: ftp://x\n    model: m\n"),
+                  "node.yaml:4: providers[0].base_url: expected an http:// or "
+                  "https:// URL with a host, got \"ftp://x\"");
+  CAF_CHECK_EQUAL(error_of("providers:\n  - name: g\n    kind: anthropic\n"
+                           "    base_url: http://h\n"),
+                  "node.yaml:2: providers[0].model: missing required key "
+                  "(expected the model name to request)");
+  CAF_CHECK_EQUAL(error_of("providers:\n  - name: e\n    kind: echo\n"
+                           "    base_url: http://h\n"),
+                  "node.yaml:4: providers[0].base_url: only openai and "
+                  "anthropic providers take base_url (this provider is "
+                  "\"echo\")");
+  CAF_CHECK_EQUAL(error_of("providers:\n  - name: g\n    kind: openai\n"
+                           "    base_url: http://h\n    model: m\n"
+                           "    total_timeout: 0s\n"),
+                  "node.yaml:6: providers[0].total_timeout: expected a "
+                  "positive duration such as \"250ms\", \"5s\", \"2m\" or "
+                  "\"1h\", got \"0s\"");
+  CAF_CHECK_EQUAL(error_of("providers:\n  - name: g\n    kind: openai\n"
+                           "    base_url: http://h\n    model: m\n"
+                           "    ca_file: /no/such/ca.pem\n"),
+                  "node.yaml:6: providers[0].ca_file: expected a readable "
+                  "PEM file of CA certificates, got \"/no/such/ca.pem\"");
+  CAF_CHECK_EQUAL(error_of("providers:\n  - name: g\n    kind: openai\n"
+                           "    base_url: http://h\n    model: m\n"
+                           "    headers: [a]\n"),
+                  "node.yaml:6: providers[0].headers: expected a mapping of "
+                  "header names to values, got a list");
+}
+
+CAF_TEST(pools take retry breaker and cooldown settings) {
+  auto cfg = parse("pools:\n"
+                   "  - name: default\n"
+                   "    chain: [echo]\n"
+                   "    max_attempts: 4\n"
+                   "    retry:\n"
+                   "      base_delay: 200ms\n"
+                   "      multiplier: 3\n"
+                   "      max_delay: 5s\n"
+                   "      jitter: 0\n"
+                   "      retry_after_cap: 9s\n"
+                   "      budget: 6\n"
+                   "    breaker:\n"
+                   "      failure_threshold: 5\n"
+                   "      probe_lead: 2s\n"
+                   "      probe_timeout: 20s\n"
+                   "    cooldowns:\n"
+                   "      auth: 1m\n"
+                   "      format: 5s\n"
+                   "    timeout_max_tokens_factor: 0.25\n");
+  CAF_REQUIRE(cfg);
+  auto& pool = cfg->pools[0];
+  CAF_CHECK_EQUAL(pool.retry.max_attempts, 4u);
+  CAF_CHECK_EQUAL(pool.retry.base_delay, 200ms);
+  CAF_CHECK_EQUAL(pool.retry.multiplier, 3.0);
+  CAF_CHECK_EQUAL(pool.retry.max_delay, 5s);
+  CAF_CHECK_EQUAL(pool.retry.jitter, 0.0);
+  CAF_CHECK_EQUAL(pool.retry.retry_after_cap, 9s);
+  CAF_CHECK_EQUAL(pool.budget, 6u);
+  CAF_CHECK_EQUAL(pool.breaker.failure_threshold, 5u);
+  CAF_CHECK_EQUAL(pool.breaker.probe_lead, 2s);
+  CAF_CHECK_EQUAL(pool.breaker.probe_timeout, 20s);
+  CAF_CHECK_EQUAL(pool.breaker.cooldowns.get(error_class::auth), 1min);
+  CAF_CHECK_EQUAL(pool.breaker.cooldowns.get(error_class::format), 5s);
+  // Unset classes keep their defaults.
+  CAF_CHECK_EQUAL(pool.breaker.cooldowns.get(error_class::billing), 30min);
+  CAF_CHECK_EQUAL(pool.timeout_max_tokens_factor, 0.25);
+  CAF_CHECK_EQUAL(error_of("pools:\n  - name: default\n    chain: [echo]\n"
+                           "    cooldowns:\n      rate_limt: 1s\n"),
+                  "node.yaml:5: pools[0].cooldowns.rate_limt: unknown key "
+                  "(did you mean rate_limit?)");
+  CAF_CHECK_EQUAL(error_of("pools:\n  - name: default\n    chain: [echo]\n"
+                           "    retry:\n      base_delay: 2s\n"
+                           "      max_delay: 1s\n"),
+                  "node.yaml:6: pools[0].retry.max_delay: expected at least "
+                  "pools[0].retry.base_delay (2s), got 1s");
+  CAF_CHECK_EQUAL(error_of("providers:\n  - name: s\n    kind: scripted\n"
+                           "    script:\n      - reply: x\n"
+                           "        retry_after: 1s\n"),
+                  "node.yaml:6: providers[0].script[0].retry_after: "
+                  "retry_after needs fail (it is part of a simulated "
+                  "failure)");
 }

@@ -156,7 +156,8 @@ CAF_TEST(an idle thread passivates and comes back with its state) {
   session.receive(
     [&](thread_snapshot& snap) {
       CAF_CHECK(snap.exists);
-      CAF_CHECK_EQUAL(to_string(snap.session.state), "SUSPENDED");
+      CAF_CHECK_EQUAL(std::string{to_string(snap.session.state)},
+                      "SUSPENDED");
       CAF_CHECK_EQUAL(snap.context.size(), 2u);
       CAF_CHECK_EQUAL(snap.next_seq, 3u);
     },
@@ -257,7 +258,7 @@ CAF_TEST(a provider failure becomes a descriptive error and the drain goes on) {
   CAF_CHECK_EQUAL(evs[1]["id"], "1");
 }
 
-CAF_TEST(a crashing pool fails only its request and is restarted) {
+CAF_TEST(a crashing provider worker fails only its request and is restarted) {
   CAF_REQUIRE(send("t", "1", "crash now"));
   CAF_REQUIRE(send("u", "1", "other thread"));
   CAF_REQUIRE(send("t", "2", "back to normal"));

@@ -316,7 +316,7 @@ CAF_TEST(breaker opens after consecutive failures) {
   cfg.failure_threshold = 3;
   circuit_breaker br{cfg};
   tp t0{};
-  CAF_CHECK(br.allow(t0));
+  CAF_CHECK(br.admit(t0));
   CAF_CHECK_EQUAL(br.health().status, health_status::healthy);
   br.record_failure(t0, error_class::overloaded, "503");
   br.record_failure(t0 + 1s, error_class::overloaded, "503");
@@ -335,7 +335,7 @@ CAF_TEST(breaker opens after consecutive failures) {
   CAF_CHECK(br.health().cooldown_until == t0 + 10s + 2min);
   CAF_CHECK_EQUAL(br.health().last_error, "overloaded");
   CAF_CHECK_EQUAL(br.health().last_error_class, error_class::overloaded);
-  CAF_CHECK(!br.allow(t0 + 11s));
+  CAF_CHECK(!br.admit(t0 + 11s));
 }
 
 CAF_TEST(breaker lets exactly one probe through before cooldown ends) {
@@ -349,20 +349,20 @@ CAF_TEST(breaker lets exactly one probe through before cooldown ends) {
   CAF_REQUIRE_EQUAL(br.state(), breaker_state::open);
   // Cooldown 120 s, lead 12 s: the probe may go at 108 s.
   CAF_CHECK(br.probe_at() == t0 + 108s);
-  CAF_CHECK(!br.allow(t0 + 107s));
-  CAF_CHECK(!br.allow(t0 + 108s - 1ms));
-  CAF_CHECK(br.allow(t0 + 108s));
+  CAF_CHECK(!br.admit(t0 + 107s));
+  CAF_CHECK(!br.admit(t0 + 108s - 1ms));
+  CAF_CHECK(br.admit(t0 + 108s));
   CAF_CHECK_EQUAL(br.state(), breaker_state::half_open);
   CAF_CHECK_EQUAL(br.health().status, health_status::degraded);
   // Single flight: everyone else is refused while the probe is out, even
   // after the cooldown ended.
-  CAF_CHECK(!br.allow(t0 + 108s));
-  CAF_CHECK(!br.allow(t0 + 130s));
+  CAF_CHECK(!br.admit(t0 + 108s));
+  CAF_CHECK(!br.admit(t0 + 130s));
   br.record_success(t0 + 131s);
   CAF_CHECK_EQUAL(br.state(), breaker_state::closed);
   CAF_CHECK_EQUAL(br.health().status, health_status::healthy);
-  CAF_CHECK(br.allow(t0 + 131s));
-  CAF_CHECK(br.allow(t0 + 131s));
+  CAF_CHECK(br.admit(t0 + 131s));
+  CAF_CHECK(br.admit(t0 + 131s));
 }
 
 CAF_TEST(failed probe reopens with a fresh cooldown) {
@@ -374,15 +374,15 @@ CAF_TEST(failed probe reopens with a fresh cooldown) {
   br.record_failure(t0, error_class::timeout, "timed out");
   CAF_REQUIRE_EQUAL(br.state(), breaker_state::open);
   CAF_CHECK(br.probe_at() == t0 + 25s);
-  CAF_CHECK(br.allow(t0 + 25s));
+  CAF_CHECK(br.admit(t0 + 25s));
   br.record_failure(t0 + 26s, error_class::rate_limit, "429");
   CAF_CHECK_EQUAL(br.state(), breaker_state::open);
   CAF_CHECK_EQUAL(br.health().status, health_status::down);
   CAF_CHECK(br.health().cooldown_until == t0 + 26s + 1min);
   CAF_CHECK_EQUAL(br.health().last_error_class, error_class::rate_limit);
-  CAF_CHECK(!br.allow(t0 + 80s));
-  CAF_CHECK(br.allow(t0 + 81s));
-  CAF_CHECK(!br.allow(t0 + 81s));
+  CAF_CHECK(!br.admit(t0 + 80s));
+  CAF_CHECK(br.admit(t0 + 81s));
+  CAF_CHECK(!br.admit(t0 + 81s));
 }
 
 CAF_TEST(lost probe does not wedge the breaker) {
@@ -393,10 +393,10 @@ CAF_TEST(lost probe does not wedge the breaker) {
   tp t0{};
   br.record_failure(t0, error_class::unknown, "x");
   auto at = br.probe_at();
-  CAF_CHECK(br.allow(at));
-  CAF_CHECK(!br.allow(at + 9s));
-  CAF_CHECK(br.allow(at + 10s));
-  CAF_CHECK(!br.allow(at + 11s));
+  CAF_CHECK(br.admit(at));
+  CAF_CHECK(!br.admit(at + 9s));
+  CAF_CHECK(br.admit(at + 10s));
+  CAF_CHECK(!br.admit(at + 11s));
 }
 
 CAF_TEST(request faults do not trip the breaker) {
@@ -411,16 +411,16 @@ CAF_TEST(request faults do not trip the breaker) {
   CAF_CHECK_EQUAL(br.state(), breaker_state::closed);
   CAF_CHECK_EQUAL(br.health().consecutive_failures, 0u);
   CAF_CHECK_EQUAL(br.health().last_error, "too long");
-  CAF_CHECK(br.allow(t0));
+  CAF_CHECK(br.admit(t0));
   // A probe answered with a request fault is released, not counted.
   br.record_failure(t0, error_class::overloaded, "1");
   br.record_failure(t0, error_class::overloaded, "2");
-  CAF_REQUIRE(br.allow(br.probe_at()));
-  CAF_CHECK(!br.allow(br.probe_at()));
+  CAF_REQUIRE(br.admit(br.probe_at()));
+  CAF_CHECK(!br.admit(br.probe_at()));
   br.record_failure(br.probe_at(), error_class::invalid_request, "bad");
   CAF_CHECK_EQUAL(br.state(), breaker_state::half_open);
-  CAF_CHECK(br.allow(br.probe_at()));
-  CAF_CHECK(!br.allow(br.probe_at()));
+  CAF_CHECK(br.admit(br.probe_at()));
+  CAF_CHECK(!br.admit(br.probe_at()));
 }
 
 CAF_TEST(fatal classes open at once) {
@@ -446,8 +446,8 @@ CAF_TEST(fatal classes open at once) {
     circuit_breaker br{cfg};
     br.record_failure(t0, error_class::format, "bad json");
     CAF_CHECK_EQUAL(br.state(), breaker_state::open);
-    CAF_CHECK(br.allow(t0));
-    CAF_CHECK(!br.allow(t0));
+    CAF_CHECK(br.admit(t0));
+    CAF_CHECK(!br.admit(t0));
   }
 }
 
@@ -476,13 +476,13 @@ CAF_TEST(restore reopens a down provider) {
   br.restore(rec);
   CAF_CHECK_EQUAL(br.state(), breaker_state::open);
   // Lead of 10 % of the overloaded cooldown (120 s) = 12 s.
-  CAF_CHECK(!br.allow(t0 + 87s));
-  CAF_CHECK(br.allow(t0 + 88s));
+  CAF_CHECK(!br.admit(t0 + 87s));
+  CAF_CHECK(br.admit(t0 + 88s));
   br.record_success(t0 + 89s);
   CAF_CHECK_EQUAL(br.health().status, health_status::healthy);
   provider_health fine;
   circuit_breaker other;
   other.restore(fine);
   CAF_CHECK_EQUAL(other.state(), breaker_state::closed);
-  CAF_CHECK(other.allow(t0));
+  CAF_CHECK(other.admit(t0));
 }

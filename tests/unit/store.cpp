@@ -211,6 +211,36 @@ CAF_TEST(reopening keeps the data) {
   CAF_CHECK_EQUAL(value_or(db->meta("schema_version"), ""), "1");
 }
 
+CAF_TEST(provider health records are replaced and survive a reopen) {
+  provider_health_record rec;
+  rec.pool = "default";
+  rec.provider = "gpt";
+  rec.status = "down";
+  rec.breaker = "open";
+  rec.consecutive_failures = 3;
+  rec.last_error = "HTTP 503";
+  rec.last_error_class = "overloaded";
+  rec.cooldown_until = 1700000000000;
+  db->stage_health(rec);
+  auto other = rec;
+  other.provider = "claude";
+  other.status = "healthy";
+  db->stage_health(other);
+  flush();
+  rec.consecutive_failures = 4;
+  db->stage_health(rec);
+  flush();
+  open();
+  auto all = db->health();
+  CAF_REQUIRE(all);
+  CAF_REQUIRE_EQUAL(all->size(), 2u);
+  // Key order: "default/claude" before "default/gpt".
+  CAF_CHECK_EQUAL((*all)[0].provider, "claude");
+  CAF_CHECK_EQUAL((*all)[1].consecutive_failures, 4u);
+  CAF_CHECK_EQUAL((*all)[1].last_error_class, "overloaded");
+  CAF_CHECK_EQUAL((*all)[1].cooldown_until, 1700000000000);
+}
+
 CAF_TEST(a schema version newer than ours refuses to open) {
   db->stage_meta("schema_version", "2");
   flush();

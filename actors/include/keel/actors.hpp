@@ -109,6 +109,9 @@ CAF_BEGIN_TYPE_ID_BLOCK(keel, caf::first_custom_type_id)
   CAF_ADD_ATOM(keel, keel::atom, restart, "restart")
   CAF_ADD_ATOM(keel, keel::atom, stop_timer, "stoptimer")
   CAF_ADD_ATOM(keel, keel::atom, started, "started")
+  CAF_ADD_ATOM(keel, keel::atom, health, "health")
+  CAF_ADD_ATOM(keel, keel::atom, attempt, "attempt")
+  CAF_ADD_ATOM(keel, keel::atom, retry, "retry")
 
   CAF_ADD_TYPE_ID(keel, (keel::session_record))
   CAF_ADD_TYPE_ID(keel, (keel::inbox_entry))
@@ -127,6 +130,10 @@ CAF_BEGIN_TYPE_ID_BLOCK(keel, caf::first_custom_type_id)
   CAF_ADD_TYPE_ID(keel, (std::vector<std::string>))
   CAF_ADD_TYPE_ID(keel, (keel::child_info))
   CAF_ADD_TYPE_ID(keel, (std::vector<keel::child_info>))
+  CAF_ADD_TYPE_ID(keel, (keel::provider_health_record))
+  CAF_ADD_TYPE_ID(keel, (std::vector<keel::provider_health_record>))
+  CAF_ADD_TYPE_ID(keel, (keel::attempt_request))
+  CAF_ADD_TYPE_ID(keel, (keel::attempt_outcome))
 
 CAF_END_TYPE_ID_BLOCK(keel)
 
@@ -187,6 +194,10 @@ using persistence_actor = caf::typed_actor<
   caf::replies_to<atom::commit, turn_commit>::with<caf::ok_atom>,
   // Writes a session record; answers once synced.
   caf::replies_to<caf::put_atom, session_record>::with<caf::ok_atom>,
+  // Writes a provider health record; answers once synced.
+  caf::replies_to<caf::put_atom, provider_health_record>::with<caf::ok_atom>,
+  // Reads every provider health record.
+  caf::replies_to<atom::health>::with<std::vector<provider_health_record>>,
   // Loads what a conversation needs to resume a thread.
   caf::replies_to<atom::load, std::string>::with<thread_snapshot>,
   // Reads a page of a thread's history: thread, after, limit.
@@ -199,12 +210,25 @@ using persistence_actor = caf::typed_actor<
   // (internal) Commits the pending group.
   caf::reacts_to<atom::flush>>;
 
-/// A provider pool: tries its chain of providers in order.
-using provider_pool_actor = caf::typed_actor<
-  // Completes a conversation.
+/// The router of a provider pool: the pool's front door. Owns the failover
+/// chain's circuit breakers, health and retry timers; makes each attempt
+/// through a provider worker (its sibling under the pool's supervisor).
+using provider_router_actor = caf::typed_actor<
+  // Completes a conversation: retries, backs off and fails over as the
+  // pool's policy says; answers the completion or a descriptive error.
   caf::replies_to<atom::complete, completion_request>::with<completion>,
-  // (internal) A delayed provider outcome is due: request id.
-  caf::reacts_to<atom::deliver, uint64_t>>;
+  // Returns the health of every provider of the chain.
+  caf::replies_to<atom::health>::with<std::vector<provider_health_record>>,
+  // (internal) A retry delay of request `id` has passed.
+  caf::reacts_to<atom::retry, uint64_t>>;
+
+/// A provider worker: makes calls to one provider (offline or over HTTP)
+/// and classifies their outcomes. A crash fails only its own calls.
+using provider_worker_actor = caf::typed_actor<
+  // Makes one attempt; answers its classified outcome (never an error).
+  caf::replies_to<atom::attempt, attempt_request>::with<attempt_outcome>,
+  // (internal) The outcome of call `id` is in (delay passed, HTTP done).
+  caf::reacts_to<atom::deliver, uint64_t, attempt_outcome>>;
 
 /// A conversation: one per thread, a child of the conversations supervisor.
 /// Holds the ordered inbox and drains it one turn at a time; every failure

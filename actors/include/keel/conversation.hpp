@@ -45,6 +45,11 @@ constexpr const char* provider_failed
   = "I'm having trouble reaching my AI provider. Try again in a moment.";
 constexpr const char* provider_timeout
   = "My AI provider took too long to answer. Try again in a moment.";
+constexpr const char* context_overflow
+  = "Our conversation has grown too long for my AI provider. Start a new "
+    "thread to continue.";
+constexpr const char* provider_rejected
+  = "My AI provider could not process this message. Try rephrasing it.";
 /// Followed by the error, then `unknown_suffix`.
 constexpr const char* unknown_prefix = "Something went wrong: ";
 constexpr const char* unknown_suffix = ". Try sending your message again.";

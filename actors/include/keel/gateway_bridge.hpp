@@ -38,6 +38,8 @@ struct gateway_bridge_config {
   std::string data_dir;
   /// When the node started.
   std::chrono::steady_clock::time_point started;
+  /// The provider pools, for `GET /api/v1/providers`.
+  std::vector<std::string> pools;
   /// Thread subscriptions (outlive the bridge actor).
   std::shared_ptr<subscription_table> subscriptions
     = std::make_shared<subscription_table>();

@@ -8,6 +8,7 @@
 #include <caf/actor_registry.hpp>
 #include <caf/actor_system.hpp>
 #include <caf/make_message.hpp>
+#include <caf/send.hpp>
 
 #include "keel/actors.hpp"
 
@@ -49,6 +50,16 @@ auto request_component(Self* self, caf::atom_value name,
   auto root = caf::actor_cast<caf::actor>(registry.get(names::root));
   return self->request(root, timeout, atom::forward_v, root_child_id(name),
                        caf::make_message(std::forward<Ts>(xs)...));
+}
+
+/// Pushes a ready-made server frame to the subscribers of `thread`, if a
+/// gateway runs. Events are best effort (what matters is stored), so this
+/// never waits; safe from any thread.
+inline void publish_event(caf::actor_system& sys, std::string thread,
+                          std::string frame) {
+  if (auto gw = lookup<gateway_bridge_actor>(sys, names::gateway))
+    caf::anon_send(gw, atom::publish_v,
+                   thread_event{std::move(thread), std::move(frame)});
 }
 
 } // namespace keel

@@ -7,6 +7,7 @@
 
 #include "keel/config.hpp"
 #include "keel/error.hpp"
+#include "keel/llm_client.hpp"
 #include "keel/supervisor.hpp"
 #include "keel/ws_server.hpp"
 
@@ -15,12 +16,14 @@ namespace keel {
 /// The root supervisor's children in start order (DESIGN.md's tree; later
 /// issues add tools, delivery, notifier and cluster): persistence (its
 /// database in `data_dir/db`), the providers supervisor (one child per
-/// pool), orchestrator and, if `server` is set, the gateway bridge, with the
+/// pool; HTTP providers on `io`, which may be null when none is configured),
+/// orchestrator and, if `server` is set, the gateway bridge, with the
 /// `supervision.root` and `supervision.providers` settings. All are
 /// registered under `keel::names`.
 caf::expected<supervisor_config> root_spec(const node_config& cfg,
                                            std::shared_ptr<ws_server> server,
-                                           bool detached_persistence);
+                                           bool detached_persistence,
+                                           std::shared_ptr<http_io> io);
 
 /// A running node: the supervision tree and the gateway server.
 class node {
@@ -45,10 +48,12 @@ public:
 
 private:
   node(caf::actor_system& sys, std::shared_ptr<ws_server> server,
-       caf::actor root);
+       std::shared_ptr<http_io> io, caf::actor root);
 
   caf::actor_system& sys_;
   std::shared_ptr<ws_server> server_;
+  /// I/O threads of HTTP providers; null if there are none.
+  std::shared_ptr<http_io> io_;
   caf::actor root_;
 };
 

@@ -15,6 +15,7 @@
 #include <caf/timespan.hpp>
 
 #include "keel/error.hpp"
+#include "keel/provider_policy.hpp"
 
 namespace keel {
 
@@ -44,7 +45,8 @@ struct scripted_step {
   /// When non-empty, the step applies only when the last user message
   /// contains this text; otherwise steps without `match` apply in turn.
   std::string match;
-  /// The reply text; `{input}` is replaced by the last user message.
+  /// The reply text; `{input}` is replaced by the last user message,
+  /// `{max_tokens}` by the call's token limit.
   std::string reply;
   /// Simulated latency before the outcome.
   caf::timespan delay{0};
@@ -52,21 +54,55 @@ struct scripted_step {
   /// (auth, rate_limit, billing, timeout, overloaded, model_not_found,
   /// context_overflow, invalid_request, format, unknown).
   std::string fail;
-  /// When true, the step throws inside the turn (tests the error boundary).
+  /// When true, the step throws inside the provider worker (tests crash
+  /// isolation).
   bool crash = false;
+  /// With `fail`: the Retry-After the simulated provider sends.
+  std::optional<std::chrono::milliseconds> retry_after;
 };
 
 /// One provider endpoint (`providers[]`).
 struct provider_config {
   /// Unique name, referenced by pools.
   std::string name;
-  /// "echo" or "scripted" (HTTP kinds come with the provider issue).
+  /// "echo", "scripted" (offline), "openai" (OpenAI-compatible chat
+  /// completions) or "anthropic" (Anthropic Messages).
   std::string kind;
-  /// Model name reported in replies.
+  /// Model name: sent to HTTP providers, reported in replies.
   std::string model;
   /// For `scripted`: the steps.
   std::vector<scripted_step> script;
+
+  // -- HTTP kinds ------------------------------------------------------------
+
+  /// Scheme, host, optional port and path prefix, e.g.
+  /// "https://api.openai.com" or "http://127.0.0.1:4010/v1"; the client
+  /// appends "/v1/chat/completions" or "/v1/messages" unless the prefix
+  /// already ends in "/v1".
+  std::string base_url;
+  /// Secret sent as `Authorization: Bearer` (openai) or `x-api-key`
+  /// (anthropic); write it as `${ENV_VAR}` so it stays out of the file.
+  std::string api_key;
+  /// Extra request headers (name -> value).
+  std::map<std::string, std::string> headers;
+  /// TCP connect plus TLS handshake.
+  std::chrono::milliseconds connect_timeout{5000};
+  /// From the request written to the first byte of the answer.
+  std::chrono::milliseconds first_byte_timeout{30000};
+  /// Whole call, queueing for a connection included.
+  std::chrono::milliseconds total_timeout{120000};
+  /// Calls in flight at once; further calls wait for a free slot.
+  size_t max_concurrency = 64;
+  /// PEM file of trusted CAs for https; empty uses the system's store.
+  std::string ca_file;
+  /// Ask for server-sent events and pass tokens on as they arrive.
+  bool stream = true;
+  /// `max_tokens` of every request.
+  uint32_t max_tokens = 1024;
 };
+
+/// Returns whether `kind` is one of the HTTP provider kinds.
+bool is_http_kind(std::string_view kind);
 
 /// A provider pool (`pools[]`): an ordered failover chain.
 struct pool_config {
@@ -74,8 +110,17 @@ struct pool_config {
   std::string name;
   /// Provider names in the order they are tried.
   std::vector<std::string> chain;
-  /// Attempts per provider before moving to the next one.
-  uint32_t max_attempts = 1;
+  /// Attempts per provider before moving to the next one, backoff between
+  /// them (`max_attempts` and `retry:`); `retry.max_attempts` mirrors
+  /// `max_attempts`.
+  retry_policy retry;
+  /// Attempts one request may make across the whole chain (`retry.budget`);
+  /// 0 means `max_attempts` times the chain length.
+  uint32_t budget = 0;
+  /// The per-provider circuit breakers (`breaker:` and `cooldowns:`).
+  breaker_config breaker;
+  /// A timed-out call is retried once with `max_tokens` scaled by this.
+  double timeout_max_tokens_factor = 0.5;
 };
 
 /// Defaults for new threads (`threads:`).

@@ -40,6 +40,11 @@ enum class ec : uint8_t {
   provider_timeout,
   /// A provider answered with something that cannot be used.
   provider_bad_answer,
+  /// A provider refused the request itself (a 4xx other than auth, quota,
+  /// rate limit or model): retrying cannot help.
+  provider_rejected,
+  /// The conversation no longer fits the model's context window.
+  context_overflow,
   /// A turn failed inside the conversation actor (exception or error).
   turn_failed,
   /// A component is not running (restarting, shutting down).

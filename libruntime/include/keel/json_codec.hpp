@@ -17,11 +17,14 @@ nlohmann::json to_json(const session_record& x);
 nlohmann::json to_json(const inbox_entry& x);
 nlohmann::json to_json(const log_entry& x);
 nlohmann::json to_json(const context_entry& x);
+nlohmann::json to_json(const provider_health_record& x);
 
 caf::expected<session_record> session_record_from_json(const nlohmann::json& j);
 caf::expected<inbox_entry> inbox_entry_from_json(const nlohmann::json& j);
 caf::expected<log_entry> log_entry_from_json(const nlohmann::json& j);
 caf::expected<context_entry> context_entry_from_json(const nlohmann::json& j);
+caf::expected<provider_health_record>
+provider_health_record_from_json(const nlohmann::json& j);
 
 /// Serializes a record to its stored form (compact JSON).
 template <class T>
@@ -41,5 +44,8 @@ template <>
 caf::expected<log_entry> decode<log_entry>(std::string_view text);
 template <>
 caf::expected<context_entry> decode<context_entry>(std::string_view text);
+template <>
+caf::expected<provider_health_record>
+decode<provider_health_record>(std::string_view text);
 
 } // namespace keel

@@ -85,10 +85,21 @@ std::string ack_frame(const std::string& thread, const std::string& client_id,
                       seq_t seq, bool duplicate);
 
 /// A status event of a thread, about the message `client_id` / `reply_to`.
-/// States: "queued", "thinking", "recovering" (more come with later issues).
+/// States: "thinking", "retrying" (storing failed, the turn is retried),
+/// "retrying_provider", "failing_over", "stream_interrupted"; `detail`, when
+/// non-empty, says what happened in words (sent as `detail`).
 std::string status_frame(const std::string& thread,
                          const std::string& client_id, seq_t reply_to,
-                         const std::string& state);
+                         const std::string& state,
+                         const std::string& detail = {});
+
+/// Streamed text of the answer to `client_id` / `reply_to` as the provider
+/// produces it: `{"type":"delta","thread","id","reply_to","attempt","text"}`.
+/// Deltas of a later `attempt` start the answer over; only the `reply` frame
+/// is the complete, stored answer.
+std::string delta_frame(const std::string& thread,
+                        const std::string& client_id, seq_t reply_to,
+                        uint32_t attempt, std::string_view text);
 
 /// A reply (entry.kind == reply) or a descriptive error in the thread
 /// (entry.kind == error, encoded as an `error` frame carrying `thread`,

@@ -1,11 +1,14 @@
 #pragma once
 
-// Providers turn a conversation context into a completion. This issue's
-// kinds are offline: `echo` (the embedded default) and `scripted` (replies,
-// delays and failures from config, for tests). The pool actor applies the
-// outcome's delay on the actor clock, so tests drive it with the test clock.
+// Providers turn a conversation context into a completion. The offline kinds
+// live here: `echo` (the embedded default) and `scripted` (replies, delays
+// and classified failures from config, for tests); a provider worker applies
+// the outcome's delay on the actor clock, so tests drive it with the test
+// clock. The HTTP kinds (openai, anthropic) are in `keel/llm_client.hpp`.
 
+#include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,6 +16,7 @@
 
 #include "keel/config.hpp"
 #include "keel/error.hpp"
+#include "keel/provider_policy.hpp"
 #include "keel/types.hpp"
 
 namespace keel {
@@ -20,6 +24,9 @@ namespace keel {
 /// What a provider is asked.
 struct completion_request {
   std::string thread;
+  /// Client id and seq of the message answered (for status and deltas).
+  std::string client_id;
+  seq_t seq = 0;
   std::string system_prompt;
   /// The working memory, ending with the user message to answer.
   std::vector<context_entry> context;
@@ -28,7 +35,24 @@ struct completion_request {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, completion_request& x) {
   return f(caf::meta::type_name("keel::completion_request"), x.thread,
-           x.system_prompt, x.context);
+           x.client_id, x.seq, x.system_prompt, x.context);
+}
+
+/// A function call the model asks for in its answer (OpenAI `tool_calls`,
+/// Anthropic `tool_use` content blocks).
+struct tool_call {
+  /// The provider's id of the call.
+  std::string id;
+  /// The function name.
+  std::string name;
+  /// The arguments as JSON text, exactly as the provider sent them.
+  std::string arguments;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, tool_call& x) {
+  return f(caf::meta::type_name("keel::tool_call"), x.id, x.name,
+           x.arguments);
 }
 
 /// A provider's answer.
@@ -37,41 +61,94 @@ struct completion {
   /// The provider that answered.
   std::string provider;
   std::string model;
+  /// Tool calls in the answer, in order.
+  std::vector<tool_call> tool_calls;
+  /// Why the model stopped, normalized: "stop", "length", "tool_calls",
+  /// "content_filter", or the provider's own word; empty if not given.
+  std::string finish_reason;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, completion& x) {
   return f(caf::meta::type_name("keel::completion"), x.text, x.provider,
-           x.model);
+           x.model, x.tool_calls, x.finish_reason);
 }
 
-/// What happens when a provider is called.
+/// What happens when an offline provider is called.
 struct provider_outcome {
   enum class kind : uint8_t {
     /// `reply` after `delay`.
     reply,
-    /// `error` after `delay`.
+    /// A failure of class `failure` after `delay`.
     failure,
-    /// An exception thrown inside the turn after `delay` (error boundary).
+    /// An exception thrown inside the provider worker after `delay`.
     crash,
   };
   kind what = kind::reply;
   caf::timespan delay{0};
   completion reply;
-  caf::error error;
+  error_class failure = error_class::unknown;
+  std::string message;
+  std::optional<std::chrono::milliseconds> retry_after;
 };
+
+/// One attempt of a pool at one provider.
+struct attempt_request {
+  completion_request request;
+  /// `max_tokens` of this attempt (reduced after a timeout).
+  uint32_t max_tokens = 0;
+  /// Attempt number within the request, from 1 (tags streamed deltas).
+  uint32_t attempt = 1;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, attempt_request& x) {
+  return f(caf::meta::type_name("keel::attempt_request"), x.request,
+           x.max_tokens, x.attempt);
+}
+
+/// The outcome of one attempt, classified by the worker that made it.
+struct attempt_outcome {
+  bool ok = false;
+  /// The answer, if `ok`.
+  completion reply;
+  /// `to_string(error_class)` of the failure, if not `ok`.
+  std::string error_class;
+  /// One line saying what went wrong, naming the provider.
+  std::string message;
+  /// The provider's Retry-After in milliseconds; -1 if none.
+  int64_t retry_after_ms = -1;
+  /// True if streamed text had reached subscribers before the failure.
+  bool partial = false;
+
+  /// A failed outcome.
+  static attempt_outcome failed(keel::error_class cls, std::string message) {
+    attempt_outcome result;
+    result.error_class = to_string(cls);
+    result.message = std::move(message);
+    return result;
+  }
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, attempt_outcome& x) {
+  return f(caf::meta::type_name("keel::attempt_outcome"), x.ok, x.reply,
+           x.error_class, x.message, x.retry_after_ms, x.partial);
+}
 
 class provider {
 public:
   virtual ~provider();
   /// The configured name.
   virtual const std::string& name() const = 0;
-  /// Decides the outcome of one call.
-  virtual provider_outcome complete(const completion_request& req) = 0;
+  /// Decides the outcome of one call allowed `max_tokens` tokens.
+  virtual provider_outcome complete(const completion_request& req,
+                                    uint32_t max_tokens)
+    = 0;
 };
 
-/// Creates the provider a config entry describes; fails with
-/// `ec::config_invalid` for unknown kinds.
+/// Creates the offline provider a config entry describes; fails with
+/// `ec::config_invalid` for other kinds.
 caf::expected<std::unique_ptr<provider>>
 make_provider(const provider_config& cfg);
 

@@ -277,7 +277,7 @@ public:
 
   /// Returns whether a call may go out now. Admitting the half-open probe
   /// marks it as out: a second caller is refused until it reports.
-  bool allow(time_point now);
+  bool admit(time_point now);
 
   /// Reports a successful call.
   void record_success(time_point now);

@@ -103,6 +103,8 @@ public:
   /// Counts session records.
   virtual caf::expected<uint64_t> count_sessions() = 0;
 
+  /// Returns every provider health record, in key order.
+  virtual caf::expected<std::vector<provider_health_record>> health() = 0;
   /// Reads a `meta` value, or `ec::not_found`.
   virtual caf::expected<std::string> meta(const std::string& key) = 0;
 
@@ -123,6 +125,8 @@ public:
   /// Stages writing a session record (create or update).
   virtual void stage_session(const session_record& rec) = 0;
 
+  /// Stages writing a provider health record (create or replace).
+  virtual void stage_health(const provider_health_record& rec) = 0;
   /// Stages writing a `meta` value.
   virtual void stage_meta(const std::string& key, const std::string& value)
     = 0;

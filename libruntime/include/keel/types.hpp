@@ -247,4 +247,37 @@ bool valid_thread_id(const std::string& id);
 /// Checks a client message id: 1 to 128 printable ASCII characters.
 bool valid_client_id(const std::string& id);
 
+/// The durable health of one provider of one pool (column family `health`,
+/// key `pool + '/' + provider`), so cooldowns survive a restart. Times are
+/// wall clock; an actor converts them to its own clock when restoring.
+struct provider_health_record {
+  std::string pool;
+  std::string provider;
+  /// "healthy", "degraded" or "down".
+  std::string status = "healthy";
+  /// "closed", "open" or "half_open".
+  std::string breaker = "closed";
+  /// Failures (counting against the provider) since the last success.
+  uint32_t consecutive_failures = 0;
+  /// Text and class (see `error_class`) of the last failure; empty if none.
+  std::string last_error;
+  std::string last_error_class;
+  /// Last success; 0 if never.
+  millis last_success = 0;
+  /// End of the cooldown while down; 0 otherwise.
+  millis cooldown_until = 0;
+  /// Calls and failures since the pool started (not persisted totals).
+  uint64_t calls = 0;
+  uint64_t failures = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f,
+                                        provider_health_record& x) {
+  return f(caf::meta::type_name("keel::provider_health_record"), x.pool,
+           x.provider, x.status, x.breaker, x.consecutive_failures,
+           x.last_error, x.last_error_class, x.last_success, x.cooldown_until,
+           x.calls, x.failures);
+}
+
 } // namespace keel

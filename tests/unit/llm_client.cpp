@@ -1,0 +1,986 @@
+#define CAF_SUITE llm_client
+#include <caf/test/unit_test.hpp>
+
+#include "keel/llm_client.hpp"
+#include "keel/llm_wire.hpp"
+
+#include <condition_variable>
+#include <fstream>
+#include <memory>
+#include <mutex>
+
+#include <nlohmann/json.hpp>
+
+#include "fault_llm_server.hpp"
+#include "temp_dir.hpp"
+
+using namespace keel;
+using namespace std::chrono_literals;
+using json = nlohmann::json;
+using keel::test::fault_llm_server;
+
+namespace {
+
+/// Generous upper bound for events that normally take milliseconds.
+constexpr auto event_timeout = 10s;
+
+/// Collects what one call reports; counts results to catch doubles.
+struct probe {
+  std::mutex mtx;
+  std::condition_variable cv;
+  std::vector<std::string> deltas;
+  std::optional<call_result> result;
+  int results = 0;
+
+  static std::shared_ptr<probe> make() {
+    return std::make_shared<probe>();
+  }
+
+  bool wait() {
+    std::unique_lock<std::mutex> guard{mtx};
+    return cv.wait_for(guard, event_timeout, [&] { return results > 0; });
+  }
+
+  std::string joined() {
+    std::lock_guard<std::mutex> guard{mtx};
+    std::string result;
+    for (auto& x : deltas)
+      result += x;
+    return result;
+  }
+
+  const completion* ok() {
+    return result ? std::get_if<completion>(&*result) : nullptr;
+  }
+
+  const call_failure* failed() {
+    return result ? std::get_if<call_failure>(&*result) : nullptr;
+  }
+};
+
+void start(llm_endpoint& ep, const completion_request& req,
+           const std::shared_ptr<probe>& p, uint32_t max_tokens = 64) {
+  ep.complete(
+    req, max_tokens,
+    [p](std::string_view text) {
+      std::lock_guard<std::mutex> guard{p->mtx};
+      p->deltas.emplace_back(text);
+    },
+    [p](call_result result) {
+      std::lock_guard<std::mutex> guard{p->mtx};
+      ++p->results;
+      p->result = std::move(result);
+      p->cv.notify_all();
+    });
+}
+
+completion_request ask(std::string text) {
+  completion_request req;
+  req.thread = "t1";
+  req.system_prompt = "Be brief.";
+  req.context.push_back(context_entry{1, "user", std::move(text)});
+  return req;
+}
+
+provider_config http_provider(const std::string& kind, const std::string& url,
+                         bool stream) {
+  provider_config cfg;
+  cfg.name = "p1";
+  cfg.kind = kind;
+  cfg.model = "test-model";
+  cfg.base_url = url;
+  cfg.api_key = "sk-test";
+  cfg.stream = stream;
+  cfg.connect_timeout = 5s;
+  cfg.first_byte_timeout = 5s;
+  cfg.total_timeout = 10s;
+  return cfg;
+}
+
+std::string transport_name(const std::optional<transport_error>& x) {
+  if (!x)
+    return "none";
+  switch (*x) {
+    case transport_error::connect_refused: return "connect_refused";
+    case transport_error::reset: return "reset";
+    case transport_error::timeout: return "timeout";
+    case transport_error::tls: return "tls";
+    case transport_error::dns: return "dns";
+    default: return "other";
+  }
+}
+
+bool contains(const std::string& str, const std::string& part) {
+  return str.find(part) != std::string::npos;
+}
+
+struct fixture {
+  std::unique_ptr<fault_llm_server> server
+    = std::make_unique<fault_llm_server>();
+  std::unique_ptr<http_io> io = std::make_unique<http_io>(1);
+  std::vector<std::shared_ptr<probe>> probes;
+
+  ~fixture() {
+    io.reset();
+    // Every call reported exactly once, whatever the test did.
+    for (auto& p : probes)
+      CAF_CHECK_EQUAL(p->results, 1);
+  }
+
+  std::shared_ptr<llm_endpoint> endpoint(const provider_config& cfg) {
+    auto ep = llm_endpoint::make(*io, cfg);
+    if (!ep)
+      CAF_FAIL("make failed: " << error_message(ep.error()));
+    return *ep;
+  }
+
+  std::shared_ptr<llm_endpoint> endpoint(const std::string& kind,
+                                         bool stream) {
+    return endpoint(http_provider(kind, server->base_url(), stream));
+  }
+
+  /// Runs one call to its end.
+  std::shared_ptr<probe> run(llm_endpoint& ep, const std::string& text) {
+    auto p = probe::make();
+    probes.push_back(p);
+    start(ep, ask(text), p);
+    if (!p->wait())
+      CAF_FAIL("no result within " << event_timeout.count() << " s");
+    return p;
+  }
+
+  /// Runs one call that must fail and returns its failure.
+  call_failure run_failing(llm_endpoint& ep, const std::string& text) {
+    auto p = run(ep, text);
+    if (auto c = p->ok())
+      CAF_FAIL("expected a failure, got the answer '" << c->text << "'");
+    return *p->failed();
+  }
+
+  /// Runs one call that must succeed and returns its answer.
+  completion run_ok(llm_endpoint& ep, const std::string& text) {
+    auto p = run(ep, text);
+    if (auto f = p->failed())
+      CAF_FAIL("expected an answer, got: " << f->message);
+    return *p->ok();
+  }
+};
+
+const std::string tool_args = R"({"city":"Paris"})";
+
+} // namespace
+
+// -- wire: URLs and requests --------------------------------------------------
+
+CAF_TEST(base urls resolve to host port and target) {
+  struct row {
+    const char* url;
+    wire::api kind;
+    bool tls;
+    const char* host;
+    uint16_t port;
+    const char* target;
+    const char* host_header;
+  };
+  using wire::api;
+  row rows[] = {
+    {"https://api.openai.com", api::openai, true, "api.openai.com", 443,
+     "/v1/chat/completions", "api.openai.com"},
+    {"http://127.0.0.1:4010/v1", api::openai, false, "127.0.0.1", 4010,
+     "/v1/chat/completions", "127.0.0.1:4010"},
+    {"http://127.0.0.1:4010/v1/", api::anthropic, false, "127.0.0.1", 4010,
+     "/v1/messages", "127.0.0.1:4010"},
+    {"https://api.anthropic.com/", api::anthropic, true, "api.anthropic.com",
+     443, "/v1/messages", "api.anthropic.com"},
+    {"http://gw.local/proxy/openai", api::openai, false, "gw.local", 80,
+     "/proxy/openai/v1/chat/completions", "gw.local"},
+    {"http://[::1]:8080", api::openai, false, "::1", 8080,
+     "/v1/chat/completions", "[::1]:8080"},
+    {"https://[::1]", api::anthropic, true, "::1", 443, "/v1/messages",
+     "[::1]"},
+  };
+  for (auto& r : rows) {
+    CAF_MESSAGE("url " << r.url);
+    auto url = wire::parse_base_url(r.url, r.kind);
+    CAF_REQUIRE(url);
+    CAF_CHECK_EQUAL(url->tls, r.tls);
+    CAF_CHECK_EQUAL(url->host, r.host);
+    CAF_CHECK_EQUAL(url->port, r.port);
+    CAF_CHECK_EQUAL(url->target, r.target);
+    CAF_CHECK_EQUAL(url->host_header, r.host_header);
+  }
+  for (auto bad : {"ftp://x", "http://", "http://:80", "http://h:99999",
+                   "http://u@h", "http://h/p?q=1", "127.0.0.1:80"}) {
+    CAF_MESSAGE("bad url " << bad);
+    auto url = wire::parse_base_url(bad, api::openai);
+    CAF_CHECK(!url);
+    if (!url)
+      CAF_CHECK(contains(error_message(url.error()), bad));
+  }
+}
+
+CAF_TEST(openai request bodies carry system prompt and context roles) {
+  completion_request req;
+  req.system_prompt = "sys";
+  req.context = {{1, "user", "q1"},
+                 {2, "assistant", "a1"},
+                 {3, "error", "provider failed"},
+                 {4, "system", "note"},
+                 {5, "user", "q2"}};
+  auto body = json::parse(
+    wire::request_body(wire::api::openai, "gpt", req, 77, true));
+  CAF_CHECK_EQUAL(body["model"], "gpt");
+  CAF_CHECK_EQUAL(body["max_tokens"], 77);
+  CAF_CHECK_EQUAL(body["stream"], true);
+  auto expected = json::array({{{"role", "system"}, {"content", "sys"}},
+                               {{"role", "user"}, {"content", "q1"}},
+                               {{"role", "assistant"}, {"content", "a1"}},
+                               {{"role", "system"}, {"content", "note"}},
+                               {{"role", "user"}, {"content", "q2"}}});
+  CAF_CHECK_EQUAL(body["messages"].dump(), expected.dump());
+  CAF_CHECK(body.find("system") == body.end());
+}
+
+CAF_TEST(anthropic request bodies move system text and merge turns) {
+  completion_request req;
+  req.system_prompt = "sys";
+  req.context = {{1, "user", "q1"},
+                 {2, "error", "provider failed"},
+                 {3, "user", "q2"},
+                 {4, "assistant", ""},
+                 {5, "system", "note"},
+                 {6, "assistant", "a2"}};
+  auto body = json::parse(
+    wire::request_body(wire::api::anthropic, "claude", req, 5, false));
+  CAF_CHECK_EQUAL(body["model"], "claude");
+  CAF_CHECK_EQUAL(body["max_tokens"], 5);
+  CAF_CHECK_EQUAL(body["stream"], false);
+  CAF_CHECK_EQUAL(body["system"], "sys\n\nnote");
+  auto expected = json::array({{{"role", "user"}, {"content", "q1\n\nq2"}},
+                               {{"role", "assistant"}, {"content", "a2"}}});
+  CAF_CHECK_EQUAL(body["messages"].dump(), expected.dump());
+  req.system_prompt.clear();
+  req.context.resize(1);
+  body = json::parse(
+    wire::request_body(wire::api::anthropic, "claude", req, 5, false));
+  CAF_CHECK(body.find("system") == body.end());
+}
+
+// -- wire: answers ------------------------------------------------------------
+
+CAF_TEST(plain answers parse into text tool calls and finish reason) {
+  completion c;
+  std::string err;
+  auto openai = R"({"model":"gpt-x","choices":[{"message":{"role":"assistant",
+    "content":null,"tool_calls":[{"id":"call_9","type":"function",
+    "function":{"name":"f","arguments":"{\"a\":1}"}}]},
+    "finish_reason":"tool_calls"}]})";
+  CAF_REQUIRE(wire::parse_answer(wire::api::openai, openai, c, err));
+  CAF_CHECK_EQUAL(c.text, "");
+  CAF_CHECK_EQUAL(c.model, "gpt-x");
+  CAF_CHECK_EQUAL(c.finish_reason, "tool_calls");
+  CAF_REQUIRE_EQUAL(c.tool_calls.size(), 1u);
+  CAF_CHECK_EQUAL(c.tool_calls[0].id, "call_9");
+  CAF_CHECK_EQUAL(c.tool_calls[0].name, "f");
+  CAF_CHECK_EQUAL(c.tool_calls[0].arguments, R"({"a":1})");
+  c = {};
+  auto anthropic = R"({"content":[{"type":"text","text":"Hel"},
+    {"type":"thinking","thinking":"hm"},{"type":"text","text":"lo"},
+    {"type":"tool_use","id":"toolu_2","name":"g","input":{"b":[1,2]}}],
+    "stop_reason":"max_tokens"})";
+  CAF_REQUIRE(wire::parse_answer(wire::api::anthropic, anthropic, c, err));
+  CAF_CHECK_EQUAL(c.text, "Hello");
+  CAF_CHECK_EQUAL(c.finish_reason, "length");
+  CAF_REQUIRE_EQUAL(c.tool_calls.size(), 1u);
+  CAF_CHECK_EQUAL(c.tool_calls[0].id, "toolu_2");
+  CAF_CHECK_EQUAL(c.tool_calls[0].arguments, R"({"b":[1,2]})");
+}
+
+CAF_TEST(unusable plain answers say what was wrong) {
+  struct row {
+    wire::api kind;
+    const char* body;
+    const char* says;
+  };
+  using wire::api;
+  row rows[] = {
+    {api::openai, R"({"choices":[)", "not valid JSON"},
+    {api::openai, "[1]", "not a JSON object"},
+    {api::openai, R"({"choices":[]})", "choices[0]"},
+    {api::openai, R"({"choices":[{"text":"x"}]})", "message"},
+    {api::openai, R"({"choices":[{"message":{"content":5}}]})", "content"},
+    {api::openai,
+     R"({"choices":[{"message":{"tool_calls":[{"function":{}}]}}]})",
+     "tool_calls[0]"},
+    {api::anthropic, R"({"id":"x"})", "content array"},
+    {api::anthropic, R"({"content":[{"type":"text"}]})", "content[0]"},
+    {api::anthropic, R"({"content":[{"type":"tool_use","id":"t"}]})",
+     "no name"},
+  };
+  for (auto& r : rows) {
+    CAF_MESSAGE("body " << r.body);
+    completion c;
+    std::string err;
+    CAF_CHECK(!wire::parse_answer(r.kind, r.body, c, err));
+    CAF_CHECK(contains(err, r.says));
+  }
+}
+
+CAF_TEST(error summaries take the provider message) {
+  CAF_CHECK_EQUAL(wire::error_summary(
+                    R"({"error":{"message":"Rate limit","type":"x"}})"),
+                  "Rate limit");
+  CAF_CHECK_EQUAL(wire::error_summary(
+                    R"({"type":"error","error":{"type":"overloaded_error",)"
+                    R"("message":"Overloaded"}})"),
+                  "Overloaded");
+  CAF_CHECK_EQUAL(wire::error_summary("<html>\nBad Gateway\n</html>"),
+                  "<html> Bad Gateway </html>");
+  CAF_CHECK_EQUAL(wire::error_summary(std::string(300, 'x')).size(), 203u);
+}
+
+// -- wire: server-sent events -------------------------------------------------
+
+namespace {
+
+using event_list = std::vector<std::pair<std::string, std::string>>;
+
+event_list parse_sse(const std::vector<std::string_view>& chunks) {
+  event_list result;
+  wire::sse_parser parser;
+  auto on_event = [&](std::string_view event, std::string_view data) {
+    result.emplace_back(std::string{event}, std::string{data});
+  };
+  for (auto chunk : chunks)
+    parser.feed(chunk, on_event);
+  parser.finish(on_event);
+  return result;
+}
+
+} // namespace
+
+CAF_TEST(sse parsing survives any split of the stream) {
+  struct row {
+    const char* name;
+    std::string stream;
+    event_list expected;
+  };
+  row rows[] = {
+    {"lf", "data: a\n\ndata: b\n\n", {{"", "a"}, {"", "b"}}},
+    {"crlf", "data: a\r\n\r\ndata: b\r\n\r\n", {{"", "a"}, {"", "b"}}},
+    {"cr", "data: a\r\rdata: b\r\r", {{"", "a"}, {"", "b"}}},
+    {"comments and keep-alives",
+     ": keep-alive\n\n:ping\ndata: x\n: mid\n\n", {{"", "x"}}},
+    {"multi-line data", "data: l1\ndata: l2\ndata:\n\n",
+     {{"", "l1\nl2\n"}}},
+    {"no space after colon", "data:tight\n\n", {{"", "tight"}}},
+    {"event names",
+     "event: message_start\ndata: {}\n\nevent: ping\ndata: p\n\n",
+     {{"message_start", "{}"}, {"ping", "p"}}},
+    {"event without data is dropped", "event: lonely\n\ndata: d\n\n",
+     {{"", "d"}}},
+    {"id and retry ignored", "id: 7\nretry: 10\ndata: d\n\n", {{"", "d"}}},
+    {"unterminated last event", "data: a\n\ndata: [DONE]",
+     {{"", "a"}, {"", "[DONE]"}}},
+    {"done with single newline", "data: [DONE]\n", {{"", "[DONE]"}}},
+    {"openai", "data: {\"x\":1}\n\ndata: [DONE]\n\n",
+     {{"", "{\"x\":1}"}, {"", "[DONE]"}}},
+  };
+  for (auto& r : rows) {
+    CAF_MESSAGE("stream: " << r.name);
+    std::string_view all{r.stream};
+    CAF_CHECK_EQUAL(parse_sse({all}), r.expected);
+    // Every split into two chunks, and byte by byte.
+    for (size_t i = 1; i < all.size(); ++i)
+      if (parse_sse({all.substr(0, i), all.substr(i)}) != r.expected)
+        CAF_FAIL(r.name << ": split at " << i << " parses differently");
+    std::vector<std::string_view> bytes;
+    for (size_t i = 0; i < all.size(); ++i)
+      bytes.push_back(all.substr(i, 1));
+    CAF_CHECK_EQUAL(parse_sse(bytes), r.expected);
+  }
+}
+
+CAF_TEST(openai streams decode into deltas and accumulated tool calls) {
+  using step = wire::stream_decoder::step;
+  wire::stream_decoder dec{wire::api::openai};
+  std::string delta;
+  std::vector<std::string> deltas;
+  auto feed = [&](const std::string& data) {
+    delta.clear();
+    auto result = dec.on_event("", data, delta);
+    if (!delta.empty())
+      deltas.push_back(delta);
+    return result;
+  };
+  CAF_CHECK(feed(R"({"model":"m1","choices":[{"delta":{"role":"assistant",
+    "content":""}}]})") == step::more);
+  CAF_CHECK(feed(R"({"choices":[{"delta":{"content":"Hel"}}]})")
+            == step::more);
+  CAF_CHECK(feed(R"({"choices":[{"delta":{"content":"lo"}}]})")
+            == step::more);
+  CAF_CHECK(feed(R"({"choices":[{"delta":{"tool_calls":[{"index":0,
+    "id":"c1","function":{"name":"f","arguments":""}},{"index":1,"id":"c2",
+    "function":{"name":"g","arguments":"{"}}]}}]})") == step::more);
+  CAF_CHECK(feed(R"({"choices":[{"delta":{"tool_calls":[{"index":0,
+    "function":{"arguments":"{\"a\""}}]}}]})") == step::more);
+  CAF_CHECK(feed(R"({"choices":[{"delta":{"tool_calls":[{"index":1,
+    "function":{"arguments":"}"}}]}}]})") == step::more);
+  CAF_CHECK(feed(R"({"choices":[{"delta":{"tool_calls":[{"index":0,
+    "function":{"arguments":":1}"}}]}}]})") == step::more);
+  CAF_CHECK(feed(R"({"choices":[{"delta":{},"finish_reason":"tool_calls"}]})")
+            == step::more);
+  CAF_CHECK(feed(R"({"choices":[],"usage":{"total_tokens":3}})")
+            == step::more);
+  CAF_CHECK(feed("[DONE]") == step::done);
+  CAF_CHECK_EQUAL(deltas, std::vector<std::string>({"Hel", "lo"}));
+  auto& c = dec.result();
+  CAF_CHECK_EQUAL(c.text, "Hello");
+  CAF_CHECK_EQUAL(c.model, "m1");
+  CAF_CHECK_EQUAL(c.finish_reason, "tool_calls");
+  CAF_REQUIRE_EQUAL(c.tool_calls.size(), 2u);
+  CAF_CHECK_EQUAL(c.tool_calls[0].id, "c1");
+  CAF_CHECK_EQUAL(c.tool_calls[0].name, "f");
+  CAF_CHECK_EQUAL(c.tool_calls[0].arguments, R"({"a":1})");
+  CAF_CHECK_EQUAL(c.tool_calls[1].arguments, "{}");
+}
+
+CAF_TEST(anthropic streams decode into deltas and tool input) {
+  using step = wire::stream_decoder::step;
+  wire::stream_decoder dec{wire::api::anthropic};
+  std::string delta;
+  std::string text;
+  auto feed = [&](const char* event, const std::string& data) {
+    delta.clear();
+    auto result = dec.on_event(event, data, delta);
+    text += delta;
+    return result;
+  };
+  CAF_CHECK(feed("message_start", R"({"type":"message_start","message":
+    {"model":"claude-x","content":[]}})") == step::more);
+  CAF_CHECK(feed("content_block_start", R"({"type":"content_block_start",
+    "index":0,"content_block":{"type":"text","text":""}})") == step::more);
+  CAF_CHECK(feed("ping", R"({"type":"ping"})") == step::more);
+  CAF_CHECK(feed("content_block_delta", R"({"type":"content_block_delta",
+    "index":0,"delta":{"type":"text_delta","text":"Hi"}})") == step::more);
+  CAF_CHECK(feed("content_block_stop",
+                 R"({"type":"content_block_stop","index":0})")
+            == step::more);
+  CAF_CHECK(feed("content_block_start", R"({"type":"content_block_start",
+    "index":1,"content_block":{"type":"tool_use","id":"tu1","name":"f",
+    "input":{}}})") == step::more);
+  CAF_CHECK(feed("content_block_delta", R"({"type":"content_block_delta",
+    "index":1,"delta":{"type":"input_json_delta","partial_json":"{\"a\":"}})")
+            == step::more);
+  CAF_CHECK(feed("content_block_delta", R"({"type":"content_block_delta",
+    "index":1,"delta":{"type":"input_json_delta","partial_json":"2}"}})")
+            == step::more);
+  CAF_CHECK(feed("content_block_stop",
+                 R"({"type":"content_block_stop","index":1})")
+            == step::more);
+  CAF_CHECK(feed("content_block_start", R"({"type":"content_block_start",
+    "index":2,"content_block":{"type":"tool_use","id":"tu2","name":"g",
+    "input":{}}})") == step::more);
+  CAF_CHECK(feed("content_block_stop",
+                 R"({"type":"content_block_stop","index":2})")
+            == step::more);
+  CAF_CHECK(feed("message_delta", R"({"type":"message_delta","delta":
+    {"stop_reason":"tool_use"}})") == step::more);
+  CAF_CHECK(feed("message_stop", R"({"type":"message_stop"})")
+            == step::done);
+  auto& c = dec.result();
+  CAF_CHECK_EQUAL(text, "Hi");
+  CAF_CHECK_EQUAL(c.text, "Hi");
+  CAF_CHECK_EQUAL(c.model, "claude-x");
+  CAF_CHECK_EQUAL(c.finish_reason, "tool_calls");
+  CAF_REQUIRE_EQUAL(c.tool_calls.size(), 2u);
+  CAF_CHECK_EQUAL(c.tool_calls[0].id, "tu1");
+  CAF_CHECK_EQUAL(c.tool_calls[0].arguments, R"({"a":2})");
+  CAF_CHECK_EQUAL(c.tool_calls[1].arguments, "{}");
+}
+
+CAF_TEST(stream errors and garbage fail the decoder) {
+  using step = wire::stream_decoder::step;
+  std::string delta;
+  {
+    wire::stream_decoder dec{wire::api::anthropic};
+    auto body = R"({"type":"error","error":{"type":"overloaded_error",)"
+                R"("message":"Overloaded"}})";
+    CAF_CHECK(dec.on_event("error", body, delta) == step::failed);
+    CAF_CHECK(dec.provider_error());
+    CAF_CHECK_EQUAL(dec.error_body(), body);
+    provider_failure f;
+    f.body = dec.error_body();
+    CAF_CHECK_EQUAL(classify(f), error_class::overloaded);
+  }
+  {
+    wire::stream_decoder dec{wire::api::openai};
+    CAF_CHECK(dec.on_event("", R"({"error":{"message":"Rate limit reached",)"
+                               R"("type":"rate_limit_exceeded"}})",
+                           delta)
+              == step::failed);
+    CAF_CHECK(dec.provider_error());
+  }
+  struct row {
+    wire::api kind;
+    const char* event;
+    const char* data;
+    const char* says;
+  };
+  row rows[] = {
+    {wire::api::openai, "", "{\"choices\":[{\"delta\":", "not valid JSON"},
+    {wire::api::openai, "", "42", "not a JSON object"},
+    {wire::api::anthropic, "content_block_delta", "{\"type\":", "valid JSON"},
+    {wire::api::anthropic, "content_block_delta",
+     R"({"type":"content_block_delta","index":0,"delta":{"type":"text_delta"}})",
+     "text_delta without text"},
+    {wire::api::anthropic, "content_block_start",
+     R"({"type":"content_block_start","index":0,"content_block":{}})",
+     "content_block.type"},
+  };
+  for (auto& r : rows) {
+    CAF_MESSAGE("event data " << r.data);
+    wire::stream_decoder dec{r.kind};
+    CAF_CHECK(dec.on_event(r.event, r.data, delta) == step::failed);
+    CAF_CHECK(!dec.provider_error());
+    CAF_CHECK(contains(dec.error(), r.says));
+  }
+}
+
+// -- the fault server's specs ------------------------------------------------
+
+CAF_TEST(fault specs parse into behaviours) {
+  using keel::test::fault;
+  using keel::test::parse_fault;
+  auto f = parse_fault("status=429;retry_after=2;error=insufficient_quota");
+  CAF_REQUIRE(f);
+  CAF_CHECK(f->what == fault::kind::status);
+  CAF_CHECK_EQUAL(f->status, 429);
+  CAF_CHECK_EQUAL(f->retry_after, "2");
+  CAF_CHECK_EQUAL(f->error_type, "insufficient_quota");
+  f = parse_fault(" drip=50ms ; truncate;tool;reply=Hi there");
+  CAF_REQUIRE(f);
+  CAF_CHECK(f->what == fault::kind::truncate);
+  CAF_CHECK_EQUAL(f->drip.count(), 50);
+  CAF_CHECK(f->tool);
+  CAF_CHECK_EQUAL(f->reply, "Hi there");
+  f = parse_fault("drip=2s");
+  CAF_REQUIRE(f);
+  CAF_CHECK_EQUAL(f->drip.count(), 2000);
+  auto seq = keel::test::parse_fault_sequence("503,529;retry_after_ms=5,ok");
+  CAF_REQUIRE(seq);
+  CAF_REQUIRE_EQUAL(seq->size(), 3u);
+  CAF_CHECK_EQUAL((*seq)[0].status, 503);
+  CAF_CHECK_EQUAL((*seq)[1].retry_after_ms, "5");
+  CAF_CHECK((*seq)[2].what == fault::kind::ok);
+  std::string err;
+  for (auto bad : {"bogus", "drip=fast", "status=abc", "status=42"}) {
+    CAF_MESSAGE("bad spec " << bad);
+    CAF_CHECK(!parse_fault(bad, &err));
+    CAF_CHECK(contains(err, bad));
+  }
+}
+
+// -- the client against the fault server --------------------------------------
+
+CAF_TEST_FIXTURE_SCOPE(llm_client_tests, fixture)
+
+CAF_TEST(endpoints reject bad configuration) {
+  auto cfg = http_provider("openai", server->base_url(), false);
+  cfg.kind = "echo";
+  auto ep = llm_endpoint::make(*io, cfg);
+  CAF_REQUIRE(!ep);
+  CAF_CHECK(ep.error() == ec::config_invalid);
+  CAF_CHECK(contains(error_message(ep.error()), "providers.p1.kind"));
+  cfg = http_provider("openai", "gopher://x", false);
+  ep = llm_endpoint::make(*io, cfg);
+  CAF_REQUIRE(!ep);
+  CAF_CHECK(contains(error_message(ep.error()), "providers.p1.base_url"));
+  cfg = http_provider("anthropic", "https://127.0.0.1:1", false);
+  cfg.ca_file = "/nonexistent/ca.pem";
+  ep = llm_endpoint::make(*io, cfg);
+  CAF_REQUIRE(!ep);
+  CAF_CHECK(contains(error_message(ep.error()), "providers.p1.ca_file"));
+}
+
+CAF_TEST(openai plain calls send the request and parse the answer) {
+  auto cfg = http_provider("openai", server->base_url() + "/v1", false);
+  cfg.headers["X-Custom"] = "yes";
+  auto ep = endpoint(cfg);
+  auto c = run_ok(*ep, "hello world");
+  CAF_CHECK_EQUAL(c.text, "echo: hello world");
+  CAF_CHECK_EQUAL(c.finish_reason, "stop");
+  CAF_CHECK_EQUAL(c.provider, "p1");
+  CAF_CHECK_EQUAL(c.model, "test-model");
+  auto req = server->last_request();
+  CAF_CHECK_EQUAL(req.method, "POST");
+  CAF_CHECK_EQUAL(req.target, "/v1/chat/completions");
+  CAF_CHECK_EQUAL(req.headers["authorization"], "Bearer sk-test");
+  CAF_CHECK_EQUAL(req.headers["content-type"], "application/json");
+  CAF_CHECK_EQUAL(req.headers["x-custom"], "yes");
+  CAF_CHECK_EQUAL(req.headers.count("x-api-key"), 0u);
+  auto body = json::parse(req.body);
+  CAF_CHECK_EQUAL(body["model"], "test-model");
+  CAF_CHECK_EQUAL(body["max_tokens"], 64);
+  CAF_CHECK_EQUAL(body["stream"], false);
+  CAF_CHECK_EQUAL(body["messages"][0]["role"], "system");
+  CAF_CHECK_EQUAL(body["messages"][1]["content"], "hello world");
+}
+
+CAF_TEST(openai streamed calls deliver deltas in order) {
+  auto cfg = http_provider("openai", server->base_url(), true);
+  cfg.api_key.clear();
+  auto ep = endpoint(cfg);
+  auto p = run(*ep, "one two three four");
+  CAF_REQUIRE(p->ok());
+  CAF_CHECK_EQUAL(p->ok()->text, "echo: one two three four");
+  CAF_CHECK_EQUAL(p->deltas, std::vector<std::string>({"echo: ", "one ",
+                                                       "two ", "three ",
+                                                       "four"}));
+  CAF_CHECK_EQUAL(p->joined(), p->ok()->text);
+  auto req = server->last_request();
+  CAF_CHECK_EQUAL(req.headers.count("authorization"), 0u);
+  CAF_CHECK_EQUAL(req.headers["accept"], "text/event-stream");
+  CAF_CHECK_EQUAL(json::parse(req.body)["stream"].get<bool>(), true);
+}
+
+CAF_TEST(anthropic calls plain and streamed) {
+  for (auto stream : {false, true}) {
+    CAF_MESSAGE("stream " << stream);
+    auto ep = endpoint("anthropic", stream);
+    auto p = run(*ep, "alpha beta");
+    CAF_REQUIRE(p->ok());
+    CAF_CHECK_EQUAL(p->ok()->text, "echo: alpha beta");
+    CAF_CHECK_EQUAL(p->ok()->finish_reason, "stop");
+    if (stream)
+      CAF_CHECK_EQUAL(p->deltas, std::vector<std::string>({"echo: ", "alpha ",
+                                                           "beta"}));
+    else
+      CAF_CHECK(p->deltas.empty());
+    auto req = server->last_request();
+    CAF_CHECK_EQUAL(req.target, "/v1/messages");
+    CAF_CHECK_EQUAL(req.headers["x-api-key"], "sk-test");
+    CAF_CHECK_EQUAL(req.headers["anthropic-version"], "2023-06-01");
+    CAF_CHECK_EQUAL(req.headers.count("authorization"), 0u);
+    auto body = json::parse(req.body);
+    CAF_CHECK_EQUAL(body["system"], "Be brief.");
+    CAF_CHECK_EQUAL(body["messages"].size(), 1u);
+  }
+  auto cfg = http_provider("anthropic", server->base_url(), false);
+  cfg.headers["anthropic-version"] = "2099-01-01";
+  auto ep = endpoint(cfg);
+  run_ok(*ep, "x");
+  auto req = server->last_request();
+  CAF_CHECK_EQUAL(req.headers["anthropic-version"], "2099-01-01");
+}
+
+CAF_TEST(tool calls arrive in both apis and both modes) {
+  for (auto kind : {"openai", "anthropic"}) {
+    for (auto stream : {false, true}) {
+      CAF_MESSAGE(kind << " stream " << stream);
+      auto ep = endpoint(kind, stream);
+      auto c = run_ok(*ep, "weather? [[fault:tool;reply=Let me check.]]");
+      CAF_CHECK_EQUAL(c.text, "Let me check.");
+      CAF_CHECK_EQUAL(c.finish_reason, "tool_calls");
+      CAF_REQUIRE_EQUAL(c.tool_calls.size(), 1u);
+      CAF_CHECK_EQUAL(c.tool_calls[0].name, "get_weather");
+      CAF_CHECK_EQUAL(c.tool_calls[0].id, std::string{kind} == "openai"
+                                            ? "call_1"
+                                            : "toolu_1");
+      CAF_CHECK_EQUAL(json::parse(c.tool_calls[0].arguments),
+                      json::parse(tool_args));
+    }
+  }
+}
+
+CAF_TEST(sequential calls reuse one keep-alive connection) {
+  for (auto stream : {false, true}) {
+    auto before = server->connections();
+    auto ep = endpoint("openai", stream);
+    for (int i = 0; i < 5; ++i)
+      run_ok(*ep, "call " + std::to_string(i));
+    CAF_CHECK_EQUAL(server->connections() - before, 1u);
+  }
+  // Errors answered in full leave the connection usable too.
+  auto before = server->connections();
+  auto ep = endpoint("anthropic", true);
+  run_failing(*ep, "[[fault:429]]");
+  run_ok(*ep, "again");
+  CAF_CHECK_EQUAL(server->connections() - before, 1u);
+}
+
+CAF_TEST(connections the server closes are not reused) {
+  auto ep = endpoint("openai", false);
+  run_ok(*ep, "[[fault:close]]");
+  run_ok(*ep, "two");
+  CAF_CHECK_EQUAL(server->connections(), 2u);
+  // Closed without notice: the next call reconnects, sending once.
+  run_ok(*ep, "[[fault:hangup]]");
+  run_ok(*ep, "four");
+  CAF_CHECK_EQUAL(server->connections(), 3u);
+  CAF_CHECK_EQUAL(server->requests(), 4u);
+}
+
+CAF_TEST(a pooled connection failing before the answer is retried once) {
+  auto ep = endpoint("anthropic", true);
+  run_ok(*ep, "pooled");
+  // The server closes the reused connection as the request arrives: the
+  // client sends it again on a fresh connection.
+  server->push(*keel::test::parse_fault("drop"));
+  CAF_CHECK_EQUAL(run_ok(*ep, "retried").text, "echo: retried");
+  CAF_CHECK_EQUAL(server->requests(), 3u);
+  CAF_CHECK_EQUAL(server->connections(), 2u);
+  // Only once: a request the fresh connection drops as well fails.
+  auto f = run_failing(*ep, "[[fault:drop]]");
+  CAF_CHECK_EQUAL(transport_name(f.failure.transport), "reset");
+  CAF_CHECK(contains(f.message, "without answering"));
+  CAF_CHECK_EQUAL(server->requests(), 5u);
+  CAF_CHECK_EQUAL(server->connections(), 3u);
+}
+
+CAF_TEST(refused connections fail as connect_refused) {
+  auto port = keel::test::closed_port();
+  auto ep = endpoint(
+    http_provider("openai", "http://127.0.0.1:" + std::to_string(port), false));
+  auto f = run_failing(*ep, "hi");
+  CAF_CHECK_EQUAL(transport_name(f.failure.transport), "connect_refused");
+  CAF_CHECK(contains(f.message, "refused"));
+  CAF_CHECK(contains(f.message, "127.0.0.1:" + std::to_string(port)));
+  CAF_CHECK(!f.partial);
+  CAF_CHECK(!f.failure.status);
+}
+
+CAF_TEST(connections reset mid-answer fail as reset) {
+  for (auto stream : {false, true}) {
+    CAF_MESSAGE("stream " << stream);
+    auto ep = endpoint("openai", stream);
+    auto p = run(*ep, "a b c d e f g h [[fault:reset]]");
+    CAF_REQUIRE(p->failed());
+    auto& f = *p->failed();
+    CAF_MESSAGE(f.message);
+    CAF_CHECK_EQUAL(transport_name(f.failure.transport), "reset");
+    CAF_CHECK_EQUAL(f.partial, stream);
+    CAF_CHECK_EQUAL(f.partial, !p->deltas.empty());
+    CAF_CHECK(contains(f.message, server->base_url().substr(7)));
+  }
+}
+
+CAF_TEST(a server that never answers hits the first byte timeout) {
+  auto cfg = http_provider("anthropic", server->base_url(), true);
+  cfg.first_byte_timeout = 200ms;
+  auto ep = endpoint(cfg);
+  auto t0 = std::chrono::steady_clock::now();
+  auto f = run_failing(*ep, "[[fault:hang]]");
+  auto elapsed = std::chrono::steady_clock::now() - t0;
+  CAF_CHECK_EQUAL(transport_name(f.failure.transport), "timeout");
+  CAF_CHECK_EQUAL(classify(f.failure), error_class::timeout);
+  CAF_CHECK(contains(f.message, "200 ms"));
+  CAF_CHECK(elapsed >= 200ms);
+  CAF_CHECK(elapsed < 5s);
+}
+
+CAF_TEST(a slow stream hits the total timeout with partial text) {
+  auto cfg = http_provider("openai", server->base_url(), true);
+  cfg.total_timeout = 400ms;
+  auto ep = endpoint(cfg);
+  auto p = run(*ep, "w1 w2 w3 w4 w5 w6 w7 w8 w9 [[fault:drip=100ms]]");
+  CAF_REQUIRE(p->failed());
+  auto& f = *p->failed();
+  CAF_CHECK_EQUAL(transport_name(f.failure.transport), "timeout");
+  CAF_CHECK(f.partial);
+  CAF_CHECK(!p->deltas.empty());
+  CAF_CHECK(contains(f.message, "total timeout of 400 ms"));
+}
+
+CAF_TEST(malformed answers are unparseable format failures) {
+  for (auto kind : {"openai", "anthropic"}) {
+    for (auto stream : {false, true}) {
+      CAF_MESSAGE(kind << " stream " << stream);
+      auto ep = endpoint(kind, stream);
+      auto f = run_failing(*ep, "x y z [[fault:malformed]]");
+      CAF_CHECK(f.failure.unparseable);
+      CAF_CHECK_EQUAL(classify(f.failure), error_class::format);
+      CAF_CHECK(contains(f.message, "not valid JSON"));
+      CAF_CHECK(contains(f.message, "unusable answer from 127.0.0.1:"));
+    }
+  }
+}
+
+CAF_TEST(streams cut before their terminal event fail as partial) {
+  for (auto kind : {"openai", "anthropic"}) {
+    CAF_MESSAGE(kind);
+    auto ep = endpoint(kind, true);
+    auto p = run(*ep, "a b c d e f g h i j [[fault:truncate]]");
+    CAF_REQUIRE(p->failed());
+    auto& f = *p->failed();
+    CAF_CHECK(f.partial);
+    CAF_CHECK(!p->deltas.empty());
+    CAF_CHECK_EQUAL(transport_name(f.failure.transport), "reset");
+    CAF_CHECK(contains(f.message, std::string{kind} == "openai"
+                                    ? "[DONE]"
+                                    : "message_stop"));
+  }
+  // A plain answer short of its Content-Length.
+  auto ep = endpoint("openai", false);
+  auto f = run_failing(*ep, "[[fault:truncate]]");
+  CAF_CHECK_EQUAL(transport_name(f.failure.transport), "reset");
+  CAF_CHECK(!f.partial);
+}
+
+CAF_TEST(rate limits carry status body and retry after) {
+  auto ep = endpoint("openai", true);
+  auto f = run_failing(*ep, "[[fault:status=429;retry_after=2]]");
+  CAF_REQUIRE(f.failure.status);
+  CAF_CHECK_EQUAL(*f.failure.status, 429);
+  CAF_CHECK_EQUAL(classify(f.failure), error_class::rate_limit);
+  CAF_REQUIRE(f.retry_after);
+  CAF_CHECK_EQUAL(f.retry_after->count(), 2000);
+  CAF_CHECK(contains(f.failure.body, "rate_limit_exceeded"));
+  CAF_CHECK(contains(f.message, "HTTP 429 from 127.0.0.1:"));
+  CAF_CHECK(contains(f.message, "Rate limit exceeded"));
+  f = run_failing(*ep, "[[fault:429;retry_after_ms=1500;retry_after=9]]");
+  CAF_REQUIRE(f.retry_after);
+  CAF_CHECK_EQUAL(f.retry_after->count(), 1500);
+  f = run_failing(*ep, "[[fault:503]]");
+  CAF_CHECK(!f.retry_after);
+  CAF_CHECK_EQUAL(classify(f.failure), error_class::overloaded);
+}
+
+CAF_TEST(quota and overload errors classify) {
+  auto openai = endpoint("openai", false);
+  auto f = run_failing(*openai, "[[fault:429;error=insufficient_quota]]");
+  CAF_CHECK_EQUAL(classify(f.failure), error_class::billing);
+  auto anthropic = endpoint("anthropic", false);
+  f = run_failing(*anthropic, "[[fault:529]]");
+  CAF_CHECK(f.failure.status == 529);
+  CAF_CHECK_EQUAL(classify(f.failure), error_class::overloaded);
+  CAF_CHECK(contains(f.message, "Overloaded"));
+  // Overloaded in the middle of a stream: an error event after some text.
+  auto streamed = endpoint("anthropic", true);
+  auto p = run(*streamed, "a b c [[fault:sse_error]]");
+  CAF_REQUIRE(p->failed());
+  CAF_CHECK(!p->failed()->failure.status);
+  CAF_CHECK_EQUAL(classify(p->failed()->failure), error_class::overloaded);
+  CAF_CHECK(p->failed()->partial);
+  CAF_CHECK(contains(p->failed()->message, "error in the stream"));
+  streamed = endpoint("openai", true);
+  p = run(*streamed, "a b c [[fault:sse_error]]");
+  CAF_REQUIRE(p->failed());
+  CAF_CHECK_EQUAL(classify(p->failed()->failure), error_class::overloaded);
+}
+
+CAF_TEST(scripted failures then success) {
+  server->push(*keel::test::parse_fault("503"));
+  server->push(*keel::test::parse_fault("reset"));
+  auto ep = endpoint("openai", false);
+  auto first = run_failing(*ep, "1");
+  CAF_CHECK(first.failure.status == 503);
+  auto second = run_failing(*ep, "2");
+  CAF_CHECK_EQUAL(transport_name(second.failure.transport), "reset");
+  auto third = run_ok(*ep, "3");
+  CAF_CHECK_EQUAL(third.text, "echo: 3");
+}
+
+CAF_TEST(calls beyond max concurrency queue) {
+  io = std::make_unique<http_io>(2);
+  auto cfg = http_provider("openai", server->base_url(), true);
+  cfg.max_concurrency = 2;
+  auto ep = endpoint(cfg);
+  std::vector<std::shared_ptr<probe>> batch;
+  for (int i = 0; i < 6; ++i) {
+    auto p = probe::make();
+    probes.push_back(p);
+    batch.push_back(p);
+    start(*ep, ask("a b c [[fault:drip=20ms]]"), p);
+  }
+  for (auto& p : batch) {
+    CAF_REQUIRE(p->wait());
+    CAF_CHECK(p->ok());
+  }
+  CAF_CHECK_EQUAL(server->max_in_flight(), 2u);
+  CAF_CHECK_EQUAL(server->connections(), 2u);
+}
+
+CAF_TEST(waiting for a slot counts against the total timeout) {
+  auto cfg = http_provider("openai", server->base_url(), false);
+  cfg.max_concurrency = 1;
+  cfg.total_timeout = 300ms;
+  auto ep = endpoint(cfg);
+  auto first = probe::make();
+  auto second = probe::make();
+  probes.push_back(first);
+  probes.push_back(second);
+  auto t0 = std::chrono::steady_clock::now();
+  start(*ep, ask("[[fault:hang]]"), first);
+  start(*ep, ask("queued [[fault:hang]]"), second);
+  CAF_REQUIRE(second->wait());
+  auto elapsed = std::chrono::steady_clock::now() - t0;
+  CAF_REQUIRE(second->failed());
+  CAF_CHECK_EQUAL(transport_name(second->failed()->failure.transport),
+                  "timeout");
+  CAF_CHECK(contains(second->failed()->message, "total timeout of 300 ms"));
+  // The second call got the slot only when the first timed out, and its
+  // clock had been running since it was queued: it fails about together
+  // with the first, not 300 ms later.
+  CAF_CHECK(elapsed < 550ms);
+  CAF_REQUIRE(first->wait());
+}
+
+CAF_TEST(https verifies the server certificate) {
+  auto identity = keel::test::make_self_signed_identity();
+  keel::test::fault_server_options opts;
+  opts.tls = identity;
+  server = std::make_unique<fault_llm_server>(opts);
+  auto untrusted = endpoint("openai", false);
+  auto f = run_failing(*untrusted, "hi");
+  CAF_CHECK_EQUAL(transport_name(f.failure.transport), "tls");
+  CAF_CHECK(contains(f.message, "TLS handshake with 127.0.0.1:"));
+  CAF_CHECK(contains(f.message, "certificate"));
+  keel::test::temp_dir dir;
+  auto ca_file = dir.str() + "/ca.pem";
+  std::ofstream{ca_file} << identity.cert_pem;
+  for (auto host : {"127.0.0.1", "localhost"}) {
+    for (auto stream : {false, true}) {
+      CAF_MESSAGE(host << " stream " << stream);
+      auto cfg = http_provider("anthropic",
+                          std::string{"https://"} + host + ":"
+                            + std::to_string(server->port()),
+                          stream);
+      cfg.ca_file = ca_file;
+      auto trusted = endpoint(cfg);
+      CAF_CHECK_EQUAL(run_ok(*trusted, "secure").text, "echo: secure");
+      CAF_CHECK_EQUAL(run_ok(*trusted, "again").text, "echo: again");
+    }
+  }
+  // One untrusted attempt, then one connection per trusted endpoint.
+  CAF_CHECK_EQUAL(server->connections(), 5u);
+}
+
+CAF_TEST(destroying the io cancels calls in flight) {
+  auto cfg = http_provider("openai", server->base_url(), true);
+  cfg.max_concurrency = 2;
+  auto ep = endpoint(cfg);
+  std::vector<std::shared_ptr<probe>> batch;
+  for (int i = 0; i < 3; ++i) {
+    auto p = probe::make();
+    probes.push_back(p);
+    batch.push_back(p);
+    start(*ep, ask("[[fault:hang]]"), p);
+  }
+  CAF_REQUIRE(server->wait_requests(2));
+  io.reset();
+  for (auto& p : batch) {
+    CAF_REQUIRE_EQUAL(p->results, 1);
+    CAF_REQUIRE(p->failed());
+    CAF_CHECK(contains(p->failed()->message, "shutting down"));
+  }
+  // The endpoint outlives its io: later calls fail at once.
+  auto late = probe::make();
+  probes.push_back(late);
+  start(*ep, ask("late"), late);
+  CAF_REQUIRE_EQUAL(late->results, 1);
+  CAF_CHECK(contains(late->failed()->message, "shut down"));
+  CAF_CHECK(server->wait_in_flight(0));
+}
+
+CAF_TEST_FIXTURE_SCOPE_END()
