@@ -4,14 +4,18 @@
 // fault mid-run (kills a process, or tags messages with a fault directive)
 // and reports how the node failed over. With --http URL it instead POSTs
 // chat completions to an OpenAI-compatible server (a mock, or a gateway in
-// front of one) and reports their latency. The work is in libruntime
-// (keel/bench.hpp); this file parses arguments and prints.
+// front of one) and reports their latency. `keel-bench recovery` instead
+// fills a fresh data folder with threads as a crashed node leaves them,
+// starts a keel-node on it and times its recovery. The work is in
+// libruntime (keel/bench.hpp, keel/bench_recovery.hpp); this file parses
+// arguments and prints.
 //
 // Exit codes: 0 clean run, 1 a check failed (missing, duplicate or
 // reordered acks/replies, error frames, failed calls) or the run failed,
 // 2 bad arguments, 3 the node or server cannot be reached or refuses the
 // token.
 
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <string>
@@ -21,6 +25,7 @@
 
 #include "cli.hpp"
 #include "keel/bench.hpp"
+#include "keel/bench_recovery.hpp"
 #include "keel/ws_client.hpp"
 
 namespace {
@@ -60,6 +65,121 @@ int run_http(const keel::bench::http_load_options& opts, bool json,
     out << keel::bench::to_json(opts, *result).dump(2) << '\n';
     if (!out)
       return fail_write(json_out);
+  }
+  return result->clean() ? 0 : exit_failed;
+}
+
+/// The binary `name` beside this one (keel-bench, keel-node and keelctl are
+/// built into one folder).
+std::string sibling_binary(const std::string& name) {
+  std::error_code err;
+  auto self = std::filesystem::read_symlink("/proc/self/exe", err);
+  return err ? name : (self.parent_path() / name).string();
+}
+
+/// The recovery mode's options.
+struct recovery_args {
+  keel::bench::recovery_bench_options opts;
+  bool json = false;
+  std::string json_out;
+  std::string row_out;
+};
+
+CLI::App* add_recovery_command(CLI::App& app, recovery_args& args) {
+  auto cmd = app.add_subcommand(
+    "recovery", "Fills a fresh data folder with threads as a crashed node "
+                "leaves them, starts keel-node on it and times its recovery "
+                "(then stops it and runs keelctl verify)");
+  auto& opts = args.opts;
+  auto& pop = opts.populate;
+  cmd->add_option("--threads", pop.threads, "Threads (sessions) on disk")
+    ->required()
+    ->check(CLI::Range(uint64_t{1}, uint64_t{10000000}));
+  cmd->add_option("--data-dir", opts.data_dir,
+                  "The node's data folder: must be empty or missing; left "
+                  "in place")
+    ->required()
+    ->type_name("DIR");
+  auto fraction = CLI::Range(0.0, 1.0);
+  cmd->add_option("--pending-fraction", pop.pending_fraction,
+                  "Share of threads with an unanswered message")
+    ->check(fraction)
+    ->capture_default_str();
+  cmd->add_option("--children-fraction", pop.children_fraction,
+                  "Share of threads that are children of another")
+    ->check(fraction)
+    ->capture_default_str();
+  cmd->add_option("--active-fraction", pop.active_fraction,
+                  "Share of threads left ACTIVE (live when the node died)")
+    ->check(fraction)
+    ->capture_default_str();
+  cmd->add_option("--turns", pop.turns,
+                  "Answered exchanges per thread before the pending one")
+    ->check(CLI::Range(0u, 1000u))
+    ->capture_default_str();
+  cmd->add_option("--user-bytes", pop.user_bytes, "Bytes of a message")
+    ->check(CLI::Range(size_t{1}, size_t{1} << 16))
+    ->capture_default_str();
+  cmd->add_option("--reply-bytes", pop.reply_bytes, "Bytes of a reply")
+    ->check(CLI::Range(size_t{1}, size_t{1} << 20))
+    ->capture_default_str();
+  cmd->add_option("--group-ops", pop.group_ops,
+                  "Operations per synced write group while populating")
+    ->check(CLI::Range(size_t{1}, size_t{1} << 24))
+    ->capture_default_str();
+  cmd->add_option("--seed", pop.seed, "Seed of the random choices")
+    ->capture_default_str();
+  keel::cli::add_duration(*cmd, "--answer-timeout", opts.answer_timeout,
+                          "Longest wait from the node's start until every "
+                          "pending message is answered",
+                          false)
+    ->default_str("10m");
+  opts.node_binary = sibling_binary("keel-node");
+  opts.keelctl_binary = sibling_binary("keelctl");
+  cmd->add_option("--node-binary", opts.node_binary, "The keel-node to start")
+    ->type_name("PATH")
+    ->capture_default_str();
+  cmd->add_option("--keelctl-binary", opts.keelctl_binary,
+                  "The keelctl that verifies the data afterwards")
+    ->type_name("PATH")
+    ->capture_default_str();
+  cmd->add_flag("--json", args.json, "Print the report as JSON");
+  cmd->add_option("--json-out", args.json_out,
+                  "Also write the report as JSON to FILE")
+    ->type_name("FILE");
+  cmd->add_option("--row-out", args.row_out,
+                  "Append the report as a row of the recovery table in "
+                  "docs/reliability.md to FILE (header first if FILE is new)")
+    ->type_name("FILE");
+  return cmd;
+}
+
+int run_recovery(recovery_args& args) {
+  args.opts.progress = [](const std::string& line) {
+    std::cerr << "keel-bench: " << line << std::endl;
+  };
+  auto result = keel::bench::run_recovery_benchmark(args.opts);
+  if (!result)
+    return fail_run(result.error());
+  auto json = keel::bench::to_json(*result);
+  if (args.json)
+    std::cout << json.dump(2) << '\n';
+  else
+    std::cout << keel::bench::render(*result);
+  if (!args.json_out.empty()) {
+    std::ofstream out{args.json_out};
+    out << json.dump(2) << '\n';
+    if (!out)
+      return fail_write(args.json_out);
+  }
+  if (!args.row_out.empty()) {
+    bool fresh = !std::ifstream{args.row_out}.good();
+    std::ofstream out{args.row_out, std::ios::app};
+    if (fresh)
+      out << keel::bench::recovery_markdown_header();
+    out << keel::bench::recovery_markdown_row(*result);
+    if (!out)
+      return fail_write(args.row_out);
   }
   return result->clean() ? 0 : exit_failed;
 }
@@ -180,6 +300,8 @@ int main(int argc, char** argv) {
   app.add_option("--model", http.server.model, "HTTP mode: the model to ask")
     ->capture_default_str()
     ->needs(http_opt);
+  recovery_args recovery;
+  auto recovery_cmd = add_recovery_command(app, recovery);
   http_opt->excludes(fault_at_opt);
   for (auto name : {"--row-out", "--raw-dir", "--raw-duration",
                     "--raw-value-bytes", "--no-raw"})
@@ -208,6 +330,8 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : exit_usage;
   }
+  if (recovery_cmd->parsed())
+    return run_recovery(recovery);
   if (*http_opt) {
     static_cast<keel::bench::traffic_options&>(http) = load;
     http.window = load.window;

@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 
 #include "keel/config.hpp"
+#include "keel/kill_point.hpp"
 #include "keel/node.hpp"
 
 namespace {
@@ -24,12 +25,29 @@ int main(int argc, char** argv) {
                  "YAML configuration (default: the embedded offline default)");
   app.add_option("--check-config", check_file,
                  "validate a configuration file and exit");
+  std::string kill_at;
+  app.add_option("--kill-at", kill_at,
+                 "crash tests only: arm a kill point, point[:probability"
+                 "[:seed]] (also env KEEL_KILL_AT)");
   app.set_version_flag("--version", KEEL_VERSION);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     auto code = app.exit(e);
     return code == 0 ? 0 : exit_config_error;
+  }
+  if (auto err = keel::arm_kill_point_from_env()) {
+    std::cerr << "keel-node: " << keel::error_message(err) << '\n';
+    return exit_config_error;
+  }
+  if (!kill_at.empty()) {
+    auto arming = keel::parse_kill_point_arming(kill_at);
+    if (!arming) {
+      std::cerr << "keel-node: --kill-at: "
+                << keel::error_message(arming.error()) << '\n';
+      return exit_config_error;
+    }
+    keel::arm_kill_point(*arming);
   }
   auto env = keel::process_env();
   if (!check_file.empty()) {

@@ -1,8 +1,11 @@
 // keelctl: talks to a running node. One subcommand per task; each takes
-// --node HOST:PORT (env KEEL_NODE) and --token (env KEEL_TOKEN).
+// --node HOST:PORT (env KEEL_NODE) and --token (env KEEL_TOKEN). `verify`,
+// and `recovery` and `tree --agents` with --data-dir, read a node's data
+// folder instead (read-only: the node may be stopped or running).
 //
-// Exit codes: 0 success, 1 the request failed (error frame, timeout),
-// 2 bad arguments, 3 the node cannot be reached or refuses the token.
+// Exit codes: 0 success, 1 the request failed (error frame, timeout) or
+// `verify` found a violated invariant, 2 bad arguments or a data folder
+// that cannot be read, 3 the node cannot be reached or refuses the token.
 
 #include <chrono>
 #include <cstdio>
@@ -19,9 +22,11 @@
 #include "cli.hpp"
 #include "keel/bench.hpp"
 #include "keel/json_codec.hpp"
+#include "keel/node_data.hpp"
 #include "keel/protocol.hpp"
 #include "keel/text.hpp"
 #include "keel/types.hpp"
+#include "keel/verify.hpp"
 #include "keel/ws_client.hpp"
 
 namespace {
@@ -419,6 +424,48 @@ int run_tree(const keel::endpoint& ep, bool as_json) {
   return exit_ok;
 }
 
+/// Opens a data folder read-only; on failure prints why (exit code 2).
+std::unique_ptr<keel::store> open_data_dir(const std::string& dir, int& code) {
+  auto db = keel::open_data_dir(dir);
+  if (!db) {
+    code = fail(keel::error_message(db.error()), exit_usage);
+    return nullptr;
+  }
+  return std::move(*db);
+}
+
+int run_agents(const keel::endpoint& ep, const std::string& data_dir,
+               bool as_json) {
+  std::vector<keel::agent_info> agents;
+  if (data_dir.empty()) {
+    auto res = keel::api_call(ep, "GET", "/api/v1/agents");
+    if (!res)
+      return fail(ep, res.error());
+    if (as_json) {
+      std::cout << res->dump(2) << '\n';
+      return exit_ok;
+    }
+    auto parsed = keel::agents_from_json(*res);
+    if (!parsed)
+      return fail(keel::error_message(parsed.error()));
+    agents = std::move(*parsed);
+  } else {
+    int code = exit_ok;
+    auto db = open_data_dir(data_dir, code);
+    if (!db)
+      return code;
+    auto read = keel::read_agents(*db);
+    if (!read)
+      return fail(keel::error_message(read.error()), exit_usage);
+    agents = std::move(*read);
+  }
+  if (as_json)
+    std::cout << keel::agents_to_json(agents).dump(2) << '\n';
+  else
+    std::cout << keel::render_agent_tree(agents);
+  return exit_ok;
+}
+
 int run_kill(const keel::endpoint& ep, const std::string& path,
              const std::string& reason) {
   json body{{"path", path}};
@@ -477,6 +524,69 @@ int run_providers(const keel::endpoint& ep, bool as_json) {
         print_provider(p);
   }
   return exit_ok;
+}
+
+// -- verify and recovery ----------------------------------------------------------
+
+int run_verify(const std::string& data_dir, bool as_json) {
+  int code = exit_ok;
+  auto db = open_data_dir(data_dir, code);
+  if (!db)
+    return code;
+  auto report = keel::verify_store(*db);
+  if (!report)
+    return fail("cannot verify " + data_dir + ": "
+                  + keel::error_message(report.error()),
+                exit_usage);
+  if (as_json)
+    std::cout << keel::to_json(*report).dump(2) << '\n';
+  else
+    std::cout << keel::render_verify_report(*report);
+  return report->ok() ? exit_ok : exit_failed;
+}
+
+/// Prints a recovery report, or that none has run (not an error).
+int print_recovery(const std::optional<keel::recovery_report>& report,
+                   bool as_json) {
+  if (as_json)
+    std::cout << (report ? keel::to_json(*report).dump(2) : "null") << '\n';
+  else if (report)
+    std::cout << keel::render_recovery_report(*report);
+  else
+    std::cout << "no recovery has run\n";
+  return exit_ok;
+}
+
+int run_recovery(const keel::endpoint& ep, const std::string& data_dir,
+                 bool as_json) {
+  if (!data_dir.empty()) {
+    int code = exit_ok;
+    auto db = open_data_dir(data_dir, code);
+    if (!db)
+      return code;
+    auto text = db->meta("last_recovery");
+    if (!text && text.error() == keel::ec::not_found)
+      return print_recovery(std::nullopt, as_json);
+    if (!text)
+      return fail(keel::error_message(text.error()), exit_usage);
+    auto report = keel::decode<keel::recovery_report>(*text);
+    if (!report)
+      return fail("the stored recovery report cannot be read: "
+                    + keel::error_message(report.error()),
+                  exit_usage);
+    return print_recovery(*report, as_json);
+  }
+  auto res = keel::api_call(ep, "GET", "/api/v1/recovery");
+  // The node answers 404 (not_found) until a recovery has run.
+  if (!res && res.error() == keel::ec::not_found)
+    return print_recovery(std::nullopt, as_json);
+  if (!res)
+    return fail(ep, res.error());
+  auto report = keel::recovery_report_from_json(*res);
+  if (!report)
+    return fail("the node sent an unreadable recovery report: "
+                + keel::error_message(report.error()));
+  return print_recovery(*report, as_json);
 }
 
 // -- argument checks --------------------------------------------------------------
@@ -557,10 +667,23 @@ int main(int argc, char** argv) {
   status_cmd->add_flag("--json", status_json, "Print the raw JSON");
 
   bool tree_json = false;
+  bool tree_agents = false;
+  std::string tree_data_dir;
   auto tree_cmd = app.add_subcommand(
     "tree", "Prints the live supervision tree: each actor's state, restart "
-            "count, uptime and last exit reason");
+            "count, uptime and last exit reason; with --agents the agent "
+            "tree instead");
   tree_cmd->add_flag("--json", tree_json, "Print the raw JSON");
+  tree_cmd->add_flag("--agents", tree_agents,
+                     "Print the agent tree: every root agent with its "
+                     "children and their session states");
+  auto tree_data_dir_opt
+    = tree_cmd
+        ->add_option("--data-dir", tree_data_dir,
+                     "With --agents: read the agent tree from a node's data "
+                     "folder rather than ask the node")
+        ->type_name("DIR");
+  tree_data_dir_opt->needs("--agents");
 
   std::string kill_path;
   std::string kill_reason;
@@ -580,8 +703,34 @@ int main(int argc, char** argv) {
                  "breaker, cooldown, calls and the last error");
   providers_cmd->add_flag("--json", providers_json, "Print the raw JSON");
 
+  std::string verify_data_dir;
+  bool verify_json = false;
+  auto verify_cmd = app.add_subcommand(
+    "verify", "Checks the crash recovery invariants on a stopped node's "
+              "data folder (read-only; beside a running node its live "
+              "threads show as ACTIVE): exit 0 if they all hold, 1 if any is "
+              "violated, 2 if the data cannot be read");
+  verify_cmd->add_option("--data-dir", verify_data_dir,
+                         "The node's data folder (its database is in "
+                         "DIR/db)")
+    ->type_name("DIR")
+    ->required();
+  verify_cmd->add_flag("--json", verify_json, "Print the report as JSON");
+
+  std::string recovery_data_dir;
+  bool recovery_json = false;
+  auto recovery_cmd = app.add_subcommand(
+    "recovery", "Prints what the last recovery on boot found and did: its "
+                "steps with counts and durations, and the problems it met");
+  recovery_cmd->add_option("--data-dir", recovery_data_dir,
+                           "Read the report from a node's data folder "
+                           "rather than ask the node")
+    ->type_name("DIR");
+  recovery_cmd->add_flag("--json", recovery_json,
+                         "Print the report as JSON (null if none has run)");
+
   for (auto cmd : {send_cmd, history_cmd, status_cmd, tree_cmd, kill_cmd,
-                   providers_cmd})
+                   providers_cmd, recovery_cmd})
     cmd->footer("Every command also takes --node HOST:PORT (env KEEL_NODE, "
                 "default 127.0.0.1:8080) and --token TOKEN (env KEEL_TOKEN).");
 
@@ -590,6 +739,9 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? exit_ok : exit_usage;
   }
+  // Needs no node, so a bad --node / KEEL_NODE does not stop it.
+  if (verify_cmd->parsed())
+    return run_verify(verify_data_dir, verify_json);
   auto ep = keel::parse_endpoint(node);
   if (!ep) // defaults and env values bypass nothing: still checked here
     return fail(keel::error_message(ep.error()), exit_usage);
@@ -601,10 +753,13 @@ int main(int argc, char** argv) {
   if (status_cmd->parsed())
     return run_status(*ep, status_json);
   if (tree_cmd->parsed())
-    return run_tree(*ep, tree_json);
+    return tree_agents ? run_agents(*ep, tree_data_dir, tree_json)
+                       : run_tree(*ep, tree_json);
   if (kill_cmd->parsed())
     return run_kill(*ep, kill_path, kill_reason);
   if (providers_cmd->parsed())
     return run_providers(*ep, providers_json);
+  if (recovery_cmd->parsed())
+    return run_recovery(*ep, recovery_data_dir, recovery_json);
   return exit_usage;
 }

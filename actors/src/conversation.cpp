@@ -5,9 +5,12 @@
 #include <caf/all.hpp>
 #include <spdlog/spdlog.h>
 
+#include "keel/agent_tools.hpp"
+#include "keel/kill_point.hpp"
 #include "keel/lookup.hpp"
 #include "keel/protocol.hpp"
 #include "keel/providers.hpp"
+#include "keel/recovery.hpp"
 #include "keel/text.hpp"
 
 namespace keel {
@@ -26,7 +29,11 @@ conversation_config make_conversation_config(const thread_defaults& defaults,
 
 bool conversation_state::idle() const {
   return loaded && inbox.empty() && !turn_running && accepting.empty()
-         && deferred.empty();
+         && deferred.empty() && outbox.empty() && !closing;
+}
+
+bool conversation_state::closed() const {
+  return closing || session.state == session_state::closed;
 }
 
 completion_request conversation_state::make_request() const {
@@ -37,24 +44,112 @@ completion_request conversation_state::make_request() const {
   auto& msg = inbox.front();
   req.client_id = msg.client_id;
   req.seq = msg.seq;
+  // The node died while this thread was live (seed 004): say so once.
+  if (session.recovered_at != 0)
+    req.context.push_back(context_entry{0, "system", recovery_prompt});
   req.context.push_back(context_entry{msg.seq, "user", msg.text});
   return req;
 }
 
+namespace {
+
+// The parts of a commit every outcome shares: the session update (provider,
+// recovery mark) and the outcome forwarded to the parent agent.
+// Runs before the outcome's log entry takes its seq: every outbox seq of a
+// commit stays below a seq the log keeps, so a reload (next_seq = last log
+// seq + 1) never hands one out again, even after the entry was delivered.
+void finish_commit(conversation_state& st, turn_commit& commit,
+                   log_kind kind, const std::string& text,
+                   const std::string& provider, millis now) {
+  auto& session = st.session;
+  if (st.session_exists
+      && (session.recovered_at != 0
+          || (!provider.empty() && provider != session.provider))) {
+    commit.write_session = true;
+    commit.session = session;
+    commit.session.recovered_at = 0;
+    if (!provider.empty())
+      commit.session.provider = provider;
+  }
+  if (!session.parent.empty()) {
+    outbox_entry up;
+    up.from = st.cfg.thread;
+    up.seq = st.next_seq++;
+    up.to = session.parent;
+    up.client_id = agent_client_id(up.from, up.seq);
+    up.text = "[agent " + st.cfg.thread
+              + (kind == log_kind::error ? " failed] " : "] ") + text;
+    up.created_at = now;
+    commit.outbox.push_back(std::move(up));
+  }
+}
+
+// Turns the reply's tool calls into text, spawns and messages to children.
+std::string apply_tool_calls(conversation_state& st, turn_commit& commit,
+                             const completion& reply, millis now) {
+  auto text = reply.text;
+  auto note = [&text](const std::string& line) {
+    text += (text.empty() ? "" : "\n") + line;
+  };
+  std::set<std::string> spawned;
+  for (auto& call : reply.tool_calls) {
+    auto action = parse_agent_tool_call(call, st.cfg.thread);
+    if (!action) {
+      // Other tools run with a later issue; until then a requested call is
+      // kept in the answer's text so neither the user nor the model loses it.
+      note("[tool call " + call.name + " " + call.arguments + "]");
+      continue;
+    }
+    if (!*action) {
+      note("[" + error_message(action->error()) + "]");
+      continue;
+    }
+    auto& act = **action;
+    bool known = st.children.count(act.child) > 0
+                 || spawned.count(act.child) > 0;
+    if (!act.spawn && !known) {
+      note("[tool call " + call.name + ": no child agent " + act.child + "]");
+      continue;
+    }
+    if (act.spawn && !known) {
+      session_record child;
+      child.thread = act.child;
+      child.parent = st.cfg.thread;
+      child.pool = st.cfg.pool;
+      child.model = st.session.model;
+      child.state = session_state::suspended;
+      child.created_at = now;
+      commit.spawned.push_back(child);
+      commit.links.push_back(tree_link{st.cfg.thread, act.child, now});
+      spawned.insert(act.child);
+      note("[spawned agent " + act.child + "]");
+    } else {
+      note("[message to agent " + act.child + "]");
+    }
+    outbox_entry down;
+    down.from = st.cfg.thread;
+    down.seq = st.next_seq++;
+    down.to = act.child;
+    down.client_id = agent_client_id(down.from, down.seq);
+    down.text = "[parent " + st.cfg.thread + "] " + act.text;
+    down.created_at = now;
+    commit.outbox.push_back(std::move(down));
+  }
+  return text;
+}
+
+} // namespace
+
 turn_commit conversation_state::make_reply_commit(const completion& reply,
                                                   millis now) {
   auto& msg = inbox.front();
-  auto seq = next_seq++;
   turn_commit commit;
   commit.thread = cfg.thread;
   commit.inbox_seq = msg.seq;
+  auto text = apply_tool_calls(*this, commit, reply, now);
+  finish_commit(*this, commit, log_kind::reply, text, reply.provider, now);
+  auto seq = next_seq++;
   commit.context.push_back(context_entry{msg.seq, "user", msg.text});
-  // Tools run with a later issue; until then a requested call is kept in
-  // the answer's text so that neither the user nor the model loses it.
-  auto text = reply.text;
-  for (auto& call : reply.tool_calls)
-    text += (text.empty() ? "" : "\n") + std::string{"[tool call "}
-            + call.name + " " + call.arguments + "]";
   commit.context.push_back(context_entry{seq, "assistant", text});
   log_entry entry;
   entry.seq = seq;
@@ -75,6 +170,7 @@ turn_commit conversation_state::make_error_commit(const std::string& code,
   turn_commit commit;
   commit.thread = cfg.thread;
   commit.inbox_seq = msg.seq;
+  finish_commit(*this, commit, log_kind::error, text, {}, now);
   // The unanswered message stays out of the context: the model never sees a
   // question without its answer.
   log_entry entry;
@@ -93,6 +189,12 @@ void conversation_state::apply(const turn_commit& commit) {
   if (!inbox.empty() && inbox.front().seq == commit.inbox_seq)
     inbox.pop_front();
   context.insert(context.end(), commit.context.begin(), commit.context.end());
+  if (commit.write_session)
+    session = commit.session;
+  for (auto& child : commit.spawned)
+    children.insert(child.thread);
+  for (auto& entry : commit.outbox)
+    outbox.emplace(entry.seq, entry);
 }
 
 void conversation_state::fail_pending_accepts(const caf::error& reason) {
@@ -111,6 +213,12 @@ void conversation_state::restore(thread_snapshot snapshot) {
                std::make_move_iterator(snapshot.inbox.end()));
   context = std::move(snapshot.context);
   next_seq = std::max(next_seq, snapshot.next_seq);
+  children.insert(snapshot.children.begin(), snapshot.children.end());
+  for (auto& entry : snapshot.outbox) {
+    // The outbox reserves seqs the log does not show: never reuse them.
+    next_seq = std::max(next_seq, entry.seq + 1);
+    outbox.emplace(entry.seq, std::move(entry));
+  }
   loaded = true;
 }
 
@@ -152,6 +260,8 @@ std::pair<std::string, std::string> describe_failure(const caf::error& err) {
   return {to_string(ec::provider_failed), turn_errors::provider_failed};
 }
 
+void deliver_outbox(self_ptr self);
+
 // Commits the outcome of the current turn, then moves on to the next one.
 // A failed commit keeps the message in the inbox and retries the turn later:
 // nothing is acknowledged as answered that is not durable.
@@ -161,6 +271,11 @@ void commit_turn(self_ptr self, turn_commit commit) {
     for (auto& entry : commit.log)
       publish(self, protocol::outcome_frame(commit.thread, entry));
     self->state.turn_running = false;
+    if (!commit.outbox.empty()) {
+      // Durable in our outbox, not yet in any target's inbox.
+      reach(kill_point::message_enqueued);
+      deliver_outbox(self);
+    }
     drain(self);
   };
   auto failed = [self](const caf::error& err) {
@@ -168,7 +283,10 @@ void commit_turn(self_ptr self, turn_commit commit) {
     spdlog::warn("thread {}: commit failed: {}", st.cfg.thread, render(err));
     auto& msg = st.inbox.front();
     publish(self, protocol::status_frame(st.cfg.thread, msg.client_id,
-                                         msg.seq, "retrying"));
+                                         msg.seq, "retrying",
+                                         "storing the answer failed ("
+                                           + render(err)
+                                           + "); the turn runs again"));
     self->delayed_send(self, st.cfg.commit_retry_delay, atom::drain_v);
     // The turn stays "running" until the retry so nothing overtakes it.
   };
@@ -182,6 +300,10 @@ void fail_turn(self_ptr self, const std::string& code,
                const std::string& text) {
   commit_turn(self, self->state.make_error_commit(code, text,
                                                   wall_clock_millis()));
+}
+
+void cancel_turn(self_ptr self) {
+  fail_turn(self, to_string(ec::cancelled), turn_errors::cancelled);
 }
 
 // The error boundary: whatever a turn step throws becomes a descriptive
@@ -213,6 +335,8 @@ void run_turn(self_ptr self) {
               turn_errors::provider_failed);
     return;
   }
+  if (st.context.empty())
+    reach(kill_point::session_written); // The session's first call.
   // Through the providers supervisor, which hands the request to the pool
   // (holding it while the pool restarts); the pool answers us directly.
   self
@@ -220,16 +344,72 @@ void run_turn(self_ptr self) {
               complete_message(st.make_request()))
     .then(
       [self](completion& reply) {
+        reach(kill_point::call_completed);
+        if (self->state.closing) {
+          cancel_turn(self); // Cancelled meanwhile: the reply comes too late.
+          return;
+        }
         guarded(self, [&] {
           commit_turn(self, self->state.make_reply_commit(
                               reply, wall_clock_millis()));
         });
       },
       [self](caf::error& err) {
+        if (self->state.closing) {
+          cancel_turn(self);
+          return;
+        }
         spdlog::info("thread {}: turn failed: {}", self->state.cfg.thread,
                      render(err));
         auto [code, text] = describe_failure(err);
         fail_turn(self, code, text);
+      });
+}
+
+// Finishes a cancel once no turn runs: every pending message is answered
+// with a `cancelled` error (one commit each, through the usual path), then
+// the session is written CLOSED and the cancels are answered.
+void finish_cancel(self_ptr self) {
+  auto& st = self->state;
+  if (!st.inbox.empty()) {
+    st.turn_running = true;
+    cancel_turn(self);
+    return;
+  }
+  // Accepts still on their way to the store join the inbox when they land
+  // (and drain again): CLOSED must come after their answers, or the commit
+  // answering one would write the session back as it was before.
+  if (!st.accepting.empty())
+    return;
+  if (st.cancels.empty())
+    return; // Writing CLOSED already.
+  auto record = st.session;
+  record.state = session_state::closed;
+  record.recovered_at = 0;
+  auto answer = [self](const caf::error& err) {
+    auto cancels = std::move(self->state.cancels);
+    self->state.cancels.clear();
+    for (auto& rp : cancels) {
+      if (err)
+        rp.deliver(err);
+      else
+        rp.deliver(caf::ok_atom_v);
+    }
+  };
+  request_component(self, names::persistence, st.cfg.storage_timeout,
+                    caf::put_atom_v, record)
+    .then(
+      [self, answer, record](caf::ok_atom) {
+        auto& st = self->state;
+        st.session = record;
+        st.closing = false; // Done: closed() now holds by the session.
+        answer({});
+        drain(self);
+      },
+      [self, answer](caf::error& err) {
+        // Not durable: the canceller learns and may cancel again; we stay
+        // closing (refusing messages) so the retry finds nothing to answer.
+        answer(err);
       });
 }
 
@@ -238,6 +418,10 @@ void drain(self_ptr self) {
   auto& st = self->state;
   if (!st.loaded || st.turn_running)
     return;
+  if (st.closing) {
+    finish_cancel(self);
+    return;
+  }
   if (st.inbox.empty()) {
     if (st.idle())
       note_idle(self);
@@ -247,10 +431,74 @@ void drain(self_ptr self) {
   guarded(self, [&] { run_turn(self); });
 }
 
+// Schedules one redelivery of the outbox after a failed delivery.
+void schedule_redelivery(self_ptr self) {
+  auto& st = self->state;
+  if (st.redeliver_armed)
+    return;
+  st.redeliver_armed = true;
+  self->delayed_send(self, st.cfg.commit_retry_delay, atom::redeliver_v);
+}
+
+// An outbox entry reached its target (or the dead letters): forget it.
+void delivered(self_ptr self, seq_t seq) {
+  auto& st = self->state;
+  st.outbox.erase(seq);
+  st.delivering.erase(seq);
+  if (st.idle())
+    note_idle(self);
+}
+
+// Sends every undelivered outbox entry to its target through the
+// orchestrator; the target's accept removes it from our outbox on disk in
+// the same write. A target that refuses for good (cancelled, gone) gets it
+// moved to the dead letters instead; anything else is retried.
+void deliver_outbox(self_ptr self) {
+  auto& st = self->state;
+  for (auto& [seq, entry] : st.outbox) {
+    if (!st.delivering.insert(seq).second)
+      continue;
+    request_component(self, names::orchestrator, st.cfg.storage_timeout,
+                      atom::deliver_v, entry)
+      .then([self, seq = seq](accept_result&) { delivered(self, seq); },
+            [self, entry = entry](caf::error& err) {
+              auto seq = entry.seq;
+              if (err != ec::thread_closed && err != ec::not_found) {
+                self->state.delivering.erase(seq);
+                schedule_redelivery(self);
+                return;
+              }
+              spdlog::info("thread {}: message for {} is a dead letter: {}",
+                           entry.from, entry.to, render(err));
+              request_component(self, names::persistence,
+                                self->state.cfg.storage_timeout,
+                                caf::put_atom_v, entry, render(err))
+                .then([self, seq](caf::ok_atom) { delivered(self, seq); },
+                      [self, seq](caf::error&) {
+                        self->state.delivering.erase(seq);
+                        schedule_redelivery(self);
+                      });
+            });
+  }
+}
+
 // Appends a message durably; the promise is answered once it is synced.
 void accept(self_ptr self, caf::typed_response_promise<accept_result> rp,
-            std::string client_id, std::string text) {
+            incoming_message msg) {
   auto& st = self->state;
+  if (st.closed()) {
+    rp.deliver(caf::make_error(ec::thread_closed,
+                               "thread '" + st.cfg.thread
+                                 + "' was cancelled; it takes no messages"));
+    return;
+  }
+  bool from_thread = !msg.from.empty();
+  if (from_thread && !st.session_exists) {
+    rp.deliver(caf::make_error(ec::not_found,
+                               "thread '" + st.cfg.thread
+                                 + "' does not exist"));
+    return;
+  }
   if (st.inbox.size() + st.accepting.size() >= st.cfg.max_inbox) {
     rp.deliver(caf::make_error(ec::overloaded,
                                "thread '" + st.cfg.thread + "' already has "
@@ -260,8 +508,12 @@ void accept(self_ptr self, caf::typed_response_promise<accept_result> rp,
   }
   accept_request req;
   req.thread = st.cfg.thread;
-  req.entry = inbox_entry{st.next_seq++, std::move(client_id),
-                          std::move(text), wall_clock_millis()};
+  req.entry = inbox_entry{st.next_seq++, std::move(msg.client_id),
+                          std::move(msg.text), wall_clock_millis()};
+  if (from_thread) {
+    req.outbox_from = msg.from;
+    req.outbox_seq = msg.seq;
+  }
   if (!st.session_active) {
     // The first accept of an activation (re)writes the session as ACTIVE in
     // the same synced batch as the message.
@@ -269,6 +521,7 @@ void accept(self_ptr self, caf::typed_response_promise<accept_result> rp,
       st.session.thread = st.cfg.thread;
       st.session.pool = st.cfg.pool;
       st.session.created_at = req.entry.accepted_at;
+      reach(kill_point::session_created); // In memory only, so far.
     }
     st.session.state = session_state::active;
     req.create_session = true;
@@ -312,51 +565,82 @@ void load(self_ptr self) {
     for (auto& d : self->state.deferred)
       d.promise.deliver(err);
     self->state.deferred.clear();
+    for (auto& rp : self->state.cancels)
+      rp.deliver(err);
+    self->state.cancels.clear();
     self->quit(err);
   };
+  // A write of an earlier incarnation (killed before persistence answered
+  // it) may still be staged, and persistence reads only see committed data:
+  // a load before its commit would hand out its seq again. So the pending
+  // group commits first. Both requests take the same way (straight to
+  // persistence, or held in order by the root while it restarts), behind
+  // every write an earlier incarnation sent.
+  request_component(self, names::persistence, self->state.cfg.storage_timeout,
+                    atom::flush_v)
+    .then([] {}, [](caf::error&) {});
   request_component(self, names::persistence, self->state.cfg.storage_timeout,
                     atom::load_v, self->state.cfg.thread)
     .then(
       [self](thread_snapshot& snapshot) {
         auto& st = self->state;
         st.restore(std::move(snapshot));
+        if (st.closing && !st.session_exists) {
+          // A cancel of a thread that never existed.
+          st.closing = false;
+          for (auto& rp : st.cancels)
+            rp.deliver(caf::make_error(ec::not_found,
+                                       "thread '" + st.cfg.thread
+                                         + "' does not exist"));
+          st.cancels.clear();
+        }
         auto deferred = std::move(st.deferred);
         st.deferred.clear();
         for (auto& d : deferred)
-          accept(self, d.promise, std::move(d.client_id), std::move(d.text));
+          accept(self, d.promise, std::move(d.msg));
+        deliver_outbox(self);
         drain(self);
       },
       fail);
 }
 
-// Writes the session as SUSPENDED, then asks the orchestrator to stop us.
-// If it agrees, our supervisor stops us; if a message is on its way, we stay.
+// Asks the orchestrator to stop us. If it agrees, our supervisor stops us;
+// if a message is on its way, we stay.
+void ask_to_stop(self_ptr self) {
+  request_component(self, names::orchestrator, self->state.cfg.storage_timeout,
+                    atom::passivate_v, self->state.cfg.thread,
+                    self->state.last_route)
+    .then(
+      [self](bool stopping) {
+        if (!stopping && self->state.idle())
+          note_idle(self);
+      },
+      [self](caf::error&) {
+        if (self->state.idle())
+          note_idle(self);
+      });
+}
+
+// Writes the session as SUSPENDED (a CLOSED one stays CLOSED), then asks the
+// orchestrator to stop us.
 void passivate(self_ptr self) {
   auto& st = self->state;
   if (!st.session_exists) {
-    note_idle(self); // Nothing on disk yet: try again later.
+    // Nothing on disk (a cancel of an unknown thread, a first message that
+    // was not stored): nothing to write, and nothing to wait for either.
+    ask_to_stop(self);
     return;
   }
   auto record = st.session;
-  record.state = session_state::suspended;
+  if (record.state != session_state::closed)
+    record.state = session_state::suspended;
   st.session_active = false;
   request_component(self, names::persistence, st.cfg.storage_timeout,
                     caf::put_atom_v, record)
     .then(
-      [self](caf::ok_atom) {
-        self->state.session.state = session_state::suspended;
-        request_component(self, names::orchestrator,
-                          self->state.cfg.storage_timeout, atom::passivate_v,
-                          self->state.cfg.thread, self->state.last_route)
-          .then(
-            [self](bool stopping) {
-              if (!stopping && self->state.idle())
-                note_idle(self);
-            },
-            [self](caf::error&) {
-              if (self->state.idle())
-                note_idle(self);
-            });
+      [self, record](caf::ok_atom) {
+        self->state.session.state = record.state;
+        ask_to_stop(self);
       },
       [self](caf::error& err) {
         spdlog::warn("thread {}: cannot suspend: {}", self->state.cfg.thread,
@@ -364,6 +648,19 @@ void passivate(self_ptr self) {
         if (self->state.idle())
           note_idle(self);
       });
+}
+
+// Takes a message (from a client or another thread), deferred until loaded.
+caf::result<accept_result> receive(self_ptr self, incoming_message msg,
+                                   uint64_t route) {
+  auto& st = self->state;
+  st.last_route = route;
+  auto rp = self->make_response_promise<accept_result>();
+  if (!st.loaded)
+    st.deferred.push_back({rp, std::move(msg)});
+  else
+    accept(self, rp, std::move(msg));
+  return rp;
 }
 
 } // namespace
@@ -380,23 +677,46 @@ conversation(conversation_actor::stateful_pointer<conversation_state> self,
   // Stopped or killed: senders of accepts not yet answered learn at once
   // that they must resend (a durable one is then acknowledged as duplicate).
   self->set_exit_handler([self](caf::exit_msg& msg) {
-    self->state.fail_pending_accepts(caf::make_error(
-      ec::unavailable, "the conversation of thread '" + self->state.cfg.thread
-                         + "' stopped; resend with the same id"));
+    auto err = caf::make_error(ec::unavailable,
+                               "the conversation of thread '"
+                                 + self->state.cfg.thread
+                                 + "' stopped; resend with the same id");
+    self->state.fail_pending_accepts(err);
+    for (auto& rp : self->state.cancels)
+      rp.deliver(err);
+    self->state.cancels.clear();
     self->quit(msg.reason);
   });
   load(self);
   return {
     [self](atom::accept, std::string& client_id, std::string& text,
            uint64_t route) -> caf::result<accept_result> {
+      incoming_message msg;
+      msg.client_id = std::move(client_id);
+      msg.text = std::move(text);
+      return receive(self, std::move(msg), route);
+    },
+    [self](atom::deliver, outbox_entry& msg,
+           uint64_t route) -> caf::result<accept_result> {
+      return receive(self, std::move(msg), route);
+    },
+    [self](atom::cancel) -> caf::result<caf::ok_atom> {
       auto& st = self->state;
-      st.last_route = route;
-      auto rp = self->make_response_promise<accept_result>();
-      if (!st.loaded)
-        st.deferred.push_back({rp, std::move(client_id), std::move(text)});
-      else
-        accept(self, rp, std::move(client_id), std::move(text));
+      if (st.loaded && !st.session_exists)
+        return caf::make_error(ec::not_found, "thread '" + st.cfg.thread
+                                                + "' does not exist");
+      if (st.loaded && !st.closing
+          && st.session.state == session_state::closed)
+        return caf::ok_atom_v; // Cancelled before.
+      auto rp = self->make_response_promise<caf::ok_atom>();
+      st.cancels.push_back(rp);
+      st.closing = true;
+      drain(self);
       return rp;
+    },
+    [self](atom::redeliver) {
+      self->state.redeliver_armed = false;
+      deliver_outbox(self);
     },
     [self](atom::drain) {
       // A commit retry: the failed turn runs again.

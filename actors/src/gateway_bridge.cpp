@@ -1,6 +1,7 @@
 #include "keel/gateway_bridge.hpp"
 
 #include <fstream>
+#include <map>
 
 #include <caf/all.hpp>
 #include <nlohmann/json.hpp>
@@ -78,6 +79,34 @@ void on_send(self_ptr self, connection_id conn, protocol::client_frame& f) {
       [self, conn, thread = f.thread, id = f.id](accept_result& res) {
         self->state.cfg.server->send(
           conn, protocol::ack_frame(thread, id, res.seq, res.duplicate));
+      },
+      [self, conn, thread = f.thread, id = f.id](caf::error& err) {
+        send_error(self, conn, err, id, thread);
+      });
+}
+
+void on_spawn(self_ptr self, connection_id conn,
+              const protocol::client_frame& f) {
+  request_component(self, names::orchestrator, self->state.cfg.route_timeout,
+                    atom::spawn_v, f.thread, f.child)
+    .then(
+      [self, conn, id = f.id](spawn_result& res) {
+        self->state.cfg.server->send(conn, protocol::spawned_frame(res, id));
+      },
+      [self, conn, thread = f.thread, id = f.id](caf::error& err) {
+        send_error(self, conn, err, id, thread);
+      });
+}
+
+void on_cancel(self_ptr self, connection_id conn,
+               const protocol::client_frame& f) {
+  request_component(self, names::orchestrator, self->state.cfg.route_timeout,
+                    atom::cancel_v, f.thread)
+    .then(
+      [self, conn, thread = f.thread,
+       id = f.id](std::vector<std::string>& threads) {
+        self->state.cfg.server->send(
+          conn, protocol::cancelled_frame(thread, threads, id));
       },
       [self, conn, thread = f.thread, id = f.id](caf::error& err) {
         send_error(self, conn, err, id, thread);
@@ -257,6 +286,90 @@ void on_providers(self_ptr self, uint64_t request) {
         });
 }
 
+// GET /api/v1/recovery: the report of the last recovery on boot.
+void on_recovery(self_ptr self, uint64_t request) {
+  request_component(self, names::persistence, std::chrono::seconds{10},
+                    atom::report_v)
+    .then(
+      [self, request](recovery_report& report) {
+        respond_json(self, request, 200, to_json(report));
+      },
+      [self, request](caf::error& err) {
+        auto status = err == ec::not_found ? 404 : 503;
+        respond_error(self, request, status, error_code_name(err),
+                      error_message(err).empty() ? render(err)
+                                                 : error_message(err));
+      });
+}
+
+// GET /api/v1/agents: every session with its parent and children.
+void on_agents(self_ptr self, uint64_t request) {
+  request_component(self, names::persistence, std::chrono::seconds{30},
+                    atom::agents_v)
+    .then(
+      [self, request](std::vector<session_record>& sessions,
+                      std::vector<tree_link>& links) {
+        std::map<std::string, std::vector<std::string>> children;
+        for (auto& link : links)
+          children[link.parent].push_back(link.child);
+        auto agents = nlohmann::json::array();
+        for (auto& rec : sessions)
+          agents.push_back({{"thread", rec.thread},
+                            {"parent", rec.parent},
+                            {"state", to_string(rec.state)},
+                            {"pool", rec.pool},
+                            {"model", rec.model},
+                            {"provider", rec.provider},
+                            {"created_at", rec.created_at},
+                            {"children", children[rec.thread]}});
+        respond_json(self, request, 200, {{"agents", std::move(agents)}});
+      },
+      [self, request](caf::error& err) {
+        respond_error(self, request, 503, error_code_name(err), render(err));
+      });
+}
+
+// POST /api/v1/chaos/disk {"fail_writes": bool, "no_space": bool}: turns
+// injected RocksDB write failures on or off (only with
+// `storage.fault_injection: true`); answers the switches and the count of
+// writes failed so far.
+void on_disk_chaos(self_ptr self, uint64_t request, const std::string& body) {
+  auto& faults = self->state.cfg.disk_faults;
+  if (!faults) {
+    respond_error(self, request, 409, to_string(ec::conflict),
+                  "disk fault injection is off (set storage.fault_injection: "
+                  "true in the node's configuration)");
+    return;
+  }
+  auto j = nlohmann::json::parse(body, nullptr, false);
+  if (!j.is_object()) {
+    respond_error(self, request, 400, "bad_request",
+                  "expected a JSON object with booleans 'fail_writes' and "
+                  "'no_space'");
+    return;
+  }
+  for (auto key : {"fail_writes", "no_space"}) {
+    auto i = j.find(key);
+    if (i == j.end())
+      continue;
+    if (!i->is_boolean()) {
+      respond_error(self, request, 400, "bad_request",
+                    std::string{"field '"} + key + "' must be a boolean");
+      return;
+    }
+  }
+  // no_space first: a write failing between the two stores reports the
+  // right kind of error.
+  if (j.contains("no_space"))
+    faults->no_space = j["no_space"].get<bool>();
+  if (j.contains("fail_writes"))
+    faults->fail_writes = j["fail_writes"].get<bool>();
+  respond_json(self, request, 200,
+               {{"fail_writes", faults->fail_writes.load()},
+                {"no_space", faults->no_space.load()},
+                {"failed_writes", faults->failed_writes.load()}});
+}
+
 // POST /api/v1/kill {"path": "/persistence", "reason": "..."}: the actor's
 // supervisor sees an abnormal exit and applies its strategy.
 void on_kill(self_ptr self, uint64_t request, const std::string& body) {
@@ -332,6 +445,12 @@ gateway_bridge(self_ptr self, gateway_bridge_config cfg) {
         case type::ping:
           self->state.cfg.server->send(conn, protocol::pong_frame(f.id));
           break;
+        case type::spawn:
+          on_spawn(self, conn, f);
+          break;
+        case type::cancel:
+          on_cancel(self, conn, f);
+          break;
       }
     },
     [self](atom::closed, connection_id conn) { self->state.subs().drop(conn); },
@@ -344,6 +463,12 @@ gateway_bridge(self_ptr self, gateway_bridge_config cfg) {
         on_tree(self, request);
       else if (path == "/api/v1/providers" && method == "GET")
         on_providers(self, request);
+      else if (path == "/api/v1/recovery" && method == "GET")
+        on_recovery(self, request);
+      else if (path == "/api/v1/agents" && method == "GET")
+        on_agents(self, request);
+      else if (path == "/api/v1/chaos/disk" && method == "POST")
+        on_disk_chaos(self, request, body);
       else if (path == "/api/v1/kill" && method == "POST")
         on_kill(self, request, body);
       else

@@ -33,12 +33,17 @@ caf::expected<supervisor_config> root_spec(const node_config& cfg,
   auto db_dir = (std::filesystem::path{cfg.data_dir} / "db").string();
   store_options opts;
   opts.sync = cfg.storage.sync;
+  if (cfg.storage.fault_injection)
+    opts.faults = std::make_shared<fault_injection>();
+  // One recovery on boot per tree, by the first persistence incarnation.
+  auto boot_recovery = std::make_shared<std::atomic<bool>>(true);
   sup.children.push_back(
     {"persistence", names::persistence,
-     [db_dir, opts, detached_persistence](caf::local_actor* parent) {
+     [db_dir, opts, detached_persistence,
+      boot_recovery](caf::local_actor* parent) {
        // Detached: RocksDB's synced writes block, and must not block a
        // scheduler worker. (Tests on the test coordinator run it scheduled.)
-       persistence_config pcfg{db_dir, opts};
+       persistence_config pcfg{db_dir, opts, boot_recovery};
        if (detached_persistence)
          return caf::actor_cast<caf::actor>(
            parent->spawn<caf::detached>(persistence, pcfg));
@@ -80,6 +85,7 @@ caf::expected<supervisor_config> root_spec(const node_config& cfg,
     gcfg.server = std::move(server);
     gcfg.node_name = cfg.name;
     gcfg.data_dir = cfg.data_dir;
+    gcfg.disk_faults = opts.faults;
     gcfg.started = std::chrono::steady_clock::now();
     for (auto& pool : cfg.pools)
       gcfg.pools.push_back(pool.name);

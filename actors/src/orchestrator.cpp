@@ -1,10 +1,16 @@
 #include "keel/orchestrator.hpp"
 
+#include <algorithm>
+#include <atomic>
+
 #include <caf/all.hpp>
 #include <spdlog/spdlog.h>
 
 #include "keel/error.hpp"
+#include "keel/kill_point.hpp"
 #include "keel/lookup.hpp"
+#include "keel/recovery.hpp"
+#include "keel/text.hpp"
 
 namespace keel {
 
@@ -22,31 +28,66 @@ caf::actor conversations(self_ptr self) {
   return lookup<caf::actor>(self->system(), names::conversations);
 }
 
-// Starts the thread's conversation unless it runs. An `already exists`
-// answer is fine: the supervisor kept it (e.g. across our own restart).
-void ensure_started(self_ptr self, const std::string& thread) {
-  if (self->state.threads.count(thread) > 0)
+// Starts the thread's conversation unless it runs; `started` (optional)
+// learns when the supervisor answered. An `already exists` answer is fine:
+// the supervisor kept it (e.g. across our own restart).
+void ensure_started(self_ptr self, const std::string& thread,
+                    std::function<void()> started = nullptr) {
+  auto done = [started] {
+    if (started)
+      started();
+  };
+  if (self->state.threads.count(thread) > 0) {
+    done();
     return;
+  }
   self->state.threads.emplace(thread, thread_entry{});
   auto sup = conversations(self);
-  if (!sup)
-    return; // The forward that follows fails and tells the sender.
+  if (!sup) {
+    done(); // The forward that follows fails and tells the sender.
+    return;
+  }
   self
     ->request(sup, self->state.cfg.request_timeout, atom::start_child_v,
               thread, caf::make_message())
-    .then([](const caf::actor&) {},
-          [thread](caf::error& err) {
+    .then([done](const caf::actor&) { done(); },
+          [thread, done](caf::error& err) {
             if (err != ec::conflict)
               spdlog::warn("cannot start conversation {}: {}", thread,
                            render(err));
+            done();
           });
 }
 
+// Runs `work` on the thread's conversation: now, or once a passivating
+// conversation is gone (the work then starts a new one).
+void when_routable(self_ptr self, const std::string& thread,
+                   std::function<void()> work) {
+  auto i = self->state.threads.find(thread);
+  if (i != self->state.threads.end() && i->second.stopping) {
+    i->second.queued.push_back(std::move(work));
+    return;
+  }
+  ensure_started(self, thread);
+  work();
+}
+
+// Returns the next route sequence number. They increase across orchestrator
+// incarnations: a conversation asking to passivate names the last one it
+// got, perhaps from an earlier incarnation, and a restarted orchestrator
+// counting from zero again would take that for its own latest route and
+// stop the conversation under a message in flight.
+uint64_t next_route_seq() {
+  static std::atomic<uint64_t> last{0};
+  return ++last;
+}
+
 // Hands a message to the thread's conversation through its supervisor; the
-// conversation answers the original requester directly.
+// conversation answers the original requester directly. A message from a
+// client has an empty `from`; one from another thread is its outbox entry.
 template <class Promise>
 void forward(self_ptr self, Promise& rp, const std::string& thread,
-             std::string client_id, std::string text) {
+             outbox_entry msg) {
   auto sup = conversations(self);
   if (!sup) {
     rp.deliver(caf::make_error(ec::unavailable,
@@ -54,13 +95,26 @@ void forward(self_ptr self, Promise& rp, const std::string& thread,
                                "resend with the same id"));
     return;
   }
-  auto seq = ++self->state.threads[thread].routed;
-  rp.delegate(sup, atom::forward_v, thread,
-              caf::make_message(atom::accept_v, std::move(client_id),
-                                std::move(text), seq));
+  auto seq = next_route_seq();
+  self->state.threads[thread].routed = seq;
+  if (msg.from.empty())
+    rp.delegate(sup, atom::forward_v, thread,
+                caf::make_message(atom::accept_v, std::move(msg.client_id),
+                                  std::move(msg.text), seq));
+  else
+    rp.delegate(sup, atom::forward_v, thread,
+                caf::make_message(atom::deliver_v, std::move(msg), seq));
 }
 
-// Stops a passivating conversation, then routes what queued meanwhile.
+void route(self_ptr self, caf::typed_response_promise<accept_result> rp,
+           const std::string& thread, outbox_entry msg) {
+  when_routable(self, thread,
+                [self, rp, thread, msg = std::move(msg)]() mutable {
+                  forward(self, rp, thread, std::move(msg));
+                });
+}
+
+// Stops a passivating conversation, then runs what queued meanwhile.
 void stop_conversation(self_ptr self, const std::string& thread) {
   auto release = [self, thread] {
     auto i = self->state.threads.find(thread);
@@ -71,9 +125,8 @@ void stop_conversation(self_ptr self, const std::string& thread) {
     if (queued.empty())
       return;
     ensure_started(self, thread);
-    for (auto& q : queued)
-      forward(self, q.promise, thread, std::move(q.client_id),
-              std::move(q.text));
+    for (auto& work : queued)
+      work();
   };
   auto sup = conversations(self);
   if (!sup) {
@@ -87,6 +140,158 @@ void stop_conversation(self_ptr self, const std::string& thread) {
           [release](caf::error&) { release(); });
 }
 
+// Cancels every thread of `subtree` (all at once); calls `done` with the
+// list once all are closed, or with the first error.
+using cancel_callback
+  = std::function<void(caf::expected<std::vector<std::string>>)>;
+
+void cancel_all(self_ptr self, std::vector<std::string> subtree,
+                cancel_callback done) {
+  struct progress {
+    size_t pending;
+    bool finished = false;
+    std::vector<std::string> threads;
+    cancel_callback done;
+
+    void fail(caf::error err) {
+      if (!finished) {
+        finished = true;
+        done(std::move(err));
+      }
+    }
+  };
+  auto state = std::make_shared<progress>(
+    progress{subtree.size(), false, subtree, std::move(done)});
+  for (auto& thread : subtree) {
+    when_routable(self, thread, [self, state, thread] {
+      auto sup = conversations(self);
+      if (!sup) {
+        state->fail(caf::make_error(ec::unavailable,
+                                    "the conversations supervisor is "
+                                    "restarting; cancel again"));
+        return;
+      }
+      self
+        ->request(sup, self->state.cfg.request_timeout, atom::forward_v,
+                  thread, caf::make_message(atom::cancel_v))
+        .then(
+          [state](caf::ok_atom) {
+            if (--state->pending == 0 && !state->finished) {
+              state->finished = true;
+              state->done(state->threads);
+            }
+          },
+          [state](caf::error& err) { state->fail(std::move(err)); });
+    });
+  }
+}
+
+// Cancels `thread` and its descendants, `closed` being the ones closed so
+// far; calls `done` with all of them, or with the first error. The subtree
+// is read again once the threads read so far are closed: a child spawned
+// while the cancel ran (before its parent was CLOSED on disk) is cancelled
+// too. Once its parent is CLOSED no child can be spawned under it, so the
+// rounds end.
+void cancel_tree(self_ptr self, const std::string& thread,
+                 std::vector<std::string> closed, cancel_callback done) {
+  auto db = lookup<persistence_actor>(self->system(), names::persistence);
+  if (!db) {
+    done(caf::make_error(ec::unavailable,
+                         "persistence is restarting; cancel again"));
+    return;
+  }
+  self->request(db, self->state.cfg.request_timeout, atom::subtree_v, thread)
+    .then(
+      [self, thread, closed,
+       done](std::vector<std::string>& subtree) mutable {
+        std::vector<std::string> fresh;
+        for (auto& t : subtree)
+          if (std::find(closed.begin(), closed.end(), t) == closed.end())
+            fresh.push_back(t);
+        if (fresh.empty()) {
+          done(std::move(closed));
+          return;
+        }
+        cancel_all(self, fresh,
+                   [self, thread, closed, fresh,
+                    done](caf::expected<std::vector<std::string>> result) {
+                     if (!result) {
+                       done(std::move(result.error()));
+                       return;
+                     }
+                     auto all = closed;
+                     all.insert(all.end(), fresh.begin(), fresh.end());
+                     cancel_tree(self, thread, std::move(all), done);
+                   });
+      },
+      [done](caf::error& err) { done(std::move(err)); });
+}
+
+// Starts `threads` (a recovery step) and calls `done` with the count once
+// the supervisor answered for all of them.
+void resume_all(self_ptr self, const std::vector<std::string>& threads,
+                std::function<void(uint64_t)> done) {
+  if (threads.empty()) {
+    done(0);
+    return;
+  }
+  auto pending = std::make_shared<size_t>(threads.size());
+  auto count = threads.size();
+  for (auto& thread : threads)
+    ensure_started(self, thread, [pending, count, done] {
+      if (--*pending == 0)
+        done(count);
+    });
+}
+
+using steady = std::chrono::steady_clock;
+
+int64_t micros_since(steady::time_point start) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(steady::now()
+                                                               - start)
+    .count();
+}
+
+// Steps 5-6 of the recovery, then the interrupted cancels; stores the boot
+// recovery's report.
+void resume(self_ptr self, recovery_plan plan) {
+  auto shared = std::make_shared<recovery_plan>(std::move(plan));
+  auto roots_start = steady::now();
+  resume_all(self, shared->roots, [self, shared,
+                                   roots_start](uint64_t roots) {
+    shared->report.roots_resumed = roots;
+    shared->report.steps.push_back(
+      recovery_step{"resume_roots", roots, micros_since(roots_start)});
+    auto children_start = steady::now();
+    resume_all(self, shared->children, [self, shared,
+                                        children_start](uint64_t children) {
+      auto& report = shared->report;
+      report.children_resumed = children;
+      report.steps.push_back(recovery_step{"resume_children", children,
+                                           micros_since(children_start)});
+      for (auto& thread : shared->cancels)
+        cancel_all(self, {thread}, [thread](auto result) {
+          if (!result)
+            spdlog::warn("cannot finish cancelling {}: {}", thread,
+                         render(result.error()));
+        });
+      report.finished_at = wall_clock_millis();
+      if (!shared->boot)
+        return;
+      spdlog::info("{}", describe(report));
+      if (auto db = lookup<persistence_actor>(self->system(),
+                                              names::persistence))
+        self->request(db, self->state.cfg.request_timeout, caf::put_atom_v,
+                      report)
+          .then([](caf::ok_atom) {},
+                [](caf::error& err) {
+                  spdlog::warn("cannot store the recovery report: {}",
+                               render(err));
+                });
+    });
+  });
+}
+
 } // namespace
 
 orchestrator_actor::behavior_type
@@ -98,14 +303,46 @@ orchestrator(self_ptr self, orchestrator_config cfg) {
     [self](atom::route, const std::string& thread, std::string& client_id,
            std::string& text) -> caf::result<accept_result> {
       auto rp = self->make_response_promise<accept_result>();
-      auto i = self->state.threads.find(thread);
-      if (i != self->state.threads.end() && i->second.stopping) {
-        i->second.queued.push_back({rp, std::move(client_id),
-                                    std::move(text)});
-        return rp;
-      }
-      ensure_started(self, thread);
-      forward(self, rp, thread, std::move(client_id), std::move(text));
+      outbox_entry msg;
+      msg.client_id = std::move(client_id);
+      msg.text = std::move(text);
+      route(self, rp, thread, std::move(msg));
+      return rp;
+    },
+    [self](atom::deliver, outbox_entry& msg) -> caf::result<accept_result> {
+      auto rp = self->make_response_promise<accept_result>();
+      auto target = msg.to;
+      route(self, rp, target, std::move(msg));
+      return rp;
+    },
+    [self](atom::spawn, const std::string& parent,
+           const std::string& child) -> caf::result<spawn_result> {
+      auto db = lookup<persistence_actor>(self->system(), names::persistence);
+      if (!db)
+        return caf::make_error(ec::unavailable,
+                               "persistence is restarting; spawn again");
+      auto rp = self->make_response_promise<spawn_result>();
+      self
+        ->request(db, self->state.cfg.request_timeout, atom::spawn_v, parent,
+                  child)
+        .then(
+          [rp](spawn_result& result) mutable {
+            // The link is durable; the spawn is not acknowledged yet.
+            reach(kill_point::tree_link_written);
+            rp.deliver(std::move(result));
+          },
+          [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+      return rp;
+    },
+    [self](atom::cancel, const std::string& thread)
+      -> caf::result<std::vector<std::string>> {
+      auto rp = self->make_response_promise<std::vector<std::string>>();
+      cancel_tree(self, thread, {}, [rp](auto result) mutable {
+        if (result)
+          rp.deliver(std::move(*result));
+        else
+          rp.deliver(std::move(result.error()));
+      });
       return rp;
     },
     [self](atom::passivate, const std::string& thread, uint64_t last_seen) {
@@ -133,15 +370,11 @@ orchestrator(self_ptr self, orchestrator_config cfg) {
         self->delayed_send(self, std::chrono::seconds{1}, atom::recover_v);
         return;
       }
-      self->request(db, std::chrono::seconds{60}, atom::inboxes_v)
-        .then(
-          [self](std::vector<std::string>& threads) {
-            for (auto& thread : threads)
-              ensure_started(self, thread);
-          },
-          [](caf::error& err) {
-            spdlog::error("cannot list unanswered messages: {}", render(err));
-          });
+      self->request(db, std::chrono::seconds{60}, atom::recover_v)
+        .then([self](recovery_plan& plan) { resume(self, std::move(plan)); },
+              [](caf::error& err) {
+                spdlog::error("cannot plan the recovery: {}", render(err));
+              });
     },
   };
 }

@@ -5,6 +5,7 @@
 #include <caf/all.hpp>
 #include <spdlog/spdlog.h>
 
+#include "keel/kill_point.hpp"
 #include "keel/lookup.hpp"
 #include "keel/text.hpp"
 
@@ -198,9 +199,10 @@ provider_worker(worker_ptr self, provider_config cfg,
   return {
     [self](atom::attempt,
            attempt_request& req) -> caf::result<attempt_outcome> {
-      if (self->state.offline)
-        return call_offline(self, req);
-      return call_remote(self, req);
+      auto result = self->state.offline ? call_offline(self, req)
+                                        : call_remote(self, req);
+      reach(kill_point::provider_call); // The call is under way.
+      return result;
     },
     [self](atom::deliver, uint64_t id, attempt_outcome& outcome) {
       auto& st = self->state;

@@ -29,6 +29,16 @@ system_config::system_config() {
     "std::vector<keel::provider_health_record>");
   add_message_type<attempt_request>("keel::attempt_request");
   add_message_type<attempt_outcome>("keel::attempt_outcome");
+  add_message_type<tree_link>("keel::tree_link");
+  add_message_type<std::vector<tree_link>>("std::vector<keel::tree_link>");
+  add_message_type<outbox_entry>("keel::outbox_entry");
+  add_message_type<spawn_request>("keel::spawn_request");
+  add_message_type<spawn_result>("keel::spawn_result");
+  add_message_type<recovery_step>("keel::recovery_step");
+  add_message_type<recovery_report>("keel::recovery_report");
+  add_message_type<recovery_plan>("keel::recovery_plan");
+  add_message_type<std::vector<session_record>>(
+    "std::vector<keel::session_record>");
   add_error_category(error_category,
                      [](uint8_t code, caf::atom_value category,
                         const caf::message& ctx) -> std::string {

@@ -744,7 +744,7 @@ node_config parser::run(const YAML::Node& root) {
                  cfg.logging);
   if (auto node = top.get("storage"))
     read_storage(map_reader{*this, *node, "storage", top.line("storage"),
-                            {"sync"}},
+                            {"sync", "fault_injection"}},
                  cfg.storage);
   validate(cfg, providers_given, pools_given, pool_given);
   return cfg;
@@ -906,7 +906,8 @@ void parser::read_http_provider(const map_reader& m, provider_config& cfg) {
 scripted_step parser::read_step(const YAML::Node& node,
                                 const std::string& path) {
   map_reader m{*this, node, path, line_of(node),
-               {"match", "reply", "delay", "fail", "retry_after", "crash"}};
+               {"match", "reply", "delay", "fail", "retry_after", "crash",
+                "tool"}};
   scripted_step result;
   if (auto x = m.get("match"))
     result.match = read_string(*x, m.path("match"));
@@ -928,6 +929,18 @@ scripted_step parser::read_step(const YAML::Node& node,
   }
   if (auto x = m.get("crash"))
     result.crash = read_bool(*x, m.path("crash"));
+  if (auto x = m.get("tool")) {
+    auto tool_path = m.path("tool");
+    map_reader t{*this, *x, tool_path, line_of(*x), {"name", "arguments"}};
+    if (auto name = t.get("name"))
+      result.tool_name = read_string(*name, t.path("name"));
+    if (result.tool_name.empty())
+      fail(t.line(), tool_path, "a tool call needs a non-empty name");
+    result.tool_arguments = "{}";
+    if (auto args = t.get("arguments"))
+      result.tool_arguments = read_string(*args, t.path("arguments"));
+    has_reply = true; // A tool call is an answer, with or without text.
+  }
   auto outcomes = int{has_reply} + int{!result.fail.empty()}
                   + int{result.crash};
   if (outcomes == 0)
@@ -1114,6 +1127,8 @@ void parser::read_logging(const map_reader& m, logging_config& cfg) {
 void parser::read_storage(const map_reader& m, storage_config& cfg) {
   if (auto x = m.get("sync"))
     cfg.sync = read_bool(*x, m.path("sync"));
+  if (auto x = m.get("fault_injection"))
+    cfg.fault_injection = read_bool(*x, m.path("fault_injection"));
 }
 
 void parser::validate(const node_config& cfg, bool providers_given,

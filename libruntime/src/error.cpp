@@ -32,6 +32,8 @@ const char* to_string(ec x) {
     case ec::timeout: return "timeout";
     case ec::shutdown: return "shutdown";
     case ec::killed: return "killed";
+    case ec::thread_closed: return "thread_closed";
+    case ec::cancelled: return "cancelled";
   }
   return "unknown";
 }

@@ -22,6 +22,15 @@ caf::error read_field(const json& j, const char* key, T& out) {
   return caf::none;
 }
 
+// Reads an optional field: a missing one keeps `out` (fields added after
+// records of the old form were written), a wrong type is an error.
+template <class T>
+caf::error read_optional(const json& j, const char* key, T& out) {
+  if (j.find(key) == j.end())
+    return caf::none;
+  return read_field(j, key, out);
+}
+
 template <class T, class Fn>
 caf::expected<T> decode_object(const json& j, const char* what, Fn fn) {
   if (!j.is_object())
@@ -38,10 +47,65 @@ caf::expected<T> decode_object(const json& j, const char* what, Fn fn) {
 } // namespace
 
 json to_json(const session_record& x) {
-  return json{{"thread", x.thread},       {"parent", x.parent},
-              {"pool", x.pool},           {"model", x.model},
-              {"state", to_string(x.state)}, {"created_at", x.created_at},
+  return json{{"thread", x.thread},
+              {"parent", x.parent},
+              {"pool", x.pool},
+              {"model", x.model},
+              {"provider", x.provider},
+              {"state", to_string(x.state)},
+              {"created_at", x.created_at},
+              {"recovered_at", x.recovered_at},
               {"provider_state", x.provider_state}};
+}
+
+json to_json(const tree_link& x) {
+  return json{{"parent", x.parent},
+              {"child", x.child},
+              {"created_at", x.created_at}};
+}
+
+json to_json(const outbox_entry& x) {
+  return json{{"from", x.from},           {"seq", x.seq},
+              {"to", x.to},               {"client_id", x.client_id},
+              {"text", x.text},           {"created_at", x.created_at}};
+}
+
+json to_json(const dead_letter& x) {
+  auto j = to_json(x.entry);
+  j["reason"] = x.reason;
+  j["at"] = x.at;
+  return j;
+}
+
+json to_json(const agent_info& x) {
+  return json{{"thread", x.thread},         {"parent", x.parent},
+              {"state", x.state},           {"pool", x.pool},
+              {"model", x.model},           {"provider", x.provider},
+              {"created_at", x.created_at}, {"children", x.children}};
+}
+
+json to_json(const recovery_step& x) {
+  return json{{"name", x.name}, {"count", x.count}, {"micros", x.micros}};
+}
+
+json to_json(const recovery_report& x) {
+  auto steps = json::array();
+  for (auto& step : x.steps)
+    steps.push_back(to_json(step));
+  return json{{"started_at", x.started_at},
+              {"finished_at", x.finished_at},
+              {"sessions", x.sessions},
+              {"roots", x.roots},
+              {"links", x.links},
+              {"suspended", x.suspended},
+              {"inbox_messages", x.inbox_messages},
+              {"inbox_threads", x.inbox_threads},
+              {"outbox_messages", x.outbox_messages},
+              {"roots_resumed", x.roots_resumed},
+              {"children_resumed", x.children_resumed},
+              {"cancels_finished", x.cancels_finished},
+              {"problems", x.problems},
+              {"steps", std::move(steps)}};
 }
 
 json to_json(const inbox_entry& x) {
@@ -94,13 +158,119 @@ caf::expected<session_record> session_record_from_json(const json& j) {
         || (err = read_field(j, "model", x.model))
         || (err = read_field(j, "state", state))
         || (err = read_field(j, "created_at", x.created_at))
-        || (err = read_field(j, "provider_state", x.provider_state)))
+        || (err = read_field(j, "provider_state", x.provider_state))
+        // Records written before crash recovery (issue 5) lack these.
+        || (err = read_optional(j, "provider", x.provider))
+        || (err = read_optional(j, "recovered_at", x.recovered_at)))
       return err;
     auto parsed = parse_session_state(state);
     if (!parsed)
       return caf::make_error(ec::storage_corrupt,
                              "field 'state' has unknown value '" + state + "'");
     x.state = *parsed;
+    return caf::error{};
+  });
+}
+
+caf::expected<tree_link> tree_link_from_json(const json& j) {
+  return decode_object<tree_link>(j, "tree link", [&](auto& x) {
+    caf::error err;
+    if ((err = read_field(j, "parent", x.parent))
+        || (err = read_field(j, "child", x.child))
+        || (err = read_field(j, "created_at", x.created_at)))
+      return err;
+    return caf::error{};
+  });
+}
+
+namespace {
+
+caf::error read_outbox_fields(const json& j, outbox_entry& x) {
+  caf::error err;
+  if ((err = read_field(j, "from", x.from))
+      || (err = read_field(j, "seq", x.seq))
+      || (err = read_field(j, "to", x.to))
+      || (err = read_field(j, "client_id", x.client_id))
+      || (err = read_field(j, "text", x.text))
+      || (err = read_field(j, "created_at", x.created_at)))
+    return err;
+  return caf::none;
+}
+
+} // namespace
+
+caf::expected<outbox_entry> outbox_entry_from_json(const json& j) {
+  return decode_object<outbox_entry>(j, "outbox entry", [&](auto& x) {
+    return read_outbox_fields(j, x);
+  });
+}
+
+caf::expected<dead_letter> dead_letter_from_json(const json& j) {
+  return decode_object<dead_letter>(j, "dead letter", [&](auto& x) {
+    caf::error err;
+    if ((err = read_outbox_fields(j, x.entry))
+        || (err = read_field(j, "reason", x.reason))
+        || (err = read_field(j, "at", x.at)))
+      return err;
+    return caf::error{};
+  });
+}
+
+caf::expected<recovery_report> recovery_report_from_json(const json& j) {
+  return decode_object<recovery_report>(j, "recovery report", [&](auto& x) {
+    caf::error err;
+    json steps;
+    // The counters are optional so that a report stored by an older build
+    // (with fewer counters) still reads.
+    if ((err = read_field(j, "started_at", x.started_at))
+        || (err = read_field(j, "finished_at", x.finished_at))
+        || (err = read_field(j, "steps", steps))
+        || (err = read_optional(j, "sessions", x.sessions))
+        || (err = read_optional(j, "roots", x.roots))
+        || (err = read_optional(j, "links", x.links))
+        || (err = read_optional(j, "suspended", x.suspended))
+        || (err = read_optional(j, "inbox_messages", x.inbox_messages))
+        || (err = read_optional(j, "inbox_threads", x.inbox_threads))
+        || (err = read_optional(j, "outbox_messages", x.outbox_messages))
+        || (err = read_optional(j, "roots_resumed", x.roots_resumed))
+        || (err = read_optional(j, "children_resumed", x.children_resumed))
+        || (err = read_optional(j, "cancels_finished", x.cancels_finished))
+        || (err = read_optional(j, "problems", x.problems)))
+      return err;
+    if (!steps.is_array())
+      return caf::make_error(ec::storage_corrupt,
+                             "field 'steps' has the wrong type");
+    for (size_t i = 0; i < steps.size(); ++i) {
+      auto what = "steps[" + std::to_string(i) + "]";
+      auto step = decode_object<recovery_step>(
+        steps[i], what.c_str(), [&](auto& y) {
+          caf::error step_err;
+          if ((step_err = read_field(steps[i], "name", y.name))
+              || (step_err = read_field(steps[i], "count", y.count))
+              || (step_err = read_field(steps[i], "micros", y.micros)))
+            return step_err;
+          return caf::error{};
+        });
+      if (!step)
+        return std::move(step.error());
+      x.steps.push_back(std::move(*step));
+    }
+    return caf::error{};
+  });
+}
+
+caf::expected<agent_info> agent_info_from_json(const json& j) {
+  return decode_object<agent_info>(j, "agent", [&](auto& x) {
+    caf::error err;
+    if ((err = read_field(j, "thread", x.thread))
+        || (err = read_field(j, "parent", x.parent))
+        || (err = read_field(j, "state", x.state))
+        || (err = read_field(j, "children", x.children))
+        || (err = read_optional(j, "pool", x.pool))
+        || (err = read_optional(j, "model", x.model))
+        || (err = read_optional(j, "provider", x.provider))
+        || (err = read_optional(j, "created_at", x.created_at)))
+      return err;
     return caf::error{};
   });
 }
@@ -187,6 +357,27 @@ caf::expected<T> parse_then(std::string_view text, Fn fn) {
 template <>
 caf::expected<session_record> decode<session_record>(std::string_view text) {
   return parse_then<session_record>(text, session_record_from_json);
+}
+
+template <>
+caf::expected<tree_link> decode<tree_link>(std::string_view text) {
+  return parse_then<tree_link>(text, tree_link_from_json);
+}
+
+template <>
+caf::expected<outbox_entry> decode<outbox_entry>(std::string_view text) {
+  return parse_then<outbox_entry>(text, outbox_entry_from_json);
+}
+
+template <>
+caf::expected<dead_letter> decode<dead_letter>(std::string_view text) {
+  return parse_then<dead_letter>(text, dead_letter_from_json);
+}
+
+template <>
+caf::expected<recovery_report>
+decode<recovery_report>(std::string_view text) {
+  return parse_then<recovery_report>(text, recovery_report_from_json);
 }
 
 template <>

@@ -225,18 +225,23 @@ decode_client_frame(std::string_view input, const decode_limits& limits) {
   } else if (*type == "ping") {
     result.type = client_frame_type::ping;
     needs_thread = false;
+  } else if (*type == "spawn") {
+    result.type = client_frame_type::spawn;
+  } else if (*type == "cancel") {
+    result.type = client_frame_type::cancel;
   } else {
     return fail("unknown_type",
                 "unknown frame type '" + clip(*type, 64)
-                  + "' (expected send, subscribe, unsubscribe, history or "
-                    "ping)");
+                  + "' (expected send, subscribe, unsubscribe, history, "
+                    "spawn, cancel or ping)");
   }
   if (jid != nullptr) {
     if (id == nullptr)
       return fail("wrong_type", "field 'id' must be a string");
     if (!valid_client_id(*id))
       return fail("bad_value", std::string{"field 'id' must be "} + id_rule);
-  } else if (result.type == client_frame_type::send) {
+  } else if (result.type == client_frame_type::send
+             || result.type == client_frame_type::spawn) {
     return fail("missing_field", "missing field 'id'");
   }
   if (needs_thread) {
@@ -249,7 +254,20 @@ decode_client_frame(std::string_view input, const decode_limits& limits) {
                   std::string{"field 'thread' must be "} + thread_rule);
   }
   std::string* text = nullptr;
-  if (result.type == client_frame_type::send) {
+  std::string* child = nullptr;
+  if (result.type == client_frame_type::spawn) {
+    auto* jchild = field("child");
+    if (jchild == nullptr)
+      return fail("missing_field", "missing field 'child'");
+    child = jchild->get_ptr<std::string*>();
+    if (child == nullptr)
+      return fail("wrong_type", "field 'child' must be a string");
+    if (!valid_thread_id(*child))
+      return fail("bad_value",
+                  std::string{"field 'child' must be "} + thread_rule);
+    if (*child == *thread)
+      return fail("bad_value", "field 'child' must differ from 'thread'");
+  } else if (result.type == client_frame_type::send) {
     auto* jtext = field("text");
     if (jtext == nullptr)
       return fail("missing_field", "missing field 'text'");
@@ -282,6 +300,8 @@ decode_client_frame(std::string_view input, const decode_limits& limits) {
     result.thread = std::move(*thread);
   if (text != nullptr)
     result.text = std::move(*text);
+  if (child != nullptr)
+    result.child = std::move(*child);
   return result;
 }
 
@@ -404,6 +424,26 @@ std::string subscribed_frame(const std::string& thread, bool subscribed,
   return dump(j);
 }
 
+std::string spawned_frame(const spawn_result& result, const std::string& id) {
+  return object_writer{"spawned", result.parent.size() + result.child.size()
+                                    + id.size() + 48}
+    .optional("id", id)
+    .field("thread", result.parent)
+    .field("child", result.child)
+    .field("created", result.created)
+    .done();
+}
+
+std::string cancelled_frame(const std::string& thread,
+                            const std::vector<std::string>& threads,
+                            const std::string& id) {
+  nlohmann::json j{{"type", "cancelled"}, {"thread", thread},
+                   {"threads", threads}};
+  if (!id.empty())
+    j["id"] = id;
+  return dump(j);
+}
+
 std::string pong_frame(const std::string& id) {
   return object_writer{"pong", id.size()}.optional("id", id).done();
 }
@@ -442,6 +482,22 @@ std::string history_request_frame(const std::string& thread,
     .optional("id", id)
     .field("after", after)
     .field("limit", static_cast<uint64_t>(limit))
+    .done();
+}
+
+std::string spawn_frame(const std::string& parent, const std::string& child,
+                        const std::string& id) {
+  return object_writer{"spawn", parent.size() + child.size() + id.size() + 32}
+    .field("thread", parent)
+    .field("child", child)
+    .field("id", id)
+    .done();
+}
+
+std::string cancel_frame(const std::string& thread, const std::string& id) {
+  return object_writer{"cancel", thread.size() + id.size() + 16}
+    .field("thread", thread)
+    .optional("id", id)
     .done();
 }
 

@@ -2,6 +2,8 @@
 
 #include <stdexcept>
 
+#include <nlohmann/json.hpp>
+
 #include "keel/text.hpp"
 
 namespace keel {
@@ -93,6 +95,17 @@ public:
                                    std::to_string(max_tokens));
       out.reply.provider = name_;
       out.reply.model = model_;
+      out.reply.finish_reason = "stop";
+      if (!step->tool_name.empty()) {
+        // The input goes into JSON text: escape it as a string's content.
+        auto quoted = nlohmann::json(input).dump();
+        auto args = replace_all(step->tool_arguments, "{input}",
+                                quoted.substr(1, quoted.size() - 2));
+        out.reply.tool_calls.push_back(
+          tool_call{"call_" + std::to_string(next_call_id_++),
+                    step->tool_name, std::move(args)});
+        out.reply.finish_reason = "tool_calls";
+      }
     }
     return out;
   }
@@ -103,6 +116,7 @@ private:
   std::vector<scripted_step> matched_;
   std::vector<scripted_step> rotation_;
   size_t next_ = 0;
+  uint64_t next_call_id_ = 1;
 };
 
 } // namespace

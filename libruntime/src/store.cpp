@@ -20,6 +20,7 @@
 #include <rocksdb/write_batch.h>
 
 #include "keel/json_codec.hpp"
+#include "keel/text.hpp"
 
 namespace keel {
 
@@ -36,12 +37,15 @@ enum cf_id : size_t {
   cf_dead_letters,
   cf_meta,
   cf_client_ids,
+  cf_outbox,
   cf_count,
 };
 
+// New column families go at the end: a database of an older build lacks
+// them, and opening it for writing creates them.
 constexpr std::array<const char*, cf_count> cf_names{
   "sessions", "tree",         "inbox", "context",    "log",
-  "health",   "dead_letters", "meta",  "client_ids",
+  "health",   "dead_letters", "meta",  "client_ids", "outbox",
 };
 
 constexpr const char* schema_key = "schema_version";
@@ -81,11 +85,20 @@ std::optional<seq_t> key_seq(const rocksdb::Slice& key, size_t prefix_len) {
   return result;
 }
 
+std::string tree_key(const std::string& parent, const std::string& child) {
+  return parent + '/' + child;
+}
+
+bool has_seq_keys(size_t cf) {
+  return cf == cf_inbox || cf == cf_context || cf == cf_log
+         || cf == cf_outbox || cf == cf_dead_letters;
+}
+
 // Renders a key for error messages: `thread/seq` for seq keys, the key
 // itself (thread ids and client ids are printable) otherwise.
 std::string printable_key(size_t cf, const rocksdb::Slice& key) {
   std::string_view str{key.data(), key.size()};
-  if (cf == cf_inbox || cf == cf_context || cf == cf_log) {
+  if (has_seq_keys(cf)) {
     auto slash = str.find('/');
     if (slash != std::string_view::npos) {
       if (auto seq = key_seq(key, slash + 1))
@@ -114,28 +127,95 @@ caf::error corrupt(size_t cf, const rocksdb::Slice& key,
                            + " at " + printable_key(cf, key) + ": " + what);
 }
 
+// -- records and their keys ---------------------------------------------------
+
+// Each `key_mismatch` returns what is wrong when a decoded record does not
+// belong under `key`, or nothing.
+
+// Records under `thread/seq`: the seq must agree.
+std::optional<std::string> seq_mismatch(const rocksdb::Slice& key,
+                                        seq_t seq) {
+  std::string_view str{key.data(), key.size()};
+  auto slash = str.find('/');
+  auto key_seq_value = slash == std::string_view::npos
+                         ? std::nullopt
+                         : key_seq(key, slash + 1);
+  if (!key_seq_value)
+    return "key is not thread/seq";
+  if (*key_seq_value != seq)
+    return "record has seq " + std::to_string(seq);
+  return std::nullopt;
+}
+
+std::optional<std::string> key_mismatch(const rocksdb::Slice& key,
+                                        const inbox_entry& x) {
+  return seq_mismatch(key, x.seq);
+}
+
+std::optional<std::string> key_mismatch(const rocksdb::Slice& key,
+                                        const context_entry& x) {
+  return seq_mismatch(key, x.seq);
+}
+
+std::optional<std::string> key_mismatch(const rocksdb::Slice& key,
+                                        const log_entry& x) {
+  return seq_mismatch(key, x.seq);
+}
+
+std::optional<std::string> key_mismatch(const rocksdb::Slice& key,
+                                        const session_record& x) {
+  if (key != rocksdb::Slice{x.thread})
+    return "record has thread " + x.thread;
+  return std::nullopt;
+}
+
+std::optional<std::string> key_mismatch(const rocksdb::Slice& key,
+                                        const tree_link& x) {
+  if (key != rocksdb::Slice{tree_key(x.parent, x.child)})
+    return "record links " + x.parent + " -> " + x.child;
+  return std::nullopt;
+}
+
+std::optional<std::string> key_mismatch(const rocksdb::Slice& key,
+                                        const outbox_entry& x) {
+  if (key != rocksdb::Slice{seq_key(x.from, x.seq)})
+    return "record is from " + x.from + "/" + std::to_string(x.seq);
+  return std::nullopt;
+}
+
+std::optional<std::string> key_mismatch(const rocksdb::Slice& key,
+                                        const dead_letter& x) {
+  return key_mismatch(key, x.entry);
+}
+
+std::optional<std::string> key_mismatch(const rocksdb::Slice& key,
+                                        const provider_health_record& x) {
+  if (key != rocksdb::Slice{x.pool + '/' + x.provider})
+    return "record is for " + x.pool + "/" + x.provider;
+  return std::nullopt;
+}
+
+// Decodes the value stored under `key` into `out`; returns what is wrong
+// instead if it cannot be decoded or does not belong under its key.
+template <class T>
+std::optional<std::string> read_record(const rocksdb::Slice& key,
+                                       const rocksdb::Slice& value, T& out) {
+  auto result = decode<T>(std::string_view{value.data(), value.size()});
+  if (!result)
+    return error_message(result.error());
+  if (auto why = key_mismatch(key, *result))
+    return why;
+  out = std::move(*result);
+  return std::nullopt;
+}
+
 // Decodes the value stored under `key` in `cf`.
 template <class T>
 caf::expected<T> decode_at(size_t cf, const rocksdb::Slice& key,
                            const rocksdb::Slice& value) {
-  auto result = decode<T>(std::string_view{value.data(), value.size()});
-  if (!result)
-    return corrupt(cf, key, error_message(result.error()));
-  return result;
-}
-
-// Decodes a record stored under a seq key and checks that both agree.
-template <class T>
-caf::expected<T> decode_seq_record(size_t cf, size_t prefix_len,
-                                   const rocksdb::Slice& key,
-                                   const rocksdb::Slice& value) {
-  auto seq = key_seq(key, prefix_len);
-  if (!seq)
-    return corrupt(cf, key, "key is not thread/seq");
-  auto result = decode_at<T>(cf, key, value);
-  if (result && result->seq != *seq)
-    return corrupt(cf, key,
-                   "record has seq " + std::to_string(result->seq));
+  T result;
+  if (auto why = read_record(key, value, result))
+    return corrupt(cf, key, *why);
   return result;
 }
 
@@ -297,7 +377,8 @@ public:
                          [&](auto& x) { return x.name == name; }))
           descriptors.emplace_back(name, cf_opts);
     if (read_only) {
-      // Only existing column families can be opened read-only.
+      // Only existing column families can be opened read-only; missing ones
+      // (an older build's database) read as empty.
       if (!listed.ok())
         return open_failed(listed);
       descriptors.erase(std::remove_if(descriptors.begin(), descriptors.end(),
@@ -325,7 +406,8 @@ public:
       for (size_t i = 0; i < cf_count; ++i)
         if (handle->GetName() == cf_names[i])
           cf_[i] = handle;
-    if (std::find(cf_.begin(), cf_.end(), nullptr) != cf_.end()) {
+    if (!read_only
+        && std::find(cf_.begin(), cf_.end(), nullptr) != cf_.end()) {
       close_db();
       return caf::make_error(ec::storage_open_failed,
                              "cannot open database in " + dir_
@@ -367,29 +449,18 @@ public:
     } else if (rec.error() != ec::not_found) {
       return std::move(rec.error());
     }
-    auto prefix_len = thread.size() + 1;
-    auto err = scan(cf_inbox, thread, range_begin(thread),
-                    [&](const rocksdb::Slice& key, const rocksdb::Slice& val) {
-                      auto x = decode_seq_record<inbox_entry>(
-                        cf_inbox, prefix_len, key, val);
-                      if (!x)
-                        return scan_result{std::move(x.error())};
-                      result.inbox.emplace_back(std::move(*x));
-                      return scan_result{};
-                    });
-    if (err)
+    auto begin = range_begin(thread);
+    auto end = range_end(thread);
+    if (auto err = collect(cf_inbox, begin, end, result.inbox, nullptr))
       return err;
-    err = scan(cf_context, thread, range_begin(thread),
-               [&](const rocksdb::Slice& key, const rocksdb::Slice& val) {
-                 auto x = decode_seq_record<context_entry>(
-                   cf_context, prefix_len, key, val);
-                 if (!x)
-                   return scan_result{std::move(x.error())};
-                 result.context.emplace_back(std::move(*x));
-                 return scan_result{};
-               });
-    if (err)
+    if (auto err = collect(cf_context, begin, end, result.context, nullptr))
       return err;
+    if (auto err = collect(cf_outbox, begin, end, result.outbox, nullptr))
+      return err;
+    auto kids = children(thread);
+    if (!kids)
+      return std::move(kids.error());
+    result.children = std::move(*kids);
     auto last_log = last_seq(cf_log, thread);
     if (!last_log)
       return std::move(last_log.error());
@@ -408,15 +479,13 @@ public:
     result.thread = thread;
     if (after == std::numeric_limits<seq_t>::max())
       return result;
-    auto prefix_len = thread.size() + 1;
-    auto err = scan(cf_log, thread, seq_key(thread, after + 1),
+    auto err = scan(cf_log, seq_key(thread, after + 1), range_end(thread),
                     [&](const rocksdb::Slice& key, const rocksdb::Slice& val) {
                       if (result.entries.size() == limit) {
                         result.more = true;
                         return scan_result{scan_result::stop};
                       }
-                      auto x = decode_seq_record<log_entry>(cf_log, prefix_len,
-                                                            key, val);
+                      auto x = decode_at<log_entry>(cf_log, key, val);
                       if (!x)
                         return scan_result{std::move(x.error())};
                       result.entries.emplace_back(std::move(*x));
@@ -428,23 +497,12 @@ public:
   }
 
   caf::expected<std::vector<std::string>> threads_with_inbox() override {
-    if (auto err = ensure_readable())
-      return err;
+    auto counts = inbox_counts();
+    if (!counts)
+      return std::move(counts.error());
     std::vector<std::string> result;
-    std::unique_ptr<rocksdb::Iterator> it{
-      db_->NewIterator(rocksdb::ReadOptions{}, cf_[cf_inbox])};
-    for (it->SeekToFirst(); it->Valid();) {
-      auto key = it->key();
-      std::string_view str{key.data(), key.size()};
-      auto slash = str.find('/');
-      if (slash == std::string_view::npos)
-        return corrupt(cf_inbox, key, "key is not thread/seq");
-      result.emplace_back(str.substr(0, slash));
-      // Skip the rest of this thread's range in one seek.
-      it->Seek(range_end(result.back()));
-    }
-    if (!it->status().ok())
-      return read_failed(cf_inbox, it->status());
+    for (auto& entry : *counts)
+      result.emplace_back(std::move(entry.first));
     return result;
   }
 
@@ -452,8 +510,7 @@ public:
     if (auto err = ensure_readable())
       return err;
     std::string value;
-    auto status = db_->Get(rocksdb::ReadOptions{}, cf_[cf_sessions], thread,
-                           &value);
+    auto status = get(cf_sessions, thread, value);
     if (status.IsNotFound())
       return caf::make_error(ec::not_found, "no session for thread " + thread);
     if (!status.ok())
@@ -465,38 +522,108 @@ public:
     if (auto err = ensure_readable())
       return err;
     uint64_t result = 0;
-    std::unique_ptr<rocksdb::Iterator> it{
-      db_->NewIterator(rocksdb::ReadOptions{}, cf_[cf_sessions])};
-    for (it->SeekToFirst(); it->Valid(); it->Next())
-      ++result;
-    if (!it->status().ok())
-      return read_failed(cf_sessions, it->status());
+    auto err = scan(cf_sessions, {}, {},
+                    [&](const rocksdb::Slice&, const rocksdb::Slice&) {
+                      ++result;
+                      return scan_result{};
+                    });
+    if (err)
+      return err;
     return result;
   }
 
-  caf::expected<std::vector<provider_health_record>> health() override {
+  caf::expected<std::vector<session_record>> sessions() override {
+    return collect_all<session_record>(cf_sessions, nullptr);
+  }
+
+  caf::expected<std::vector<session_record>>
+  sessions(std::vector<bad_record>& bad) override {
+    return collect_all<session_record>(cf_sessions, &bad);
+  }
+
+  caf::expected<std::vector<tree_link>> tree_links() override {
+    return collect_all<tree_link>(cf_tree, nullptr);
+  }
+
+  caf::expected<std::vector<tree_link>>
+  tree_links(std::vector<bad_record>& bad) override {
+    return collect_all<tree_link>(cf_tree, &bad);
+  }
+
+  caf::expected<std::vector<std::string>>
+  children(const std::string& parent) override {
     if (auto err = ensure_readable())
       return err;
-    std::vector<provider_health_record> result;
-    std::unique_ptr<rocksdb::Iterator> it{
-      db_->NewIterator(rocksdb::ReadOptions{}, cf_[cf_health])};
-    for (it->SeekToFirst(); it->Valid(); it->Next()) {
-      auto rec = decode_at<provider_health_record>(cf_health, it->key(),
-                                                   it->value());
-      if (!rec)
-        return rec.error();
-      result.push_back(std::move(*rec));
-    }
-    if (!it->status().ok())
-      return read_failed(cf_health, it->status());
+    std::vector<std::string> result;
+    auto begin = range_begin(parent);
+    // The keys say it all; `tree_links` reads the records.
+    auto err = scan(cf_tree, begin, range_end(parent),
+                    [&](const rocksdb::Slice& key, const rocksdb::Slice&) {
+                      result.emplace_back(key.data() + begin.size(),
+                                          key.size() - begin.size());
+                      return scan_result{};
+                    });
+    if (err)
+      return err;
     return result;
+  }
+
+  caf::expected<std::vector<outbox_entry>> outbox() override {
+    return collect_all<outbox_entry>(cf_outbox, nullptr);
+  }
+
+  caf::expected<std::vector<outbox_entry>>
+  outbox(std::vector<bad_record>& bad) override {
+    return collect_all<outbox_entry>(cf_outbox, &bad);
+  }
+
+  caf::expected<std::vector<dead_letter>> dead_letters() override {
+    return collect_all<dead_letter>(cf_dead_letters, nullptr);
+  }
+
+  caf::expected<std::vector<std::pair<std::string, uint64_t>>>
+  inbox_counts() override {
+    if (auto err = ensure_readable())
+      return err;
+    std::vector<std::pair<std::string, uint64_t>> result;
+    auto err = scan(cf_inbox, {}, {},
+                    [&](const rocksdb::Slice& key, const rocksdb::Slice&) {
+                      std::string_view str{key.data(), key.size()};
+                      auto slash = str.find('/');
+                      if (slash == std::string_view::npos
+                          || !key_seq(key, slash + 1))
+                        return scan_result{
+                          corrupt(cf_inbox, key, "key is not thread/seq")};
+                      auto thread = str.substr(0, slash);
+                      if (result.empty() || result.back().first != thread)
+                        result.emplace_back(std::string{thread}, 0);
+                      ++result.back().second;
+                      return scan_result{};
+                    });
+    if (err)
+      return err;
+    return result;
+  }
+
+  caf::expected<thread_dump> dump_thread(const std::string& thread) override {
+    return dump(thread, nullptr);
+  }
+
+  caf::expected<thread_dump>
+  dump_thread(const std::string& thread,
+              std::vector<bad_record>& bad) override {
+    return dump(thread, &bad);
+  }
+
+  caf::expected<std::vector<provider_health_record>> health() override {
+    return collect_all<provider_health_record>(cf_health, nullptr);
   }
 
   caf::expected<std::string> meta(const std::string& key) override {
     if (auto err = ensure_readable())
       return err;
     std::string value;
-    auto status = db_->Get(rocksdb::ReadOptions{}, cf_[cf_meta], key, &value);
+    auto status = get(cf_meta, key, value);
     if (status.IsNotFound())
       return caf::make_error(ec::not_found, "no meta value " + key);
     if (!status.ok())
@@ -508,22 +635,36 @@ public:
 
   caf::expected<accept_result> stage_accept(const accept_request& req)
     override {
+    if (opts_.read_only)
+      return read_only_error();
     const auto& entry = req.entry;
     auto id_key = client_id_key(req.thread, entry.client_id);
+    // A message from another thread leaves the sender's outbox in the same
+    // batch; so does a duplicate, which is in the target already.
+    auto delivered = [&] {
+      if (!req.outbox_from.empty())
+        batch_delete(cf_outbox, seq_key(req.outbox_from, req.outbox_seq));
+    };
+    auto duplicate = [&](seq_t seq) {
+      if (!req.outbox_from.empty()) {
+        delivered();
+        count_staged();
+      }
+      return accept_result{seq, true};
+    };
     // The staged group first: a resend may arrive before its first copy is
     // flushed.
     if (auto i = pending_ids_.find(id_key); i != pending_ids_.end())
-      return accept_result{i->second, true};
+      return duplicate(i->second);
     if (auto err = ensure_readable())
       return err;
     std::string value;
-    auto status = db_->Get(rocksdb::ReadOptions{}, cf_[cf_client_ids], id_key,
-                           &value);
+    auto status = get(cf_client_ids, id_key, value);
     if (status.ok()) {
       auto seq = parse_decimal(value);
       if (!seq)
         return corrupt(cf_client_ids, id_key, "not a sequence number");
-      return accept_result{*seq, true};
+      return duplicate(*seq);
     }
     if (!status.IsNotFound())
       return read_failed(cf_client_ids, status);
@@ -553,8 +694,11 @@ public:
     batch_put(cf_inbox, key, inbox_value);
     batch_put(cf_log, key, log_value);
     batch_put(cf_client_ids, id_key, std::to_string(entry.seq));
-    if (req.create_session)
+    if (req.create_session) {
       batch_put(cf_sessions, req.thread, session_value);
+      pending_sessions_[req.thread] = req.session;
+    }
+    delivered();
     pending_ids_.emplace(std::move(id_key), entry.seq);
     count_staged();
     return accept_result{entry.seq, false};
@@ -564,13 +708,25 @@ public:
     if (!ready_to_stage())
       return;
     // Encode everything first so that a failure stages nothing.
-    std::vector<std::pair<std::string, std::string>> context;
-    std::vector<std::pair<std::string, std::string>> log;
+    using kv_list = std::vector<std::pair<std::string, std::string>>;
+    kv_list context;
+    kv_list log;
+    kv_list sessions;
+    kv_list links;
+    kv_list outbox;
     try {
       for (auto& x : commit.context)
         context.emplace_back(seq_key(commit.thread, x.seq), encode(x));
       for (auto& x : commit.log)
         log.emplace_back(seq_key(commit.thread, x.seq), encode(x));
+      if (commit.write_session)
+        sessions.emplace_back(commit.session.thread, encode(commit.session));
+      for (auto& x : commit.spawned)
+        sessions.emplace_back(x.thread, encode(x));
+      for (auto& x : commit.links)
+        links.emplace_back(tree_key(x.parent, x.child), encode(x));
+      for (auto& x : commit.outbox)
+        outbox.emplace_back(seq_key(x.from, x.seq), encode(x));
     } catch (const std::exception& ex) {
       poison("cannot encode the commit of "
                + printable_key(cf_inbox,
@@ -583,11 +739,88 @@ public:
       batch_put(cf_context, key, value);
     for (auto& [key, value] : log)
       batch_put(cf_log, key, value);
+    for (auto& [key, value] : sessions)
+      batch_put(cf_sessions, key, value);
+    for (auto& [key, value] : links)
+      batch_put(cf_tree, key, value);
+    for (auto& [key, value] : outbox)
+      batch_put(cf_outbox, key, value);
+    if (commit.write_session)
+      pending_sessions_[commit.session.thread] = commit.session;
+    for (auto& x : commit.spawned)
+      pending_sessions_[x.thread] = x;
     count_staged();
   }
 
+  caf::expected<spawn_result> stage_spawn(const spawn_request& req) override {
+    if (opts_.read_only)
+      return read_only_error();
+    const auto& child = req.child.thread;
+    const auto& parent = req.link.parent;
+    if (auto err = ensure_readable())
+      return err;
+    auto refuse = [&](ec code, const std::string& why) {
+      return caf::make_error(code, "cannot spawn " + child + " under "
+                                     + parent + ": " + why);
+    };
+    // The ids become key prefixes: a '/' in one would corrupt the ranges.
+    if (!valid_thread_id(child) || !valid_thread_id(parent))
+      return refuse(ec::conflict, "not a valid thread id");
+    if (child == parent)
+      return refuse(ec::conflict, "a thread cannot be its own child");
+    if (req.link.child != child || req.child.parent != parent)
+      return refuse(ec::conflict, "the link (" + req.link.parent + " -> "
+                                    + req.link.child
+                                    + ") does not match the child's session "
+                                      "(parent "
+                                    + req.child.parent + ")");
+    auto parent_rec = find_session(parent);
+    if (!parent_rec)
+      return std::move(parent_rec.error());
+    if (!*parent_rec)
+      return refuse(ec::not_found, "the parent has no session");
+    if ((*parent_rec)->state == session_state::closed)
+      return refuse(ec::conflict, "the parent is CLOSED");
+    auto existing = find_session(child);
+    if (!existing)
+      return std::move(existing.error());
+    if (*existing) {
+      const auto& other = (*existing)->parent;
+      if (other == parent)
+        return spawn_result{parent, child, false};
+      return refuse(ec::conflict,
+                    other.empty() ? "the thread exists as a root"
+                                  : "the thread exists under " + other);
+    }
+    std::string session_value;
+    std::string link_value;
+    try {
+      session_value = encode(req.child);
+      link_value = encode(req.link);
+    } catch (const std::exception& ex) {
+      return caf::make_error(ec::storage_io, "cannot encode the spawn of "
+                                               + child + ": " + ex.what());
+    }
+    batch_put(cf_sessions, child, session_value);
+    batch_put(cf_tree, tree_key(parent, child), link_value);
+    pending_sessions_[child] = req.child;
+    count_staged();
+    return spawn_result{parent, child, true};
+  }
+
+  void stage_dead_letter(const outbox_entry& entry,
+                         const std::string& reason) override {
+    dead_letter letter{entry, reason, wall_clock_millis()};
+    auto key = seq_key(entry.from, entry.seq);
+    if (stage_record(cf_dead_letters, key, letter,
+                     "the dead letter " + printable_key(cf_outbox, key)))
+      batch_delete(cf_outbox, key);
+  }
+
   void stage_session(const session_record& rec) override {
-    stage_record(cf_sessions, rec.thread, rec, "the session of " + rec.thread);
+    if (stage_record(cf_sessions, rec.thread, rec,
+                     "the session of " + rec.thread))
+      pending_sessions_[rec.thread] = rec;
   }
 
   void stage_health(const provider_health_record& rec) override {
@@ -607,6 +840,10 @@ public:
   }
 
   caf::error flush() override {
+    if (opts_.read_only) {
+      drop_group();
+      return read_only_error();
+    }
     if (staged_ == 0 && !poisoned_)
       return caf::none;
     if (poisoned_) {
@@ -630,9 +867,7 @@ public:
                              "write failed: " + status.ToString());
     }
     ++stats_.flushes;
-    batch_.Clear();
-    pending_ids_.clear();
-    staged_ = 0;
+    clear_group();
     return caf::none;
   }
 
@@ -655,16 +890,17 @@ private:
     caf::error err;
   };
 
-  // Calls `fn(key, value)` for each key of `thread` in `cf` from `start` on.
+  // Calls `fn(key, value)` for each key of `cf` in [lower, upper); an empty
+  // bound is open.
   template <class Fn>
-  caf::error scan(size_t cf, const std::string& thread,
-                  const std::string& start, Fn fn) {
-    auto end = range_end(thread);
-    rocksdb::Slice upper{end};
+  caf::error scan(size_t cf, const std::string& lower,
+                  const std::string& upper, Fn fn) {
+    rocksdb::Slice upper_slice{upper};
     rocksdb::ReadOptions ropts;
-    ropts.iterate_upper_bound = &upper;
-    std::unique_ptr<rocksdb::Iterator> it{db_->NewIterator(ropts, cf_[cf])};
-    for (it->Seek(start); it->Valid(); it->Next()) {
+    if (!upper.empty())
+      ropts.iterate_upper_bound = &upper_slice;
+    auto it = new_iterator(cf, ropts);
+    for (it->Seek(lower); it->Valid(); it->Next()) {
       auto res = fn(it->key(), it->value());
       if (res.err)
         return std::move(res.err);
@@ -676,13 +912,120 @@ private:
     return caf::none;
   }
 
+  // Appends the records of `cf` in [lower, upper) to `out`. A record that
+  // cannot be read fails the call, or, given `bad`, is listed there and
+  // skipped.
+  template <class T>
+  caf::error collect(size_t cf, const std::string& lower,
+                     const std::string& upper, std::vector<T>& out,
+                     std::vector<bad_record>* bad) {
+    return scan(cf, lower, upper,
+                [&](const rocksdb::Slice& key, const rocksdb::Slice& val) {
+                  T x;
+                  auto why = read_record(key, val, x);
+                  if (!why)
+                    out.emplace_back(std::move(x));
+                  else if (bad != nullptr)
+                    bad->push_back(bad_record{cf_names[cf],
+                                              printable_key(cf, key), *why});
+                  else
+                    return scan_result{corrupt(cf, key, *why)};
+                  return scan_result{};
+                });
+  }
+
+  // Returns every record of `cf` (see `collect`).
+  template <class T>
+  caf::expected<std::vector<T>> collect_all(size_t cf,
+                                            std::vector<bad_record>* bad) {
+    if (auto err = ensure_readable())
+      return err;
+    std::vector<T> result;
+    if (auto err = collect(cf, {}, {}, result, bad))
+      return err;
+    return result;
+  }
+
+  caf::expected<thread_dump> dump(const std::string& thread,
+                                  std::vector<bad_record>* bad) {
+    if (auto err = ensure_readable())
+      return err;
+    thread_dump result;
+    result.thread = thread;
+    auto begin = range_begin(thread);
+    auto end = range_end(thread);
+    caf::error err;
+    if ((err = collect(cf_log, begin, end, result.log, bad))
+        || (err = collect(cf_inbox, begin, end, result.inbox, bad))
+        || (err = collect(cf_context, begin, end, result.context, bad))
+        || (err = collect(cf_outbox, begin, end, result.outbox, bad)))
+      return err;
+    err = scan(cf_client_ids, begin, end,
+               [&](const rocksdb::Slice& key, const rocksdb::Slice& val) {
+                 auto seq = parse_decimal(val.ToString());
+                 if (seq)
+                   result.client_ids.emplace_back(
+                     std::string{key.data() + begin.size(),
+                                 key.size() - begin.size()},
+                     *seq);
+                 else if (bad != nullptr)
+                   bad->push_back(bad_record{cf_names[cf_client_ids],
+                                             printable_key(cf_client_ids, key),
+                                             "not a sequence number"});
+                 else
+                   return scan_result{corrupt(cf_client_ids, key,
+                                              "not a sequence number")};
+                 return scan_result{};
+               });
+    if (err)
+      return err;
+    return result;
+  }
+
+  // The session of `thread` as the next flush leaves it: staged, else on
+  // disk, else none.
+  caf::expected<std::optional<session_record>>
+  find_session(const std::string& thread) {
+    if (auto i = pending_sessions_.find(thread); i != pending_sessions_.end())
+      return std::optional<session_record>{i->second};
+    auto rec = session(thread);
+    if (rec)
+      return std::optional<session_record>{std::move(*rec)};
+    if (rec.error() == ec::not_found)
+      return std::optional<session_record>{};
+    return std::move(rec.error());
+  }
+
+  // An iterator over `cf`; an empty one for a column family the database
+  // lacks (read-only open of an older build's database).
+  std::unique_ptr<rocksdb::Iterator>
+  new_iterator(size_t cf, const rocksdb::ReadOptions& ropts) {
+    if (cf_[cf] == nullptr)
+      return std::unique_ptr<rocksdb::Iterator>{rocksdb::NewEmptyIterator()};
+    return std::unique_ptr<rocksdb::Iterator>{db_->NewIterator(ropts,
+                                                               cf_[cf])};
+  }
+
+  // Reads one value; NotFound in a column family the database lacks.
+  rocksdb::Status get(size_t cf, const std::string& key, std::string& value) {
+    if (cf_[cf] == nullptr)
+      return rocksdb::Status::NotFound();
+    return db_->Get(rocksdb::ReadOptions{}, cf_[cf], key, &value);
+  }
+
+  caf::error read_only_error() const {
+    return caf::make_error(ec::storage_io, "the database in " + dir_
+                                             + " is open read-only: cannot "
+                                               "write");
+  }
+
   // Returns the seq of the last key of `thread` in `cf`, or 0.
   caf::expected<seq_t> last_seq(size_t cf, const std::string& thread) {
     auto begin = range_begin(thread);
     rocksdb::Slice lower{begin};
     rocksdb::ReadOptions ropts;
     ropts.iterate_lower_bound = &lower;
-    std::unique_ptr<rocksdb::Iterator> it{db_->NewIterator(ropts, cf_[cf])};
+    auto it = new_iterator(cf, ropts);
     it->SeekForPrev(seq_key(thread, std::numeric_limits<seq_t>::max()));
     if (!it->Valid()) {
       if (!it->status().ok())
@@ -738,8 +1081,7 @@ private:
 
   caf::error check_schema() {
     std::string value;
-    auto status = db_->Get(rocksdb::ReadOptions{}, cf_[cf_meta], schema_key,
-                           &value);
+    auto status = get(cf_meta, schema_key, value);
     if (status.ok()) {
       auto version = parse_decimal(value);
       if (!version)
@@ -782,6 +1124,8 @@ private:
   caf::error reopen() {
     close_db();
     ++stats_.reopens;
+    if (opts_.read_only)
+      return open_db(true);
     auto err = open_db(false);
     if (err)
       static_cast<void>(open_db(true));
@@ -791,6 +1135,8 @@ private:
   caf::error ensure_writable() {
     if (writable_)
       return caf::none;
+    if (opts_.read_only)
+      return read_only_error();
     if (auto err = reopen())
       return caf::make_error(ec::storage_io,
                              "database not writable after a failed write: "
@@ -812,6 +1158,10 @@ private:
   // column family ids, which stay the same when the database is reopened).
   // A `void` stage reports failure through the group.
   bool ready_to_stage() {
+    if (opts_.read_only) {
+      poison(error_message(read_only_error()));
+      return false;
+    }
     if (auto err = ensure_readable()) {
       poison(error_message(err));
       return false;
@@ -819,31 +1169,44 @@ private:
     return true;
   }
 
+  // A column family can only be missing in a read-only instance, which
+  // takes no writes; the guard keeps a null handle out of the batch anyway.
+  bool have_family(size_t cf) {
+    if (cf_[cf] != nullptr)
+      return true;
+    poison(std::string{"column family "} + cf_names[cf] + " is missing");
+    return false;
+  }
+
   void batch_put(size_t cf, const std::string& key, const std::string& value) {
     // Only fails on a batch over 4 GB (max_bytes is unlimited by default).
-    static_cast<void>(batch_.Put(cf_[cf], key, value));
+    if (have_family(cf))
+      static_cast<void>(batch_.Put(cf_[cf], key, value));
+  }
+
+  void batch_delete(size_t cf, const std::string& key) {
+    if (have_family(cf))
+      static_cast<void>(batch_.Delete(cf_[cf], key));
   }
 
   // Stages one record under `key`; one that cannot be encoded (a string
-  // that is not UTF-8) fails the group, naming `what`.
+  // that is not UTF-8) fails the group, naming `what`. Returns whether it
+  // staged the record.
   template <class T>
-  void stage_record(size_t cf, const std::string& key, const T& rec,
+  bool stage_record(size_t cf, const std::string& key, const T& rec,
                     const std::string& what) {
     if (!ready_to_stage())
-      return;
+      return false;
     std::string value;
     try {
       value = encode(rec);
     } catch (const std::exception& ex) {
       poison("cannot encode " + what + ": " + ex.what());
-      return;
+      return false;
     }
     batch_put(cf, key, value);
     count_staged();
-  }
-
-  void batch_delete(size_t cf, const std::string& key) {
-    static_cast<void>(batch_.Delete(cf_[cf], key));
+    return true;
   }
 
   void count_staged() {
@@ -857,11 +1220,16 @@ private:
       poisoned_ = caf::make_error(ec::storage_io, std::move(what));
   }
 
-  void drop_group() {
+  void clear_group() {
     batch_.Clear();
     pending_ids_.clear();
+    pending_sessions_.clear();
     staged_ = 0;
     poisoned_ = caf::none;
+  }
+
+  void drop_group() {
+    clear_group();
     ++stats_.failed_flushes;
   }
 
@@ -879,6 +1247,8 @@ private:
   // The staged group.
   rocksdb::WriteBatch batch_;
   std::unordered_map<std::string, seq_t> pending_ids_;
+  // The latest staged session record per thread, for `stage_spawn`.
+  std::unordered_map<std::string, session_record> pending_sessions_;
   size_t staged_ = 0;
   caf::error poisoned_;
   store_stats stats_;
@@ -897,7 +1267,7 @@ caf::expected<std::unique_ptr<store>> store::open(const std::string& dir,
                                                   const store_options& opts) {
   try {
     std::error_code err;
-    if (opts.create_if_missing) {
+    if (opts.create_if_missing && !opts.read_only) {
       std::filesystem::create_directories(dir, err);
       if (err)
         return caf::make_error(ec::storage_open_failed,
@@ -911,7 +1281,7 @@ caf::expected<std::unique_ptr<store>> store::open(const std::string& dir,
                                + ": no such folder");
     }
     auto result = std::make_unique<rocksdb_store>(dir, opts);
-    if (auto err = result->open_db(false))
+    if (auto err = result->open_db(opts.read_only))
       return err;
     return std::unique_ptr<store>{std::move(result)};
   } catch (const std::exception& ex) {

@@ -37,6 +37,10 @@ std::optional<log_kind> parse_log_kind(const std::string& str) {
   return std::nullopt;
 }
 
+std::string agent_client_id(const std::string& from, seq_t seq) {
+  return "agent:" + from + ":" + std::to_string(seq);
+}
+
 bool valid_thread_id(const std::string& id) {
   if (id.empty() || id.size() > 128)
     return false;

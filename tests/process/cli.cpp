@@ -4,6 +4,8 @@
 
 #include <caf/test/unit_test.hpp>
 
+#include "keel/json_codec.hpp"
+#include "keel/store.hpp"
 #include "node_process.hpp"
 #include "temp_dir.hpp"
 
@@ -74,4 +76,66 @@ CAF_TEST(a second node on the same data folder fails with a clear error) {
   CAF_CHECK(contains(second.err, "cannot start"));
   CAF_CHECK(contains(second.err, dir.str() + "/data"));
   CAF_MESSAGE("stderr: " << second.err);
+}
+
+CAF_TEST(keelctl reads the data folder of a stopped node) {
+  temp_dir dir{"keel-cli"};
+  auto data = dir.str() + "/data";
+  auto ctl = tool_binary("keelctl");
+  auto write = [&](auto fn) {
+    auto db = store::open(data + "/db");
+    CAF_REQUIRE(db);
+    fn(**db);
+    CAF_REQUIRE_EQUAL(render((*db)->flush()), "none");
+  };
+  auto session = [](const std::string& thread, session_state state) {
+    session_record rec;
+    rec.thread = thread;
+    rec.pool = "default";
+    rec.state = state;
+    return rec;
+  };
+  write([&](store& db) {
+    db.stage_session(session("root", session_state::suspended));
+    spawn_request req;
+    req.child = session("root.kid", session_state::suspended);
+    req.child.parent = "root";
+    req.link = tree_link{"root", "root.kid", 0};
+    CAF_CHECK(db.stage_spawn(req));
+  });
+  auto ok = run_command({ctl, "verify", "--data-dir", data});
+  CAF_CHECK_EQUAL(ok.exit_code, 0);
+  CAF_CHECK(contains(ok.out, "every invariant holds"));
+  auto tree = run_command({ctl, "tree", "--agents", "--data-dir", data});
+  CAF_CHECK_EQUAL(tree.exit_code, 0);
+  CAF_CHECK(contains(tree.out, "`-- root.kid"));
+  CAF_CHECK(contains(tree.out, "2 agents, 1 root"));
+  auto none = run_command({ctl, "recovery", "--data-dir", data});
+  CAF_CHECK_EQUAL(none.exit_code, 0);
+  CAF_CHECK_EQUAL(none.out, "no recovery has run\n");
+  recovery_report report;
+  report.started_at = 1700000000000;
+  report.finished_at = 1700000000003;
+  report.suspended = 1;
+  report.steps = {{"suspend_active", 1, 1234}};
+  write([&](store& db) {
+    db.stage_meta("last_recovery", encode(report));
+    db.stage_session(session("root", session_state::active));
+  });
+  auto rec = run_command({ctl, "recovery", "--data-dir", data});
+  CAF_CHECK_EQUAL(rec.exit_code, 0);
+  CAF_CHECK(contains(rec.out, "recovery at 2023-11-14 22:13:20.000 UTC, took "
+                              "3 ms"));
+  CAF_CHECK(contains(rec.out, "suspend_active"));
+  CAF_CHECK(contains(rec.out, "1.23 ms"));
+  auto bad = run_command({ctl, "verify", "--data-dir", data, "--json"});
+  CAF_CHECK_EQUAL(bad.exit_code, 1);
+  CAF_CHECK(contains(bad.out, "\"rule\": \"active_session\""));
+  auto missing = run_command({ctl, "verify", "--data-dir", dir.str()
+                                                             + "/nowhere"});
+  CAF_CHECK_EQUAL(missing.exit_code, 2);
+  CAF_CHECK(contains(missing.err, "no such folder"));
+  auto empty = run_command({ctl, "verify", "--data-dir", dir.str()});
+  CAF_CHECK_EQUAL(empty.exit_code, 2);
+  CAF_CHECK(contains(empty.err, "no database in " + dir.str()));
 }

@@ -2,6 +2,7 @@
 #include <caf/test/unit_test.hpp>
 
 #include "keel/bench.hpp"
+#include "keel/bench_recovery.hpp"
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,9 +14,12 @@
 #include <optional>
 
 #include "keel/protocol.hpp"
+#include "keel/store.hpp"
+#include "keel/verify.hpp"
 #include "keel/ws_server.hpp"
 
 #include "fault_llm_server.hpp"
+#include "temp_dir.hpp"
 
 using namespace keel;
 using namespace std::chrono_literals;
@@ -393,4 +397,142 @@ CAF_TEST(an HTTP server that refuses or cannot be reached fails the run) {
   auto res = bench::run_http_load(opts);
   CAF_REQUIRE(!res);
   CAF_CHECK_EQUAL(res.error(), ec::connection_failed);
+}
+
+// -- the recovery benchmark's populate step ------------------------------------
+
+namespace {
+
+bench::populate_options small_population(const std::string& dir) {
+  bench::populate_options opts;
+  opts.db_dir = dir;
+  opts.threads = 50;
+  opts.children_fraction = 0.2;
+  opts.pending_fraction = 0.2;
+  opts.active_fraction = 0.6;
+  opts.turns = 2;
+  opts.user_bytes = 40;
+  opts.reply_bytes = 120;
+  opts.group_ops = 16; // Several groups even for 50 threads.
+  opts.seed = 7;
+  return opts;
+}
+
+} // namespace
+
+CAF_TEST(populate writes threads as a crashed node leaves them) {
+  test::temp_dir tmp{"keel-populate"};
+  auto dir = tmp.str() + "/db";
+  auto pop = bench::populate_crashed_store(small_population(dir));
+  CAF_REQUIRE(pop);
+  CAF_CHECK_EQUAL(pop->threads, 50u);
+  CAF_CHECK_EQUAL(pop->roots, 40u);
+  CAF_CHECK_EQUAL(pop->children, 10u);
+  CAF_CHECK_EQUAL(pop->links, 10u);
+  CAF_CHECK_EQUAL(pop->active, 30u);
+  CAF_CHECK_EQUAL(pop->pending, 10u);
+  // Two exchanges per thread, plus the pending messages.
+  CAF_CHECK_EQUAL(pop->log_entries, 50u * 4 + 10);
+  CAF_CHECK_GREATER(pop->flushes, 1u);
+  CAF_CHECK_GREATER(pop->disk_bytes, 0u);
+  auto db = store::open(dir);
+  CAF_REQUIRE(db);
+  auto sessions = (*db)->sessions();
+  CAF_REQUIRE(sessions);
+  CAF_REQUIRE_EQUAL(sessions->size(), 50u);
+  std::map<std::string, std::string> parent_of;
+  size_t active = 0;
+  for (size_t i = 0; i < sessions->size(); ++i) {
+    auto& rec = (*sessions)[i];
+    CAF_CHECK_EQUAL(rec.thread, bench::populated_thread_id(i));
+    active += rec.state == session_state::active ? 1 : 0;
+    CAF_CHECK(rec.state != session_state::closed);
+    if (!rec.parent.empty()) {
+      // Spawned by an earlier thread; the children come last.
+      CAF_CHECK_LESS(rec.parent, rec.thread);
+      CAF_CHECK_GREATER_OR_EQUAL(i, 40u);
+      parent_of[rec.thread] = rec.parent;
+    }
+  }
+  CAF_CHECK_EQUAL(active, 30u);
+  CAF_CHECK_EQUAL(parent_of.size(), 10u);
+  auto links = (*db)->tree_links();
+  CAF_REQUIRE(links);
+  CAF_CHECK_EQUAL(links->size(), 10u);
+  for (auto& link : *links)
+    CAF_CHECK_EQUAL(parent_of[link.child], link.parent);
+  // One unanswered message in each pending thread, and only there.
+  auto inbox = (*db)->inbox_counts();
+  CAF_REQUIRE(inbox);
+  CAF_CHECK_EQUAL(inbox->size(), 10u);
+  std::map<std::string, uint64_t> pending_outcomes;
+  std::map<std::string, seq_t> pending_seq;
+  for (auto& exp : pop->expected)
+    if (exp.pending_seq != 0)
+      pending_seq[exp.thread] = exp.pending_seq;
+  for (auto& [thread, count] : *inbox) {
+    CAF_CHECK_EQUAL(count, 1u);
+    CAF_CHECK_EQUAL(pending_seq.count(thread), 1u);
+    // Each pending message is answered by its thread, then (forwarded) by
+    // every ancestor.
+    for (auto t = thread; !t.empty();
+         t = parent_of.count(t) > 0 ? parent_of[t] : std::string{})
+      ++pending_outcomes[t];
+  }
+  CAF_CHECK_EQUAL(pending_outcomes.size(), pop->expected.size());
+  for (auto& exp : pop->expected) {
+    CAF_CHECK_EQUAL(exp.outcomes, pending_outcomes[exp.thread]);
+    auto page = (*db)->history(exp.thread, 0, 100);
+    CAF_REQUIRE(page);
+    CAF_CHECK_EQUAL(page->entries.back().seq, exp.after);
+    if (exp.pending_seq == 0)
+      continue;
+    CAF_CHECK_EQUAL(page->entries.size(), 5u);
+    CAF_CHECK_EQUAL(page->entries.back().kind, log_kind::user);
+    CAF_CHECK_EQUAL(page->entries.back().seq, exp.pending_seq);
+    CAF_CHECK_EQUAL(page->entries.back().text.size(), 40u);
+    CAF_CHECK_EQUAL(page->entries[1].kind, log_kind::reply);
+    CAF_CHECK_EQUAL(page->entries[1].text.size(), 120u);
+  }
+  // Valid data but for the ACTIVE sessions, which only a recovery fixes.
+  auto report = verify_store(**db);
+  CAF_REQUIRE(report);
+  CAF_CHECK_EQUAL(report->violations.size(), 30u);
+  for (auto& v : report->violations)
+    CAF_CHECK_EQUAL(v.rule, "active_session");
+  CAF_CHECK_EQUAL(report->pending, 10u);
+  CAF_CHECK_EQUAL(report->answered, 100u);
+}
+
+CAF_TEST(populate is deterministic and wants a fresh folder) {
+  test::temp_dir tmp{"keel-populate"};
+  auto first = bench::populate_crashed_store(
+    small_population(tmp.str() + "/a"));
+  auto second = bench::populate_crashed_store(
+    small_population(tmp.str() + "/b"));
+  CAF_REQUIRE(first && second);
+  CAF_REQUIRE_EQUAL(first->expected.size(), second->expected.size());
+  for (size_t i = 0; i < first->expected.size(); ++i) {
+    CAF_CHECK_EQUAL(first->expected[i].thread, second->expected[i].thread);
+    CAF_CHECK_EQUAL(first->expected[i].outcomes,
+                    second->expected[i].outcomes);
+  }
+  auto again = bench::populate_crashed_store(
+    small_population(tmp.str() + "/a"));
+  CAF_REQUIRE(!again);
+  CAF_CHECK_EQUAL(again.error(), ec::config_invalid);
+  // One thread stays a root whatever the fractions say.
+  auto opts = small_population(tmp.str() + "/c");
+  opts.threads = 3;
+  opts.children_fraction = 1;
+  opts.pending_fraction = 1;
+  opts.active_fraction = 0;
+  auto tiny = bench::populate_crashed_store(opts);
+  CAF_REQUIRE(tiny);
+  CAF_CHECK_EQUAL(tiny->roots, 1u);
+  CAF_CHECK_EQUAL(tiny->children, 2u);
+  CAF_CHECK_EQUAL(tiny->pending, 3u);
+  CAF_CHECK_EQUAL(tiny->active, 0u);
+  // The root answers its own message and both children's.
+  CAF_CHECK_EQUAL(tiny->expected.front().outcomes, 3u);
 }

@@ -2,7 +2,7 @@
 
 #include "keel/store.hpp"
 
-#include "temp_dir.hpp"
+#include "store_fixture.hpp"
 
 #include <caf/test/unit_test.hpp>
 
@@ -19,20 +19,7 @@ using namespace keel;
 
 namespace {
 
-using keel::test::temp_dir;
-
-/// "none" for a value, else the rendered error: a readable check.
-template <class T>
-std::string outcome(const caf::expected<T>& x) {
-  return x ? std::string{"none"} : render(x.error());
-}
-
-/// The context message of a failed result, or a marker that makes the
-/// comparison fail readably.
-template <class T>
-std::string message_of(const caf::expected<T>& x) {
-  return x ? std::string{"<no error>"} : error_message(x.error());
-}
+using namespace keel::test;
 
 /// The value of `x`, or `fallback` on error.
 template <class T, class U>
@@ -40,94 +27,7 @@ T value_or(const caf::expected<T>& x, U fallback) {
   return x ? *x : T(fallback);
 }
 
-/// The error of `x` (a copy: checks must not hold on to a temporary's).
-template <class T>
-caf::error error_of(const caf::expected<T>& x) {
-  return x ? caf::error{} : x.error();
-}
-
-bool contains(const std::string& str, const std::string& what) {
-  return str.find(what) != std::string::npos;
-}
-
-session_record make_session(const std::string& thread) {
-  session_record rec;
-  rec.thread = thread;
-  rec.pool = "default";
-  rec.state = session_state::active;
-  rec.created_at = 1000;
-  return rec;
-}
-
-accept_request make_accept(const std::string& thread, seq_t seq,
-                           const std::string& client_id,
-                           const std::string& text, bool create = false) {
-  accept_request req;
-  req.thread = thread;
-  req.create_session = create;
-  if (create)
-    req.session = make_session(thread);
-  req.entry.seq = seq;
-  req.entry.client_id = client_id;
-  req.entry.text = text;
-  req.entry.accepted_at = 2000 + static_cast<millis>(seq);
-  return req;
-}
-
-/// The commit answering the user message `seq` with a reply at `reply_seq`.
-turn_commit make_commit(const std::string& thread, seq_t seq,
-                        const std::string& client_id, seq_t reply_seq,
-                        const std::string& reply) {
-  turn_commit commit;
-  commit.thread = thread;
-  commit.inbox_seq = seq;
-  commit.context.push_back(context_entry{seq, "user", "question " + reply});
-  commit.context.push_back(context_entry{reply_seq, "assistant", reply});
-  log_entry entry;
-  entry.seq = reply_seq;
-  entry.kind = log_kind::reply;
-  entry.client_id = client_id;
-  entry.reply_to = seq;
-  entry.text = reply;
-  entry.provider = "echo";
-  entry.at = 3000;
-  commit.log.push_back(entry);
-  return commit;
-}
-
-struct fixture {
-  temp_dir tmp;
-  std::string dir = (tmp.path() / "db").string();
-  std::unique_ptr<store> db;
-
-  fixture() {
-    open();
-  }
-
-  void open(store_options opts = {}) {
-    db.reset();
-    auto res = store::open(dir, opts);
-    CAF_REQUIRE_EQUAL(outcome(res), "none");
-    db = std::move(*res);
-  }
-
-  void close() {
-    db.reset();
-  }
-
-  /// Stages an accept that must not be a duplicate.
-  void accept(const accept_request& req) {
-    auto res = db->stage_accept(req);
-    CAF_REQUIRE_EQUAL(outcome(res), "none");
-    CAF_CHECK_EQUAL(res->seq, req.entry.seq);
-    CAF_CHECK(!res->duplicate);
-  }
-
-  void flush() {
-    auto err = db->flush();
-    CAF_REQUIRE_EQUAL(render(err), "none");
-  }
-
+struct fixture : store_fixture {
   /// The number of log entries of `thread` after `after` (up to `limit`).
   size_t log_size(const std::string& thread, seq_t after, size_t limit) {
     auto res = db->history(thread, after, limit);
@@ -140,43 +40,7 @@ struct fixture {
     CAF_REQUIRE_EQUAL(outcome(res), "none");
     return std::move(*res);
   }
-
-  /// Writes `value` under `key` in `cf` behind the store's back, creating
-  /// `cf` if it does not exist; reopens the store unless told not to.
-  void put_raw(const std::string& cf, const std::string& key,
-               const std::string& value, bool reopen = true) {
-    close();
-    rocksdb::Options opts;
-    opts.create_missing_column_families = true;
-    std::vector<std::string> names;
-    CAF_REQUIRE(rocksdb::DB::ListColumnFamilies(opts, dir, &names).ok());
-    if (std::find(names.begin(), names.end(), cf) == names.end())
-      names.push_back(cf);
-    std::vector<rocksdb::ColumnFamilyDescriptor> descriptors;
-    for (auto& name : names)
-      descriptors.emplace_back(name, rocksdb::ColumnFamilyOptions{});
-    std::vector<rocksdb::ColumnFamilyHandle*> handles;
-    rocksdb::DB* raw = nullptr;
-    auto status = rocksdb::DB::Open(opts, dir, descriptors, &handles, &raw);
-    CAF_REQUIRE_EQUAL(status.ToString(), "OK");
-    for (auto* handle : handles)
-      if (handle->GetName() == cf)
-        CAF_CHECK(raw->Put(rocksdb::WriteOptions{}, handle, key, value).ok());
-    for (auto* handle : handles)
-      raw->DestroyColumnFamilyHandle(handle);
-    delete raw;
-    if (reopen)
-      open();
-  }
 };
-
-/// The key of `seq` in `thread` (thread/8-byte big-endian seq).
-std::string seq_key(const std::string& thread, seq_t seq) {
-  auto key = thread + '/';
-  for (int shift = 56; shift >= 0; shift -= 8)
-    key += static_cast<char>((seq >> shift) & 0xFF);
-  return key;
-}
 
 } // namespace
 
@@ -188,7 +52,7 @@ CAF_TEST(opening creates the folder and records the schema version) {
   CAF_CHECK_EQUAL(value_or(db->meta("schema_version"), ""), "1");
   CAF_CHECK_EQUAL(error_of(db->meta("node_id")), ec::not_found);
   CAF_CHECK_EQUAL(value_or(db->count_sessions(), 99), 0u);
-  CAF_CHECK_EQUAL(column_families.size(), 9u);
+  CAF_CHECK_EQUAL(column_families.size(), 10u);
   auto snapshot = load("t1");
   CAF_CHECK(!snapshot.exists);
   CAF_CHECK(snapshot.inbox.empty());
@@ -646,6 +510,505 @@ CAF_TEST(a record that cannot be encoded fails its group) {
   accept(make_accept("t1", 1, "c1", "fine", true));
   flush();
   CAF_CHECK(load("t1").exists);
+}
+
+CAF_TEST(sessions keep provider and recovery mark and old records still read) {
+  auto rec = make_session("t1");
+  rec.provider = "gpt";
+  rec.recovered_at = 1700000000123;
+  db->stage_session(rec);
+  flush();
+  open();
+  auto loaded = db->session("t1");
+  CAF_REQUIRE_EQUAL(outcome(loaded), "none");
+  CAF_CHECK_EQUAL(loaded->provider, "gpt");
+  CAF_CHECK_EQUAL(loaded->recovered_at, 1700000000123);
+  // A record written before issue 5 has neither field.
+  put_raw("sessions", "t0",
+          R"({"thread":"t0","parent":"","pool":"default","model":"m",)"
+          R"("state":"SUSPENDED","created_at":5,"provider_state":"blob"})");
+  auto old = db->session("t0");
+  CAF_REQUIRE_EQUAL(outcome(old), "none");
+  CAF_CHECK_EQUAL(old->provider, "");
+  CAF_CHECK_EQUAL(old->recovered_at, 0);
+  CAF_CHECK_EQUAL(old->provider_state, "blob");
+  CAF_CHECK_EQUAL(old->state, session_state::suspended);
+  // Present but of the wrong type is still an error naming the field.
+  put_raw("sessions", "t2",
+          R"({"thread":"t2","parent":"","pool":"p","model":"",)"
+          R"("state":"ACTIVE","created_at":5,"provider_state":"",)"
+          R"("recovered_at":"yesterday"})");
+  CAF_CHECK_EQUAL(message_of(db->session("t2")),
+                  "corrupt record in sessions at t2: session record: field "
+                  "'recovered_at' has the wrong type");
+  // So is a record stored under another thread's key.
+  put_raw("sessions", "t3", encode(make_session("t4")));
+  CAF_CHECK_EQUAL(message_of(db->session("t3")),
+                  "corrupt record in sessions at t3: record has thread t4");
+}
+
+CAF_TEST(a spawn writes the child session and its link together) {
+  accept(make_accept("p", 1, "c1", "spawn a helper", true));
+  flush();
+  auto res = db->stage_spawn(make_spawn("p", "p.kid"));
+  CAF_REQUIRE_EQUAL(outcome(res), "none");
+  CAF_CHECK_EQUAL(res->parent, "p");
+  CAF_CHECK_EQUAL(res->child, "p.kid");
+  CAF_CHECK(res->created);
+  CAF_CHECK_EQUAL(db->staged(), 1u);
+  // Invisible until flushed.
+  CAF_CHECK_EQUAL(error_of(db->session("p.kid")), ec::not_found);
+  CAF_CHECK(load("p").children.empty());
+  flush();
+  auto kid = db->session("p.kid");
+  CAF_REQUIRE_EQUAL(outcome(kid), "none");
+  CAF_CHECK_EQUAL(kid->parent, "p");
+  CAF_CHECK_EQUAL(kid->state, session_state::suspended);
+  auto links = db->tree_links();
+  CAF_REQUIRE_EQUAL(outcome(links), "none");
+  CAF_REQUIRE_EQUAL(links->size(), 1u);
+  CAF_CHECK_EQUAL((*links)[0].parent, "p");
+  CAF_CHECK_EQUAL((*links)[0].child, "p.kid");
+  CAF_CHECK_EQUAL((*links)[0].created_at, 1500);
+  CAF_CHECK_EQUAL(value_or(db->children("p"), std::vector<std::string>{}),
+                  std::vector<std::string>{"p.kid"});
+  CAF_CHECK_EQUAL(load("p").children, std::vector<std::string>{"p.kid"});
+  CAF_CHECK(load("p.kid").children.empty());
+}
+
+CAF_TEST(a spawn sees parents and children staged in the same group) {
+  // The parent's first message and its spawn share one flush.
+  accept(make_accept("p", 1, "c1", "hello", true));
+  spawn("p", "p.a");
+  // A grandchild under the staged child.
+  spawn("p.a", "p.a.b");
+  // Resent before the flush: nothing more is staged.
+  auto again = db->stage_spawn(make_spawn("p", "p.a"));
+  CAF_REQUIRE_EQUAL(outcome(again), "none");
+  CAF_CHECK(!again->created);
+  CAF_CHECK_EQUAL(db->staged(), 3u);
+  flush();
+  CAF_CHECK_EQUAL(value_or(db->count_sessions(), 0), 3u);
+  CAF_CHECK_EQUAL(load("p.a").children, std::vector<std::string>{"p.a.b"});
+  // After a failed flush, the staged sessions are forgotten with the group.
+  auto faults = std::make_shared<fault_injection>();
+  store_options opts;
+  opts.faults = faults;
+  open(opts);
+  spawn("p", "p.c");
+  faults->fail_writes = true;
+  CAF_CHECK_EQUAL(db->flush(), ec::storage_io);
+  faults->fail_writes = false;
+  CAF_CHECK_EQUAL(error_of(db->stage_spawn(make_spawn("p.c", "p.c.d"))),
+                  ec::not_found);
+}
+
+CAF_TEST(a resent spawn writes nothing) {
+  accept(make_accept("p", 1, "c1", "hello", true));
+  spawn("p", "p.a");
+  flush();
+  auto flushes = db->stats().flushes;
+  auto again = db->stage_spawn(make_spawn("p", "p.a"));
+  CAF_REQUIRE_EQUAL(outcome(again), "none");
+  CAF_CHECK(!again->created);
+  CAF_CHECK_EQUAL(db->staged(), 0u);
+  flush();
+  CAF_CHECK_EQUAL(db->stats().flushes, flushes);
+  CAF_CHECK_EQUAL(value_or(db->tree_links(), std::vector<tree_link>{}).size(),
+                  1u);
+}
+
+CAF_TEST(a spawn that conflicts with the tree is refused) {
+  accept(make_accept("p", 1, "c1", "hello", true));
+  accept(make_accept("q", 1, "c1", "hello", true));
+  accept(make_accept("root", 1, "c1", "hello", true));
+  spawn("p", "p.a");
+  flush();
+  auto refused = [&](const spawn_request& req, ec code,
+                     const std::string& message) {
+    auto res = db->stage_spawn(req);
+    CAF_CHECK_EQUAL(error_of(res), code);
+    CAF_CHECK_EQUAL(message_of(res), message);
+  };
+  refused(make_spawn("nobody", "nobody.a"), ec::not_found,
+          "cannot spawn nobody.a under nobody: the parent has no session");
+  refused(make_spawn("q", "p.a"), ec::conflict,
+          "cannot spawn p.a under q: the thread exists under p");
+  refused(make_spawn("q", "root"), ec::conflict,
+          "cannot spawn root under q: the thread exists as a root");
+  refused(make_spawn("q", "q"), ec::conflict,
+          "cannot spawn q under q: a thread cannot be its own child");
+  refused(make_spawn("q", "q/x"), ec::conflict,
+          "cannot spawn q/x under q: not a valid thread id");
+  auto mismatched = make_spawn("q", "q.a");
+  mismatched.child.parent = "p";
+  refused(mismatched, ec::conflict,
+          "cannot spawn q.a under q: the link (q -> q.a) does not match the "
+          "child's session (parent p)");
+  // A CLOSED parent, also when the close is only staged.
+  auto closed = make_session("q");
+  closed.state = session_state::closed;
+  db->stage_session(closed);
+  refused(make_spawn("q", "q.a"), ec::conflict,
+          "cannot spawn q.a under q: the parent is CLOSED");
+  flush();
+  refused(make_spawn("q", "q.a"), ec::conflict,
+          "cannot spawn q.a under q: the parent is CLOSED");
+  CAF_CHECK_EQUAL(db->staged(), 0u);
+  CAF_CHECK_EQUAL(value_or(db->tree_links(), std::vector<tree_link>{}).size(),
+                  1u);
+}
+
+CAF_TEST(a commit writes session and spawned children with links and outbox) {
+  accept(make_accept("p", 1, "c1", "ask a helper", true));
+  flush();
+  auto commit = make_commit("p", 1, "c1", 2, "asked p.a");
+  commit.write_session = true;
+  commit.session = make_session("p");
+  commit.session.provider = "gpt";
+  commit.session.recovered_at = 0;
+  commit.spawned.push_back(make_spawn("p", "p.a").child);
+  commit.links.push_back(make_spawn("p", "p.a").link);
+  commit.outbox.push_back(make_outbox("p", 2, "p.a", "do the thing"));
+  db->stage_commit(commit);
+  CAF_CHECK_EQUAL(db->staged(), 1u);
+  // A spawn in the same group sees the committed child.
+  auto again = db->stage_spawn(make_spawn("p", "p.a"));
+  CAF_REQUIRE_EQUAL(outcome(again), "none");
+  CAF_CHECK(!again->created);
+  flush();
+  auto snapshot = load("p");
+  CAF_CHECK(snapshot.inbox.empty());
+  CAF_CHECK_EQUAL(snapshot.session.provider, "gpt");
+  CAF_CHECK_EQUAL(snapshot.children, std::vector<std::string>{"p.a"});
+  CAF_REQUIRE_EQUAL(snapshot.outbox.size(), 1u);
+  CAF_CHECK_EQUAL(snapshot.outbox[0].to, "p.a");
+  CAF_CHECK_EQUAL(snapshot.outbox[0].client_id, "agent:p:2");
+  CAF_CHECK_EQUAL(snapshot.outbox[0].text, "do the thing");
+  CAF_CHECK_EQUAL(snapshot.next_seq, 3u);
+  CAF_CHECK_EQUAL(value_or(db->session("p.a"), session_record{}).parent, "p");
+  auto all = db->outbox();
+  CAF_REQUIRE_EQUAL(outcome(all), "none");
+  CAF_REQUIRE_EQUAL(all->size(), 1u);
+  CAF_CHECK_EQUAL((*all)[0].from, "p");
+  CAF_CHECK_EQUAL((*all)[0].seq, 2u);
+  // The child's outbox is its own range.
+  CAF_CHECK(load("p.a").outbox.empty());
+}
+
+CAF_TEST(delivering a message removes its outbox entry in the same batch) {
+  accept(make_accept("p", 1, "c1", "hello", true));
+  spawn("p", "p.a");
+  auto commit = make_commit("p", 1, "c1", 2, "delegated");
+  auto msg = make_outbox("p", 2, "p.a", "do it");
+  commit.outbox.push_back(msg);
+  db->stage_commit(commit);
+  flush();
+  accept(make_delivery(msg, 1));
+  // Staged: still in the outbox, not in the inbox.
+  CAF_CHECK_EQUAL(load("p").outbox.size(), 1u);
+  CAF_CHECK(load("p.a").inbox.empty());
+  flush();
+  CAF_CHECK(load("p").outbox.empty());
+  auto child = load("p.a");
+  CAF_REQUIRE_EQUAL(child.inbox.size(), 1u);
+  CAF_CHECK_EQUAL(child.inbox[0].client_id, "agent:p:2");
+  CAF_CHECK_EQUAL(child.inbox[0].text, "do it");
+  // The entry resent after a crash (written again by a replayed commit):
+  // the duplicate accept still removes it, and needs a flush for that.
+  put_raw("outbox", seq_key("p", 2), encode(msg));
+  CAF_CHECK_EQUAL(load("p").outbox.size(), 1u);
+  auto dup = db->stage_accept(make_delivery(msg, 5));
+  CAF_REQUIRE_EQUAL(outcome(dup), "none");
+  CAF_CHECK(dup->duplicate);
+  CAF_CHECK_EQUAL(dup->seq, 1u);
+  CAF_CHECK_EQUAL(db->staged(), 1u);
+  flush();
+  CAF_CHECK(load("p").outbox.empty());
+  CAF_CHECK_EQUAL(load("p.a").inbox.size(), 1u);
+  CAF_CHECK_EQUAL(load("p.a").next_seq, 2u);
+  // A duplicate within one group removes it as well.
+  put_raw("outbox", seq_key("p", 2), encode(msg));
+  auto msg2 = make_outbox("p", 3, "p.a", "and this");
+  put_raw("outbox", seq_key("p", 3), encode(msg2));
+  accept(make_delivery(msg2, 2));
+  auto dup2 = db->stage_accept(make_delivery(msg2, 3));
+  CAF_REQUIRE_EQUAL(outcome(dup2), "none");
+  CAF_CHECK(dup2->duplicate);
+  CAF_CHECK_EQUAL(dup2->seq, 2u);
+  CAF_CHECK(db->stage_accept(make_delivery(msg, 4))->duplicate);
+  flush();
+  CAF_CHECK(load("p").outbox.empty());
+  CAF_CHECK_EQUAL(load("p.a").inbox.size(), 2u);
+}
+
+CAF_TEST(an undeliverable message moves to the dead letters) {
+  auto msg = make_outbox("p", 2, "gone", "anyone there?");
+  put_raw("outbox", seq_key("p", 2), encode(msg));
+  db->stage_dead_letter(msg, "target thread gone has no session");
+  CAF_CHECK_EQUAL(db->staged(), 1u);
+  flush();
+  CAF_CHECK(value_or(db->outbox(), std::vector<outbox_entry>{}).empty());
+  auto letters = db->dead_letters();
+  CAF_REQUIRE_EQUAL(outcome(letters), "none");
+  CAF_REQUIRE_EQUAL(letters->size(), 1u);
+  CAF_CHECK_EQUAL((*letters)[0].entry.from, "p");
+  CAF_CHECK_EQUAL((*letters)[0].entry.seq, 2u);
+  CAF_CHECK_EQUAL((*letters)[0].entry.to, "gone");
+  CAF_CHECK_EQUAL((*letters)[0].entry.text, "anyone there?");
+  CAF_CHECK_EQUAL((*letters)[0].reason, "target thread gone has no session");
+  CAF_CHECK((*letters)[0].at > 1600000000000);
+}
+
+CAF_TEST(the listing reads return everything in key order) {
+  // '.' sorts before '/', '0' right after it: prefix bugs show here.
+  for (auto thread : {"t1", "t1.x", "t10"})
+    accept(make_accept(thread, 1, "c1", "one", true));
+  accept(make_accept("t1", 2, "c2", "two"));
+  spawn("t1", "t1.x.kid");
+  spawn("t1", "t1.a");
+  flush();
+  auto commit = make_commit("t10", 1, "c1", 2, "r1");
+  commit.outbox.push_back(make_outbox("t10", 2, "t1", "to t1"));
+  db->stage_commit(commit);
+  auto commit2 = make_commit("t1", 1, "c1", 3, "r1");
+  commit2.outbox.push_back(make_outbox("t1", 3, "t1.a", "to the kid"));
+  db->stage_commit(commit2);
+  flush();
+  auto sessions = db->sessions();
+  CAF_REQUIRE_EQUAL(outcome(sessions), "none");
+  std::vector<std::string> threads;
+  for (auto& x : *sessions)
+    threads.push_back(x.thread);
+  CAF_CHECK_EQUAL(threads, (std::vector<std::string>{"t1", "t1.a", "t1.x",
+                                                     "t1.x.kid", "t10"}));
+  auto links = db->tree_links();
+  CAF_REQUIRE_EQUAL(outcome(links), "none");
+  CAF_REQUIRE_EQUAL(links->size(), 2u);
+  CAF_CHECK_EQUAL((*links)[0].child, "t1.a");
+  CAF_CHECK_EQUAL((*links)[1].child, "t1.x.kid");
+  CAF_CHECK_EQUAL(value_or(db->children("t1"), std::vector<std::string>{}),
+                  (std::vector<std::string>{"t1.a", "t1.x.kid"}));
+  CAF_CHECK(value_or(db->children("t1.x"), std::vector<std::string>{"?"})
+              .empty());
+  auto outbox = db->outbox();
+  CAF_REQUIRE_EQUAL(outcome(outbox), "none");
+  CAF_REQUIRE_EQUAL(outbox->size(), 2u);
+  CAF_CHECK_EQUAL((*outbox)[0].from, "t1");
+  CAF_CHECK_EQUAL((*outbox)[1].from, "t10");
+  auto counts = db->inbox_counts();
+  CAF_REQUIRE_EQUAL(outcome(counts), "none");
+  using count_list = std::vector<std::pair<std::string, uint64_t>>;
+  CAF_CHECK(*counts == (count_list{{"t1.x", 1}, {"t1", 1}}));
+  auto dump = db->dump_thread("t1");
+  CAF_REQUIRE_EQUAL(outcome(dump), "none");
+  CAF_CHECK_EQUAL(dump->thread, "t1");
+  CAF_REQUIRE_EQUAL(dump->log.size(), 3u);
+  CAF_CHECK_EQUAL(dump->log[2].kind, log_kind::reply);
+  CAF_REQUIRE_EQUAL(dump->inbox.size(), 1u);
+  CAF_CHECK_EQUAL(dump->inbox[0].seq, 2u);
+  using id_list = std::vector<std::pair<std::string, seq_t>>;
+  CAF_CHECK(dump->client_ids == (id_list{{"c1", 1}, {"c2", 2}}));
+  CAF_REQUIRE_EQUAL(dump->outbox.size(), 1u);
+  CAF_CHECK_EQUAL(dump->outbox[0].to, "t1.a");
+  CAF_CHECK_EQUAL(dump->context.size(), 2u);
+  auto empty = db->dump_thread("nobody");
+  CAF_REQUIRE_EQUAL(outcome(empty), "none");
+  CAF_CHECK(empty->log.empty() && empty->client_ids.empty());
+}
+
+CAF_TEST(lenient reads list corrupt records and return the rest) {
+  accept(make_accept("t1", 1, "c1", "one", true));
+  spawn("t1", "t1.a");
+  flush();
+  put_raw("sessions", "t0", "{");
+  put_raw("tree", "t1/t1.b", encode(tree_link{"t1", "t1.c", 0}));
+  put_raw("outbox", seq_key("t1", 4), encode(make_outbox("t1", 5, "x", "")));
+  put_raw("log", seq_key("t1", 2), "[]");
+  put_raw("client_ids", "t1/c9", "nine");
+  // Strict reads fail on the first.
+  CAF_CHECK_EQUAL(message_of(db->sessions()),
+                  "corrupt record in sessions at t0: record is not valid "
+                  "JSON");
+  CAF_CHECK_EQUAL(message_of(db->tree_links()),
+                  "corrupt record in tree at t1/t1.b: record links t1 -> "
+                  "t1.c");
+  CAF_CHECK_EQUAL(message_of(db->outbox()),
+                  "corrupt record in outbox at t1/4: record is from t1/5");
+  CAF_CHECK_EQUAL(error_of(db->dump_thread("t1")), ec::storage_corrupt);
+  std::vector<bad_record> bad;
+  auto sessions = db->sessions(bad);
+  CAF_REQUIRE_EQUAL(outcome(sessions), "none");
+  CAF_CHECK_EQUAL(sessions->size(), 2u);
+  auto links = db->tree_links(bad);
+  CAF_REQUIRE_EQUAL(outcome(links), "none");
+  CAF_CHECK_EQUAL(links->size(), 1u);
+  auto outbox = db->outbox(bad);
+  CAF_REQUIRE_EQUAL(outcome(outbox), "none");
+  CAF_CHECK(outbox->empty());
+  // The thread's own records, its outbox included.
+  std::vector<bad_record> thread_bad;
+  auto dump = db->dump_thread("t1", thread_bad);
+  CAF_REQUIRE_EQUAL(outcome(dump), "none");
+  CAF_CHECK_EQUAL(dump->log.size(), 1u);
+  CAF_CHECK_EQUAL(dump->client_ids.size(), 1u);
+  CAF_CHECK(dump->outbox.empty());
+  CAF_REQUIRE_EQUAL(bad.size(), 3u);
+  auto where = [](const bad_record& x) {
+    return x.column_family + " " + x.key + ": " + x.what;
+  };
+  CAF_CHECK_EQUAL(where(bad[0]), "sessions t0: record is not valid JSON");
+  CAF_CHECK_EQUAL(where(bad[1]), "tree t1/t1.b: record links t1 -> t1.c");
+  CAF_CHECK_EQUAL(where(bad[2]), "outbox t1/4: record is from t1/5");
+  CAF_REQUIRE_EQUAL(thread_bad.size(), 3u);
+  CAF_CHECK_EQUAL(where(thread_bad[0]),
+                  "log t1/2: log entry: not a JSON object");
+  CAF_CHECK_EQUAL(where(thread_bad[1]), "outbox t1/4: record is from t1/5");
+  CAF_CHECK_EQUAL(where(thread_bad[2]),
+                  "client_ids t1/c9: not a sequence number");
+}
+
+CAF_TEST(a read-only store reads beside a writer and refuses every write) {
+  accept(make_accept("t1", 1, "c1", "hello", true));
+  spawn("t1", "t1.a");
+  flush();
+  // The writer stays open (and holds the lock).
+  store_options opts;
+  opts.read_only = true;
+  auto reader_res = store::open(dir, opts);
+  CAF_REQUIRE_EQUAL(outcome(reader_res), "none");
+  auto& reader = **reader_res;
+  CAF_CHECK_EQUAL(value_or(reader.count_sessions(), 0), 2u);
+  CAF_CHECK_EQUAL(value_or(reader.children("t1"), std::vector<std::string>{}),
+                  std::vector<std::string>{"t1.a"});
+  auto snapshot = reader.load_thread("t1");
+  CAF_REQUIRE_EQUAL(outcome(snapshot), "none");
+  CAF_CHECK_EQUAL(snapshot->inbox.size(), 1u);
+  auto read_only = "the database in " + dir + " is open read-only: cannot "
+                                              "write";
+  auto accepted = reader.stage_accept(make_accept("t1", 2, "c2", "x"));
+  CAF_CHECK_EQUAL(error_of(accepted), ec::storage_io);
+  CAF_CHECK_EQUAL(message_of(accepted), read_only);
+  auto spawned = reader.stage_spawn(make_spawn("t1", "t1.b"));
+  CAF_CHECK_EQUAL(message_of(spawned), read_only);
+  reader.stage_session(make_session("t2"));
+  reader.stage_commit(make_commit("t1", 1, "c1", 2, "r"));
+  reader.stage_meta("k", "v");
+  reader.stage_dead_letter(make_outbox("t1", 9, "t2", "x"), "why");
+  CAF_CHECK_EQUAL(reader.staged(), 0u);
+  auto err = reader.flush();
+  CAF_CHECK_EQUAL(err, ec::storage_io);
+  CAF_CHECK_EQUAL(error_message(err), read_only);
+  // Even an empty flush: nothing can ever be written through it.
+  CAF_CHECK_EQUAL(error_message(reader.flush()), read_only);
+  // The writer goes on.
+  accept(make_accept("t1", 2, "c2", "more"));
+  flush();
+  CAF_CHECK_EQUAL(load("t1").inbox.size(), 2u);
+  CAF_CHECK_EQUAL(error_of(db->meta("k")), ec::not_found);
+  // Opening read-only creates nothing.
+  auto missing = (tmp.path() / "missing").string();
+  auto none = store::open(missing, opts);
+  CAF_CHECK_EQUAL(error_of(none), ec::storage_open_failed);
+  CAF_CHECK(!std::filesystem::exists(missing));
+}
+
+CAF_TEST(an older database without the outbox opens read-only and for writing) {
+  close();
+  // The column families of the build before issue 5.
+  std::vector<std::string> old_families{"default", "sessions", "tree",
+                                        "inbox",   "context",  "log",
+                                        "health",  "dead_letters",
+                                        "meta",    "client_ids"};
+  auto old_dir = (tmp.path() / "old").string();
+  {
+    rocksdb::Options opts;
+    opts.create_if_missing = true;
+    opts.create_missing_column_families = true;
+    std::vector<rocksdb::ColumnFamilyDescriptor> descriptors;
+    for (auto& name : old_families)
+      descriptors.emplace_back(name, rocksdb::ColumnFamilyOptions{});
+    std::vector<rocksdb::ColumnFamilyHandle*> handles;
+    rocksdb::DB* raw = nullptr;
+    auto status = rocksdb::DB::Open(opts, old_dir, descriptors, &handles,
+                                    &raw);
+    CAF_REQUIRE_EQUAL(status.ToString(), "OK");
+    CAF_CHECK(raw->Put(rocksdb::WriteOptions{}, handles[1], "t1",
+                       encode(make_session("t1")))
+                .ok());
+    for (auto* handle : handles)
+      raw->DestroyColumnFamilyHandle(handle);
+    delete raw;
+  }
+  store_options opts;
+  opts.read_only = true;
+  auto reader = store::open(old_dir, opts);
+  CAF_REQUIRE_EQUAL(outcome(reader), "none");
+  CAF_CHECK_EQUAL(value_or((*reader)->count_sessions(), 0), 1u);
+  CAF_CHECK((*reader)->outbox()->empty());
+  auto snapshot = (*reader)->load_thread("t1");
+  CAF_REQUIRE_EQUAL(outcome(snapshot), "none");
+  CAF_CHECK(snapshot->exists);
+  CAF_CHECK(snapshot->outbox.empty());
+  reader->reset();
+  std::vector<std::string> names;
+  CAF_REQUIRE(rocksdb::DB::ListColumnFamilies(rocksdb::Options{}, old_dir,
+                                              &names)
+                .ok());
+  CAF_CHECK(std::find(names.begin(), names.end(), "outbox") == names.end());
+  // Opening for writing adds the new family.
+  auto writer = store::open(old_dir);
+  CAF_REQUIRE_EQUAL(outcome(writer), "none");
+  (*writer)->stage_commit([] {
+    turn_commit commit;
+    commit.thread = "t1";
+    commit.inbox_seq = 1;
+    commit.outbox.push_back(make_outbox("t1", 1, "t1", "note to self"));
+    return commit;
+  }());
+  CAF_CHECK_EQUAL(render((*writer)->flush()), "none");
+  CAF_CHECK_EQUAL(value_or((*writer)->outbox(), std::vector<outbox_entry>{})
+                    .size(),
+                  1u);
+}
+
+CAF_TEST(a recovery report survives the meta round trip) {
+  recovery_report report;
+  report.started_at = 1700000000000;
+  report.finished_at = 1700000000042;
+  report.sessions = 5;
+  report.roots = 2;
+  report.links = 3;
+  report.suspended = 1;
+  report.inbox_messages = 4;
+  report.inbox_threads = 2;
+  report.outbox_messages = 1;
+  report.roots_resumed = 2;
+  report.children_resumed = 1;
+  report.cancels_finished = 1;
+  report.problems = {"link a -> b: b has no session"};
+  report.steps = {{"read_sessions", 5, 120}, {"rebuild_tree", 3, 45}};
+  db->stage_meta("last_recovery", encode(report));
+  flush();
+  open();
+  auto text = db->meta("last_recovery");
+  CAF_REQUIRE_EQUAL(outcome(text), "none");
+  auto back = decode<recovery_report>(*text);
+  CAF_REQUIRE_EQUAL(outcome(back), "none");
+  CAF_CHECK_EQUAL(encode(*back), encode(report));
+  CAF_CHECK_EQUAL(back->steps[1].name, "rebuild_tree");
+  CAF_CHECK_EQUAL(back->steps[1].micros, 45);
+  CAF_CHECK_EQUAL(back->cancels_finished, 1u);
+  // Counters a report of an older build lacks read as 0; a bad step names
+  // itself.
+  auto minimal = decode<recovery_report>(
+    R"({"started_at":1,"finished_at":2,"steps":[]})");
+  CAF_REQUIRE_EQUAL(outcome(minimal), "none");
+  CAF_CHECK_EQUAL(minimal->cancels_finished, 0u);
+  auto bad_step = decode<recovery_report>(
+    R"({"started_at":1,"finished_at":2,"steps":[{"name":"x"}]})");
+  CAF_CHECK_EQUAL(message_of(bad_step),
+                  "recovery report: steps[0]: missing field 'count'");
 }
 
 CAF_TEST_FIXTURE_SCOPE_END()

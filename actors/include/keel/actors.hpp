@@ -25,7 +25,7 @@ namespace keel::protocol {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, client_frame& x) {
   return f(caf::meta::type_name("keel::protocol::client_frame"), x.type, x.id,
-           x.thread, x.text, x.after, x.limit);
+           x.thread, x.text, x.after, x.limit, x.child);
 }
 
 } // namespace keel::protocol
@@ -112,6 +112,12 @@ CAF_BEGIN_TYPE_ID_BLOCK(keel, caf::first_custom_type_id)
   CAF_ADD_ATOM(keel, keel::atom, health, "health")
   CAF_ADD_ATOM(keel, keel::atom, attempt, "attempt")
   CAF_ADD_ATOM(keel, keel::atom, retry, "retry")
+  CAF_ADD_ATOM(keel, keel::atom, spawn, "spawn")
+  CAF_ADD_ATOM(keel, keel::atom, cancel, "cancel")
+  CAF_ADD_ATOM(keel, keel::atom, agents, "agents")
+  CAF_ADD_ATOM(keel, keel::atom, subtree, "subtree")
+  CAF_ADD_ATOM(keel, keel::atom, report, "report")
+  CAF_ADD_ATOM(keel, keel::atom, redeliver, "redeliver")
 
   CAF_ADD_TYPE_ID(keel, (keel::session_record))
   CAF_ADD_TYPE_ID(keel, (keel::inbox_entry))
@@ -134,6 +140,15 @@ CAF_BEGIN_TYPE_ID_BLOCK(keel, caf::first_custom_type_id)
   CAF_ADD_TYPE_ID(keel, (std::vector<keel::provider_health_record>))
   CAF_ADD_TYPE_ID(keel, (keel::attempt_request))
   CAF_ADD_TYPE_ID(keel, (keel::attempt_outcome))
+  CAF_ADD_TYPE_ID(keel, (keel::tree_link))
+  CAF_ADD_TYPE_ID(keel, (std::vector<keel::tree_link>))
+  CAF_ADD_TYPE_ID(keel, (keel::outbox_entry))
+  CAF_ADD_TYPE_ID(keel, (keel::spawn_request))
+  CAF_ADD_TYPE_ID(keel, (keel::spawn_result))
+  CAF_ADD_TYPE_ID(keel, (keel::recovery_step))
+  CAF_ADD_TYPE_ID(keel, (keel::recovery_report))
+  CAF_ADD_TYPE_ID(keel, (keel::recovery_plan))
+  CAF_ADD_TYPE_ID(keel, (std::vector<keel::session_record>))
 
 CAF_END_TYPE_ID_BLOCK(keel)
 
@@ -205,6 +220,25 @@ using persistence_actor = caf::typed_actor<
     history_page>,
   // Lists threads with unanswered inbox entries.
   caf::replies_to<atom::inboxes>::with<std::vector<std::string>>,
+  // Spawns a child agent (parent, child): writes the child's session (the
+  // parent's pool) and its tree link; answers once synced.
+  caf::replies_to<atom::spawn, std::string, std::string>::with<spawn_result>,
+  // Moves an undeliverable outbox entry to the dead letters, with a reason.
+  caf::replies_to<caf::put_atom, outbox_entry, std::string>::with<
+    caf::ok_atom>,
+  // Lists a thread and its descendants, parents before children.
+  caf::replies_to<atom::subtree, std::string>::with<std::vector<std::string>>,
+  // Reads every session record and tree link (the agent tree).
+  caf::replies_to<atom::agents>::with<std::vector<session_record>,
+                                      std::vector<tree_link>>,
+  // The recovery plan: after boot the plan made before serving anything
+  // (steps 1-4 of seed 004 already done on disk); after a restart of the
+  // orchestrator just the threads with pending work.
+  caf::replies_to<atom::recover>::with<recovery_plan>,
+  // Stores the final recovery report (meta `last_recovery`).
+  caf::replies_to<caf::put_atom, recovery_report>::with<caf::ok_atom>,
+  // Reads the last recovery report; not_found if none ran.
+  caf::replies_to<atom::report>::with<recovery_report>,
   // Returns counters.
   caf::replies_to<atom::stats>::with<persistence_stats>,
   // (internal) Commits the pending group.
@@ -238,6 +272,14 @@ using conversation_actor = caf::typed_actor<
   // number); answers once it is durable.
   caf::replies_to<atom::accept, std::string, std::string, uint64_t>::with<
     accept_result>,
+  // Accepts a message from another thread (its outbox entry, route
+  // sequence number); the outbox entry is removed in the same write.
+  caf::replies_to<atom::deliver, outbox_entry, uint64_t>::with<accept_result>,
+  // Cancels the thread: answers its pending messages with a `cancelled`
+  // error, writes the session CLOSED; answers once all of it is durable.
+  caf::replies_to<atom::cancel>::with<caf::ok_atom>,
+  // (internal) Retries delivering the outbox.
+  caf::reacts_to<atom::redeliver>,
   // (internal) Starts the next turn if none runs.
   caf::reacts_to<atom::drain>,
   // (internal) The idle timer fired.
@@ -258,7 +300,15 @@ using orchestrator_actor = caf::typed_actor<
   caf::reacts_to<atom::started, std::string>,
   // Returns the number of running conversations.
   caf::replies_to<atom::status>::with<uint64_t>,
-  // (internal) Resumes every thread with unanswered messages.
+  // Delivers a message between threads (an outbox entry) to its target;
+  // answers once it is durable in the target's inbox.
+  caf::replies_to<atom::deliver, outbox_entry>::with<accept_result>,
+  // Spawns a child agent (parent, child); answers once durable.
+  caf::replies_to<atom::spawn, std::string, std::string>::with<spawn_result>,
+  // Cancels a thread and its descendants; answers every thread closed.
+  caf::replies_to<atom::cancel, std::string>::with<std::vector<std::string>>,
+  // (internal) Runs the recovery: resumes threads with pending work,
+  // finishes interrupted cancels, stores the boot recovery report.
   caf::reacts_to<atom::recover>>;
 
 /// The gateway bridge: between the WebSocket server's I/O threads and the

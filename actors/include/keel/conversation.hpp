@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -50,17 +51,22 @@ constexpr const char* context_overflow
     "thread to continue.";
 constexpr const char* provider_rejected
   = "My AI provider could not process this message. Try rephrasing it.";
+constexpr const char* cancelled
+  = "This thread was cancelled before the message was answered.";
 /// Followed by the error, then `unknown_suffix`.
 constexpr const char* unknown_prefix = "Something went wrong: ";
 constexpr const char* unknown_suffix = ". Try sending your message again.";
 
 } // namespace turn_errors
 
+/// A message to accept: from a client (`from` empty: client id and text
+/// only) or from another thread (its whole outbox entry).
+using incoming_message = outbox_entry;
+
 /// An accept that arrived before the thread's state was loaded.
 struct deferred_accept {
   caf::typed_response_promise<accept_result> promise;
-  std::string client_id;
-  std::string text;
+  incoming_message msg;
 };
 
 /// State of a conversation actor.
@@ -95,12 +101,28 @@ struct conversation_state {
   bool idle_timer_armed = false;
   /// When the thread last became idle.
   caf::actor_clock::time_point idle_since;
+  /// True once a cancel arrived: pending messages are answered with a
+  /// `cancelled` error, then the session is written CLOSED.
+  bool closing = false;
+  /// Cancels to answer once the session is CLOSED on disk.
+  std::vector<caf::typed_response_promise<caf::ok_atom>> cancels;
+  /// The thread's children (from the tree and this activation's spawns).
+  std::set<std::string> children;
+  /// Messages to other threads, durable in the outbox, not delivered yet.
+  std::map<seq_t, outbox_entry> outbox;
+  /// Outbox entries with a delivery in flight.
+  std::set<seq_t> delivering;
+  /// True while a redelivery timer is pending.
+  bool redeliver_armed = false;
 
   /// True if nothing is pending: the actor may passivate.
   bool idle() const;
+  /// True if the thread takes no new messages.
+  bool closed() const;
   /// The completion request answering the inbox front.
   completion_request make_request() const;
-  /// The commit of a successful turn answering the inbox front.
+  /// The commit of a successful turn answering the inbox front; agent tool
+  /// calls in the reply become spawns and outbox entries.
   turn_commit make_reply_commit(const completion& reply, millis now);
   /// The commit of a failed turn: a descriptive error in the thread.
   turn_commit make_error_commit(const std::string& code,

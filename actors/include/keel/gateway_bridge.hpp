@@ -9,6 +9,7 @@
 #include <caf/typed_event_based_actor.hpp>
 
 #include "keel/actors.hpp"
+#include "keel/store.hpp"
 #include "keel/ws_server.hpp"
 
 namespace keel {
@@ -43,6 +44,9 @@ struct gateway_bridge_config {
   /// Thread subscriptions (outlive the bridge actor).
   std::shared_ptr<subscription_table> subscriptions
     = std::make_shared<subscription_table>();
+  /// The store's fault switches when `storage.fault_injection` is on (for
+  /// `POST /api/v1/chaos/disk`); null otherwise.
+  std::shared_ptr<fault_injection> disk_faults;
   /// Timeout for a routed message to become durable.
   caf::timespan route_timeout = std::chrono::seconds{60};
 };

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -21,13 +22,6 @@ struct orchestrator_config {
   caf::timespan request_timeout = std::chrono::seconds{30};
 };
 
-/// A message waiting while its thread's conversation is being stopped.
-struct queued_route {
-  caf::typed_response_promise<accept_result> promise;
-  std::string client_id;
-  std::string text;
-};
-
 /// A thread as the orchestrator sees it.
 struct thread_entry {
   /// Route sequence number of the last message routed to the thread.
@@ -37,8 +31,9 @@ struct thread_entry {
   uint64_t floor = 0;
   /// True while the conversation is being stopped (passivation).
   bool stopping = false;
-  /// Messages that arrived while stopping, routed once it is gone.
-  std::vector<queued_route> queued;
+  /// Work that arrived while stopping (messages, cancels), run once the
+  /// conversation is gone.
+  std::vector<std::function<void()>> queued;
 };
 
 /// State of the orchestrator.

@@ -1,7 +1,9 @@
 #pragma once
 
 #include <functional>
+#include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +20,10 @@ struct persistence_config {
   std::string dir;
   /// Store options (sync, create).
   store_options options;
+  /// Shared by every incarnation of the node's persistence actor: true until
+  /// the first one has run the recovery on boot (a restarted persistence
+  /// actor must not: conversations are live then).
+  std::shared_ptr<std::atomic<bool>> boot_recovery_pending;
 };
 
 /// State of the persistence actor.
@@ -33,6 +39,8 @@ struct persistence_state {
 
   /// True while a flush message is on its way to ourselves.
   bool flush_scheduled = false;
+  /// The boot recovery's plan until the orchestrator has fetched it.
+  std::optional<recovery_plan> boot_plan;
 
   /// Commits the pending group and answers everyone waiting on it.
   void flush();

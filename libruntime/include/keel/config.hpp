@@ -59,6 +59,10 @@ struct scripted_step {
   bool crash = false;
   /// With `fail`: the Retry-After the simulated provider sends.
   std::optional<std::chrono::milliseconds> retry_after;
+  /// When non-empty, the answer also calls this tool (`tool.name`) with
+  /// `tool.arguments` (JSON text; `{input}` replaced as in `reply`).
+  std::string tool_name;
+  std::string tool_arguments;
 };
 
 /// One provider endpoint (`providers[]`).
@@ -227,6 +231,9 @@ struct storage_config {
   /// Sync every acknowledged write (the contract; turn off only for tests
   /// of throughput ceilings, never in production).
   bool sync = true;
+  /// Chaos testing only: lets `POST /api/v1/chaos/disk` make RocksDB's
+  /// writes fail (EIO or disk full) in the running node. Off by default.
+  bool fault_injection = false;
 };
 
 /// The whole node configuration.

@@ -66,6 +66,10 @@ enum class ec : uint8_t {
   /// Exit reason of an actor killed on purpose (`keelctl kill`); abnormal,
   /// and, unlike CAF's untrappable `exit_reason::kill`, trappable.
   killed,
+  /// The thread was cancelled (closed): it takes no new messages.
+  thread_closed,
+  /// A pending message of a thread was answered by its cancellation.
+  cancelled,
 };
 
 /// Returns the stable, machine-readable name of `x` (also used on the wire).

@@ -18,6 +18,15 @@ nlohmann::json to_json(const inbox_entry& x);
 nlohmann::json to_json(const log_entry& x);
 nlohmann::json to_json(const context_entry& x);
 nlohmann::json to_json(const provider_health_record& x);
+nlohmann::json to_json(const tree_link& x);
+nlohmann::json to_json(const outbox_entry& x);
+/// The outbox entry's fields plus `reason` and `at`.
+nlohmann::json to_json(const dead_letter& x);
+nlohmann::json to_json(const recovery_step& x);
+/// Stored in `meta` under `last_recovery`, served at GET /api/v1/recovery.
+nlohmann::json to_json(const recovery_report& x);
+/// One element of GET /api/v1/agents' `agents`.
+nlohmann::json to_json(const agent_info& x);
 
 caf::expected<session_record> session_record_from_json(const nlohmann::json& j);
 caf::expected<inbox_entry> inbox_entry_from_json(const nlohmann::json& j);
@@ -25,6 +34,14 @@ caf::expected<log_entry> log_entry_from_json(const nlohmann::json& j);
 caf::expected<context_entry> context_entry_from_json(const nlohmann::json& j);
 caf::expected<provider_health_record>
 provider_health_record_from_json(const nlohmann::json& j);
+caf::expected<tree_link> tree_link_from_json(const nlohmann::json& j);
+caf::expected<outbox_entry> outbox_entry_from_json(const nlohmann::json& j);
+caf::expected<dead_letter> dead_letter_from_json(const nlohmann::json& j);
+/// Missing counters read as 0 (a report of an older build); the times and
+/// `steps` are required.
+caf::expected<recovery_report>
+recovery_report_from_json(const nlohmann::json& j);
+caf::expected<agent_info> agent_info_from_json(const nlohmann::json& j);
 
 /// Serializes a record to its stored form (compact JSON).
 template <class T>
@@ -47,5 +64,13 @@ caf::expected<context_entry> decode<context_entry>(std::string_view text);
 template <>
 caf::expected<provider_health_record>
 decode<provider_health_record>(std::string_view text);
+template <>
+caf::expected<tree_link> decode<tree_link>(std::string_view text);
+template <>
+caf::expected<outbox_entry> decode<outbox_entry>(std::string_view text);
+template <>
+caf::expected<dead_letter> decode<dead_letter>(std::string_view text);
+template <>
+caf::expected<recovery_report> decode<recovery_report>(std::string_view text);
 
 } // namespace keel

@@ -8,6 +8,7 @@
 #include <string>
 #include <string_view>
 #include <variant>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -32,6 +33,10 @@ enum class client_frame_type : uint8_t {
   unsubscribe,
   history,
   ping,
+  /// Spawn a child agent of `thread` named `child`.
+  spawn,
+  /// Cancel `thread` and all its descendants.
+  cancel,
 };
 
 /// A decoded, validated client frame.
@@ -48,6 +53,8 @@ struct client_frame {
   seq_t after = 0;
   /// History: at most this many entries.
   size_t limit = 100;
+  /// Spawn: the child's thread id.
+  std::string child;
 };
 
 /// Why a client frame was refused. `code` is machine-readable and stable:
@@ -124,6 +131,17 @@ std::string history_frame(const std::string& id, const history_page& page);
 std::string subscribed_frame(const std::string& thread, bool subscribed,
                              const std::string& id);
 
+/// A spawn is durable (the child's session and tree link are synced):
+/// `{"type":"spawned","id","thread","child","created"}`; `created` is false
+/// for a resent spawn of an existing child.
+std::string spawned_frame(const spawn_result& result, const std::string& id);
+
+/// A cancel is done: `{"type":"cancelled","id","thread","threads"}` listing
+/// every thread it closed (the thread and its descendants).
+std::string cancelled_frame(const std::string& thread,
+                            const std::vector<std::string>& threads,
+                            const std::string& id);
+
 /// Answers a ping: `{"type":"pong","id"}`.
 std::string pong_frame(const std::string& id);
 
@@ -137,6 +155,9 @@ std::string unsubscribe_frame(const std::string& thread,
 std::string history_request_frame(const std::string& thread,
                                   const std::string& id, seq_t after,
                                   size_t limit);
+std::string spawn_frame(const std::string& parent, const std::string& child,
+                        const std::string& id);
+std::string cancel_frame(const std::string& thread, const std::string& id = {});
 std::string ping_frame(const std::string& id);
 
 /// A server frame as a client sees it.

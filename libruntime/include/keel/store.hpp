@@ -23,7 +23,9 @@
 namespace keel {
 
 /// The column families (DESIGN.md, "Persistence"), plus `client_ids`, the
-/// per-thread index of client message ids used to deduplicate resends.
+/// per-thread index of client message ids used to deduplicate resends, and
+/// `outbox`, messages between threads not delivered yet (seed 004's message
+/// log; see `outbox_entry`).
 /// Keys are `thread + '/' + 8-byte big-endian seq` (or `thread + '/' +
 /// client_id` in `client_ids`, plain `thread` in `sessions`), so a thread's
 /// data is one contiguous range. Thread ids never contain '/'.
@@ -53,8 +55,23 @@ struct store_options {
   bool sync = true;
   /// Create the database (and its folder) if it does not exist.
   bool create_if_missing = true;
+  /// Open for reading only (RocksDB's read-only mode: no lock taken, works
+  /// beside a running node, every stage/flush fails). For `keelctl verify`.
+  bool read_only = false;
   /// Test hook; null (the default) means the plain file system.
   std::shared_ptr<fault_injection> faults;
+};
+
+/// A record that a lenient read (see `store::sessions(bad)`) skipped because
+/// it cannot be decoded or does not match its key.
+struct bad_record {
+  /// The column family ("sessions", "log", ...).
+  std::string column_family;
+  /// The key, printable: `thread/seq` for seq keys, `parent/child` in
+  /// `tree`, the thread id in `sessions`.
+  std::string key;
+  /// What is wrong ("record is not valid JSON", "record has seq 9", ...).
+  std::string what;
 };
 
 /// Per-store counters (for status and benchmarks).
@@ -75,6 +92,8 @@ public:
   /// Opens (or creates) the database in `dir`. Fails with
   /// `ec::storage_open_failed` naming the folder and RocksDB's reason (locked
   /// by another process, not a directory, schema from a newer version, ...).
+  /// With `opts.read_only` nothing is created; column families the database
+  /// lacks (written by an older build) read as empty.
   static caf::expected<std::unique_ptr<store>>
   open(const std::string& dir, const store_options& opts = {});
 
@@ -103,24 +122,93 @@ public:
   /// Counts session records.
   virtual caf::expected<uint64_t> count_sessions() = 0;
 
+  /// Returns every session record, in key order. A record that cannot be
+  /// decoded fails the call with `ec::storage_corrupt` naming its key.
+  virtual caf::expected<std::vector<session_record>> sessions() = 0;
+
+  /// Returns every tree link, in key order (parent, then child).
+  virtual caf::expected<std::vector<tree_link>> tree_links() = 0;
+
+  /// Returns the children of `parent` from the tree, in key order.
+  virtual caf::expected<std::vector<std::string>>
+  children(const std::string& parent) = 0;
+
+  /// Returns every undelivered outbox entry, in key order.
+  virtual caf::expected<std::vector<outbox_entry>> outbox() = 0;
+
+  /// Returns the number of inbox entries per thread, for threads that have
+  /// any, in key order.
+  virtual caf::expected<std::vector<std::pair<std::string, uint64_t>>>
+  inbox_counts() = 0;
+
+  /// Everything stored about one thread, for the invariant checker: the
+  /// whole log, the inbox, the client id index (client id -> seq) and the
+  /// outbox. Fails with `ec::storage_corrupt` naming the first bad record.
+  virtual caf::expected<thread_dump> dump_thread(const std::string& thread)
+    = 0;
+
+  /// Returns every dead letter, in key order.
+  virtual caf::expected<std::vector<dead_letter>> dead_letters() = 0;
+
+  // Lenient reads for the invariant checker: like the reads above, but a
+  // record that cannot be decoded (or does not match its key) is appended to
+  // `bad` and skipped, so that one corrupt record hides nothing else. They
+  // fail only when the database cannot be read at all.
+
+  virtual caf::expected<std::vector<session_record>>
+  sessions(std::vector<bad_record>& bad) = 0;
+
+  virtual caf::expected<std::vector<tree_link>>
+  tree_links(std::vector<bad_record>& bad) = 0;
+
+  virtual caf::expected<std::vector<outbox_entry>>
+  outbox(std::vector<bad_record>& bad) = 0;
+
+  virtual caf::expected<thread_dump>
+  dump_thread(const std::string& thread, std::vector<bad_record>& bad) = 0;
+
   /// Returns every provider health record, in key order.
   virtual caf::expected<std::vector<provider_health_record>> health() = 0;
   /// Reads a `meta` value, or `ec::not_found`.
   virtual caf::expected<std::string> meta(const std::string& key) = 0;
 
   // -- staged writes -----------------------------------------------------------
+  //
+  // On a read-only store every write fails with `ec::storage_io` ("... is
+  // open read-only"): the ones returning a result at once, the others (and
+  // every flush) at the next flush.
 
   /// Stages accepting a message: unless `req.entry.client_id` is already
   /// known for the thread (on disk or staged), stages the inbox entry, the
   /// user log entry, the client id index entry and, if requested, the
-  /// session record. Returns the seq of the message and whether it was a
-  /// duplicate (then nothing is staged and `seq` is the earlier message's).
+  /// session record. If `req.outbox_from` is set, the outbox entry
+  /// `outbox_from/outbox_seq` is removed in the same batch (also for a
+  /// duplicate: the message is in the target already). Returns the seq of
+  /// the message and whether it was a duplicate (then nothing else is
+  /// staged and `seq` is the earlier message's).
   virtual caf::expected<accept_result> stage_accept(const accept_request& req)
     = 0;
 
   /// Stages a turn's commit: removes the inbox entry, adds the context and
-  /// log entries.
+  /// log entries, and writes what else the commit carries (session record,
+  /// spawned children's sessions and links, outbox entries). Spawned
+  /// children are written as given: `stage_spawn`'s checks are the caller's
+  /// (a later `stage_spawn` in the same group sees them).
   virtual void stage_commit(const turn_commit& commit) = 0;
+
+  /// Stages a spawn: the child's session record and its tree link. Fails
+  /// with `ec::not_found` if the parent has no session (committed or
+  /// staged), `ec::conflict` if the parent is CLOSED or the child exists
+  /// with another parent or as a root. A child that exists under the same
+  /// parent is a resent spawn: nothing is staged, `created == false`.
+  virtual caf::expected<spawn_result> stage_spawn(const spawn_request& req)
+    = 0;
+
+  /// Stages moving an undeliverable outbox entry to `dead_letters` (key
+  /// `from/seq`, the entry plus `reason` and the wall clock time), removing
+  /// it from the outbox.
+  virtual void stage_dead_letter(const outbox_entry& entry,
+                                 const std::string& reason) = 0;
 
   /// Stages writing a session record (create or update).
   virtual void stage_session(const session_record& rec) = 0;
@@ -133,7 +221,9 @@ public:
 
   /// Number of operations staged since the last flush: one per call of a
   /// `stage_*` function that staged something (an accept, a commit, a
-  /// session, a meta value each count 1; a duplicate accept counts 0).
+  /// session, a meta value each count 1; a duplicate accept counts 0, or 1
+  /// when it removes an outbox entry, which then needs a flush like any
+  /// other write).
   virtual size_t staged() const = 0;
 
   /// Writes everything staged as one WriteBatch (synced when the options say

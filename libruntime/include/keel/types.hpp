@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <caf/meta/type_name.hpp>
@@ -47,10 +48,16 @@ struct session_record {
   std::string pool;
   /// Model name, when the thread pins one.
   std::string model;
+  /// The provider that answered the thread last; empty until one has.
+  std::string provider;
   /// Current lifecycle state.
   session_state state = session_state::suspended;
   /// Creation time.
   millis created_at = 0;
+  /// Set by the recovery on boot when it found the session ACTIVE (the node
+  /// died while the thread was live): the thread's next turn carries the
+  /// recovery prompt, and its commit clears the mark. 0 otherwise.
+  millis recovered_at = 0;
   /// Opaque provider state (seed 004: stored, never interpreted).
   std::string provider_state;
 };
@@ -58,7 +65,70 @@ struct session_record {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, session_record& x) {
   return f(caf::meta::type_name("keel::session_record"), x.thread, x.parent,
-           x.pool, x.model, x.state, x.created_at, x.provider_state);
+           x.pool, x.model, x.provider, x.state, x.created_at,
+           x.recovered_at, x.provider_state);
+}
+
+/// One parent -> child link of the agent tree (column family `tree`, key
+/// `parent + '/' + child`). Written with the child's session record, in the
+/// same synced batch, before the spawn is acknowledged.
+struct tree_link {
+  std::string parent;
+  std::string child;
+  millis created_at = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, tree_link& x) {
+  return f(caf::meta::type_name("keel::tree_link"), x.parent, x.child,
+           x.created_at);
+}
+
+/// A message one thread sends another (column family `outbox`, key
+/// `from + '/' + 8-byte big-endian seq`): seed 004's message log. Written in
+/// the same batch as the turn that produced it; removed in the same batch
+/// that appends it to the target's inbox (the "delivered" mark), so it is
+/// always in exactly one of the two places. The target deduplicates by
+/// `client_id`, so delivering it again after a crash is harmless.
+struct outbox_entry {
+  /// The sending thread.
+  std::string from;
+  /// A sequence number of the sender's thread reserved for this message
+  /// (taken after the turn's log entry; the log has no entry with it).
+  seq_t seq = 0;
+  /// The target thread.
+  std::string to;
+  /// The deduplication key in the target: `agent:` + from + `:` + seq.
+  std::string client_id;
+  /// The message text as the target's model sees it.
+  std::string text;
+  millis created_at = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, outbox_entry& x) {
+  return f(caf::meta::type_name("keel::outbox_entry"), x.from, x.seq, x.to,
+           x.client_id, x.text, x.created_at);
+}
+
+/// Returns the deduplication key of a message from thread `from`, log entry
+/// `seq`: `agent:<from>:<seq>`.
+std::string agent_client_id(const std::string& from, seq_t seq);
+
+/// An outbox entry that could not be delivered (column family
+/// `dead_letters`, key `from + '/' + 8-byte big-endian seq`).
+struct dead_letter {
+  outbox_entry entry;
+  /// Why it could not be delivered (e.g. "target thread t9 has no session").
+  std::string reason;
+  /// When it was moved out of the outbox.
+  millis at = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, dead_letter& x) {
+  return f(caf::meta::type_name("keel::dead_letter"), x.entry, x.reason,
+           x.at);
 }
 
 /// An accepted message that has not been answered yet (column family
@@ -151,14 +221,33 @@ struct thread_snapshot {
   std::vector<context_entry> context;
   /// The next free sequence number.
   seq_t next_seq = 1;
+  /// Messages this thread sent that are not delivered yet, in seq order.
+  std::vector<outbox_entry> outbox;
+  /// The thread's children (from the tree), in key order.
+  std::vector<std::string> children;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, thread_snapshot& x) {
   return f(caf::meta::type_name("keel::thread_snapshot"), x.exists, x.session,
-           x.inbox,
-           x.context, x.next_seq);
+           x.inbox, x.context, x.next_seq, x.outbox, x.children);
 }
+
+/// Everything stored about one thread (for the invariant checker).
+struct thread_dump {
+  std::string thread;
+  /// The whole log in order.
+  std::vector<log_entry> log;
+  /// Unanswered messages in order.
+  std::vector<inbox_entry> inbox;
+  /// The client id index: client id -> seq of the user message.
+  std::vector<std::pair<std::string, seq_t>> client_ids;
+  /// The thread's undelivered outgoing messages in order.
+  std::vector<outbox_entry> outbox;
+  /// The model's working memory in order (read so that every record of the
+  /// thread is checked).
+  std::vector<context_entry> context;
+};
 
 /// A message to append to a thread's inbox (and log) with one synced write.
 struct accept_request {
@@ -170,12 +259,17 @@ struct accept_request {
   session_record session;
   /// The entry to append (its `seq` assigned by the conversation actor).
   inbox_entry entry;
+  /// For a message from another thread: the outbox entry it came from
+  /// (`from` thread and `seq`), removed in the same batch. Empty `from` for
+  /// client messages.
+  std::string outbox_from;
+  seq_t outbox_seq = 0;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, accept_request& x) {
   return f(caf::meta::type_name("keel::accept_request"), x.thread,
-           x.create_session, x.session, x.entry);
+           x.create_session, x.session, x.entry, x.outbox_from, x.outbox_seq);
 }
 
 /// The outcome of an accept: where the message is, and whether it had been
@@ -203,12 +297,128 @@ struct turn_commit {
   std::vector<context_entry> context;
   /// Log entries to add (the reply or the error).
   std::vector<log_entry> log;
+  /// When set, the thread's session record is rewritten with the commit
+  /// (provider used, recovery mark cleared, CLOSED on cancel).
+  bool write_session = false;
+  session_record session;
+  /// Children spawned by this turn: their session records and tree links,
+  /// written with the commit (before the spawn is acknowledged to anyone).
+  std::vector<session_record> spawned;
+  std::vector<tree_link> links;
+  /// Messages to other threads (to children, or the reply forwarded to the
+  /// parent), written to the outbox with the commit.
+  std::vector<outbox_entry> outbox;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, turn_commit& x) {
   return f(caf::meta::type_name("keel::turn_commit"), x.thread, x.inbox_seq,
-           x.context, x.log);
+           x.context, x.log, x.write_session, x.session, x.spawned, x.links,
+           x.outbox);
+}
+
+/// A spawn of a child agent: the child's session record (its `parent` set)
+/// and link, written in one synced batch.
+struct spawn_request {
+  session_record child;
+  tree_link link;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, spawn_request& x) {
+  return f(caf::meta::type_name("keel::spawn_request"), x.child, x.link);
+}
+
+/// The outcome of a spawn: `created` is false when the same child of the
+/// same parent existed already (a resent spawn; nothing was written).
+struct spawn_result {
+  std::string parent;
+  std::string child;
+  bool created = false;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, spawn_result& x) {
+  return f(caf::meta::type_name("keel::spawn_result"), x.parent, x.child,
+           x.created);
+}
+
+/// One step of a recovery on boot: how many items it handled and how long
+/// it took.
+struct recovery_step {
+  /// "read_sessions", "rebuild_tree", "suspend_active", "scan_undelivered",
+  /// "resume_roots", "resume_children".
+  std::string name;
+  uint64_t count = 0;
+  /// Duration in microseconds.
+  int64_t micros = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, recovery_step& x) {
+  return f(caf::meta::type_name("keel::recovery_step"), x.name, x.count,
+           x.micros);
+}
+
+/// What the recovery on boot found and did (seed 004's procedure), stored in
+/// `meta` under `last_recovery` and served by `keelctl recovery`.
+struct recovery_report {
+  /// Wall clock at the start and end of the recovery.
+  millis started_at = 0;
+  millis finished_at = 0;
+  /// Session records read, and how many of them were roots.
+  uint64_t sessions = 0;
+  uint64_t roots = 0;
+  /// Tree links read.
+  uint64_t links = 0;
+  /// Sessions found ACTIVE and marked SUSPENDED.
+  uint64_t suspended = 0;
+  /// Unanswered inbox entries, and the threads holding them.
+  uint64_t inbox_messages = 0;
+  uint64_t inbox_threads = 0;
+  /// Outbox entries (messages between threads) not delivered yet: re-sent.
+  uint64_t outbox_messages = 0;
+  /// Threads started at boot: roots with pending work, then children whose
+  /// pending messages demand them.
+  uint64_t roots_resumed = 0;
+  uint64_t children_resumed = 0;
+  /// Children of CLOSED parents found still open: their cancel is finished.
+  uint64_t cancels_finished = 0;
+  /// Inconsistencies found and how they were handled (named, one per line).
+  std::vector<std::string> problems;
+  /// The steps in order.
+  std::vector<recovery_step> steps;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, recovery_report& x) {
+  return f(caf::meta::type_name("keel::recovery_report"), x.started_at,
+           x.finished_at, x.sessions, x.roots, x.links, x.suspended,
+           x.inbox_messages, x.inbox_threads, x.outbox_messages,
+           x.roots_resumed, x.children_resumed, x.cancels_finished,
+           x.problems, x.steps);
+}
+
+/// One agent of the agent tree (a thread with a session) with its children,
+/// as GET /api/v1/agents and `keelctl tree --agents` show it.
+struct agent_info {
+  std::string thread;
+  /// Empty for roots.
+  std::string parent;
+  /// The session state's stored name ("ACTIVE", "SUSPENDED", "CLOSED").
+  std::string state;
+  std::string pool;
+  std::string model;
+  std::string provider;
+  millis created_at = 0;
+  /// Child thread ids, from the tree.
+  std::vector<std::string> children;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, agent_info& x) {
+  return f(caf::meta::type_name("keel::agent_info"), x.thread, x.parent,
+           x.state, x.pool, x.model, x.provider, x.created_at, x.children);
 }
 
 /// A page of a thread's history.
@@ -278,6 +488,29 @@ typename Inspector::result_type inspect(Inspector& f,
            x.provider, x.status, x.breaker, x.consecutive_failures,
            x.last_error, x.last_error_class, x.last_success, x.cooldown_until,
            x.calls, x.failures);
+}
+
+/// What the recovery found to do, handed from the persistence actor (which
+/// ran the on-disk steps before serving anything) to the orchestrator (which
+/// resumes threads).
+struct recovery_plan {
+  /// True for the plan made at boot (its report is stored); false for the
+  /// plan an orchestrator restart asks for (resume pending work only).
+  bool boot = false;
+  /// The report so far (steps 1-4); the orchestrator adds steps 5-6.
+  recovery_report report;
+  /// Root threads with pending work (inbox or outbox entries).
+  std::vector<std::string> roots;
+  /// Child threads with pending work.
+  std::vector<std::string> children;
+  /// Open threads under a CLOSED ancestor: an interrupted cancel.
+  std::vector<std::string> cancels;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, recovery_plan& x) {
+  return f(caf::meta::type_name("keel::recovery_plan"), x.boot, x.report,
+           x.roots, x.children, x.cancels);
 }
 
 } // namespace keel

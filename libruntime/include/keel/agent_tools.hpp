@@ -1,0 +1,40 @@
+#pragma once
+
+// The built-in agent tools a model may call (issue 5, "Agents and
+// sub-agents"): `spawn_agent {"name", "task"}` creates a child agent of the
+// calling thread and sends it the task; `message_agent {"name", "text"}`
+// sends an existing child a message. A child's id is the parent's id, a dot
+// and the name, so it is stable across resends and crashes.
+
+#include <optional>
+#include <string>
+
+#include "keel/error.hpp"
+#include "keel/provider.hpp"
+
+namespace keel {
+
+/// What an agent tool call asks for.
+struct agent_action {
+  /// True for `spawn_agent` (create the child if it does not exist).
+  bool spawn = false;
+  /// The child's thread id.
+  std::string child;
+  /// The message for the child.
+  std::string text;
+};
+
+/// The tool names.
+constexpr const char* spawn_agent_tool = "spawn_agent";
+constexpr const char* message_agent_tool = "message_agent";
+
+/// Returns nullopt when `call` is not an agent tool; otherwise the action or
+/// an error (`ec::bad_frame`) naming what is wrong with its arguments.
+std::optional<caf::expected<agent_action>>
+parse_agent_tool_call(const tool_call& call, const std::string& parent);
+
+/// The child id of agent `name` under `parent`.
+std::string child_thread_id(const std::string& parent,
+                            const std::string& name);
+
+} // namespace keel

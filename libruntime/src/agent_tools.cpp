@@ -1,0 +1,69 @@
+#include "keel/agent_tools.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include "keel/types.hpp"
+
+namespace keel {
+
+namespace {
+
+// Names are short and plain: they become part of a thread id.
+bool valid_agent_name(const std::string& name) {
+  if (name.empty() || name.size() > 32)
+    return false;
+  for (auto c : name)
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
+          || (c >= '0' && c <= '9') || c == '_' || c == '-'))
+      return false;
+  return true;
+}
+
+caf::error bad_call(const tool_call& call, const std::string& what) {
+  return caf::make_error(ec::bad_frame,
+                         "tool call " + call.name + ": " + what);
+}
+
+} // namespace
+
+std::string child_thread_id(const std::string& parent,
+                            const std::string& name) {
+  return parent + "." + name;
+}
+
+std::optional<caf::expected<agent_action>>
+parse_agent_tool_call(const tool_call& call, const std::string& parent) {
+  agent_action action;
+  const char* text_field = nullptr;
+  if (call.name == spawn_agent_tool) {
+    action.spawn = true;
+    text_field = "task";
+  } else if (call.name == message_agent_tool) {
+    text_field = "text";
+  } else {
+    return std::nullopt;
+  }
+  auto args = nlohmann::json::parse(call.arguments, nullptr, false);
+  if (args.is_discarded() || !args.is_object())
+    return bad_call(call, "arguments are not a JSON object");
+  auto name = args.find("name");
+  if (name == args.end() || !name->is_string())
+    return bad_call(call, "missing string field 'name'");
+  auto name_str = name->get<std::string>();
+  if (!valid_agent_name(name_str))
+    return bad_call(call, "name '" + name_str
+                            + "' must be 1 to 32 of [A-Za-z0-9_-]");
+  action.child = child_thread_id(parent, name_str);
+  if (!valid_thread_id(action.child))
+    return bad_call(call, "the child id '" + action.child
+                            + "' is too long (the tree is too deep)");
+  auto text = args.find(text_field);
+  if (text == args.end() || !text->is_string()
+      || text->get_ref<const std::string&>().empty())
+    return bad_call(call, "missing non-empty string field '"
+                            + std::string{text_field} + "'");
+  action.text = text->get<std::string>();
+  return action;
+}
+
+} // namespace keel

@@ -1,0 +1,221 @@
+#define CAF_SUITE agents
+
+#include <caf/test/unit_test.hpp>
+
+#include "node_process.hpp"
+#include "temp_dir.hpp"
+
+#include "keel/protocol.hpp"
+
+using namespace keel;
+using namespace keel::test;
+using namespace std::chrono_literals;
+using nlohmann::json;
+
+namespace {
+
+// A scripted pool: "delegate" makes the model call spawn_agent (task
+// "summarize the report"); "tell" calls message_agent ("keep going"); "slow"
+// answers after 2 s (so a cancel finds pending work); everything else is
+// answered at once. The tasks do not contain the triggers, or every child
+// would spawn a grandchild in turn.
+std::string agents_yaml(const temp_dir& dir) {
+  return "node:\n  name: agents-test\n  data_dir: " + dir.str()
+         + "/data\n"
+           "gateway:\n  port: 0\n"
+           "logging:\n  level: warn\n"
+           "providers:\n"
+           "  - name: agent-script\n    kind: scripted\n"
+           "    script:\n"
+           "      - match: \"delegate \"\n"
+           "        reply: \"delegating\"\n"
+           "        tool:\n          name: spawn_agent\n"
+           "          arguments: '{\"name\": \"helper\", \"task\": "
+           "\"summarize the report\"}'\n"
+           "      - match: \"tell \"\n"
+           "        reply: \"telling\"\n"
+           "        tool:\n          name: message_agent\n"
+           "          arguments: '{\"name\": \"helper\", \"text\": "
+           "\"keep going\"}'\n"
+           "      - match: \"slow\"\n"
+           "        reply: \"slow answer\"\n"
+           "        delay: 2s\n"
+           "      - reply: \"answer to {input}\"\n"
+           "pools:\n  - name: default\n    chain: [agent-script]\n";
+}
+
+struct fixture {
+  temp_dir dir{"keel-agents"};
+  node_process node{dir.str(), agents_yaml(dir)};
+  std::unique_ptr<ws_client> ws = connect_client(node.address());
+
+  // Sends and waits for the ack; returns the user message's seq.
+  uint64_t send(const std::string& thread, const std::string& id,
+                const std::string& text) {
+    CAF_REQUIRE(!ws->send_text(protocol::send_frame(thread, id, text)));
+    auto ack = receive_until(
+      *ws, [&](auto& j) { return j["type"] == "ack" && j["id"] == id; });
+    CAF_REQUIRE(ack);
+    return (*ack)["seq"].get<uint64_t>();
+  }
+
+  // Sends a frame and returns the first answer with this id.
+  json request(const std::string& frame, const std::string& id) {
+    CAF_REQUIRE(!ws->send_text(frame));
+    auto answer = receive_until(*ws, [&](auto& j) {
+      return j["type"] != "status" && j["type"] != "delta" && j.contains("id")
+             && j["id"] == id;
+    });
+    CAF_REQUIRE(answer);
+    return *answer;
+  }
+
+  json history(const std::string& thread) {
+    CAF_REQUIRE(!ws->send_text(
+      protocol::history_request_frame(thread, "h-" + thread, 0, 1000)));
+    auto page = receive_until(*ws, [&](auto& j) {
+      return j["type"] == "history" && j["thread"] == thread;
+    });
+    CAF_REQUIRE(page);
+    return (*page)["entries"];
+  }
+
+  // Polls the history until `pred` holds for it (bounded).
+  template <class Pred>
+  json history_until(const std::string& thread, Pred pred) {
+    auto deadline = std::chrono::steady_clock::now() + 20s;
+    auto entries = history(thread);
+    while (!pred(entries) && std::chrono::steady_clock::now() < deadline)
+      entries = history(thread);
+    return entries;
+  }
+};
+
+// Entries of a log whose text contains `needle`.
+size_t count_text(const json& entries, const std::string& kind,
+                  const std::string& needle) {
+  size_t n = 0;
+  for (auto& e : entries)
+    if (e["kind"] == kind
+        && e["text"].get<std::string>().find(needle) != std::string::npos)
+      ++n;
+  return n;
+}
+
+} // namespace
+
+CAF_TEST_FIXTURE_SCOPE(agents_tests, fixture)
+
+CAF_TEST(a spawned child answers and its reply reaches the parent) {
+  send("p", "m1", "hello");
+  auto bad = request(protocol::spawn_frame("nobody", "nobody.c", "s0"), "s0");
+  CAF_CHECK_EQUAL(bad["type"], "error");
+  CAF_CHECK_EQUAL(bad["code"], "not_found");
+  auto spawned = request(protocol::spawn_frame("p", "p.c", "s1"), "s1");
+  CAF_CHECK_EQUAL(spawned["type"], "spawned");
+  CAF_CHECK_EQUAL(spawned["child"], "p.c");
+  CAF_CHECK_EQUAL(spawned["created"], true);
+  auto again = request(protocol::spawn_frame("p", "p.c", "s2"), "s2");
+  CAF_CHECK_EQUAL(again["created"], false);
+  send("p.c", "c1", "work item");
+  // The child's reply arrives in the parent as a message, answered once.
+  auto parent = history_until("p", [](const json& entries) {
+    return count_text(entries, "reply", "[agent p.c] answer to work item")
+           == 1;
+  });
+  CAF_CHECK_EQUAL(count_text(parent, "user", "[agent p.c] answer to work "
+                                             "item"),
+                  1u);
+  CAF_CHECK_EQUAL(count_text(parent, "reply", "answer to [agent p.c] answer "
+                                              "to work item"),
+                  1u);
+  auto out = run_command({tool_binary("keelctl"), "tree", "--agents",
+                          "--node", node.address().host + ":"
+                                      + std::to_string(node.address().port)});
+  CAF_CHECK_EQUAL(out.exit_code, 0);
+  CAF_CHECK(out.out.find("p.c") != std::string::npos);
+}
+
+CAF_TEST(the model spawns and messages a child through the agent tools) {
+  send("q", "m1", "delegate the summary");
+  auto child = history_until("q.helper", [](const json& entries) {
+    return count_text(entries, "reply", "answer to [parent q]") == 1;
+  });
+  CAF_CHECK_EQUAL(count_text(child, "user",
+                             "[parent q] summarize the report"),
+                  1u);
+  auto parent = history_until("q", [](const json& entries) {
+    return count_text(entries, "reply", "answer to [agent q.helper]") == 1;
+  });
+  CAF_CHECK_EQUAL(count_text(parent, "reply", "[spawned agent q.helper]"),
+                  1u);
+  send("q", "m2", "tell the helper");
+  auto child2 = history_until("q.helper", [](const json& entries) {
+    return count_text(entries, "reply", "answer to [parent q] keep going")
+           == 1;
+  });
+  CAF_CHECK_EQUAL(count_text(child2, "user", "[parent q] keep going"), 1u);
+  parent = history(("q"));
+  CAF_CHECK_EQUAL(count_text(parent, "reply", "[message to agent q.helper]"),
+                  1u);
+}
+
+CAF_TEST(cancelling a parent cancels its children and answers pending work) {
+  send("r", "m1", "hello");
+  auto a = request(protocol::spawn_frame("r", "r.a", "s1"), "s1");
+  CAF_CHECK_EQUAL(a["type"], "spawned");
+  auto b = request(protocol::spawn_frame("r.a", "r.a.b", "s2"), "s2");
+  CAF_CHECK_EQUAL(b["type"], "spawned");
+  send("r.a.b", "b1", "slow one");
+  send("r.a.b", "b2", "slow two");
+  auto cancelled = request(protocol::cancel_frame("r", "x1"), "x1");
+  CAF_REQUIRE_EQUAL(cancelled["type"], "cancelled");
+  auto threads = cancelled["threads"].get<std::vector<std::string>>();
+  CAF_CHECK_EQUAL(threads,
+                  (std::vector<std::string>{"r", "r.a", "r.a.b"}));
+  // Every acknowledged message got exactly one outcome.
+  auto log = history("r.a.b");
+  size_t outcomes = 0;
+  for (auto& e : log)
+    if (e["kind"] != "user")
+      ++outcomes;
+  CAF_CHECK_EQUAL(outcomes, 2u);
+  CAF_CHECK_GREATER_OR_EQUAL(count_text(log, "error", "cancelled"), 1u);
+  auto refused = request(protocol::send_frame("r.a", "a9", "more"), "a9");
+  CAF_CHECK_EQUAL(refused["type"], "error");
+  CAF_CHECK_EQUAL(refused["code"], "thread_closed");
+}
+
+CAF_TEST(a restart after kill -9 recovers and reports what it did) {
+  send("k", "m1", "hello");
+  auto spawned = request(protocol::spawn_frame("k", "k.c", "s1"), "s1");
+  CAF_CHECK_EQUAL(spawned["type"], "spawned");
+  send("k.c", "c1", "slow pending");
+  node.kill9();
+  node.start();
+  ws = connect_client(node.address());
+  // The pending message is answered after the restart, exactly once.
+  auto child = history_until("k.c", [](const json& entries) {
+    return count_text(entries, "reply", "slow answer") == 1;
+  });
+  CAF_CHECK_EQUAL(count_text(child, "reply", "slow answer"), 1u);
+  auto node_arg = node.address().host + ":"
+                  + std::to_string(node.address().port);
+  auto out = run_command({tool_binary("keelctl"), "recovery", "--json",
+                          "--node", node_arg});
+  CAF_REQUIRE_EQUAL(out.exit_code, 0);
+  auto report = json::parse(out.out);
+  CAF_CHECK_GREATER_OR_EQUAL(report["suspended"].get<uint64_t>(), 1u);
+  CAF_CHECK_EQUAL(report["inbox_messages"].get<uint64_t>(), 1u);
+  CAF_CHECK_EQUAL(report["sessions"].get<uint64_t>(), 2u);
+  CAF_CHECK_EQUAL(report["links"].get<uint64_t>(), 1u);
+  CAF_CHECK_EQUAL(report["steps"].size(), 6u);
+  CAF_REQUIRE_EQUAL(node.stop(), 0);
+  auto verify = run_command({tool_binary("keelctl"), "verify", "--data-dir",
+                             dir.str() + "/data/db"});
+  CAF_CHECK_EQUAL(verify.exit_code, 0);
+  if (verify.exit_code != 0)
+    CAF_MESSAGE(verify.out << verify.err);
+}
+
+CAF_TEST_FIXTURE_SCOPE_END()

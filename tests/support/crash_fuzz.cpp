@@ -1,0 +1,1279 @@
+// The runner of the seeded crash fuzzer (see crash_fuzz.hpp).
+
+#include "crash_fuzz.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "child_process.hpp"
+#include "node_process.hpp"
+
+#include "keel/protocol.hpp"
+#include "keel/ws_client.hpp"
+
+namespace keel::fuzz {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+
+/// How long one operation may wait for its answer.
+constexpr auto op_timeout = 30s;
+
+/// Errors after which a send is safe and right to repeat (docs/protocol.md).
+bool transient(const std::string& code) {
+  return code == "unavailable" || code == "overloaded" || code == "storage_io"
+         || code == "internal" || code == "timeout";
+}
+
+std::string str(const json& j, const char* key) {
+  auto i = j.find(key);
+  return i != j.end() && i->is_string() ? i->get<std::string>()
+                                        : std::string{};
+}
+
+uint64_t num(const json& j, const char* key) {
+  auto i = j.find(key);
+  return i != j.end() && i->is_number_unsigned() ? i->get<uint64_t>() : 0;
+}
+
+/// One log entry as history (and reply/error) frames show it.
+struct entry {
+  uint64_t seq = 0;
+  std::string kind;
+  std::string client_id;
+  uint64_t reply_to = 0;
+  std::string text;
+  std::string code;
+
+  bool is_outcome() const {
+    return kind == "reply" || kind == "error";
+  }
+
+  bool same_as(const entry& other) const {
+    return seq == other.seq && kind == other.kind
+           && client_id == other.client_id && reply_to == other.reply_to
+           && text == other.text && code == other.code;
+  }
+};
+
+entry entry_from_history(const json& j) {
+  return entry{num(j, "seq"),       str(j, "kind"), str(j, "client_id"),
+               num(j, "reply_to"), str(j, "text"), str(j, "code")};
+}
+
+std::string to_string(const entry& e) {
+  std::string result = "#" + std::to_string(e.seq) + " " + e.kind + " "
+                       + e.client_id;
+  if (e.reply_to != 0)
+    result += " ->#" + std::to_string(e.reply_to);
+  if (!e.code.empty())
+    result += " [" + e.code + "]";
+  auto text = e.text.size() > 60 ? e.text.substr(0, 57) + "..." : e.text;
+  return result + " \"" + text + "\"";
+}
+
+// The client frames the fuzzer sends beyond plain sends, behind one function
+// each (the encoders of keel/protocol.hpp).
+std::string spawn_request(const op& x) {
+  return protocol::spawn_frame(x.thread, x.child, x.id);
+}
+
+std::string cancel_request(const op& x) {
+  return protocol::cancel_frame(x.thread, x.id);
+}
+
+/// What the fuzzer knows of one thread, kept outside the node.
+struct thread_record {
+  /// The log as last read from the node (history frames).
+  std::vector<entry> log;
+  /// Acknowledged client ids and their seq.
+  std::map<std::string, uint64_t> acked;
+  /// Client ids refused with `thread_closed`: never stored.
+  std::set<std::string> refused;
+  /// Outcome frames (reply, error with reply_to) seen live, by seq.
+  std::map<uint64_t, entry> observed;
+  /// reply_to -> seq of the outcome frames seen live.
+  std::map<uint64_t, uint64_t> observed_outcome_of;
+};
+
+/// How a wait for the node ended.
+enum class status { ok, died, failed };
+
+class runner {
+public:
+  runner(const fuzz_options& opts, fuzz_stats& stats, std::string argv0)
+    : opts_(opts),
+      stats_(stats),
+      argv0_(std::move(argv0)),
+      sabotage_(opts.sabotage) {
+    // nop
+  }
+
+  ~runner() {
+    ws_.reset();
+    node_.reset();
+    ::unsetenv("KEEL_KILL_AT");
+    // A sabotaged run fails on purpose: nothing to look at afterwards.
+    if (remove_work_dir_ && (failures_.empty() || !opts_.sabotage.empty())) {
+      std::error_code ignored;
+      std::filesystem::remove_all(work_dir_, ignored);
+    }
+  }
+
+  int run() {
+    auto started = clock_type::now();
+    if (!setup())
+      return finish(started);
+    gen_ = std::make_unique<generator>(opts_.seed, stats_.used, opts_.shape);
+    for (uint64_t i = 0; i < opts_.iterations; ++i) {
+      if (opts_.duration.count() > 0
+          && clock_type::now() - started >= opts_.duration) {
+        say("duration of " + std::to_string(opts_.duration.count())
+            + " s reached after " + std::to_string(i) + " iterations");
+        break;
+      }
+      auto plan = gen_->next();
+      if (plan.first_of_generation && plan.index > 0
+          && (!checkpoint() || !new_generation(plan.generation)))
+        return finish(started);
+      if (!run_iteration(plan))
+        return finish(started);
+      ++stats_.iterations;
+      if ((i + 1) % opts_.verify_every == 0 && i + 1 < opts_.iterations
+          && !checkpoint())
+        return finish(started);
+    }
+    checkpoint();
+    if (failures_.empty() && opts_.require_all)
+      require_all();
+    return finish(started);
+  }
+
+private:
+  // -- output -----------------------------------------------------------------
+
+  void say(const std::string& line) {
+    std::cerr << "keel-crash-fuzz: " << line << std::endl;
+  }
+
+  void violation(const std::string& what) {
+    ++stats_.violations;
+    failures_.push_back(what);
+  }
+
+  int finish(clock_type::time_point started) {
+    stats_.seconds = std::chrono::duration<double>(clock_type::now() - started)
+                       .count();
+    if (failures_.empty())
+      return 0;
+    report_failure();
+    return 1;
+  }
+
+  void report_failure() {
+    std::ostringstream out;
+    out << "\n==== CRASH FUZZ FAILED (seed " << opts_.seed << ", iteration "
+        << current_index_ << ") ====\n";
+    if (plan_) {
+      out << "iteration " << plan_->index << " (generation "
+          << plan_->generation << "), plan: " << to_string(plan_->kill)
+          << "\ncrash: " << (crash_.empty() ? "none yet" : crash_) << "\n"
+          << "operations of this iteration (earlier ones: same seed, "
+             "--verbose):\n";
+      for (size_t i = 0; i < plan_->ops.size(); ++i)
+        out << "  " << i << ". " << to_string(plan_->ops[i]) << "  "
+            << (i < op_results_.size() && !op_results_[i].empty()
+                  ? op_results_[i]
+                  : i == next_op_ ? "(sent, no answer)" : "(not run)")
+            << "\n";
+    }
+    out << "violations:\n";
+    for (auto& f : failures_)
+      out << "  - " << f << "\n";
+    if (node_) {
+      auto text = node_->stderr_text();
+      if (text.size() > 3000)
+        text = "..." + text.substr(text.size() - 3000);
+      out << "node stderr (end):\n" << text << "\n";
+    }
+    out << "replay: " << replay_command() << "\n";
+    if (opts_.sabotage.empty() || !remove_work_dir_)
+      out << "work dir kept: " << work_dir_ << "\n";
+    std::cerr << out.str();
+  }
+
+  std::string replay_command() const {
+    std::ostringstream cmd;
+    cmd << argv0_ << " --seed " << opts_.seed << " --iterations "
+        << current_index_ + 1
+        << " --node-binary " << opts_.node_binary << " --keelctl-binary "
+        << opts_.keelctl_binary << " --verify-every " << opts_.verify_every
+        << " --generation-length " << opts_.shape.generation_length
+        << " --min-ops " << opts_.shape.min_ops << " --max-ops "
+        << opts_.shape.max_ops << " --max-threads " << opts_.shape.max_threads
+        << " --provider-delay " << opts_.provider_delay;
+    return cmd.str();
+  }
+
+  void require_all() {
+    if (!stats_.used.spawn)
+      violation("--require-all: the node does not support spawn");
+    if (!stats_.used.cancel)
+      violation("--require-all: the node does not support cancel");
+    if (!stats_.verify_available)
+      violation("--require-all: keelctl has no verify command");
+    if (!stats_.kill_points_available)
+      violation("--require-all: keel-node has no --kill-at");
+    for (auto p : all_kill_points())
+      if (stats_.kill_points_fired[to_string(p)] == 0)
+        violation(std::string{"--require-all: kill point "} + to_string(p)
+                  + " never fired");
+  }
+
+  // -- setup ------------------------------------------------------------------
+
+  bool setup() {
+    if (opts_.work_dir.empty()) {
+      auto pattern = (std::filesystem::temp_directory_path()
+                      / "keel-crash-fuzz-XXXXXX")
+                       .string();
+      if (::mkdtemp(pattern.data()) == nullptr) {
+        violation("cannot create a work dir " + pattern);
+        return false;
+      }
+      work_dir_ = pattern;
+      remove_work_dir_ = true;
+    } else {
+      work_dir_ = opts_.work_dir;
+      std::filesystem::create_directories(work_dir_);
+    }
+    ::setenv("KEEL_NODE_BINARY", opts_.node_binary.c_str(), 1);
+    ::unsetenv("KEEL_KILL_AT");
+    auto help = test::run_command({opts_.node_binary, "--help"}, 30s);
+    stats_.kill_points_available = help.out.find("--kill-at")
+                                   != std::string::npos;
+    auto verify = test::run_command({opts_.keelctl_binary, "verify", "--help"},
+                                    30s);
+    stats_.verify_available = verify.exit_code == 0
+                              && verify.out.find("--data-dir")
+                                   != std::string::npos;
+    if (!new_generation(0) || !connect())
+      return false;
+    stats_.used.spawn = supports("spawn");
+    stats_.used.cancel = supports("cancel");
+    say("seed " + std::to_string(opts_.seed) + "; work dir " + work_dir_
+        + "; spawn " + (stats_.used.spawn ? "yes" : "NO") + ", cancel "
+        + (stats_.used.cancel ? "yes" : "NO") + ", kill points "
+        + (stats_.kill_points_available ? "yes" : "NO") + ", keelctl verify "
+        + (stats_.verify_available ? "yes" : "NO"));
+    return failures_.empty();
+  }
+
+  // A frame type the node does not know is refused with `unknown_type`;
+  // one it knows, sent without fields, with another code.
+  bool supports(const std::string& type) {
+    auto id = "probe-" + type;
+    if (ws_->send_text(json{{"type", type}, {"id", id}}.dump()))
+      return false;
+    json frame;
+    if (await([&](const json& j) { return str(j, "type") == "error"; }, frame,
+              10s)
+        != status::ok)
+      return false;
+    return str(frame, "code") != "unknown_type";
+  }
+
+  bool new_generation(uint64_t g) {
+    ws_.reset();
+    node_.reset();
+    records_.clear();
+    ++stats_.generations;
+    gen_dir_ = work_dir_ + "/gen-" + std::to_string(g);
+    std::error_code ignored;
+    std::filesystem::remove_all(gen_dir_, ignored);
+    std::filesystem::create_directories(gen_dir_);
+    stderr_offset_ = 0;
+    node_armed_ = false;
+    verified_ = false;
+    try {
+      ::unsetenv("KEEL_KILL_AT");
+      node_ = std::make_unique<test::node_process>(
+        gen_dir_, test::slow_echo_yaml("fuzz-" + std::to_string(g),
+                                       gen_dir_ + "/data",
+                                       opts_.provider_delay,
+                                       "logging:\n  level: warn\n"));
+    } catch (const std::exception& e) {
+      violation(std::string{"a fresh node did not start: "} + e.what());
+      return false;
+    }
+    return true;
+  }
+
+  // -- the node's life --------------------------------------------------------
+
+  /// Starts the node (armed with `kill_at` if set). Returns false if it did
+  /// not come up: a kill point fired during boot (recorded; `failures_`
+  /// stays empty) or it failed (a violation).
+  bool start_node(const std::optional<std::string>& kill_at) {
+    ws_.reset();
+    if (crashed_since_report_)
+      sabotage_before_restart();
+    if (kill_at)
+      ::setenv("KEEL_KILL_AT", kill_at->c_str(), 1);
+    stderr_offset_ = node_->stderr_text().size();
+    bool up = true;
+    std::string error;
+    verified_ = false;
+    try {
+      node_->start();
+    } catch (const std::exception& e) {
+      up = false;
+      error = e.what();
+    }
+    ::unsetenv("KEEL_KILL_AT");
+    ++stats_.restarts;
+    node_armed_ = up && kill_at.has_value();
+    if (!up && !record_death(true, error))
+      return false;
+    if (up && crashed_since_report_)
+      read_recovery_report();
+    return up;
+  }
+
+  // --sabotage lost / prefix (see fuzz_options::sabotage).
+  void sabotage_before_restart() {
+    for (auto& [thread, rec] : records_) {
+      if (rec.log.empty())
+        continue;
+      if (sabotage_ == "lost")
+        rec.acked.emplace("sabotage", rec.log.back().seq + 1);
+      else if (sabotage_ == "prefix")
+        rec.log.front().text += " (sabotaged)";
+      else
+        return;
+      say("sabotage: corrupted the record of " + thread + " (" + sabotage_
+          + ")");
+      sabotage_.clear();
+      return;
+    }
+  }
+
+  // --sabotage duplicate: a second outcome of one answered message.
+  void sabotage_after_read() {
+    if (sabotage_ != "duplicate")
+      return;
+    for (auto& [thread, rec] : records_) {
+      for (auto& e : rec.log) {
+        if (!e.is_outcome())
+          continue;
+        auto copy = e;
+        copy.seq = rec.log.back().seq + 1;
+        rec.log.push_back(copy);
+        say("sabotage: a second outcome in the record of " + thread);
+        sabotage_.clear();
+        return;
+      }
+    }
+  }
+
+  /// SIGTERM, expecting exit code 0. A kill point may fire while an armed
+  /// node shuts down; that counts as a kill.
+  bool stop_clean() {
+    ws_.reset();
+    stderr_offset_ = node_->stderr_text().size();
+    auto code = node_->stop();
+    ++stats_.clean_stops;
+    if (code == 0) {
+      node_armed_ = false;
+      return true;
+    }
+    if (node_armed_ && record_death(false, "exit code " + std::to_string(code)))
+      return true;
+    violation("graceful stop (SIGTERM) exited with " + std::to_string(code)
+              + " instead of 0");
+    return false;
+  }
+
+  void kill9(const std::string& why) {
+    ws_.reset();
+    node_->kill9();
+    node_armed_ = false;
+    ++stats_.kills;
+    crash_ += (crash_.empty() ? "" : "; ") + why;
+    crashed_since_report_ = true;
+  }
+
+  /// The node went away on its own: finds the kill point line. Returns
+  /// false (with a violation) when there is none.
+  bool record_death(bool during_boot, const std::string& detail) {
+    ws_.reset();
+    if (!test::poll_until([&] { return !node_->running(); }, 10s)) {
+      violation("the connection to the node broke but the node still runs"
+                + (detail.empty() ? "" : ": " + detail));
+      return false;
+    }
+    node_armed_ = false;
+    auto text = node_->stderr_text();
+    text = text.size() > stderr_offset_ ? text.substr(stderr_offset_) : "";
+    const std::string marker = "keel: kill point ";
+    auto at = text.find(marker);
+    if (at == std::string::npos) {
+      violation("the node died without a kill point firing"
+                + (detail.empty() ? "" : " (" + detail + ")")
+                + "; its stderr since the start:\n" + text);
+      return false;
+    }
+    auto line = text.substr(at + marker.size());
+    line = line.substr(0, line.find('\n'));
+    auto name = line.substr(0, line.find(' '));
+    ++stats_.kills;
+    ++stats_.kill_point_deaths;
+    ++stats_.kill_points_fired[name];
+    if (during_boot)
+      ++stats_.boot_deaths;
+    crash_ += (crash_.empty() ? "" : "; ") + std::string{"kill point "}
+              + line + (during_boot ? " during boot" : "") + " at op "
+              + std::to_string(next_op_);
+    crashed_since_report_ = true;
+    return true;
+  }
+
+  void read_recovery_report() {
+    auto report = api_call(node_->address(), "GET", "/api/v1/recovery");
+    if (!report)
+      return;
+    crashed_since_report_ = false;
+    ++stats_.recoveries;
+    auto& r = *report;
+    auto body = r.contains("report") && r["report"].is_object() ? r["report"]
+                                                                : r;
+    stats_.recovered_inbox_messages += num(body, "inbox_messages");
+    stats_.recovered_outbox_messages += num(body, "outbox_messages");
+    if (body.contains("problems") && body["problems"].is_array()
+        && !body["problems"].empty()) {
+      stats_.recovery_problems += body["problems"].size();
+      if (opts_.verbose)
+        say("recovery problems: " + body["problems"].dump());
+    }
+  }
+
+  /// Stops the node gracefully and runs `keelctl verify` on its data.
+  bool checkpoint() {
+    if (!node_)
+      return false;
+    if (node_->running() && !stop_clean())
+      return false;
+    if (!stats_.verify_available || verified_)
+      return true; // Nothing changed since the last verify.
+    auto data = gen_dir_ + "/data";
+    auto result = test::run_command({opts_.keelctl_binary, "verify",
+                                     "--data-dir", data},
+                                    120s);
+    ++stats_.verify_runs;
+    if (opts_.verbose)
+      say("keelctl verify --data-dir " + data + ": exit "
+          + std::to_string(result.exit_code));
+    verified_ = result.exit_code == 0;
+    if (result.exit_code != 0) {
+      ++stats_.verify_failures;
+      violation("keelctl verify --data-dir " + data + " exited with "
+                + std::to_string(result.exit_code) + ":\n" + result.out
+                + result.err);
+      return false;
+    }
+    return true;
+  }
+
+  // -- the connection ---------------------------------------------------------
+
+  bool connect() {
+    try {
+      ws_ = test::connect_client(node_->address());
+    } catch (const std::exception& e) {
+      ws_.reset();
+      // An armed node may die right after it printed its address.
+      if (test::poll_until([&] { return !node_->running(); }, 3s))
+        return false; // The caller records the death.
+      violation(std::string{"cannot connect to the node: "} + e.what());
+      return false;
+    }
+    // Outcome frames of every thread drive the waits below.
+    for (auto& [thread, model] : gen_threads())
+      if (ws_->send_text(protocol::subscribe_frame(thread, "sub")))
+        break;
+    return true;
+  }
+
+  const std::map<std::string, thread_model>& gen_threads() const {
+    static const std::map<std::string, thread_model> none;
+    return gen_ ? gen_->threads() : none;
+  }
+
+  /// Receives one frame (and records what it shows). `closed` when the
+  /// connection broke, `failed` on timeout.
+  status pump(std::chrono::milliseconds timeout, json* out = nullptr) {
+    if (!ws_)
+      return status::died;
+    auto msg = ws_->receive(timeout);
+    if (!msg)
+      return error_code_name(msg.error()) == "timeout" ? status::failed
+                                                       : status::died;
+    auto frame = json::parse(msg->payload, nullptr, false);
+    if (frame.is_discarded() || !frame.is_object()) {
+      violation("the node sent a frame that is not a JSON object: "
+                + msg->payload);
+      return status::failed;
+    }
+    observe(frame);
+    if (out)
+      *out = std::move(frame);
+    return status::ok;
+  }
+
+  template <class Pred>
+  status await(Pred pred, json& out, std::chrono::milliseconds timeout) {
+    auto deadline = clock_type::now() + timeout;
+    for (;;) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - clock_type::now());
+      if (left.count() <= 0)
+        return status::failed;
+      json frame;
+      auto st = pump(left, &frame);
+      if (st == status::died)
+        return st;
+      if (!failures_.empty())
+        return status::failed;
+      if (st == status::ok && pred(frame)) {
+        out = std::move(frame);
+        return status::ok;
+      }
+    }
+  }
+
+  /// Records a live outcome frame; two different outcomes of one message
+  /// are a duplicate reply the client saw.
+  void observe(const json& frame) {
+    auto type = str(frame, "type");
+    if ((type != "reply" && type != "error") || !frame.contains("reply_to"))
+      return;
+    auto thread = str(frame, "thread");
+    entry e{num(frame, "seq"),      type,
+            str(frame, "id"),       num(frame, "reply_to"),
+            type == "reply" ? str(frame, "text") : std::string{},
+            str(frame, "code")};
+    auto& rec = records_[thread];
+    auto [i, added] = rec.observed_outcome_of.emplace(e.reply_to, e.seq);
+    if (!added && i->second != e.seq) {
+      ++stats_.duplicates;
+      violation("DUPLICATE: " + thread + " message #"
+                + std::to_string(e.reply_to) + " (" + e.client_id
+                + ") was answered twice on the wire: #"
+                + std::to_string(i->second) + " and #"
+                + std::to_string(e.seq));
+    }
+    rec.observed[e.seq] = e;
+  }
+
+  // -- histories --------------------------------------------------------------
+
+  /// Reads `thread`'s entries after `after` (all pages).
+  status read_log(const std::string& thread, uint64_t after,
+                  std::vector<entry>& out) {
+    for (;;) {
+      auto id = "h" + std::to_string(++history_requests_);
+      if (ws_->send_text(protocol::history_request_frame(thread, id, after,
+                                                         1000)))
+        return status::died;
+      json page;
+      auto st = await(
+        [&](const json& j) {
+          return str(j, "type") == "history" && str(j, "id") == id;
+        },
+        page, std::chrono::milliseconds{op_timeout});
+      if (st == status::failed && failures_.empty())
+        violation("no answer to a history request for " + thread);
+      if (st != status::ok)
+        return st;
+      for (auto& j : page["entries"]) {
+        out.push_back(entry_from_history(j));
+        after = out.back().seq;
+      }
+      if (!page.value("more", false) || page["entries"].empty())
+        return status::ok;
+    }
+  }
+
+  /// Reads every thread's log afresh after a restart: the log read before
+  /// must be a prefix of it, entry by entry.
+  status reread_logs() {
+    for (auto& [thread, model] : gen_threads()) {
+      std::vector<entry> fresh;
+      auto st = read_log(thread, 0, fresh);
+      if (st != status::ok)
+        return st;
+      auto& old = records_[thread].log;
+      ++stats_.prefix_checks;
+      for (size_t i = 0; i < old.size(); ++i) {
+        if (i >= fresh.size()) {
+          violation("PREFIX: " + thread + "'s log lost its tail: it had "
+                    + std::to_string(old.size()) + " entries before, now "
+                    + std::to_string(fresh.size()) + "; first missing "
+                    + to_string(old[i]));
+          return status::failed;
+        }
+        if (!old[i].same_as(fresh[i])) {
+          violation("PREFIX: " + thread + "'s log changed at entry "
+                    + std::to_string(i) + ": was " + to_string(old[i])
+                    + ", now " + to_string(fresh[i]));
+          return status::failed;
+        }
+      }
+      old = std::move(fresh);
+    }
+    return status::ok;
+  }
+
+  /// Appends what is new in every thread's log.
+  status refresh_logs() {
+    for (auto& [thread, model] : gen_threads()) {
+      auto& log = records_[thread].log;
+      auto st = read_log(thread, log.empty() ? 0 : log.back().seq, log);
+      if (st != status::ok)
+        return st;
+    }
+    return status::ok;
+  }
+
+  // -- the checks -------------------------------------------------------------
+
+  /// Checks every thread against the record. Definite violations are
+  /// recorded at once; returns whether something is still pending (not
+  /// answered, not forwarded yet), which `final` turns into violations.
+  bool check_all(bool final) {
+    bool pending = false;
+    for (auto& [thread, model] : gen_threads())
+      pending |= check_thread(thread, model, final);
+    return pending;
+  }
+
+  bool check_thread(const std::string& thread, const thread_model& model,
+                    bool final) {
+    bool pending = false;
+    auto& rec = records_[thread];
+    auto& log = rec.log;
+    std::map<std::string, uint64_t> user_seq;
+    std::map<uint64_t, std::vector<uint64_t>> outcomes;
+    std::map<uint64_t, const entry*> by_seq;
+    for (size_t i = 0; i < log.size(); ++i) {
+      auto& e = log[i];
+      if (i > 0 && e.seq <= log[i - 1].seq)
+        violation(thread + ": log seqs not increasing: " + to_string(log[i - 1])
+                  + " then " + to_string(e));
+      by_seq[e.seq] = &e;
+      if (e.kind == "user") {
+        auto [it, added] = user_seq.emplace(e.client_id, e.seq);
+        if (!added) {
+          ++stats_.duplicates;
+          violation("DUPLICATE: " + thread + " stored client id "
+                    + e.client_id + " twice: #" + std::to_string(it->second)
+                    + " and #" + std::to_string(e.seq));
+        }
+      } else if (e.is_outcome()) {
+        outcomes[e.reply_to].push_back(e.seq);
+      } else {
+        violation(thread + ": unknown log entry kind: " + to_string(e));
+      }
+    }
+    for (auto& [reply_to, seqs] : outcomes) {
+      auto u = by_seq.find(reply_to);
+      if (u == by_seq.end() || u->second->kind != "user")
+        violation(thread + ": outcome #" + std::to_string(seqs.front())
+                  + " answers #" + std::to_string(reply_to)
+                  + ", which is no user message of the thread");
+      if (seqs.size() > 1) {
+        ++stats_.duplicates;
+        violation("DUPLICATE: " + thread + " message #"
+                  + std::to_string(reply_to) + " has "
+                  + std::to_string(seqs.size()) + " outcomes (#"
+                  + std::to_string(seqs[0]) + ", #" + std::to_string(seqs[1])
+                  + ")");
+      }
+    }
+    for (auto& [client_id, seq] : user_seq) {
+      if (outcomes.count(seq) == 0) {
+        pending = true;
+        if (final)
+          violation("UNANSWERED: " + thread + " message #"
+                    + std::to_string(seq) + " (" + client_id
+                    + ") has no outcome after "
+                    + std::to_string(opts_.settle_timeout.count()) + " s");
+      }
+    }
+    for (auto& [id, seq] : rec.acked) {
+      auto u = user_seq.find(id);
+      if (u == user_seq.end()) {
+        ++stats_.lost;
+        violation("LOST: " + thread + "/" + id + " was acknowledged (seq "
+                  + std::to_string(seq) + ") and is not in the thread's log");
+      } else if (u->second != seq) {
+        violation(thread + "/" + id + " was acknowledged with seq "
+                  + std::to_string(seq) + " but is stored at #"
+                  + std::to_string(u->second));
+      }
+    }
+    for (auto& id : rec.refused)
+      if (user_seq.count(id) != 0)
+        violation(thread + "/" + id
+                  + " was refused (thread_closed) but is in the log");
+    for (auto& [seq, seen] : rec.observed) {
+      auto e = by_seq.find(seq);
+      if (e == by_seq.end()) {
+        if (log.empty() || seq > log.back().seq) {
+          pending = true; // Not read yet.
+          if (final)
+            violation(thread + ": outcome " + to_string(seen)
+                      + " was sent to the client but is not in the log");
+        } else {
+          violation(thread + ": outcome " + to_string(seen)
+                    + " was sent to the client but is not in the log");
+        }
+        continue;
+      }
+      auto stored = *e->second;
+      if (seen.kind == "error")
+        stored.text.clear();
+      if (!stored.same_as(seen))
+        violation(thread + ": the client saw " + to_string(seen)
+                  + " but the log has " + to_string(*e->second));
+    }
+    if (!model.parent.empty())
+      pending |= check_forwards(thread, model, log, final);
+    return pending;
+  }
+
+  /// A child's outcomes reach its parent's inbox once each, as
+  /// `agent:<child>:<seq>`, where seq is one the child reserved in the
+  /// outcome's commit right before the outcome's own log entry (the log has
+  /// no entry with it), and text `[agent <child>] <reply>` or
+  /// `[agent <child> failed] <error>`.
+  bool check_forwards(const std::string& child, const thread_model& model,
+                      const std::vector<entry>& log, bool final) {
+    bool pending = false;
+    auto parent_closed = gen_threads().at(model.parent).closed;
+    auto prefix = "agent:" + child + ":";
+    std::set<uint64_t> forwarded;
+    for (auto& fwd : records_[model.parent].log) {
+      if (fwd.kind != "user" || fwd.client_id.rfind(prefix, 0) != 0)
+        continue;
+      auto tail = fwd.client_id.substr(prefix.size());
+      if (tail.empty()
+          || tail.find_first_not_of("0123456789") != std::string::npos) {
+        violation(model.parent + ": malformed forwarded id " + fwd.client_id);
+        continue;
+      }
+      auto reserved = std::stoull(tail);
+      if (fwd.text.rfind("[agent " + child + "] ", 0) != 0
+          && fwd.text.rfind("[agent " + child + " failed] ", 0) != 0)
+        violation(model.parent + ": forwarded message " + to_string(fwd)
+                  + " does not start with [agent " + child + "]");
+      // The child's first entry after the reserved seq is the outcome.
+      auto out = std::upper_bound(log.begin(), log.end(), reserved,
+                                  [](uint64_t s, const entry& e) {
+                                    return s < e.seq;
+                                  });
+      if (out != log.begin() && std::prev(out)->seq == reserved) {
+        violation(model.parent + ": forwarded message " + fwd.client_id
+                  + " names " + child + "'s log entry "
+                  + to_string(*std::prev(out))
+                  + " (a reserved seq must not be a log entry)");
+        continue;
+      }
+      if (out == log.end()) {
+        pending = true; // The child's log was read before this commit.
+        if (final)
+          violation(model.parent + ": forwarded message " + to_string(fwd)
+                    + " has no outcome in " + child + "'s log after #"
+                    + std::to_string(reserved));
+        continue;
+      }
+      if (!out->is_outcome()) {
+        violation(model.parent + ": forwarded message " + to_string(fwd)
+                  + " is followed in " + child + "'s log by "
+                  + to_string(*out) + ", not by an outcome");
+        continue;
+      }
+      if (!forwarded.insert(out->seq).second) {
+        ++stats_.duplicates;
+        violation("DUPLICATE: " + child + "'s outcome " + to_string(*out)
+                  + " reached " + model.parent + " twice");
+      }
+      if (fwd.text.find(out->text) == std::string::npos)
+        violation(model.parent + ": forwarded message " + to_string(fwd)
+                  + " does not carry " + child + "'s outcome "
+                  + to_string(*out));
+      forwarded_.insert(child + "/" + std::to_string(out->seq));
+    }
+    for (auto& e : log) {
+      if (!e.is_outcome() || forwarded.count(e.seq) != 0)
+        continue;
+      // Not owed: the parent is closed (delivery is refused), or the
+      // outcome is the child's own cancellation.
+      if (parent_closed || e.code == "cancelled")
+        continue;
+      pending = true;
+      if (final)
+        violation("LOST FORWARD: " + child + "'s outcome " + to_string(e)
+                  + " never reached its parent " + model.parent);
+    }
+    return pending;
+  }
+
+  /// Waits until every message in every thread is answered and every
+  /// child's outcome reached its parent (reading histories whenever an
+  /// outcome frame arrives, or every 250 ms), bounded by settle_timeout.
+  status settle() {
+    auto deadline = clock_type::now() + opts_.settle_timeout;
+    for (;;) {
+      auto st = refresh_logs();
+      if (st != status::ok)
+        return st;
+      sabotage_after_read();
+      auto final = clock_type::now() >= deadline;
+      auto pending = check_all(final);
+      if (!failures_.empty())
+        return status::failed;
+      if (!pending)
+        return status::ok;
+      // Wait for the next frame (an event), then take whatever follows it.
+      json frame;
+      st = pump(250ms, &frame);
+      while (st == status::ok)
+        st = pump(5ms, &frame);
+      if (st == status::died)
+        return st;
+      if (!failures_.empty())
+        return status::failed;
+    }
+  }
+
+  // -- operations -------------------------------------------------------------
+
+  enum class op_status { done, died, failed, kill_now };
+
+  bool answers(const op& x, const json& j) {
+    auto type = str(j, "type");
+    if (str(j, "id") != x.id)
+      return false;
+    if (type == "error")
+      return !j.contains("reply_to");
+    switch (x.kind) {
+      case op_kind::spawn:
+        return type == "spawned";
+      case op_kind::cancel:
+        return type == "cancelled";
+      default:
+        return type == "ack" && str(j, "thread") == x.thread;
+    }
+  }
+
+  std::string request(const op& x) {
+    switch (x.kind) {
+      case op_kind::spawn:
+        return spawn_request(x);
+      case op_kind::cancel:
+        return cancel_request(x);
+      default:
+        return protocol::send_frame(x.thread, x.id, x.text);
+    }
+  }
+
+  /// Runs planned operations from `next_op_` on; stops after the k-th
+  /// acknowledgement of the iteration when `kill_after` is k > 0.
+  op_status execute_ops(const iteration_plan& plan, size_t kill_after) {
+    for (; next_op_ < plan.ops.size(); ++next_op_) {
+      auto& x = plan.ops[next_op_];
+      auto st = execute(x, op_results_[next_op_]);
+      if (st != op_status::done)
+        return st;
+      ++stats_.operations;
+      if (kill_after > 0 && acks_ == kill_after
+          && (x.kind == op_kind::send || x.kind == op_kind::resend)) {
+        ++next_op_;
+        return op_status::kill_now;
+      }
+    }
+    return op_status::done;
+  }
+
+  op_status execute(const op& x, std::string& result) {
+    auto key = x.thread + "/" + x.id;
+    for (int attempt = 0;; ++attempt) {
+      auto first = attempted_.insert(key).second;
+      if (ws_->send_text(request(x)))
+        return op_status::died;
+      json frame;
+      auto st = await([&](const json& j) { return answers(x, j); }, frame,
+                      std::chrono::milliseconds{op_timeout});
+      if (st == status::died)
+        return op_status::died;
+      if (st == status::failed) {
+        if (failures_.empty())
+          violation("no answer to `" + to_string(x) + "` within "
+                    + std::to_string(op_timeout.count()) + " s");
+        return op_status::failed;
+      }
+      auto type = str(frame, "type");
+      auto code = str(frame, "code");
+      if (type == "error" && transient(code) && attempt < 5) {
+        // The node says to send again later; back off a little.
+        std::this_thread::sleep_for(100ms * (attempt + 1));
+        continue;
+      }
+      result = type == "error" ? "error " + code + ": " + str(frame, "message")
+                               : frame.dump();
+      return check_answer(x, frame, first) ? op_status::done
+                                           : op_status::failed;
+    }
+  }
+
+  bool check_answer(const op& x, const json& frame, bool first) {
+    auto type = str(frame, "type");
+    auto code = str(frame, "code");
+    auto& rec = records_[x.thread];
+    auto refused = [&](const std::string& what) {
+      violation("`" + to_string(x) + "` " + what + ": " + frame.dump());
+      return false;
+    };
+    switch (x.kind) {
+      case op_kind::send: {
+        if (type != "ack")
+          return refused("was refused");
+        auto seq = num(frame, "seq");
+        if (frame.value("duplicate", false) && first)
+          return refused("is new but was acknowledged as a duplicate");
+        auto [it, added] = rec.acked.emplace(x.id, seq);
+        if (added)
+          ++stats_.acked;
+        else if (it->second != seq)
+          return refused("was acknowledged again with another seq (first "
+                         + std::to_string(it->second) + ")");
+        ++stats_.sends;
+        ++acks_;
+        return true;
+      }
+      case op_kind::resend: {
+        if (type != "ack")
+          return refused("was refused");
+        auto seq = num(frame, "seq");
+        auto it = rec.acked.find(x.id);
+        if (it == rec.acked.end())
+          return refused("resends a message that was never acknowledged "
+                         "(fuzzer bug)");
+        if (!frame.value("duplicate", false)) {
+          ++stats_.lost;
+          return refused("LOST: the acknowledged message (seq "
+                         + std::to_string(it->second)
+                         + ") was accepted again as new");
+        }
+        if (seq != it->second)
+          return refused("names seq " + std::to_string(seq)
+                         + " but the original was acknowledged with seq "
+                         + std::to_string(it->second));
+        ++stats_.resends;
+        ++acks_;
+        return true;
+      }
+      case op_kind::send_closed:
+        if (type == "ack")
+          return refused("to a cancelled thread was acknowledged");
+        if (code != "thread_closed")
+          return refused("to a cancelled thread was refused with the wrong "
+                         "code");
+        rec.refused.insert(x.id);
+        ++stats_.refused_sends;
+        return true;
+      case op_kind::spawn:
+        if (type != "spawned")
+          return refused("was refused");
+        if (str(frame, "child") != x.child || str(frame, "thread") != x.thread)
+          return refused("answered for another parent or child");
+        if (first && !frame.value("created", false))
+          return refused("is the first spawn of this child but says "
+                         "created:false");
+        ++stats_.spawns;
+        return true;
+      case op_kind::cancel: {
+        if (type == "error" && code == "thread_closed" && !first)
+          return true; // Cancelled by an attempt the crash cut short.
+        if (type != "cancelled")
+          return refused("was refused");
+        std::set<std::string> subtree;
+        collect_subtree(x.thread, subtree);
+        bool self = false;
+        auto threads = frame.find("threads");
+        if (threads == frame.end() || !threads->is_array())
+          return refused("lists no threads");
+        for (auto& t : *threads) {
+          auto name = t.is_string() ? t.get<std::string>() : std::string{};
+          self |= name == x.thread;
+          if (subtree.count(name) == 0)
+            return refused("closed " + name
+                           + ", which is not in the cancelled subtree");
+        }
+        if (first && !self)
+          return refused("does not list the cancelled thread");
+        ++stats_.cancels;
+        return true;
+      }
+    }
+    return false;
+  }
+
+  void collect_subtree(const std::string& thread, std::set<std::string>& out) {
+    out.insert(thread);
+    for (auto& c : gen_threads().at(thread).children)
+      collect_subtree(c, out);
+  }
+
+  // -- one iteration ------------------------------------------------------------
+
+  /// How one life of the node (start to death) within an iteration ended.
+  enum class life_end { settled, crashed, failed };
+
+  /// After the node went away: a kill point that fired is a crash; anything
+  /// else fails the run.
+  life_end died(bool during_boot, const std::string& where) {
+    return failures_.empty() && record_death(during_boot, where)
+             ? life_end::crashed
+             : life_end::failed;
+  }
+
+  /// The arming of life `life` of an iteration: the plan's point first,
+  /// then (if planned) the recovery point; none after that.
+  static std::optional<std::string> arming(const iteration_plan& plan,
+                                           int life) {
+    auto& k = plan.kill;
+    if (life == 0 && k.at_point)
+      return kill_at_spec(k.point, k.probability, k.node_seed);
+    if (life == 1 && k.recovery_crash)
+      return kill_at_spec(k.recovery_point, k.recovery_probability,
+                          k.recovery_seed);
+    return std::nullopt;
+  }
+
+  /// (Re)starts the node armed with `arm`, connects and checks every log
+  /// against the one read before (prefix, acknowledged, seen).
+  life_end boot(const std::optional<std::string>& arm) {
+    if (node_->running() && !stop_clean())
+      return life_end::failed;
+    if (!start_node(arm))
+      return failures_.empty() ? life_end::crashed : life_end::failed;
+    if (!connect())
+      return died(true, "at connect");
+    auto st = reread_logs();
+    if (st == status::ok)
+      check_all(false);
+    if (!failures_.empty())
+      return life_end::failed;
+    return st == status::died ? died(true, "reading histories")
+                              : life_end::settled;
+  }
+
+  /// One life of the node: up (armed as planned), the remaining operations,
+  /// the planned kill or a death, else waiting until everything is answered.
+  life_end live(const iteration_plan& plan, int life) {
+    auto arm = arming(plan, life);
+    if (!node_->running() || arm || node_armed_) {
+      auto st = boot(arm);
+      if (st != life_end::settled)
+        return st;
+    } else if (!ws_ && !connect()) {
+      return died(false, "at connect");
+    }
+    auto kill_after = life == 0 && !plan.kill.at_point ? plan.kill.after_acks
+                                                       : 0;
+    switch (execute_ops(plan, kill_after)) {
+      case op_status::failed:
+        return life_end::failed;
+      case op_status::died:
+        return died(false, "during operations");
+      case op_status::kill_now:
+        if (plan.kill.snapshot_before_kill) {
+          auto st = refresh_logs();
+          if (st != status::ok)
+            return st == status::died ? died(false, "reading histories")
+                                      : life_end::failed;
+        }
+        kill9("kill -9 after ack " + std::to_string(acks_) + " (op "
+              + std::to_string(next_op_ - 1) + ")");
+        ++stats_.kill9_instant;
+        return life_end::crashed;
+      case op_status::done:
+        break;
+    }
+    auto settled = settle();
+    if (settled != status::ok)
+      return settled == status::died ? died(false, "while settling")
+                                     : life_end::failed;
+    if (life == 0 && plan.kill.at_point) {
+      // Every operation is answered and the armed point did not fire:
+      // crash anyway.
+      kill9(std::string{"kill -9: armed "} + to_string(plan.kill.point)
+            + " did not fire");
+      ++stats_.kill9_fallback;
+      return life_end::crashed;
+    }
+    return life_end::settled;
+  }
+
+  bool run_iteration(const iteration_plan& plan) {
+    plan_ = &plan;
+    current_index_ = plan.index;
+    crash_.clear();
+    next_op_ = 0;
+    acks_ = 0;
+    op_results_.assign(plan.ops.size(), std::string{});
+    auto t0 = clock_type::now();
+    auto kills_before = stats_.kills;
+    if (opts_.verbose) {
+      say("iteration " + std::to_string(plan.index) + " (generation "
+          + std::to_string(plan.generation) + "): " + to_string(plan.kill));
+      for (size_t i = 0; i < plan.ops.size(); ++i)
+        say("  " + std::to_string(i) + ". " + to_string(plan.ops[i]));
+    }
+    if (plan.kill.at_point)
+      ++stats_.kill_points_armed[to_string(plan.kill.point)];
+    for (int life = 0;; ++life) {
+      if (life > 5) {
+        violation("the iteration needed more than 5 restarts");
+        return false;
+      }
+      auto end = live(plan, life);
+      if (end == life_end::failed)
+        return false;
+      if (end == life_end::settled)
+        break;
+    }
+    // Everything is answered and every check held: count.
+    if (stats_.kills > kills_before)
+      stats_.kills_survived += stats_.kills - kills_before;
+    for (auto& [thread, rec] : records_)
+      for (auto& [id, seq] : rec.acked)
+        answered_.insert(thread + "/" + id);
+    stats_.answered = answered_.size();
+    stats_.forwarded = forwarded_.size();
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                clock_type::now() - t0)
+                .count();
+    say("iteration " + std::to_string(plan.index) + ": "
+        + std::to_string(plan.ops.size()) + " ops, "
+        + (crash_.empty() ? std::string{"no crash"} : crash_) + "; "
+        + std::to_string(stats_.acked) + " acked, "
+        + std::to_string(stats_.kills) + " kills so far ("
+        + std::to_string(ms) + " ms)");
+    plan_ = nullptr;
+    return true;
+  }
+
+  const fuzz_options& opts_;
+  fuzz_stats& stats_;
+  std::string argv0_;
+  std::string work_dir_;
+  bool remove_work_dir_ = false;
+  std::string gen_dir_;
+  std::unique_ptr<generator> gen_;
+  std::unique_ptr<test::node_process> node_;
+  std::unique_ptr<ws_client> ws_;
+  size_t stderr_offset_ = 0;
+  bool node_armed_ = false;
+  /// keelctl verify passed on the data as it is (the node has not run
+  /// since).
+  bool verified_ = false;
+  bool crashed_since_report_ = false;
+  std::map<std::string, thread_record> records_;
+  /// `thread/id` of every frame sent at least once (resends are expected
+  /// to find a duplicate).
+  std::set<std::string> attempted_;
+  std::set<std::string> answered_;
+  std::set<std::string> forwarded_;
+  uint64_t history_requests_ = 0;
+  // The current iteration.
+  const iteration_plan* plan_ = nullptr;
+  uint64_t current_index_ = 0;
+  size_t next_op_ = 0;
+  size_t acks_ = 0;
+  std::vector<std::string> op_results_;
+  std::string crash_;
+  std::vector<std::string> failures_;
+  std::string sabotage_;
+};
+
+} // namespace
+
+nlohmann::json to_json(const fuzz_stats& x) {
+  json fired = json::object();
+  json armed = json::object();
+  for (auto p : all_kill_points()) {
+    auto name = to_string(p);
+    auto f = x.kill_points_fired.find(name);
+    fired[name] = f == x.kill_points_fired.end() ? 0 : f->second;
+    auto a = x.kill_points_armed.find(name);
+    armed[name] = a == x.kill_points_armed.end() ? 0 : a->second;
+  }
+  return json{
+    {"iterations", x.iterations},
+    {"generations", x.generations},
+    {"seconds", x.seconds},
+    {"operations", x.operations},
+    {"sends", x.sends},
+    {"resends", x.resends},
+    {"refused_sends", x.refused_sends},
+    {"spawns", x.spawns},
+    {"cancels", x.cancels},
+    {"kills", x.kills},
+    {"kills_survived", x.kills_survived},
+    {"kill9_instant", x.kill9_instant},
+    {"kill9_fallback", x.kill9_fallback},
+    {"kill_point_deaths", x.kill_point_deaths},
+    {"boot_deaths", x.boot_deaths},
+    {"kill_points_fired", fired},
+    {"kill_points_armed", armed},
+    {"restarts", x.restarts},
+    {"clean_stops", x.clean_stops},
+    {"recoveries", x.recoveries},
+    {"recovered_inbox_messages", x.recovered_inbox_messages},
+    {"recovered_outbox_messages", x.recovered_outbox_messages},
+    {"recovery_problems", x.recovery_problems},
+    {"acked", x.acked},
+    {"answered", x.answered},
+    {"forwarded", x.forwarded},
+    {"lost", x.lost},
+    {"duplicates", x.duplicates},
+    {"prefix_checks", x.prefix_checks},
+    {"verify_runs", x.verify_runs},
+    {"verify_failures", x.verify_failures},
+    {"violations", x.violations},
+    {"features",
+     {{"spawn", x.used.spawn},
+      {"cancel", x.used.cancel},
+      {"kill_points", x.kill_points_available},
+      {"verify", x.verify_available}}},
+  };
+}
+
+int run(const fuzz_options& opts, fuzz_stats& stats, const std::string& argv0) {
+  runner r{opts, stats, argv0};
+  return r.run();
+}
+
+} // namespace keel::fuzz

@@ -1,0 +1,575 @@
+#pragma once
+
+// The seeded crash fuzzer (issue 5; seed 004, "Testing"): one generator of
+// operations and kill plans driven by a single std::mt19937_64, and a runner
+// that plays them against real keel-node processes, kills them (kill -9 at an
+// instant, or an armed kill point), restarts them and checks the contract
+// against its own record of acknowledgements, kept outside the node.
+//
+// The generator is header-only and needs no node (tests/unit checks that the
+// same seed gives the same plan); the runner is in crash_fuzz.cpp.
+//
+// Determinism: the whole plan (every operation, its thread, tree shape,
+// cancels, resends, the kill mode, the kill point, its probability and seed,
+// the number of acknowledgements before a kill -9) is a function of the seed
+// alone: the generator tracks the model it expects (threads, tree, closed
+// threads) and never looks at what the node did. The runner completes every
+// planned operation of an iteration after the crash (resending the ones that
+// got no answer), so the state after each iteration is the planned one, and
+// only where the crash fell within an iteration depends on timing.
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "keel/kill_point.hpp"
+
+namespace keel::fuzz {
+
+// -- the plan ----------------------------------------------------------------
+
+/// What one planned operation does.
+enum class op_kind : uint8_t {
+  /// A new message to an open thread (its first creates a root thread):
+  /// must be acknowledged.
+  send,
+  /// The same client id again (contract 6): must be acknowledged as a
+  /// duplicate with the original's seq.
+  resend,
+  /// A message to a cancelled thread: must be refused with `thread_closed`
+  /// and never stored.
+  send_closed,
+  /// A child agent of `thread` named `child`: must answer `spawned`.
+  spawn,
+  /// Closes `thread` and its descendants: must answer `cancelled`.
+  cancel,
+};
+
+inline const char* to_string(op_kind x) {
+  switch (x) {
+    case op_kind::send:
+      return "send";
+    case op_kind::resend:
+      return "resend";
+    case op_kind::send_closed:
+      return "send-closed";
+    case op_kind::spawn:
+      return "spawn";
+    default:
+      return "cancel";
+  }
+}
+
+/// One planned operation.
+struct op {
+  op_kind kind = op_kind::send;
+  /// The target thread (the parent for a spawn).
+  std::string thread;
+  /// Spawn: the child's thread id.
+  std::string child;
+  /// The frame's id: the message's client id for sends.
+  std::string id;
+  /// Sends: the text.
+  std::string text;
+};
+
+/// One line, e.g. `send r0-1/m3.2` or `spawn r0-1>k0-4`.
+inline std::string to_string(const op& x) {
+  std::string result = to_string(x.kind);
+  result += ' ';
+  result += x.thread;
+  if (x.kind == op_kind::spawn)
+    return result + ">" + x.child;
+  if (x.kind == op_kind::cancel)
+    return result;
+  return result + "/" + x.id;
+}
+
+/// Where a planned crash falls.
+struct kill_plan {
+  /// True: arm `point`; false: kill -9 after `after_acks` acknowledgements.
+  bool at_point = false;
+  size_t after_acks = 0;
+  kill_point point = kill_point::batch_written;
+  double probability = 1.0;
+  uint64_t node_seed = 1;
+  /// Whether the read histories are extended right before a kill -9.
+  bool snapshot_before_kill = false;
+  /// Also arm the first restart (a crash during recovery).
+  bool recovery_crash = false;
+  kill_point recovery_point = kill_point::batch_written;
+  double recovery_probability = 1.0;
+  uint64_t recovery_seed = 1;
+};
+
+/// The `KEEL_KILL_AT` value for a point, probability and seed.
+inline std::string kill_at_spec(kill_point point, double probability,
+                                uint64_t seed) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", probability);
+  return std::string{to_string(point)} + ":" + buf + ":"
+         + std::to_string(seed);
+}
+
+/// One line, e.g. `kill -9 after ack 7` or `kill point batch_written:0.5:9`.
+inline std::string to_string(const kill_plan& x) {
+  auto result = x.at_point ? "kill point "
+                               + kill_at_spec(x.point, x.probability,
+                                              x.node_seed)
+                           : "kill -9 after ack " + std::to_string(x.after_acks)
+                               + (x.snapshot_before_kill ? " (histories read "
+                                                           "first)"
+                                                         : "");
+  if (x.recovery_crash)
+    result += ", then kill point "
+              + kill_at_spec(x.recovery_point, x.recovery_probability,
+                             x.recovery_seed)
+              + " armed during recovery";
+  return result;
+}
+
+/// One crash/restart cycle.
+struct iteration_plan {
+  uint64_t index = 0;
+  /// A generation is one data folder; a new one starts empty.
+  uint64_t generation = 0;
+  bool first_of_generation = false;
+  std::vector<op> ops;
+  kill_plan kill;
+};
+
+// -- the model the generator expects ------------------------------------------
+
+/// What the generator knows of one thread.
+struct thread_model {
+  /// Empty for a root.
+  std::string parent;
+  std::vector<std::string> children;
+  int depth = 0;
+  bool closed = false;
+  /// Client ids of the messages planned for it (resend candidates).
+  std::vector<std::string> sent;
+};
+
+/// What the node offers; the generator plans only what it can use.
+struct features {
+  bool spawn = true;
+  bool cancel = true;
+};
+
+/// Shape of the traffic.
+struct generator_options {
+  size_t min_ops = 8;
+  size_t max_ops = 20;
+  /// Threads (roots and children) per generation.
+  size_t max_threads = 32;
+  /// Depth of the deepest child (a root has depth 0).
+  int max_depth = 3;
+  /// Iterations per generation (data folder).
+  uint64_t generation_length = 10;
+};
+
+/// Draws iteration plans from one seeded std::mt19937_64.
+class generator {
+public:
+  generator(uint64_t seed, features feats, generator_options opts = {})
+    : rng_(seed), features_(feats), opts_(opts) {
+    // The first round visits every kill mode once (kill -9 at an instant,
+    // then each kill point), in a seeded order; later ones are drawn with a
+    // bias toward the interesting points.
+    first_round_.push_back(-1);
+    for (auto p : all_kill_points())
+      first_round_.push_back(static_cast<int>(p));
+    for (size_t i = first_round_.size(); i > 1; --i)
+      std::swap(first_round_[i - 1], first_round_[uniform(0, i - 1)]);
+  }
+
+  /// The next iteration's plan (advances the model).
+  iteration_plan next() {
+    iteration_plan plan;
+    plan.index = iteration_++;
+    if (plan.index > 0 && plan.index % opts_.generation_length == 0) {
+      ++generation_;
+      threads_.clear();
+      order_.clear();
+    }
+    plan.generation = generation_;
+    plan.first_of_generation = plan.index % opts_.generation_length == 0;
+    plan.kill = draw_kill(plan.index);
+    auto n = uniform(opts_.min_ops, opts_.max_ops);
+    size_t acks = 0;
+    for (size_t k = 0; k < n; ++k) {
+      plan.ops.push_back(draw_op(plan, k));
+      auto kind = plan.ops.back().kind;
+      if (kind == op_kind::send || kind == op_kind::resend)
+        ++acks;
+    }
+    if (acks == 0) {
+      plan.ops.push_back(new_message(plan, n, pick_open_or_new_root()));
+      ++acks;
+    }
+    if (!plan.kill.at_point)
+      plan.kill.after_acks = uniform(1, acks);
+    return plan;
+  }
+
+  /// The model after the plans drawn so far (this generation).
+  const std::map<std::string, thread_model>& threads() const {
+    return threads_;
+  }
+
+private:
+  // Uniform in [lo, hi]; our own so that plans do not depend on the
+  // standard library's distributions.
+  size_t uniform(size_t lo, size_t hi) {
+    return lo + static_cast<size_t>(rng_() % (hi - lo + 1));
+  }
+
+  bool chance(unsigned percent) {
+    return uniform(0, 99) < percent;
+  }
+
+  template <class T>
+  const T& pick(const std::vector<T>& xs) {
+    return xs[uniform(0, xs.size() - 1)];
+  }
+
+  static double draw_from(std::initializer_list<double> xs, size_t i) {
+    return *(xs.begin() + static_cast<std::ptrdiff_t>(i % xs.size()));
+  }
+
+  kill_plan draw_kill(uint64_t index) {
+    kill_plan k;
+    int mode;
+    if (index < first_round_.size()) {
+      mode = first_round_[index];
+    } else {
+      // Weights: instant 3; session_created 2, session_written 2,
+      // provider_call 2, call_completed 3, message_enqueued 3,
+      // tree_link_written 3, batch_written 3.
+      static constexpr int weights[] = {3, 2, 2, 2, 3, 3, 3, 3};
+      auto total = 0;
+      for (auto w : weights)
+        total += w;
+      auto x = static_cast<int>(uniform(0, static_cast<size_t>(total - 1)));
+      mode = -1;
+      for (auto w : weights) {
+        if (x < w)
+          break;
+        x -= w;
+        ++mode;
+      }
+    }
+    k.at_point = mode >= 0;
+    if (k.at_point) {
+      k.point = static_cast<kill_point>(mode);
+      // The first round fires at the first chance: every point is hit.
+      k.probability = index < first_round_.size() ? 1.0
+                                                  : probability_for(k.point);
+      k.node_seed = rng_() | 1;
+    }
+    k.snapshot_before_kill = chance(50);
+    k.recovery_crash = chance(20);
+    if (k.recovery_crash) {
+      static const std::vector<kill_point> at_recovery{
+        kill_point::batch_written, kill_point::provider_call,
+        kill_point::call_completed, kill_point::message_enqueued,
+        kill_point::session_written};
+      k.recovery_point = pick(at_recovery);
+      k.recovery_probability = probability_for(k.recovery_point);
+      k.recovery_seed = rng_() | 1;
+    }
+    return k;
+  }
+
+  double probability_for(kill_point p) {
+    switch (p) {
+      case kill_point::provider_call:
+      case kill_point::call_completed:
+      case kill_point::batch_written:
+        // Reached several times a turn: often fire later.
+        return draw_from({1.0, 0.5, 0.2, 0.1, 0.05}, uniform(0, 4));
+      default:
+        return draw_from({1.0, 0.5, 0.34}, uniform(0, 2));
+    }
+  }
+
+  std::vector<std::string> open_threads(bool with_room_for_child) const {
+    std::vector<std::string> result;
+    for (auto& t : order_) {
+      auto& m = threads_.at(t);
+      if (!m.closed && (!with_room_for_child || m.depth < opts_.max_depth))
+        result.push_back(t);
+    }
+    return result;
+  }
+
+  std::vector<std::string> closed_threads() const {
+    std::vector<std::string> result;
+    for (auto& t : order_)
+      if (threads_.at(t).closed)
+        result.push_back(t);
+    return result;
+  }
+
+  /// Whether a new thread fits; plans armed at a point only new threads
+  /// reach may go a little over.
+  bool room() const {
+    return threads_.size() < opts_.max_threads + (wants_new_ ? 12 : 0);
+  }
+
+  std::string new_root() {
+    auto id = "r" + std::to_string(generation_) + "-"
+              + std::to_string(threads_.size());
+    threads_[id] = thread_model{};
+    order_.push_back(id);
+    return id;
+  }
+
+  std::string pick_open_or_new_root() {
+    auto open = open_threads(false);
+    if (open.empty() || (room() && chance(10)))
+      return new_root();
+    return pick(open);
+  }
+
+  op new_message(const iteration_plan& plan, size_t k,
+                 const std::string& thread) {
+    op x;
+    x.kind = op_kind::send;
+    x.thread = thread;
+    x.id = "m" + std::to_string(plan.index) + "." + std::to_string(k);
+    x.text = "fuzz " + x.id;
+    threads_[thread].sent.push_back(x.id);
+    return x;
+  }
+
+  // Weights of the operation kinds, biased toward what reaches the planned
+  // kill point.
+  op draw_op(const iteration_plan& plan, size_t k) {
+    auto point = plan.kill.at_point ? std::optional<kill_point>{plan.kill.point}
+                                    : std::nullopt;
+    wants_new_ = point == kill_point::session_created
+                 || point == kill_point::session_written
+                 || point == kill_point::tree_link_written;
+    unsigned w_new_root = 4;
+    unsigned w_send = 50;
+    unsigned w_child_send = 0;
+    unsigned w_spawn = features_.spawn ? 6 : 0;
+    unsigned w_cancel = features_.cancel ? 3 : 0;
+    unsigned w_resend = 6;
+    unsigned w_closed = features_.cancel ? 4 : 0;
+    // A session is created by a new root's first message (spawned children
+    // get theirs with the spawn); its first provider call follows.
+    if (point == kill_point::session_created)
+      w_new_root = 30;
+    if (point == kill_point::session_written) {
+      w_new_root = 20;
+      w_spawn *= 3;
+    }
+    if (point == kill_point::tree_link_written)
+      w_spawn *= 4;
+    if (point == kill_point::message_enqueued || features_.spawn)
+      w_child_send = point == kill_point::message_enqueued ? 40 : 20;
+    auto open = open_threads(false);
+    auto parents = open_threads(true);
+    std::vector<std::string> children;
+    std::vector<std::string> resendable;
+    for (auto& t : open) {
+      if (!threads_[t].parent.empty())
+        children.push_back(t);
+      if (!threads_[t].sent.empty())
+        resendable.push_back(t);
+    }
+    auto closed = closed_threads();
+    if (!room()) {
+      w_new_root = 0;
+      w_spawn = 0;
+    }
+    if (open.empty())
+      w_send = w_cancel = 0;
+    if (children.empty())
+      w_child_send = 0;
+    if (parents.empty())
+      w_spawn = 0;
+    if (resendable.empty())
+      w_resend = 0;
+    if (closed.empty())
+      w_closed = 0;
+    // Keep at least one root open so traffic never stops.
+    if (open.size() < 2)
+      w_cancel = 0;
+    unsigned weights[] = {w_new_root, w_send,   w_child_send, w_spawn,
+                          w_cancel,   w_resend, w_closed};
+    unsigned total = 0;
+    for (auto w : weights)
+      total += w;
+    if (total == 0)
+      return new_message(plan, k, new_root());
+    auto x = static_cast<unsigned>(uniform(0, total - 1));
+    size_t choice = 0;
+    while (x >= weights[choice])
+      x -= weights[choice++];
+    switch (choice) {
+      case 0:
+        return new_message(plan, k, new_root());
+      case 1:
+        return new_message(plan, k, pick(open));
+      case 2:
+        return new_message(plan, k, pick(children));
+      case 3: {
+        // Prefer the newest possible parents: deeper trees.
+        auto& parent = chance(50) ? parents.back() : pick(parents);
+        op s;
+        s.kind = op_kind::spawn;
+        s.thread = parent;
+        s.child = "k" + std::to_string(generation_) + "-"
+                  + std::to_string(threads_.size());
+        s.id = "s" + std::to_string(plan.index) + "." + std::to_string(k);
+        auto& child = threads_[s.child];
+        child.parent = parent;
+        child.depth = threads_[parent].depth + 1;
+        threads_[parent].children.push_back(s.child);
+        order_.push_back(s.child);
+        return s;
+      }
+      case 4: {
+        op c;
+        c.kind = op_kind::cancel;
+        // Mostly children: cancelling a root closes a whole tree.
+        c.thread = !children.empty() && chance(80) ? pick(children)
+                                                   : pick(open);
+        c.id = "x" + std::to_string(plan.index) + "." + std::to_string(k);
+        close(c.thread);
+        return c;
+      }
+      case 5: {
+        op r;
+        r.kind = op_kind::resend;
+        r.thread = pick(resendable);
+        r.id = pick(threads_[r.thread].sent);
+        r.text = "fuzz " + r.id;
+        return r;
+      }
+      default: {
+        op c;
+        c.kind = op_kind::send_closed;
+        c.thread = pick(closed);
+        c.id = "c" + std::to_string(plan.index) + "." + std::to_string(k);
+        c.text = "fuzz " + c.id;
+        return c;
+      }
+    }
+  }
+
+  void close(const std::string& thread) {
+    auto& m = threads_[thread];
+    m.closed = true;
+    for (auto& c : m.children)
+      close(c);
+  }
+
+  std::mt19937_64 rng_;
+  features features_;
+  generator_options opts_;
+  std::vector<int> first_round_;
+  bool wants_new_ = false;
+  uint64_t iteration_ = 0;
+  uint64_t generation_ = 0;
+  std::map<std::string, thread_model> threads_;
+  /// Thread ids in creation order (picks by index stay deterministic).
+  std::vector<std::string> order_;
+};
+
+// -- the runner ---------------------------------------------------------------
+
+/// What a run does (keel-crash-fuzz's command line).
+struct fuzz_options {
+  uint64_t seed = 0;
+  uint64_t iterations = 20;
+  /// Stop starting iterations after this long (0: no limit).
+  std::chrono::seconds duration{0};
+  std::string node_binary;
+  std::string keelctl_binary;
+  /// Where data folders go; empty: a fresh temp folder, removed after a
+  /// passing run.
+  std::string work_dir;
+  bool json = false;
+  bool verbose = false;
+  /// Stop gracefully and run `keelctl verify` every this many iterations
+  /// (and after the last one).
+  uint64_t verify_every = 5;
+  /// The scripted provider's latency (so kills land mid-turn).
+  std::string provider_delay = "3ms";
+  /// How long a restarted node may take to answer everything.
+  std::chrono::seconds settle_timeout{60};
+  /// Fail unless spawn, cancel, kill points and verify were all exercised.
+  bool require_all = false;
+  /// Tests the fuzzer itself: corrupts its own record once ("lost": an
+  /// acknowledgement the node never gave; "prefix": a log entry read before
+  /// a crash; "duplicate": a second outcome of one message), so that the
+  /// run must fail with that violation.
+  std::string sabotage;
+  generator_options shape;
+};
+
+/// The figures of a run (`--json`).
+struct fuzz_stats {
+  uint64_t iterations = 0;
+  uint64_t generations = 0;
+  uint64_t operations = 0;
+  uint64_t sends = 0;
+  uint64_t resends = 0;
+  uint64_t refused_sends = 0;
+  uint64_t spawns = 0;
+  uint64_t cancels = 0;
+  /// Deaths: kill -9 by the fuzzer plus kill points that fired.
+  uint64_t kills = 0;
+  uint64_t kill9_instant = 0;
+  /// kill -9 after an armed point did not fire.
+  uint64_t kill9_fallback = 0;
+  uint64_t kill_point_deaths = 0;
+  /// Kill point deaths while the node was booting (recovering).
+  uint64_t boot_deaths = 0;
+  /// Kills after which the restarted node answered everything and every
+  /// check held.
+  uint64_t kills_survived = 0;
+  std::map<std::string, uint64_t> kill_points_fired;
+  std::map<std::string, uint64_t> kill_points_armed;
+  uint64_t restarts = 0;
+  uint64_t clean_stops = 0;
+  /// Recoveries reported by GET /api/v1/recovery after a crash.
+  uint64_t recoveries = 0;
+  uint64_t recovered_inbox_messages = 0;
+  uint64_t recovered_outbox_messages = 0;
+  uint64_t recovery_problems = 0;
+  uint64_t acked = 0;
+  uint64_t answered = 0;
+  uint64_t forwarded = 0;
+  uint64_t lost = 0;
+  uint64_t duplicates = 0;
+  uint64_t prefix_checks = 0;
+  uint64_t verify_runs = 0;
+  uint64_t verify_failures = 0;
+  uint64_t violations = 0;
+  double seconds = 0;
+  features used;
+  bool kill_points_available = false;
+  bool verify_available = false;
+};
+
+nlohmann::json to_json(const fuzz_stats& x);
+
+/// Runs the fuzzer; prints progress (and, on failure, the seed, the
+/// operations, the crash point and a replay command) to stderr. Returns 0
+/// when every check held.
+int run(const fuzz_options& opts, fuzz_stats& stats, const std::string& argv0);
+
+} // namespace keel::fuzz

@@ -1,0 +1,194 @@
+#pragma once
+
+// A store in a fresh folder and the records the store and verify suites
+// build their data from.
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <caf/test/unit_test.hpp>
+
+#include <rocksdb/db.h>
+
+#include "keel/store.hpp"
+#include "temp_dir.hpp"
+
+namespace keel::test {
+
+/// "none" for a value, else the rendered error: a readable check.
+template <class T>
+std::string outcome(const caf::expected<T>& x) {
+  return x ? std::string{"none"} : render(x.error());
+}
+
+/// The context message of a failed result, or a marker that makes the
+/// comparison fail readably.
+template <class T>
+std::string message_of(const caf::expected<T>& x) {
+  return x ? std::string{"<no error>"} : error_message(x.error());
+}
+
+/// The error of `x` (a copy: checks must not hold on to a temporary's).
+template <class T>
+caf::error error_of(const caf::expected<T>& x) {
+  return x ? caf::error{} : x.error();
+}
+
+inline bool contains(const std::string& str, const std::string& what) {
+  return str.find(what) != std::string::npos;
+}
+
+/// The key of `seq` in `thread` (thread/8-byte big-endian seq).
+inline std::string seq_key(const std::string& thread, seq_t seq) {
+  auto key = thread + '/';
+  for (int shift = 56; shift >= 0; shift -= 8)
+    key += static_cast<char>((seq >> shift) & 0xFF);
+  return key;
+}
+
+/// An ACTIVE root session in pool "default".
+inline session_record make_session(const std::string& thread,
+                                   const std::string& parent = {}) {
+  session_record rec;
+  rec.thread = thread;
+  rec.parent = parent;
+  rec.pool = "default";
+  rec.state = session_state::active;
+  rec.created_at = 1000;
+  return rec;
+}
+
+inline accept_request make_accept(const std::string& thread, seq_t seq,
+                                  const std::string& client_id,
+                                  const std::string& text,
+                                  bool create = false) {
+  accept_request req;
+  req.thread = thread;
+  req.create_session = create;
+  if (create)
+    req.session = make_session(thread);
+  req.entry.seq = seq;
+  req.entry.client_id = client_id;
+  req.entry.text = text;
+  req.entry.accepted_at = 2000 + static_cast<millis>(seq);
+  return req;
+}
+
+/// The commit answering the user message `seq` with a reply at `reply_seq`.
+inline turn_commit make_commit(const std::string& thread, seq_t seq,
+                               const std::string& client_id, seq_t reply_seq,
+                               const std::string& reply) {
+  turn_commit commit;
+  commit.thread = thread;
+  commit.inbox_seq = seq;
+  commit.context.push_back(context_entry{seq, "user", "question " + reply});
+  commit.context.push_back(context_entry{reply_seq, "assistant", reply});
+  log_entry entry;
+  entry.seq = reply_seq;
+  entry.kind = log_kind::reply;
+  entry.client_id = client_id;
+  entry.reply_to = seq;
+  entry.text = reply;
+  entry.provider = "echo";
+  entry.at = 3000;
+  commit.log.push_back(entry);
+  return commit;
+}
+
+/// Spawning `child` under `parent` (a SUSPENDED child session and its link).
+inline spawn_request make_spawn(const std::string& parent,
+                                const std::string& child) {
+  spawn_request req;
+  req.child = make_session(child, parent);
+  req.child.state = session_state::suspended;
+  req.link = tree_link{parent, child, 1500};
+  return req;
+}
+
+/// The message thread `from` sends `to` from its log entry `seq`.
+inline outbox_entry make_outbox(const std::string& from, seq_t seq,
+                                const std::string& to,
+                                const std::string& text) {
+  return outbox_entry{from, seq, to, agent_client_id(from, seq), text, 4000};
+}
+
+/// Delivering `x` into its target's inbox at `seq`.
+inline accept_request make_delivery(const outbox_entry& x, seq_t seq) {
+  auto req = make_accept(x.to, seq, x.client_id, x.text);
+  req.outbox_from = x.from;
+  req.outbox_seq = x.seq;
+  return req;
+}
+
+struct store_fixture {
+  temp_dir tmp;
+  std::string dir = (tmp.path() / "db").string();
+  std::unique_ptr<store> db;
+
+  store_fixture() {
+    open();
+  }
+
+  void open(store_options opts = {}) {
+    db.reset();
+    auto res = store::open(dir, opts);
+    CAF_REQUIRE_EQUAL(outcome(res), "none");
+    db = std::move(*res);
+  }
+
+  void close() {
+    db.reset();
+  }
+
+  /// Stages an accept that must not be a duplicate.
+  void accept(const accept_request& req) {
+    auto res = db->stage_accept(req);
+    CAF_REQUIRE_EQUAL(outcome(res), "none");
+    CAF_CHECK_EQUAL(res->seq, req.entry.seq);
+    CAF_CHECK(!res->duplicate);
+  }
+
+  /// Stages a spawn that must create the child.
+  void spawn(const std::string& parent, const std::string& child) {
+    auto res = db->stage_spawn(make_spawn(parent, child));
+    CAF_REQUIRE_EQUAL(outcome(res), "none");
+    CAF_CHECK(res->created);
+  }
+
+  void flush() {
+    auto err = db->flush();
+    CAF_REQUIRE_EQUAL(render(err), "none");
+  }
+
+  /// Writes `value` under `key` in `cf` behind the store's back, creating
+  /// `cf` if it does not exist; reopens the store unless told not to.
+  void put_raw(const std::string& cf, const std::string& key,
+               const std::string& value, bool reopen = true) {
+    close();
+    rocksdb::Options opts;
+    opts.create_missing_column_families = true;
+    std::vector<std::string> names;
+    CAF_REQUIRE(rocksdb::DB::ListColumnFamilies(opts, dir, &names).ok());
+    if (std::find(names.begin(), names.end(), cf) == names.end())
+      names.push_back(cf);
+    std::vector<rocksdb::ColumnFamilyDescriptor> descriptors;
+    for (auto& name : names)
+      descriptors.emplace_back(name, rocksdb::ColumnFamilyOptions{});
+    std::vector<rocksdb::ColumnFamilyHandle*> handles;
+    rocksdb::DB* raw = nullptr;
+    auto status = rocksdb::DB::Open(opts, dir, descriptors, &handles, &raw);
+    CAF_REQUIRE_EQUAL(status.ToString(), "OK");
+    for (auto* handle : handles)
+      if (handle->GetName() == cf)
+        CAF_CHECK(raw->Put(rocksdb::WriteOptions{}, handle, key, value).ok());
+    for (auto* handle : handles)
+      raw->DestroyColumnFamilyHandle(handle);
+    delete raw;
+    if (reopen)
+      open();
+  }
+};
+
+} // namespace keel::test

@@ -1,0 +1,117 @@
+#define CAF_SUITE crash_fuzz
+
+#include <caf/test/unit_test.hpp>
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "crash_fuzz.hpp"
+
+// The crash fuzzer's generator (tests/support/crash_fuzz.hpp): a seed alone
+// decides every plan, so a failing seed replays the same operations.
+
+using namespace keel;
+using namespace keel::fuzz;
+
+namespace {
+
+// Every plan of `iterations` iterations, one line per op and kill plan.
+std::vector<std::string> plans(uint64_t seed, uint64_t iterations,
+                               features feats = {}) {
+  generator gen{seed, feats};
+  std::vector<std::string> result;
+  for (uint64_t i = 0; i < iterations; ++i) {
+    auto plan = gen.next();
+    result.push_back("iteration " + std::to_string(plan.index) + ": "
+                     + to_string(plan.kill));
+    for (auto& x : plan.ops)
+      result.push_back(to_string(x));
+  }
+  return result;
+}
+
+} // namespace
+
+CAF_TEST(the same seed gives the same plans) {
+  CAF_CHECK(plans(42, 30) == plans(42, 30));
+  CAF_CHECK(plans(7, 30, features{false, false})
+            == plans(7, 30, features{false, false}));
+}
+
+CAF_TEST(different seeds give different plans) {
+  CAF_CHECK(plans(1, 5) != plans(2, 5));
+  CAF_CHECK(plans(3, 5) != plans(4, 5));
+}
+
+CAF_TEST(the first round visits every kill mode once) {
+  generator gen{9, features{}};
+  std::set<std::string> modes;
+  auto rounds = all_kill_points().size() + 1;
+  for (size_t i = 0; i < rounds; ++i) {
+    auto plan = gen.next();
+    modes.insert(plan.kill.at_point ? to_string(plan.kill.point) : "instant");
+    if (plan.kill.at_point)
+      CAF_CHECK_EQUAL(plan.kill.probability, 1.0);
+  }
+  CAF_CHECK_EQUAL(modes.size(), rounds);
+}
+
+CAF_TEST(plans follow the model) {
+  // Sends go to open threads, refused sends to closed ones, spawns under
+  // open parents, resends repeat an earlier id of their thread; a kill -9
+  // comes after an acknowledgement the plan has.
+  generator gen{123, features{}};
+  generator_options shape;
+  std::map<std::string, bool> closed;
+  std::map<std::string, std::set<std::string>> sent;
+  uint64_t generation = 0;
+  for (int i = 0; i < 200; ++i) {
+    auto plan = gen.next();
+    if (plan.generation != generation) {
+      generation = plan.generation;
+      closed.clear();
+      sent.clear();
+    }
+    size_t acks = 0;
+    for (auto& x : plan.ops) {
+      switch (x.kind) {
+        case op_kind::send:
+          CAF_CHECK(!closed[x.thread]);
+          CAF_CHECK(sent[x.thread].insert(x.id).second);
+          ++acks;
+          break;
+        case op_kind::resend:
+          CAF_CHECK(!closed[x.thread]);
+          CAF_CHECK(sent[x.thread].count(x.id) == 1);
+          ++acks;
+          break;
+        case op_kind::send_closed:
+          CAF_CHECK(closed[x.thread]);
+          break;
+        case op_kind::spawn:
+          CAF_CHECK(!closed[x.thread]);
+          CAF_CHECK(closed.count(x.child) == 0);
+          closed[x.child] = false;
+          break;
+        case op_kind::cancel: {
+          CAF_CHECK(!closed[x.thread]);
+          std::vector<std::string> todo{x.thread};
+          while (!todo.empty()) {
+            auto t = todo.back();
+            todo.pop_back();
+            closed[t] = true;
+            for (auto& c : gen.threads().at(t).children)
+              todo.push_back(c);
+          }
+          break;
+        }
+      }
+    }
+    CAF_CHECK(plan.ops.size() >= shape.min_ops);
+    if (!plan.kill.at_point) {
+      CAF_CHECK(plan.kill.after_acks >= 1);
+      CAF_CHECK(plan.kill.after_acks <= acks);
+    }
+  }
+}
