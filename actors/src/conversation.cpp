@@ -84,14 +84,15 @@ void finish_commit(conversation_state& st, turn_commit& commit,
   }
 }
 
-// Turns the reply's tool calls into text, spawns and messages to children.
+// Turns the reply's tool calls into text and messages to children (spawned
+// before the commit, as `spawns` says).
 std::string apply_tool_calls(conversation_state& st, turn_commit& commit,
-                             const completion& reply, millis now) {
+                             const completion& reply, millis now,
+                             const spawn_outcomes& spawns) {
   auto text = reply.text;
   auto note = [&text](const std::string& line) {
     text += (text.empty() ? "" : "\n") + line;
   };
-  std::set<std::string> spawned;
   for (auto& call : reply.tool_calls) {
     auto action = parse_agent_tool_call(call, st.cfg.thread);
     if (!action) {
@@ -105,27 +106,19 @@ std::string apply_tool_calls(conversation_state& st, turn_commit& commit,
       continue;
     }
     auto& act = **action;
-    bool known = st.children.count(act.child) > 0
-                 || spawned.count(act.child) > 0;
-    if (!act.spawn && !known) {
+    if (auto refused = spawns.refused.find(act.child);
+        act.spawn && refused != spawns.refused.end()) {
+      note("[cannot spawn agent " + act.child + ": " + refused->second + "]");
+      continue;
+    }
+    if (st.children.count(act.child) == 0) {
       note("[tool call " + call.name + ": no child agent " + act.child + "]");
       continue;
     }
-    if (act.spawn && !known) {
-      session_record child;
-      child.thread = act.child;
-      child.parent = st.cfg.thread;
-      child.pool = st.cfg.pool;
-      child.model = st.session.model;
-      child.state = session_state::suspended;
-      child.created_at = now;
-      commit.spawned.push_back(child);
-      commit.links.push_back(tree_link{st.cfg.thread, act.child, now});
-      spawned.insert(act.child);
+    if (act.spawn && spawns.created.count(act.child) > 0)
       note("[spawned agent " + act.child + "]");
-    } else {
+    else
       note("[message to agent " + act.child + "]");
-    }
     outbox_entry down;
     down.from = st.cfg.thread;
     down.seq = st.next_seq++;
@@ -140,13 +133,28 @@ std::string apply_tool_calls(conversation_state& st, turn_commit& commit,
 
 } // namespace
 
+std::vector<std::string>
+conversation_state::new_children(const completion& reply) const {
+  std::vector<std::string> result;
+  for (auto& call : reply.tool_calls) {
+    auto action = parse_agent_tool_call(call, cfg.thread);
+    if (action && *action && (*action)->spawn
+        && children.count((*action)->child) == 0
+        && std::find(result.begin(), result.end(), (*action)->child)
+             == result.end())
+      result.push_back((*action)->child);
+  }
+  return result;
+}
+
 turn_commit conversation_state::make_reply_commit(const completion& reply,
-                                                  millis now) {
+                                                  millis now,
+                                                  const spawn_outcomes& spawns) {
   auto& msg = inbox.front();
   turn_commit commit;
   commit.thread = cfg.thread;
   commit.inbox_seq = msg.seq;
-  auto text = apply_tool_calls(*this, commit, reply, now);
+  auto text = apply_tool_calls(*this, commit, reply, now, spawns);
   finish_commit(*this, commit, log_kind::reply, text, reply.provider, now);
   auto seq = next_seq++;
   commit.context.push_back(context_entry{msg.seq, "user", msg.text});
@@ -191,8 +199,6 @@ void conversation_state::apply(const turn_commit& commit) {
   context.insert(context.end(), commit.context.begin(), commit.context.end());
   if (commit.write_session)
     session = commit.session;
-  for (auto& child : commit.spawned)
-    children.insert(child.thread);
   for (auto& entry : commit.outbox)
     outbox.emplace(entry.seq, entry);
 }
@@ -262,6 +268,21 @@ std::pair<std::string, std::string> describe_failure(const caf::error& err) {
 
 void deliver_outbox(self_ptr self);
 
+// Tells the thread that its turn could not be stored and runs it again
+// after `commit_retry_delay`; the message stays in the inbox, unanswered.
+void retry_turn_later(self_ptr self, const std::string& what,
+                      const caf::error& err) {
+  auto& st = self->state;
+  spdlog::warn("thread {}: {}: {}", st.cfg.thread, what, render(err));
+  auto& msg = st.inbox.front();
+  publish(self, protocol::status_frame(st.cfg.thread, msg.client_id, msg.seq,
+                                       "retrying",
+                                       what + " (" + render(err)
+                                         + "); the turn runs again"));
+  self->delayed_send(self, st.cfg.commit_retry_delay, atom::drain_v);
+  // The turn stays "running" until the retry so nothing overtakes it.
+}
+
 // Commits the outcome of the current turn, then moves on to the next one.
 // A failed commit keeps the message in the inbox and retries the turn later:
 // nothing is acknowledged as answered that is not durable.
@@ -278,22 +299,12 @@ void commit_turn(self_ptr self, turn_commit commit) {
     }
     drain(self);
   };
-  auto failed = [self](const caf::error& err) {
-    auto& st = self->state;
-    spdlog::warn("thread {}: commit failed: {}", st.cfg.thread, render(err));
-    auto& msg = st.inbox.front();
-    publish(self, protocol::status_frame(st.cfg.thread, msg.client_id,
-                                         msg.seq, "retrying",
-                                         "storing the answer failed ("
-                                           + render(err)
-                                           + "); the turn runs again"));
-    self->delayed_send(self, st.cfg.commit_retry_delay, atom::drain_v);
-    // The turn stays "running" until the retry so nothing overtakes it.
-  };
   request_component(self, names::persistence, self->state.cfg.storage_timeout,
                     atom::commit_v, commit)
     .then([done, commit](caf::ok_atom) mutable { done(commit); },
-          [failed](caf::error& err) { failed(err); });
+          [self](caf::error& err) {
+            retry_turn_later(self, "storing the answer failed", err);
+          });
 }
 
 void fail_turn(self_ptr self, const std::string& code,
@@ -323,6 +334,62 @@ void guarded(self_ptr self, F step) {
   }
 }
 
+// Spawns the children the reply asks for that the thread does not have yet,
+// each durably (session record and tree link, through the orchestrator like
+// a client's spawn) before the turn that asked commits; then commits the
+// turn. A spawn refused for good (the id is another thread's) becomes a note
+// in the answer; any other failure runs the turn again later.
+void spawn_then_commit(self_ptr self, completion reply) {
+  struct progress {
+    completion reply;
+    spawn_outcomes outcomes;
+    size_t pending;
+    caf::error retry;
+  };
+  auto commit = [self](const completion& reply,
+                       const spawn_outcomes& outcomes) {
+    guarded(self, [&] {
+      commit_turn(self, self->state.make_reply_commit(
+                          reply, wall_clock_millis(), outcomes));
+    });
+  };
+  auto wanted = self->state.new_children(reply);
+  if (wanted.empty()) {
+    commit(reply, {});
+    return;
+  }
+  auto state = std::make_shared<progress>(
+    progress{std::move(reply), {}, wanted.size(), {}});
+  auto finish = [self, state, commit] {
+    if (--state->pending > 0)
+      return;
+    if (self->state.closing)
+      cancel_turn(self);
+    else if (state->retry)
+      retry_turn_later(self, "spawning a child agent failed", state->retry);
+    else
+      commit(state->reply, state->outcomes);
+  };
+  auto& st = self->state;
+  for (auto& child : wanted)
+    request_component(self, names::orchestrator, st.cfg.storage_timeout,
+                      atom::spawn_v, st.cfg.thread, child)
+      .then(
+        [self, state, child, finish](spawn_result&) {
+          self->state.children.insert(child);
+          state->outcomes.created.insert(child);
+          finish();
+        },
+        [state, child, finish](caf::error& err) {
+          if (err == ec::conflict || err == ec::thread_closed
+              || err == ec::not_found)
+            state->outcomes.refused.emplace(child, error_message(err));
+          else if (!state->retry)
+            state->retry = std::move(err);
+          finish();
+        });
+}
+
 void run_turn(self_ptr self) {
   auto& st = self->state;
   auto& msg = st.inbox.front();
@@ -349,10 +416,7 @@ void run_turn(self_ptr self) {
           cancel_turn(self); // Cancelled meanwhile: the reply comes too late.
           return;
         }
-        guarded(self, [&] {
-          commit_turn(self, self->state.make_reply_commit(
-                              reply, wall_clock_millis()));
-        });
+        spawn_then_commit(self, std::move(reply));
       },
       [self](caf::error& err) {
         if (self->state.closing) {
@@ -717,6 +781,9 @@ conversation(conversation_actor::stateful_pointer<conversation_state> self,
     [self](atom::redeliver) {
       self->state.redeliver_armed = false;
       deliver_outbox(self);
+    },
+    [self](atom::spawn, std::string& child) {
+      self->state.children.insert(std::move(child));
     },
     [self](atom::drain) {
       // A commit retry: the failed turn runs again.

@@ -20,12 +20,51 @@ bool orchestrator_state::may_passivate(const thread_entry& entry,
          && (last_seen >= entry.routed || entry.floor >= entry.routed);
 }
 
+uint64_t orchestrator_state::hold(caf::response_promise rp) {
+  auto id = ++last_hold;
+  held.emplace(id, std::move(rp));
+  return id;
+}
+
+caf::response_promise orchestrator_state::take(uint64_t id) {
+  auto i = held.find(id);
+  if (i == held.end())
+    return {};
+  auto rp = std::move(i->second);
+  held.erase(i);
+  return rp;
+}
+
+void orchestrator_state::fail_held(const caf::error& err) {
+  auto all = std::move(held);
+  held.clear();
+  for (auto& entry : all)
+    entry.second.deliver(err);
+}
+
 namespace {
 
 using self_ptr = orchestrator_actor::stateful_pointer<orchestrator_state>;
 
+// The current conversations supervisor, monitored from the first time we
+// see an incarnation (see the down handler).
 caf::actor conversations(self_ptr self) {
-  return lookup<caf::actor>(self->system(), names::conversations);
+  auto sup = lookup<caf::actor>(self->system(), names::conversations);
+  if (sup && sup.address() == self->state.lost_conversations)
+    return {};
+  if (sup && sup != self->state.conversations) {
+    self->monitor(sup);
+    self->state.conversations = sup;
+  }
+  return sup;
+}
+
+// Answers the held request `id`, unless it was failed meanwhile.
+template <class... Ts>
+void answer(self_ptr self, uint64_t id, Ts&&... xs) {
+  auto rp = self->state.take(id);
+  if (rp.pending())
+    rp.deliver(std::forward<Ts>(xs)...);
 }
 
 // Starts the thread's conversation unless it runs; `started` (optional)
@@ -41,12 +80,12 @@ void ensure_started(self_ptr self, const std::string& thread,
     done();
     return;
   }
-  self->state.threads.emplace(thread, thread_entry{});
   auto sup = conversations(self);
   if (!sup) {
     done(); // The forward that follows fails and tells the sender.
     return;
   }
+  self->state.threads.emplace(thread, thread_entry{});
   self
     ->request(sup, self->state.cfg.request_timeout, atom::start_child_v,
               thread, caf::make_message())
@@ -85,9 +124,8 @@ uint64_t next_route_seq() {
 // Hands a message to the thread's conversation through its supervisor; the
 // conversation answers the original requester directly. A message from a
 // client has an empty `from`; one from another thread is its outbox entry.
-template <class Promise>
-void forward(self_ptr self, Promise& rp, const std::string& thread,
-             outbox_entry msg) {
+void forward(self_ptr self, caf::response_promise& rp,
+             const std::string& thread, outbox_entry msg) {
   auto sup = conversations(self);
   if (!sup) {
     rp.deliver(caf::make_error(ec::unavailable,
@@ -106,11 +144,14 @@ void forward(self_ptr self, Promise& rp, const std::string& thread,
                 caf::make_message(atom::deliver_v, std::move(msg), seq));
 }
 
-void route(self_ptr self, caf::typed_response_promise<accept_result> rp,
+void route(self_ptr self, caf::response_promise rp,
            const std::string& thread, outbox_entry msg) {
+  auto id = self->state.hold(std::move(rp));
   when_routable(self, thread,
-                [self, rp, thread, msg = std::move(msg)]() mutable {
-                  forward(self, rp, thread, std::move(msg));
+                [self, id, thread, msg = std::move(msg)]() mutable {
+                  auto rp = self->state.take(id);
+                  if (rp.pending())
+                    forward(self, rp, thread, std::move(msg));
                 });
 }
 
@@ -118,7 +159,9 @@ void route(self_ptr self, caf::typed_response_promise<accept_result> rp,
 void stop_conversation(self_ptr self, const std::string& thread) {
   auto release = [self, thread] {
     auto i = self->state.threads.find(thread);
-    if (i == self->state.threads.end())
+    // Gone with its supervisor (see conversations_lost), perhaps started
+    // again since: not ours to release.
+    if (i == self->state.threads.end() || !i->second.stopping)
       return;
     auto queued = std::move(i->second.queued);
     self->state.threads.erase(i);
@@ -138,6 +181,30 @@ void stop_conversation(self_ptr self, const std::string& thread) {
               thread)
     .then([release](caf::ok_atom) { release(); },
           [release](caf::error&) { release(); });
+}
+
+// Replaces the thread's conversation with one that loads the thread again:
+// stopped as a passivation would (if one runs, known to us or not: an
+// earlier orchestrator may have started it), then started at once (an
+// accept it had in flight may be stored and wants its answer).
+void stop_stale(self_ptr self, const std::string& thread) {
+  auto& entry = self->state.threads[thread];
+  if (entry.stopping)
+    return; // Going away: the next one loads the thread anyway.
+  entry.stopping = true;
+  entry.queued.push_back([] {}); // Makes the release start it again.
+  stop_conversation(self, thread);
+}
+
+// Tells a running conversation of the parent about its new child (one that
+// starts later reads its children from the store).
+void tell_parent(self_ptr self, const spawn_result& spawned) {
+  auto i = self->state.threads.find(spawned.parent);
+  auto sup = conversations(self);
+  if (i == self->state.threads.end() || i->second.stopping || !sup)
+    return;
+  caf::anon_send(sup, atom::forward_v, spawned.parent,
+                 caf::make_message(atom::spawn_v, spawned.child));
 }
 
 // Cancels every thread of `subtree` (all at once); calls `done` with the
@@ -292,6 +359,27 @@ void resume(self_ptr self, recovery_plan plan) {
   });
 }
 
+// The conversations supervisor died, and every conversation with it: the
+// routing table is void. Work queued behind a passivation is routed again
+// (to the new incarnation, or refused as `unavailable` until it runs), and
+// the threads with unanswered messages are started again once it runs.
+void conversations_lost(self_ptr self, const caf::actor_addr& lost) {
+  spdlog::warn("the conversations supervisor stopped; resuming the threads "
+               "with pending work once it runs again");
+  self->state.conversations = caf::actor{};
+  self->state.lost_conversations = lost;
+  auto threads = std::move(self->state.threads);
+  self->state.threads.clear();
+  for (auto& [thread, entry] : threads) {
+    if (entry.queued.empty())
+      continue;
+    ensure_started(self, thread);
+    for (auto& work : entry.queued)
+      work();
+  }
+  self->send(self, atom::recover_v);
+}
+
 } // namespace
 
 orchestrator_actor::behavior_type
@@ -299,6 +387,23 @@ orchestrator(self_ptr self, orchestrator_config cfg) {
   self->state.cfg = std::move(cfg);
   if (self->state.cfg.recover_on_start)
     self->send(self, atom::recover_v);
+  else
+    conversations(self); // Watch the supervisor from the start.
+  // Stopped or killed by our supervisor: whoever waits for a held request
+  // learns now, instead of at its timeout.
+  self->set_exit_handler([self](caf::exit_msg& msg) {
+    self->state.fail_held(caf::make_error(ec::unavailable,
+                                          "the orchestrator stopped; "
+                                          "resend with the same id"));
+    self->quit(msg.reason);
+  });
+  self->set_down_handler([self](caf::down_msg& msg) {
+    // We monitor nothing but conversations supervisors. An older
+    // incarnation's down may come after we saw the new one: the table may
+    // hold threads of either, so it goes all the same.
+    if (msg.source)
+      conversations_lost(self, msg.source);
+  });
   return {
     [self](atom::route, const std::string& thread, std::string& client_id,
            std::string& text) -> caf::result<accept_result> {
@@ -322,26 +427,35 @@ orchestrator(self_ptr self, orchestrator_config cfg) {
         return caf::make_error(ec::unavailable,
                                "persistence is restarting; spawn again");
       auto rp = self->make_response_promise<spawn_result>();
+      auto id = self->state.hold(rp);
       self
         ->request(db, self->state.cfg.request_timeout, atom::spawn_v, parent,
                   child)
         .then(
-          [rp](spawn_result& result) mutable {
+          [self, id](spawn_result& result) {
             // The link is durable; the spawn is not acknowledged yet.
             reach(kill_point::tree_link_written);
-            rp.deliver(std::move(result));
+            // A conversation that began before its thread was spawned (a
+            // cancel or message that found nothing) knows no session: the
+            // child gets one that loads its session.
+            if (result.created) {
+              stop_stale(self, result.child);
+              tell_parent(self, result);
+            }
+            answer(self, id, std::move(result));
           },
-          [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+          [self, id](caf::error& err) { answer(self, id, std::move(err)); });
       return rp;
     },
     [self](atom::cancel, const std::string& thread)
       -> caf::result<std::vector<std::string>> {
       auto rp = self->make_response_promise<std::vector<std::string>>();
-      cancel_tree(self, thread, {}, [rp](auto result) mutable {
+      auto id = self->state.hold(rp);
+      cancel_tree(self, thread, {}, [self, id](auto result) {
         if (result)
-          rp.deliver(std::move(*result));
+          answer(self, id, std::move(*result));
         else
-          rp.deliver(std::move(result.error()));
+          answer(self, id, std::move(result.error()));
       });
       return rp;
     },
@@ -365,15 +479,20 @@ orchestrator(self_ptr self, orchestrator_config cfg) {
     },
     [self](atom::status) -> uint64_t { return self->state.threads.size(); },
     [self](atom::recover) {
+      // Both must run: resuming starts conversations under the supervisor.
       auto db = lookup<persistence_actor>(self->system(), names::persistence);
-      if (!db) {
+      if (!db || !conversations(self)) {
         self->delayed_send(self, std::chrono::seconds{1}, atom::recover_v);
         return;
       }
       self->request(db, std::chrono::seconds{60}, atom::recover_v)
         .then([self](recovery_plan& plan) { resume(self, std::move(plan)); },
-              [](caf::error& err) {
-                spdlog::error("cannot plan the recovery: {}", render(err));
+              [self](caf::error& err) {
+                // Pending work stays unanswered until a plan runs: retry.
+                spdlog::error("cannot plan the recovery (retrying in 1 s): {}",
+                              render(err));
+                self->delayed_send(self, std::chrono::seconds{1},
+                                   atom::recover_v);
               });
     },
   };

@@ -26,6 +26,27 @@ caf::error bad_call(const tool_call& call, const std::string& what) {
 
 } // namespace
 
+const std::vector<agent_tool_spec>& agent_tool_specs() {
+  static const std::vector<agent_tool_spec> specs{
+    {spawn_agent_tool,
+     "Create a child agent with its own conversation and send it a task. "
+     "Its answer comes back to you as a message from [agent ID].",
+     R"({"type":"object","properties":{)"
+     R"("name":{"type":"string","pattern":"^[A-Za-z0-9_-]{1,32}$",)"
+     R"("description":"the child's name, unique among your children"},)"
+     R"("task":{"type":"string","description":"what the child should do"}},)"
+     R"("required":["name","task"]})"},
+    {message_agent_tool,
+     "Send a message to a child agent you spawned earlier. Its answer comes "
+     "back to you as a message from [agent ID].",
+     R"({"type":"object","properties":{)"
+     R"("name":{"type":"string","description":"the child's name"},)"
+     R"("text":{"type":"string","description":"the message"}},)"
+     R"("required":["name","text"]})"},
+  };
+  return specs;
+}
+
 std::string child_thread_id(const std::string& parent,
                             const std::string& name) {
   return parent + "." + name;

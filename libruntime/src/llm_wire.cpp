@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "keel/agent_tools.hpp"
 #include "keel/error.hpp"
 #include "keel/ws_client.hpp"
 
@@ -283,6 +284,21 @@ std::string request_body(api kind, const std::string& model,
     }
     if (!system.empty())
       body["system"] = std::move(system);
+  }
+  // The built-in agent tools (agent_tools.hpp), in each API's shape.
+  auto& tools = body["tools"] = json::array();
+  for (auto& spec : agent_tool_specs()) {
+    auto parameters = json::parse(spec.parameters);
+    if (kind == api::openai)
+      tools.push_back({{"type", "function"},
+                       {"function",
+                        {{"name", spec.name},
+                         {"description", spec.description},
+                         {"parameters", std::move(parameters)}}}});
+    else
+      tools.push_back({{"name", spec.name},
+                       {"description", spec.description},
+                       {"input_schema", std::move(parameters)}});
   }
   // Invalid UTF-8 (never from our clients, which are checked) becomes
   // U+FFFD rather than an exception.

@@ -674,14 +674,21 @@ public:
     user.client_id = entry.client_id;
     user.text = entry.text;
     user.at = entry.accepted_at;
+    std::optional<session_record> session;
+    if (req.create_session) {
+      auto rec = with_stored_parent(req.session);
+      if (!rec)
+        return std::move(rec.error());
+      session = std::move(*rec);
+    }
     std::string inbox_value;
     std::string log_value;
     std::string session_value;
     try {
       inbox_value = encode(entry);
       log_value = encode(user);
-      if (req.create_session)
-        session_value = encode(req.session);
+      if (session)
+        session_value = encode(*session);
     } catch (const std::exception& ex) {
       return caf::make_error(ec::storage_io, "cannot encode the message "
                                                + printable_key(cf_log,
@@ -694,9 +701,9 @@ public:
     batch_put(cf_inbox, key, inbox_value);
     batch_put(cf_log, key, log_value);
     batch_put(cf_client_ids, id_key, std::to_string(entry.seq));
-    if (req.create_session) {
+    if (session) {
       batch_put(cf_sessions, req.thread, session_value);
-      pending_sessions_[req.thread] = req.session;
+      pending_sessions_[req.thread] = std::move(*session);
     }
     delivered();
     pending_ids_.emplace(std::move(id_key), entry.seq);
@@ -712,19 +719,24 @@ public:
     kv_list context;
     kv_list log;
     kv_list sessions;
-    kv_list links;
     kv_list outbox;
+    std::optional<session_record> session;
+    if (commit.write_session) {
+      auto rec = with_stored_parent(commit.session);
+      if (!rec) {
+        poison("cannot read the session of " + commit.thread + ": "
+               + render(rec.error()));
+        return;
+      }
+      session = std::move(*rec);
+    }
     try {
       for (auto& x : commit.context)
         context.emplace_back(seq_key(commit.thread, x.seq), encode(x));
       for (auto& x : commit.log)
         log.emplace_back(seq_key(commit.thread, x.seq), encode(x));
-      if (commit.write_session)
-        sessions.emplace_back(commit.session.thread, encode(commit.session));
-      for (auto& x : commit.spawned)
-        sessions.emplace_back(x.thread, encode(x));
-      for (auto& x : commit.links)
-        links.emplace_back(tree_key(x.parent, x.child), encode(x));
+      if (session)
+        sessions.emplace_back(session->thread, encode(*session));
       for (auto& x : commit.outbox)
         outbox.emplace_back(seq_key(x.from, x.seq), encode(x));
     } catch (const std::exception& ex) {
@@ -741,14 +753,10 @@ public:
       batch_put(cf_log, key, value);
     for (auto& [key, value] : sessions)
       batch_put(cf_sessions, key, value);
-    for (auto& [key, value] : links)
-      batch_put(cf_tree, key, value);
     for (auto& [key, value] : outbox)
       batch_put(cf_outbox, key, value);
-    if (commit.write_session)
-      pending_sessions_[commit.session.thread] = commit.session;
-    for (auto& x : commit.spawned)
-      pending_sessions_[x.thread] = x;
+    if (session)
+      pending_sessions_[session->thread] = std::move(*session);
     count_staged();
   }
 
@@ -817,10 +825,18 @@ public:
       batch_delete(cf_outbox, key);
   }
 
-  void stage_session(const session_record& rec) override {
-    if (stage_record(cf_sessions, rec.thread, rec,
-                     "the session of " + rec.thread))
-      pending_sessions_[rec.thread] = rec;
+  void stage_session(const session_record& given) override {
+    if (!ready_to_stage())
+      return;
+    auto rec = with_stored_parent(given);
+    if (!rec) {
+      poison("cannot read the session of " + given.thread + ": "
+             + render(rec.error()));
+      return;
+    }
+    if (stage_record(cf_sessions, rec->thread, *rec,
+                     "the session of " + rec->thread))
+      pending_sessions_[rec->thread] = std::move(*rec);
   }
 
   void stage_health(const provider_health_record& rec) override {
@@ -984,6 +1000,18 @@ private:
 
   // The session of `thread` as the next flush leaves it: staged, else on
   // disk, else none.
+  // The tree is written by spawns alone: a session write from a thread's
+  // conversation keeps the parent its stored record has (a conversation
+  // that began before its thread was spawned as a child knows none).
+  caf::expected<session_record> with_stored_parent(session_record rec) {
+    auto existing = find_session(rec.thread);
+    if (!existing)
+      return std::move(existing.error());
+    if (*existing && !(*existing)->parent.empty())
+      rec.parent = (*existing)->parent;
+    return rec;
+  }
+
   caf::expected<std::optional<session_record>>
   find_session(const std::string& thread) {
     if (auto i = pending_sessions_.find(thread); i != pending_sessions_.end())

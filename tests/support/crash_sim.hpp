@@ -125,53 +125,6 @@ constexpr const char* crash = "#crash";    // The provider worker crashes.
 
 } // namespace words
 
-/// Switches of the generator (the seed alone decides the rest). Each one
-/// adds operations that hit a known bug (docs in the issue note); they are
-/// off by default so that the default run stays green.
-struct features {
-  /// Clients also message the ids that the scripted spawn_agent calls give
-  /// children (r0.a, r0.b, r0.b.a), before or after their parent spawned
-  /// them. A client message to such an id before the spawn creates it as a
-  /// root; the parent's spawn_agent then rewrites its session as a child.
-  bool client_to_tool_children = false;
-  /// Kills also hit the conversations supervisor itself. The orchestrator
-  /// does not notice that the conversations died with it: their threads
-  /// stay unroutable and their acknowledged messages unanswered.
-  bool kill_conversations_supervisor = false;
-  /// A request the orchestrator held when it was killed (a cancel waiting
-  /// for conversations, a spawn waiting for persistence, a route waiting
-  /// for a passivating conversation) counts as unanswered. The orchestrator
-  /// has no exit handler answering them, so the caller's timeout is the
-  /// backstop; without this switch such silence is allowed.
-  bool strict_orchestrator_answers = false;
-
-  /// Parses a comma-separated list of the names above ("all": every one).
-  static features parse(const std::string& list) {
-    auto has = [&](const char* name) {
-      return list == "all"
-             || ("," + list + ",").find("," + std::string{name} + ",")
-                  != std::string::npos;
-    };
-    features result;
-    result.client_to_tool_children = has("client_to_tool_children");
-    result.kill_conversations_supervisor = has("kill_conversations_supervisor");
-    result.strict_orchestrator_answers = has("strict_orchestrator_answers");
-    return result;
-  }
-
-  std::string to_string() const {
-    std::string result;
-    auto add = [&](bool on, const char* name) {
-      if (on)
-        result += (result.empty() ? "" : ",") + std::string{name};
-    };
-    add(client_to_tool_children, "client_to_tool_children");
-    add(kill_conversations_supervisor, "kill_conversations_supervisor");
-    add(strict_orchestrator_answers, "strict_orchestrator_answers");
-    return result;
-  }
-};
-
 /// The prefix of every thread id of seed `seed`.
 inline std::string thread_prefix(uint64_t seed) {
   return "s" + std::to_string(seed) + "-";
@@ -181,8 +134,8 @@ inline std::string thread_prefix(uint64_t seed) {
 /// outcomes, so it is printed and replayed as it is.
 class generator {
 public:
-  explicit generator(uint64_t seed, features feats = {})
-    : rng_(seed), feats_(feats), prefix_(thread_prefix(seed)) {
+  explicit generator(uint64_t seed)
+    : rng_(seed), prefix_(thread_prefix(seed)) {
     // nop
   }
 
@@ -217,13 +170,14 @@ private:
     return xs[pick(xs.size())];
   }
 
-  // Mostly roots; sometimes a child spawned by the client (or, with
-  // `client_to_tool_children`, one a tool call may have spawned).
+  // Mostly roots; sometimes a child spawned by the client, or one a tool
+  // call may have spawned (before or after its parent spawned it: a client
+  // message first makes it a root, and the parent's spawn is then refused).
   std::string thread() {
     auto r = pick(100);
     if (r < 20 && !spawned_.empty())
       return any(spawned_);
-    if (r < 35 && feats_.client_to_tool_children)
+    if (r < 35)
       return any(tool_children_);
     return any(roots_);
   }
@@ -238,7 +192,9 @@ private:
 
   // A kill target: half the time a conversation (maybe a child a tool call
   // spawned); RocksDB reopens (a kill of persistence) cost the most, so
-  // they come less often than the others.
+  // they come less often than the others. Killing the conversations
+  // supervisor kills every conversation at once: the orchestrator must
+  // start those with pending work again.
   std::string kill_path() {
     if (chance(50))
       return "conversations/"
@@ -248,9 +204,7 @@ private:
          "persistence",       "providers/default",
          "providers/default", "providers/default/router",
          "providers/default/router", "providers/default/script",
-         "providers/default/script"};
-    if (feats_.kill_conversations_supervisor)
-      paths.push_back("conversations");
+         "providers/default/script", "conversations"};
     return any(paths);
   }
 
@@ -297,7 +251,6 @@ private:
   }
 
   std::mt19937_64 rng_;
-  features feats_;
   std::string prefix_;
   std::vector<std::string> roots_;
   std::vector<std::string> tool_children_;
@@ -441,7 +394,6 @@ private:
 /// Everything a run produced.
 struct run_report {
   uint64_t seed = 0;
-  features feats;
   std::vector<op> ops;
   std::vector<outcome> results;
   /// Broken invariants, "invariant: details".
@@ -516,10 +468,8 @@ struct run_report {
             << e.client_id << ' ' << e.reply_to << " \""
             << e.text.substr(0, 60) << "\"\n";
     }
-    out << "replay: KEEL_SIM_SEED=" << seed;
-    if (auto names = feats.to_string(); !names.empty())
-      out << " KEEL_SIM_FEATURES=" << names;
-    out << " keel-unit-test -s '^crash_sim$'\n";
+    out << "replay: KEEL_SIM_SEED=" << seed
+        << " keel-unit-test -s '^crash_sim$'\n";
     return out.str();
   }
 };
@@ -748,8 +698,7 @@ check_forwarding(run_report& rep,
 /// after another, then checks the store of all of them.
 class simulation : public test::node_fixture {
 public:
-  explicit simulation(features feats = {})
-    : node_fixture(sim_config(data_dir())), feats_(feats) {
+  simulation() : node_fixture(sim_config(data_dir())) {
     // nop
   }
 
@@ -770,8 +719,7 @@ public:
   run_report run(uint64_t seed) {
     run_report rep;
     rep.seed = seed;
-    rep.feats = feats_;
-    rep.ops = generator{seed, feats_}.plan();
+    rep.ops = generator{seed}.plan();
     journal_ = std::make_shared<journal>();
     journal_->results.resize(rep.ops.size());
     for (size_t i = 0; i < rep.ops.size(); ++i) {
@@ -950,7 +898,6 @@ private:
 
   void check_live(run_report& rep);
 
-  features feats_;
   journal_ptr journal_;
   /// Incremented by every crash and restart.
   uint64_t generation_ = 0;
@@ -961,22 +908,12 @@ inline void simulation::check_live(run_report& rep) {
   auto prefix = thread_prefix(rep.seed);
   auto ours = [&](const std::string& t) { return t.rfind(prefix, 0) == 0; };
   // Never silence: every request of the current node incarnation is
-  // answered (one sent to a node that crashed may be lost with it, one the
-  // orchestrator held when it was killed as `features` says).
-  auto orchestrator_killed_after = [&](size_t i) {
-    for (size_t k = 0; k < rep.ops.size(); ++k)
-      if (rep.ops[k].kind == op_kind::kill && rep.ops[k].arg == "orchestrator"
-          && rep.results[k].ok && rep.results[k].answered_during >= i)
-        return true;
-    return false;
-  };
+  // answered (one sent to a node that crashed may be lost with it; one a
+  // killed orchestrator held is answered by its exit handler).
   for (size_t i = 0; i < rep.ops.size(); ++i) {
     auto& r = rep.results[i];
     if (!r.issued || r.generation != generation_
         || (r.answered && !r.timed_out))
-      continue;
-    if (rep.ops[i].kind != op_kind::kill
-        && !feats_.strict_orchestrator_answers && orchestrator_killed_after(i))
       continue;
     out.push_back("every request answered: #" + std::to_string(i) + " "
                   + to_string(rep.ops[i]) + " got no answer");
@@ -1110,10 +1047,9 @@ inline void simulation::finish(std::vector<run_report>& reps) {
 }
 
 /// Runs `count` seeds from `first` on one node (a fresh data folder).
-inline std::vector<run_report> run_batch(uint64_t first, uint64_t count,
-                                         features feats = {}) {
+inline std::vector<run_report> run_batch(uint64_t first, uint64_t count) {
   std::vector<run_report> reps;
-  simulation sim{feats};
+  simulation sim;
   for (auto seed = first; seed < first + count; ++seed)
     reps.push_back(sim.run(seed));
   sim.finish(reps);
@@ -1121,8 +1057,8 @@ inline std::vector<run_report> run_batch(uint64_t first, uint64_t count,
 }
 
 /// Runs seed `seed` alone.
-inline run_report run_seed(uint64_t seed, features feats = {}) {
-  return std::move(run_batch(seed, 1, feats).front());
+inline run_report run_seed(uint64_t seed) {
+  return std::move(run_batch(seed, 1).front());
 }
 
 } // namespace keel::sim

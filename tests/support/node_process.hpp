@@ -37,6 +37,11 @@ command_result run_command(const std::vector<std::string>& argv,
                            std::chrono::seconds timeout
                            = std::chrono::seconds{60});
 
+/// Runs `keelctl verify` (the oracle) on a stopped node's data folder:
+/// returns an empty string when every invariant holds, else the exit code
+/// and the violations it printed.
+std::string data_violations(const std::string& data_dir);
+
 class node_process {
 public:
   /// Writes `yaml` to `dir/node.yaml` (the caller puts `data_dir` and

@@ -131,6 +131,15 @@ inline command_result run_command(const std::vector<std::string>& argv,
   return result;
 }
 
+inline std::string data_violations(const std::string& data_dir) {
+  auto res = run_command({tool_binary("keelctl"), "verify", "--data-dir",
+                          data_dir});
+  if (res.exit_code == 0)
+    return {};
+  return "keelctl verify exited with " + std::to_string(res.exit_code) + ":\n"
+         + res.out + res.err;
+}
+
 inline node_process::node_process(std::string dir, std::string yaml)
   : dir_(std::move(dir)) {
   config_path_ = dir_ + "/node.yaml";

@@ -22,9 +22,7 @@
 //   histories (KEEL_SIM_LOGS=1 keeps the node's log lines too);
 // - KEEL_SIM_BATCH: seeds sharing one node (default 25);
 // - KEEL_SIM_HASHES=1: prints every seed's trace hash (the same seed gives
-//   the same hash, whatever batch it ran in);
-// - KEEL_SIM_FEATURES=a,b (or "all"): operations and checks that hit known
-//   bugs (`keel::sim::features`), off by default.
+//   the same hash, whatever batch it ran in).
 // A failing seed prints its operations, their results, the broken
 // invariants and the line that replays it.
 
@@ -120,14 +118,13 @@ void run_part(uint64_t part) {
   if (count == 0)
     return;
   auto batch = std::max<uint64_t>(1, env_number("KEEL_SIM_BATCH", 25));
-  auto feats = features::parse(env_text("KEEL_SIM_FEATURES"));
   auto print_hashes = !env_text("KEEL_SIM_HASHES").empty();
   coverage cov;
   std::vector<uint64_t> failed;
   auto start = std::chrono::steady_clock::now();
   for (auto seed = first; seed < first + count; seed += batch) {
     auto n = std::min(batch, first + count - seed);
-    for (auto& rep : run_batch(seed, n, feats)) {
+    for (auto& rep : run_batch(seed, n)) {
       cov.add(rep);
       if (print_hashes)
         std::cout << "seed " << rep.seed << " trace " << rep.trace_hash
@@ -147,9 +144,6 @@ void run_part(uint64_t part) {
                 .count();
   std::ostringstream summary;
   summary << "crash_sim: seeds " << first << " to " << first + count - 1
-          << (feats.to_string().empty() ? ""
-                                         : " (features " + feats.to_string()
-                                             + ")")
           << " in " << secs << " s (" << (secs > 0 ? count / secs : 0.0)
           << " seeds/s); " << failed.size() << " failed";
   for (size_t i = 0; i < failed.size() && i < 20; ++i)

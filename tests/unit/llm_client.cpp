@@ -239,6 +239,13 @@ CAF_TEST(openai request bodies carry system prompt and context roles) {
                                {{"role", "user"}, {"content", "q2"}}});
   CAF_CHECK_EQUAL(body["messages"].dump(), expected.dump());
   CAF_CHECK(body.find("system") == body.end());
+  // The agent tools are offered as functions.
+  CAF_REQUIRE_EQUAL(body["tools"].size(), 2u);
+  CAF_CHECK_EQUAL(body["tools"][0]["type"], "function");
+  CAF_CHECK_EQUAL(body["tools"][0]["function"]["name"], "spawn_agent");
+  CAF_CHECK_EQUAL(body["tools"][0]["function"]["parameters"]["required"],
+                  json::array({"name", "task"}));
+  CAF_CHECK_EQUAL(body["tools"][1]["function"]["name"], "message_agent");
 }
 
 CAF_TEST(anthropic request bodies move system text and merge turns) {
@@ -259,6 +266,11 @@ CAF_TEST(anthropic request bodies move system text and merge turns) {
   auto expected = json::array({{{"role", "user"}, {"content", "q1\n\nq2"}},
                                {{"role", "assistant"}, {"content", "a2"}}});
   CAF_CHECK_EQUAL(body["messages"].dump(), expected.dump());
+  // The agent tools, with Anthropic's input_schema.
+  CAF_REQUIRE_EQUAL(body["tools"].size(), 2u);
+  CAF_CHECK_EQUAL(body["tools"][0]["name"], "spawn_agent");
+  CAF_CHECK_EQUAL(body["tools"][1]["input_schema"]["required"],
+                  json::array({"name", "text"}));
   req.system_prompt.clear();
   req.context.resize(1);
   body = json::parse(

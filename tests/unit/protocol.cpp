@@ -119,6 +119,50 @@ CAF_TEST(ping frames round trip) {
   CAF_CHECK_EQUAL(decode_ok(R"({"type":"ping","thread":"t"})").thread, "");
 }
 
+CAF_TEST(spawn and cancel frames round trip) {
+  auto sp = decode_ok(spawn_frame("p", "p.helper", "s1"));
+  CAF_CHECK(sp.type == client_frame_type::spawn);
+  CAF_CHECK_EQUAL(sp.thread, "p");
+  CAF_CHECK_EQUAL(sp.child, "p.helper");
+  CAF_CHECK_EQUAL(sp.id, "s1");
+  auto c = decode_ok(cancel_frame("p", "x1"));
+  CAF_CHECK(c.type == client_frame_type::cancel);
+  CAF_CHECK_EQUAL(c.thread, "p");
+  CAF_CHECK_EQUAL(c.id, "x1");
+  CAF_CHECK_EQUAL(decode_ok(cancel_frame("p")).id, "");
+}
+
+CAF_TEST(spawn frames are checked field by field) {
+  struct {
+    const char* text;
+    const char* code;
+    const char* message;
+  } cases[] = {
+    {R"({"type":"spawn","thread":"p","child":"p.a"})", "missing_field",
+     "missing field 'id'"},
+    {R"({"type":"spawn","id":"s","child":"p.a"})", "missing_field",
+     "missing field 'thread'"},
+    {R"({"type":"spawn","id":"s","thread":"p"})", "missing_field",
+     "missing field 'child'"},
+    {R"({"type":"spawn","id":"s","thread":"p","child":7})", "wrong_type",
+     "field 'child' must be a string"},
+    {R"({"type":"spawn","id":"s","thread":"p","child":"a/b"})", "bad_value",
+     nullptr},
+    {R"({"type":"spawn","id":"s","thread":"p","child":"p"})", "bad_value",
+     "field 'child' must differ from 'thread'"},
+    {R"({"type":"cancel","id":"x"})", "missing_field",
+     "missing field 'thread'"},
+  };
+  for (auto& c : cases) {
+    auto e = decode_err(c.text);
+    CAF_CHECK_EQUAL(e.code, c.code);
+    if (c.message != nullptr)
+      CAF_CHECK_EQUAL(e.message, c.message);
+    else
+      CAF_CHECK(e.message.find("field 'child' must be") == 0);
+  }
+}
+
 CAF_TEST(unknown fields and null optionals are ignored) {
   auto f = decode_ok(R"({"type":"send","thread":"t","id":"m","text":"x",)"
                      R"("future":{"nested":[1,2,3]},"priority":9})");
@@ -424,6 +468,19 @@ CAF_TEST(history frames) {
   CAF_CHECK(k["entries"].empty());
   CAF_CHECK_EQUAL(k["more"].get<bool>(), false);
   CAF_CHECK(!has(k, "id"));
+}
+
+CAF_TEST(spawned and cancelled frames) {
+  auto j = server(spawned_frame(spawn_result{"p", "p.a", true}, "s1"),
+                  "spawned");
+  CAF_CHECK_EQUAL(j["id"], "s1");
+  CAF_CHECK_EQUAL(j["thread"], "p");
+  CAF_CHECK_EQUAL(j["child"], "p.a");
+  CAF_CHECK_EQUAL(j["created"], true);
+  auto c = server(cancelled_frame("p", {"p", "p.a"}, "x1"), "cancelled");
+  CAF_CHECK_EQUAL(c["id"], "x1");
+  CAF_CHECK_EQUAL(c["threads"], json::array({"p", "p.a"}));
+  CAF_CHECK(!has(server(cancelled_frame("p", {"p"}, ""), "cancelled"), "id"));
 }
 
 CAF_TEST(pong frames) {

@@ -659,20 +659,22 @@ CAF_TEST(a spawn that conflicts with the tree is refused) {
                   1u);
 }
 
-CAF_TEST(a commit writes session and spawned children with links and outbox) {
+CAF_TEST(a commit writes the session and outbox after a spawn in its group) {
   accept(make_accept("p", 1, "c1", "ask a helper", true));
   flush();
+  // A turn spawns the children it asks for, then commits.
+  auto spawned = db->stage_spawn(make_spawn("p", "p.a"));
+  CAF_REQUIRE_EQUAL(outcome(spawned), "none");
+  CAF_CHECK(spawned->created);
   auto commit = make_commit("p", 1, "c1", 2, "asked p.a");
   commit.write_session = true;
   commit.session = make_session("p");
   commit.session.provider = "gpt";
   commit.session.recovered_at = 0;
-  commit.spawned.push_back(make_spawn("p", "p.a").child);
-  commit.links.push_back(make_spawn("p", "p.a").link);
   commit.outbox.push_back(make_outbox("p", 2, "p.a", "do the thing"));
   db->stage_commit(commit);
-  CAF_CHECK_EQUAL(db->staged(), 1u);
-  // A spawn in the same group sees the committed child.
+  CAF_CHECK_EQUAL(db->staged(), 2u);
+  // A spawn in the same group sees the staged child.
   auto again = db->stage_spawn(make_spawn("p", "p.a"));
   CAF_REQUIRE_EQUAL(outcome(again), "none");
   CAF_CHECK(!again->created);
@@ -694,6 +696,32 @@ CAF_TEST(a commit writes session and spawned children with links and outbox) {
   CAF_CHECK_EQUAL((*all)[0].seq, 2u);
   // The child's outbox is its own range.
   CAF_CHECK(load("p.a").outbox.empty());
+}
+
+CAF_TEST(session writes keep the parent a spawn gave the thread) {
+  accept(make_accept("p", 1, "c1", "hello", true));
+  flush();
+  spawn("p", "p.a");
+  // A conversation that began before the spawn writes its session as a
+  // root's: in the same group as the spawn, then after its flush.
+  accept(make_accept("p.a", 1, "x1", "early", true));
+  flush();
+  CAF_CHECK_EQUAL(value_or(db->session("p.a"), session_record{}).parent, "p");
+  auto commit = make_commit("p.a", 1, "x1", 2, "done");
+  commit.write_session = true;
+  commit.session = make_session("p.a");
+  db->stage_commit(commit);
+  auto suspended = make_session("p.a");
+  suspended.state = session_state::suspended;
+  db->stage_session(suspended);
+  flush();
+  auto rec = value_or(db->session("p.a"), session_record{});
+  CAF_CHECK_EQUAL(rec.parent, "p");
+  CAF_CHECK_EQUAL(rec.state, session_state::suspended);
+  // A root stays a root.
+  db->stage_session(make_session("p"));
+  flush();
+  CAF_CHECK_EQUAL(value_or(db->session("p"), session_record{}).parent, "");
 }
 
 CAF_TEST(delivering a message removes its outbox entry in the same batch) {

@@ -278,6 +278,9 @@ using conversation_actor = caf::typed_actor<
   // Cancels the thread: answers its pending messages with a `cancelled`
   // error, writes the session CLOSED; answers once all of it is durable.
   caf::replies_to<atom::cancel>::with<caf::ok_atom>,
+  // A child was spawned under the thread (by the thread's own turn, or a
+  // client's spawn frame): the agent tools may address it.
+  caf::reacts_to<atom::spawn, std::string>,
   // (internal) Retries delivering the outbox.
   caf::reacts_to<atom::redeliver>,
   // (internal) Starts the next turn if none runs.

@@ -69,6 +69,15 @@ struct deferred_accept {
   incoming_message msg;
 };
 
+/// What became of the spawns a turn's reply asked for, made durable before
+/// the turn commits (see `spawn_then_commit` in conversation.cpp).
+struct spawn_outcomes {
+  /// Children spawned for this turn.
+  std::set<std::string> created;
+  /// Spawns the store refused for good, with why (the id is taken).
+  std::map<std::string, std::string> refused;
+};
+
 /// State of a conversation actor.
 struct conversation_state {
   static inline const char* name = "keel.conversation";
@@ -122,8 +131,13 @@ struct conversation_state {
   /// The completion request answering the inbox front.
   completion_request make_request() const;
   /// The commit of a successful turn answering the inbox front; agent tool
-  /// calls in the reply become spawns and outbox entries.
-  turn_commit make_reply_commit(const completion& reply, millis now);
+  /// calls in the reply become outbox entries (to children spawned as
+  /// `spawns` says) and notes in the answer.
+  turn_commit make_reply_commit(const completion& reply, millis now,
+                                const spawn_outcomes& spawns = {});
+  /// The children the reply's spawn_agent calls name that the thread does
+  /// not have yet, each once.
+  std::vector<std::string> new_children(const completion& reply) const;
   /// The commit of a failed turn: a descriptive error in the thread.
   turn_commit make_error_commit(const std::string& code,
                                 const std::string& text, millis now);

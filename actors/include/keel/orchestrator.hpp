@@ -6,6 +6,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include <caf/actor.hpp>
+#include <caf/response_promise.hpp>
 #include <caf/typed_event_based_actor.hpp>
 #include <caf/typed_response_promise.hpp>
 
@@ -43,6 +45,24 @@ struct orchestrator_state {
   orchestrator_config cfg;
   /// Threads with a running (or stopping) conversation.
   std::unordered_map<std::string, thread_entry> threads;
+  /// The conversations supervisor incarnation we route through (monitored:
+  /// its conversations die with it, and with them our routing table).
+  caf::actor conversations;
+  /// The last incarnation seen going down: still registered until its
+  /// supervisor hears of it, and never to be watched again.
+  caf::actor_addr lost_conversations;
+  /// Requests answered later (a route waiting for a passivating
+  /// conversation, a spawn, a cancel), by hold id; answered with an error
+  /// if the orchestrator stops first, so no caller waits for its timeout.
+  std::unordered_map<uint64_t, caf::response_promise> held;
+  uint64_t last_hold = 0;
+
+  /// Keeps `rp` until `take` or `fail_held`; returns its hold id.
+  uint64_t hold(caf::response_promise rp);
+  /// Removes and returns a held promise (an empty one if already failed).
+  caf::response_promise take(uint64_t id);
+  /// Answers every held request with `err`.
+  void fail_held(const caf::error& err);
 
   /// True if a conversation that last saw route `last_seen` has nothing in
   /// flight and may stop.

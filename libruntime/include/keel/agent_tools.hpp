@@ -8,6 +8,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "keel/error.hpp"
 #include "keel/provider.hpp"
@@ -27,6 +28,17 @@ struct agent_action {
 /// The tool names.
 constexpr const char* spawn_agent_tool = "spawn_agent";
 constexpr const char* message_agent_tool = "message_agent";
+
+/// How a provider request declares an agent tool to the model.
+struct agent_tool_spec {
+  const char* name;
+  const char* description;
+  /// The arguments' JSON schema, as JSON text.
+  const char* parameters;
+};
+
+/// The agent tools every completion request offers the model.
+const std::vector<agent_tool_spec>& agent_tool_specs();
 
 /// Returns nullopt when `call` is not an agent tool; otherwise the action or
 /// an error (`ec::bad_frame`) naming what is wrong with its arguments.

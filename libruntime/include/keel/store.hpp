@@ -191,9 +191,8 @@ public:
 
   /// Stages a turn's commit: removes the inbox entry, adds the context and
   /// log entries, and writes what else the commit carries (session record,
-  /// spawned children's sessions and links, outbox entries). Spawned
-  /// children are written as given: `stage_spawn`'s checks are the caller's
-  /// (a later `stage_spawn` in the same group sees them).
+  /// outbox entries). Children a turn asks for are spawned before its
+  /// commit, with `stage_spawn`'s checks.
   virtual void stage_commit(const turn_commit& commit) = 0;
 
   /// Stages a spawn: the child's session record and its tree link. Fails

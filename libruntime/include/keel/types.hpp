@@ -301,10 +301,6 @@ struct turn_commit {
   /// (provider used, recovery mark cleared, CLOSED on cancel).
   bool write_session = false;
   session_record session;
-  /// Children spawned by this turn: their session records and tree links,
-  /// written with the commit (before the spawn is acknowledged to anyone).
-  std::vector<session_record> spawned;
-  std::vector<tree_link> links;
   /// Messages to other threads (to children, or the reply forwarded to the
   /// parent), written to the outbox with the commit.
   std::vector<outbox_entry> outbox;
@@ -313,8 +309,7 @@ struct turn_commit {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, turn_commit& x) {
   return f(caf::meta::type_name("keel::turn_commit"), x.thread, x.inbox_seq,
-           x.context, x.log, x.write_session, x.session, x.spawned, x.links,
-           x.outbox);
+           x.context, x.log, x.write_session, x.session, x.outbox);
 }
 
 /// A spawn of a child agent: the child's session record (its `parent` set)
