@@ -294,21 +294,48 @@ void cancel_tree(self_ptr self, const std::string& thread,
       [done](caf::error& err) { done(std::move(err)); });
 }
 
+// A recovery step starting conversations, `cfg.resume_batch` at a time.
+struct resume_progress {
+  std::vector<std::string> threads;
+  std::function<void(uint64_t)> done;
+  size_t next = 0;
+  size_t in_flight = 0;
+  size_t finished = 0;
+  /// True while `resume_more` runs: a start answered at once must not
+  /// recurse into it (a long recovery would overflow the stack).
+  bool pumping = false;
+};
+
+void resume_more(self_ptr self, std::shared_ptr<resume_progress> p) {
+  if (p->pumping)
+    return;
+  p->pumping = true;
+  auto batch = std::max<size_t>(1, self->state.cfg.resume_batch);
+  while (p->in_flight < batch && p->next < p->threads.size()) {
+    ++p->in_flight;
+    ensure_started(self, p->threads[p->next++], [self, p] {
+      --p->in_flight;
+      if (++p->finished == p->threads.size())
+        p->done(p->threads.size());
+      else
+        resume_more(self, p);
+    });
+  }
+  p->pumping = false;
+}
+
 // Starts `threads` (a recovery step) and calls `done` with the count once
 // the supervisor answered for all of them.
-void resume_all(self_ptr self, const std::vector<std::string>& threads,
+void resume_all(self_ptr self, std::vector<std::string> threads,
                 std::function<void(uint64_t)> done) {
   if (threads.empty()) {
     done(0);
     return;
   }
-  auto pending = std::make_shared<size_t>(threads.size());
-  auto count = threads.size();
-  for (auto& thread : threads)
-    ensure_started(self, thread, [pending, count, done] {
-      if (--*pending == 0)
-        done(count);
-    });
+  auto p = std::make_shared<resume_progress>();
+  p->threads = std::move(threads);
+  p->done = std::move(done);
+  resume_more(self, p);
 }
 
 using steady = std::chrono::steady_clock;

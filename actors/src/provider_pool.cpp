@@ -67,9 +67,13 @@ std::string say_duration(milliseconds d) {
 
 // -- worker -------------------------------------------------------------------
 
-void provider_worker_state::fail_pending(const std::string& why) {
-  for (auto& [id, promise] : pending)
-    promise.deliver(attempt_outcome::failed(error_class::unknown, why));
+void provider_worker_state::fail_pending(const std::string& why,
+                                         bool stopped) {
+  for (auto& [id, promise] : pending) {
+    auto out = attempt_outcome::failed(error_class::unknown, why);
+    out.worker_stopped = stopped;
+    promise.deliver(std::move(out));
+  }
   pending.clear();
   crashing.clear();
 }
@@ -188,12 +192,13 @@ provider_worker(worker_ptr self, provider_config cfg,
   // classified outcome, and stops the worker; its supervisor restarts it.
   self->set_exception_handler([self](std::exception_ptr& ptr) -> caf::error {
     auto what = describe(ptr);
-    self->state.fail_pending(what);
+    self->state.fail_pending(what, false);
     return caf::make_error(ec::provider_failed, what);
   });
   self->set_exit_handler([self](caf::exit_msg& msg) {
     self->state.fail_pending("provider worker '" + self->state.cfg.name
-                             + "' stopped: " + render(msg.reason));
+                               + "' stopped: " + render(msg.reason),
+                             true);
     self->quit(msg.reason);
   });
   return {
@@ -377,7 +382,6 @@ void on_outcome(router_ptr self, uint64_t id, attempt_outcome& out) {
     st.calls.erase(i);
     return;
   }
-  ++link.failures;
   auto cls = parse_error_class(out.error_class).value_or(error_class::unknown);
   call.last_class = cls;
   if (!call.failures.empty())
@@ -385,8 +389,13 @@ void on_outcome(router_ptr self, uint64_t id, attempt_outcome& out) {
   call.failures += out.message;
   spdlog::info("pool {}: attempt {} at {} failed ({}): {}", st.pool,
                call.attempt, link.provider.name, to_string(cls), out.message);
-  link.breaker.record_failure(now, cls, out.message);
-  persist_health(self, call.link);
+  // A stopped worker says nothing of the provider (a node shutdown must not
+  // open breakers that the next start restores).
+  if (!out.worker_stopped) {
+    ++link.failures;
+    link.breaker.record_failure(now, cls, out.message);
+    persist_health(self, call.link);
+  }
   if (out.partial)
     tell_thread(self, call, "stream_interrupted",
                 link.provider.name + " stopped mid-answer; the partial answer "
@@ -492,6 +501,8 @@ void dispatch(router_ptr self, uint64_t id) {
                                                         : error_class::unknown;
             auto out = attempt_outcome::failed(
               cls, name + ": worker unavailable: " + render(err));
+            // Only a call that outlived its guard may be the provider's.
+            out.worker_stopped = cls != error_class::timeout;
             on_outcome(self, id, out);
           });
 }

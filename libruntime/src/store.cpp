@@ -1002,8 +1002,11 @@ private:
   // disk, else none.
   // The tree is written by spawns alone: a session write from a thread's
   // conversation keeps the parent its stored record has (a conversation
-  // that began before its thread was spawned as a child knows none).
+  // that began before its thread was spawned as a child knows none). A
+  // record naming a parent is right as it is: parents never change.
   caf::expected<session_record> with_stored_parent(session_record rec) {
+    if (!rec.parent.empty())
+      return rec;
     auto existing = find_session(rec.thread);
     if (!existing)
       return std::move(existing.error());

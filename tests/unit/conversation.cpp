@@ -3,6 +3,7 @@
 #include "node_fixture.hpp"
 
 #include "keel/conversation.hpp"
+#include "keel/orchestrator.hpp"
 
 using namespace keel;
 using namespace keel::test;
@@ -284,6 +285,22 @@ CAF_TEST(unanswered messages are answered after a restart of the node) {
   CAF_CHECK_EQUAL(texts(history("t")),
                   (std::vector<std::string>{"user:pending",
                                             "reply:slow: pending"}));
+}
+
+CAF_TEST(a restart resumes more pending threads than one batch starts) {
+  auto threads = 3 * orchestrator_config{}.resume_batch + 1;
+  auto name = [](size_t i) { return "t" + std::to_string(i); };
+  for (size_t i = 0; i < threads; ++i)
+    CAF_REQUIRE(send(name(i), "1", "pending"));
+  stop();
+  start();
+  advance(11s);
+  size_t answered = 0;
+  for (size_t i = 0; i < threads; ++i)
+    if (texts(history(name(i)))
+        == std::vector<std::string>{"user:pending", "reply:slow: pending"})
+      ++answered;
+  CAF_CHECK_EQUAL(answered, threads);
 }
 
 CAF_TEST(a conversation killed mid-turn re-runs the turn once) {

@@ -301,6 +301,22 @@ CAF_TEST(cooldowns survive a restart of the node) {
   CAF_CHECK_EQUAL(f.health()["a"].calls, 0u);
 }
 
+CAF_TEST(stopping the node with calls in flight leaves provider health alone) {
+  auto cfg = pool_config_of({scripted("a", {reply("a ok", 10s)})});
+  auto threshold = cfg.pools.front().breaker.failure_threshold;
+  fixture f{cfg};
+  for (uint32_t i = 0; i <= threshold; ++i)
+    f.post("t" + std::to_string(i), "1", "x");
+  f.stop(); // Every call in flight ends with the worker.
+  f.start();
+  auto h = f.health();
+  CAF_CHECK_EQUAL(h["a"].status, "healthy");
+  CAF_CHECK_EQUAL(h["a"].consecutive_failures, 0u);
+  f.advance(11s); // The recovery's turns run on the healthy provider.
+  for (uint32_t i = 0; i <= threshold; ++i)
+    CAF_CHECK_EQUAL(f.history("t" + std::to_string(i)).back().text, "a ok");
+}
+
 CAF_TEST(a crashed worker fails its own call over and is restarted) {
   auto cfg = pool_config_of({scripted("a", {crash_on("boom"), reply("a ok")}),
                              scripted("b", {reply("from b")})});

@@ -22,6 +22,10 @@ struct orchestrator_config {
   bool recover_on_start = true;
   /// Timeout of requests to the conversations supervisor.
   caf::timespan request_timeout = std::chrono::seconds{30};
+  /// Conversations a recovery starts at once: more would only queue (tens
+  /// of thousands of requests in flight cost the actor clock quadratic time
+  /// and starve the conversations already running).
+  size_t resume_batch = 256;
 };
 
 /// A thread as the orchestrator sees it.

@@ -73,8 +73,8 @@ struct provider_worker_state {
   uint64_t next_id = 1;
 
   /// Answers every call in flight with a failure of class `unknown` (the
-  /// worker is going down).
-  void fail_pending(const std::string& why);
+  /// worker is going down: crashed, or `stopped` by its supervisor).
+  void fail_pending(const std::string& why, bool stopped);
 };
 
 /// A worker making calls to the provider `cfg` (HTTP kinds on `io`).

@@ -120,6 +120,10 @@ struct attempt_outcome {
   int64_t retry_after_ms = -1;
   /// True if streamed text had reached subscribers before the failure.
   bool partial = false;
+  /// True if the call ended because our worker stopped (a shutdown, a kill,
+  /// a full restart buffer), not because of the provider: its health is
+  /// left as it is.
+  bool worker_stopped = false;
 
   /// A failed outcome.
   static attempt_outcome failed(keel::error_class cls, std::string message) {
@@ -133,7 +137,8 @@ struct attempt_outcome {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, attempt_outcome& x) {
   return f(caf::meta::type_name("keel::attempt_outcome"), x.ok, x.reply,
-           x.error_class, x.message, x.retry_after_ms, x.partial);
+           x.error_class, x.message, x.retry_after_ms, x.partial,
+           x.worker_stopped);
 }
 
 class provider {
