@@ -15,7 +15,7 @@
 
 // The in-process deterministic crash simulation (tests/support/crash_sim.hpp)
 // over many seeds. Environment:
-// - KEEL_SIM_SEEDS: how many seeds (default 1000), from KEEL_SIM_FIRST
+// - KEEL_SIM_SEEDS: how many seeds (default 2000), from KEEL_SIM_FIRST
 //   (default 1); split over four tests, each under the 30 s watchdog by
 //   default (a long run wants `-r`);
 // - KEEL_SIM_SEED=N: seed N alone, printing its operations, results and
@@ -87,7 +87,7 @@ struct coverage {
   }
 };
 
-// The seeds of a run: KEEL_SIM_SEEDS (default 1000) from KEEL_SIM_FIRST
+// The seeds of a run: KEEL_SIM_SEEDS (default 2000) from KEEL_SIM_FIRST
 // (default 1), or KEEL_SIM_SEED alone. They are split into `parts` tests,
 // each under the test framework's default watchdog of 30 s.
 constexpr uint64_t parts = 4;
@@ -103,7 +103,7 @@ seed_range part_of_run(uint64_t part) {
     return {std::strtoull(one.c_str(), nullptr, 10), part == 0 ? 1u : 0u,
             true};
   auto first = env_number("KEEL_SIM_FIRST", 1);
-  auto count = env_number("KEEL_SIM_SEEDS", 1000);
+  auto count = env_number("KEEL_SIM_SEEDS", 2000);
   auto begin = count * part / parts;
   auto end = count * (part + 1) / parts;
   return {first + begin, end - begin, false};
