@@ -53,23 +53,31 @@ completion_request conversation_state::make_request() const {
 
 namespace {
 
-// The parts of a commit every outcome shares: the session update (provider,
-// recovery mark) and the outcome forwarded to the parent agent.
+// The parts of a commit every outcome shares: the session update (provider
+// and model that answered, recovery mark) and the outcome forwarded to the
+// parent agent.
 // Runs before the outcome's log entry takes its seq: every outbox seq of a
 // commit stays below a seq the log keeps, so a reload (next_seq = last log
 // seq + 1) never hands one out again, even after the entry was delivered.
 void finish_commit(conversation_state& st, turn_commit& commit,
                    log_kind kind, const std::string& text,
-                   const std::string& provider, millis now) {
+                   const completion* reply, millis now) {
   auto& session = st.session;
+  auto changed = [](const std::string& now, const std::string& before) {
+    return !now.empty() && now != before;
+  };
   if (st.session_exists
       && (session.recovered_at != 0
-          || (!provider.empty() && provider != session.provider))) {
+          || (reply != nullptr
+              && (changed(reply->provider, session.provider)
+                  || changed(reply->model, session.model))))) {
     commit.write_session = true;
     commit.session = session;
     commit.session.recovered_at = 0;
-    if (!provider.empty())
-      commit.session.provider = provider;
+    if (reply != nullptr && !reply->provider.empty())
+      commit.session.provider = reply->provider;
+    if (reply != nullptr && !reply->model.empty())
+      commit.session.model = reply->model;
   }
   if (!session.parent.empty()) {
     outbox_entry up;
@@ -155,7 +163,7 @@ turn_commit conversation_state::make_reply_commit(const completion& reply,
   commit.thread = cfg.thread;
   commit.inbox_seq = msg.seq;
   auto text = apply_tool_calls(*this, commit, reply, now, spawns);
-  finish_commit(*this, commit, log_kind::reply, text, reply.provider, now);
+  finish_commit(*this, commit, log_kind::reply, text, &reply, now);
   auto seq = next_seq++;
   commit.context.push_back(context_entry{msg.seq, "user", msg.text});
   commit.context.push_back(context_entry{seq, "assistant", text});
@@ -178,7 +186,7 @@ turn_commit conversation_state::make_error_commit(const std::string& code,
   turn_commit commit;
   commit.thread = cfg.thread;
   commit.inbox_seq = msg.seq;
-  finish_commit(*this, commit, log_kind::error, text, {}, now);
+  finish_commit(*this, commit, log_kind::error, text, nullptr, now);
   // The unanswered message stays out of the context: the model never sees a
   // question without its answer.
   log_entry entry;

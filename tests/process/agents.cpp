@@ -129,6 +129,13 @@ CAF_TEST(a spawned child answers and its reply reaches the parent) {
   CAF_CHECK_EQUAL(count_text(parent, "reply", "answer to [agent p.c] answer "
                                               "to work item"),
                   1u);
+  // The session records name the provider and model that answered.
+  auto agents = api_call(node.address(), "GET", "/api/v1/agents");
+  CAF_REQUIRE(agents);
+  for (auto& agent : (*agents)["agents"]) {
+    CAF_CHECK_EQUAL(agent["provider"], "agent-script");
+    CAF_CHECK_EQUAL(agent["model"], "scripted");
+  }
   auto out = run_command({tool_binary("keelctl"), "tree", "--agents",
                           "--node", node.address().host + ":"
                                       + std::to_string(node.address().port)});

@@ -46,7 +46,8 @@ struct session_record {
   std::string parent;
   /// Provider pool that answers this thread.
   std::string pool;
-  /// Model name, when the thread pins one.
+  /// The model that answered the thread last, as its provider named it;
+  /// empty until one has (a spawned child starts with its parent's).
   std::string model;
   /// The provider that answered the thread last; empty until one has.
   std::string provider;
