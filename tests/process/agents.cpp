@@ -71,13 +71,9 @@ struct fixture {
   }
 
   json history(const std::string& thread) {
-    CAF_REQUIRE(!ws->send_text(
-      protocol::history_request_frame(thread, "h-" + thread, 0, 1000)));
-    auto page = receive_until(*ws, [&](auto& j) {
-      return j["type"] == "history" && j["thread"] == thread;
-    });
-    CAF_REQUIRE(page);
-    return (*page)["entries"];
+    auto entries = read_history(*ws, thread);
+    CAF_REQUIRE(entries);
+    return *entries;
   }
 
   // Polls the history until `pred` holds for it (bounded).

@@ -79,14 +79,11 @@ std::vector<std::string> check_outcomes(const endpoint& ep,
   all_answered = true;
   auto ws = connect_client(ep);
   for (auto& [thread, ids] : record.acked) {
-    CAF_REQUIRE(!ws->send_text(
-      protocol::history_request_frame(thread, "h", 0, 1000)));
-    auto page = receive_until(
-      *ws, [](auto& j) { return j["type"] == "history"; }, 10s);
-    CAF_REQUIRE(page);
+    auto entries = read_history(*ws, thread);
+    CAF_REQUIRE(entries);
     std::map<std::string, uint64_t> seq_of;      // client id -> user seq
     std::map<uint64_t, int> outcomes;             // user seq -> outcomes
-    for (auto& e : (*page)["entries"]) {
+    for (auto& e : *entries) {
       if (e["kind"] == "user")
         seq_of[e["client_id"]] = e["seq"];
       else

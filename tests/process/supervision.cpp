@@ -111,15 +111,12 @@ std::map<std::string, size_t> expect_one_outcome_each(node_process& node,
   auto deadline = std::chrono::steady_clock::now() + 60s;
   for (auto& [thread, ids] : log.acked) {
     for (;;) {
-      CAF_REQUIRE(!ws->send_text(
-        protocol::history_request_frame(thread, "h", 0, 1000)));
-      auto page = receive_until(
-        *ws, [](auto& j) { return j["type"] == "history"; }, 10s);
-      CAF_REQUIRE(page);
+      auto entries = read_history(*ws, thread);
+      CAF_REQUIRE(entries);
       std::map<std::string, uint64_t> seq_of;
       std::map<uint64_t, int> outcomes;
       errors[thread] = 0;
-      for (auto& e : (*page)["entries"]) {
+      for (auto& e : *entries) {
         if (e["kind"] == "user")
           seq_of[e["client_id"]] = e["seq"];
         else

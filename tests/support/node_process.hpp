@@ -106,6 +106,12 @@ std::optional<nlohmann::json>
 receive_until(ws_client& client, Pred pred,
               std::chrono::milliseconds timeout = std::chrono::seconds{10});
 
+/// Asks for the first 1,000 entries of `thread`'s history; returns them (the
+/// history frame's `entries`), or std::nullopt if none came in time.
+std::optional<nlohmann::json>
+read_history(ws_client& client, const std::string& thread,
+             std::chrono::milliseconds timeout = std::chrono::seconds{10});
+
 } // namespace keel::test
 
 #include "node_process_impl.hpp"

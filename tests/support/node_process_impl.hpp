@@ -291,4 +291,19 @@ receive_until(ws_client& client, Pred pred,
   }
 }
 
+inline std::optional<nlohmann::json>
+read_history(ws_client& client, const std::string& thread,
+             std::chrono::milliseconds timeout) {
+  if (client.send_text(
+        protocol::history_request_frame(thread, "h-" + thread, 0, 1000)))
+    return std::nullopt;
+  auto page = receive_until(
+    client,
+    [&](auto& j) { return j["type"] == "history" && j["thread"] == thread; },
+    timeout);
+  if (!page)
+    return std::nullopt;
+  return std::move((*page)["entries"]);
+}
+
 } // namespace keel::test
