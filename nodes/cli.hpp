@@ -9,7 +9,7 @@
 
 #include "keel/config.hpp"
 #include "keel/error.hpp"
-#include "keel/ws_client.hpp"
+#include "keel/tools/ws_client.hpp"
 
 namespace keel::cli {
 

@@ -24,9 +24,9 @@
 #include <CLI/CLI.hpp>
 
 #include "cli.hpp"
-#include "keel/bench.hpp"
-#include "keel/bench_recovery.hpp"
-#include "keel/ws_client.hpp"
+#include "keel/tools/bench.hpp"
+#include "keel/tools/bench_recovery.hpp"
+#include "keel/tools/ws_client.hpp"
 
 namespace {
 

@@ -20,14 +20,14 @@
 #include <nlohmann/json.hpp>
 
 #include "cli.hpp"
-#include "keel/bench.hpp"
+#include "keel/tools/bench.hpp"
 #include "keel/json_codec.hpp"
-#include "keel/node_data.hpp"
+#include "keel/tools/data_dir.hpp"
 #include "keel/protocol.hpp"
 #include "keel/text.hpp"
 #include "keel/types.hpp"
-#include "keel/verify.hpp"
-#include "keel/ws_client.hpp"
+#include "keel/tools/verify.hpp"
+#include "keel/tools/ws_client.hpp"
 
 namespace {
 
@@ -137,7 +137,7 @@ public:
 private:
   std::string too_late(const std::string& what) const {
     return "no " + what + " within "
-           + keel::bench::human_duration(timeout_.count());
+           + keel::human_duration(timeout_);
   }
 
   keel::endpoint ep_;
@@ -183,7 +183,7 @@ int run_send(const keel::endpoint& ep, const send_args& args) {
   auto ws = connect(ep);
   if (!ws)
     return fail(ep, ws.error());
-  auto id = args.id.empty() ? "keelctl-" + keel::bench::random_hex(16)
+  auto id = args.id.empty() ? "keelctl-" + keel::random_hex(16)
                             : args.id;
   if (auto err = (*ws)->send_text(
         keel::protocol::send_frame(args.thread, id, args.text)))
@@ -192,7 +192,7 @@ int run_send(const keel::endpoint& ep, const send_args& args) {
   bool acked = false;
   // A resent id is acknowledged as a duplicate and not processed again; its
   // outcome may already be in the history, so look there too.
-  std::string history_id = "keelctl-history-" + keel::bench::random_hex(8);
+  std::string history_id = "keelctl-history-" + keel::random_hex(8);
   keel::seq_t seq = 0;
   for (;;) {
     int code = exit_failed;
@@ -346,6 +346,12 @@ uint64_t number(const json& j, std::initializer_list<const char*> path) {
   return cur->is_number() ? cur->get<uint64_t>() : 0;
 }
 
+// A number of milliseconds at `path` (as `number`), as a duration.
+std::chrono::milliseconds
+millis_at(const json& j, std::initializer_list<const char*> path) {
+  return std::chrono::milliseconds{static_cast<int64_t>(number(j, path))};
+}
+
 int run_status(const keel::endpoint& ep, bool as_json) {
   auto status = keel::api_call(ep, "GET", "/api/v1/status");
   if (!status)
@@ -366,8 +372,8 @@ int run_status(const keel::endpoint& ep, bool as_json) {
   std::string protocol = s.contains("protocol") ? s["protocol"].dump() : "?";
   row("node", field(s, "node") + " (version " + field(s, "version")
                 + ", protocol " + protocol + ")");
-  row("address", ep.host + ":" + std::to_string(ep.port));
-  row("uptime", keel::bench::human_duration(number(s, {"uptime_ms"})));
+  row("address", keel::to_string(ep));
+  row("uptime", keel::human_duration(millis_at(s, {"uptime_ms"})));
   row("threads", n({"threads", "active"}) + " active, "
                    + n({"threads", "stored"}) + " stored");
   row("connections", n({"gateway", "connections_open"}) + " open, "
@@ -378,8 +384,8 @@ int run_status(const keel::endpoint& ep, bool as_json) {
   row("store", n({"store", "flushes"}) + " flushes, "
                  + n({"store", "staged_operations"}) + " staged operations, "
                  + n({"store", "failed_flushes"}) + " failed flushes");
-  row("memory", keel::bench::human_bytes(number(s, {"rss_bytes"})) + " RSS, "
-                  + keel::bench::human_bytes(number(s, {"peak_rss_bytes"}))
+  row("memory", keel::human_bytes(number(s, {"rss_bytes"})) + " RSS, "
+                  + keel::human_bytes(number(s, {"peak_rss_bytes"}))
                   + " peak");
   row("data dir", field(s, "data_dir"));
   return exit_ok;
@@ -398,7 +404,7 @@ void print_tree(const json& node, const std::string& prefix, bool last,
   std::snprintf(cols, sizeof(cols), " %-10s restarts %-4llu up %s",
                 field(node, "state").c_str(),
                 static_cast<unsigned long long>(number(node, {"restarts"})),
-                keel::bench::human_duration(number(node, {"uptime_ms"}))
+                keel::human_duration(millis_at(node, {"uptime_ms"}))
                   .c_str());
   std::cout << line << cols;
   auto exit = field(node, "last_exit");
@@ -491,9 +497,9 @@ void print_provider(const json& p) {
                 static_cast<unsigned long long>(number(p, {"calls"})),
                 static_cast<unsigned long long>(number(p, {"failures"})));
   std::cout << cols;
-  auto remaining = number(p, {"cooldown_remaining_ms"});
-  if (remaining > 0)
-    std::cout << " cooldown " << keel::bench::human_duration(remaining);
+  auto remaining = millis_at(p, {"cooldown_remaining_ms"});
+  if (remaining.count() > 0)
+    std::cout << " cooldown " << keel::human_duration(remaining);
   auto cls = field(p, "last_error_class");
   if (!cls.empty())
     std::cout << "\n    last error (" << cls << "): "

@@ -9,7 +9,7 @@
 #include "keel/kill_point.hpp"
 #include "keel/lookup.hpp"
 #include "keel/protocol.hpp"
-#include "keel/providers.hpp"
+#include "keel/provider_pool.hpp"
 #include "keel/recovery.hpp"
 #include "keel/text.hpp"
 

@@ -7,8 +7,9 @@
 #include <nlohmann/json.hpp>
 
 #include "keel/json_codec.hpp"
+#include "keel/proc.hpp"
 #include "keel/lookup.hpp"
-#include "keel/providers.hpp"
+#include "keel/provider_pool.hpp"
 #include "keel/text.hpp"
 
 namespace keel {
@@ -49,15 +50,10 @@ namespace {
 
 using self_ptr = gateway_bridge_actor::stateful_pointer<gateway_bridge_state>;
 
-// Reads a field like "VmHWM:   1234 kB" from /proc/self/status, in bytes.
-uint64_t proc_status_bytes(const std::string& field) {
-  std::ifstream in{"/proc/self/status"};
-  std::string line;
-  while (std::getline(in, line))
-    if (line.compare(0, field.size(), field) == 0 && line.size() > field.size()
-        && line[field.size()] == ':')
-      return std::stoull(line.substr(field.size() + 1)) * 1024;
-  return 0;
+// The node's own memory figures; zeros when /proc cannot be read.
+memory_usage own_memory() {
+  auto mem = read_memory_usage();
+  return mem ? *mem : memory_usage{};
 }
 
 void send_error(self_ptr self, connection_id conn, const caf::error& err,
@@ -158,6 +154,7 @@ void on_status(self_ptr self, uint64_t request) {
               auto& cfg = self->state.cfg;
               auto gw = cfg.server->stats();
               auto uptime = std::chrono::steady_clock::now() - cfg.started;
+              auto mem = own_memory();
               nlohmann::json body{
                 {"node", cfg.node_name},
                 {"version", KEEL_VERSION},
@@ -176,8 +173,8 @@ void on_status(self_ptr self, uint64_t request) {
                  {{"flushes", ps.flushes},
                   {"staged_operations", ps.staged_operations},
                   {"failed_flushes", ps.failed_flushes}}},
-                {"rss_bytes", proc_status_bytes("VmRSS")},
-                {"peak_rss_bytes", proc_status_bytes("VmHWM")},
+                {"rss_bytes", mem.rss_bytes},
+                {"peak_rss_bytes", mem.peak_rss_bytes},
                 {"data_dir", cfg.data_dir},
               };
               respond_json(self, request, 200, body);

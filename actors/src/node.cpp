@@ -15,7 +15,7 @@
 #include "keel/lookup.hpp"
 #include "keel/orchestrator.hpp"
 #include "keel/persistence.hpp"
-#include "keel/providers.hpp"
+#include "keel/provider_pool.hpp"
 #include "keel/supervisor.hpp"
 #include "keel/system_config.hpp"
 
@@ -200,7 +200,7 @@ void node::stop() {
 }
 
 int run_node(const node_config& cfg) {
-  if (auto err = init_logging(cfg.logging)) {
+  if (auto err = init_logging(cfg.logging.level, cfg.logging.file)) {
     std::cerr << "keel-node: " << cfg.source << ": " << render(err) << '\n';
     return 2;
   }

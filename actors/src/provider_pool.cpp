@@ -1,4 +1,4 @@
-#include "keel/providers.hpp"
+#include "keel/provider_pool.hpp"
 
 #include <stdexcept>
 

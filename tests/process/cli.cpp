@@ -6,7 +6,7 @@
 
 #include "keel/json_codec.hpp"
 #include "keel/store.hpp"
-#include "node_process.hpp"
+#include "node_client.hpp"
 #include "temp_dir.hpp"
 
 using namespace keel;

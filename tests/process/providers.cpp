@@ -11,7 +11,7 @@
 #include <caf/test/unit_test.hpp>
 
 #include "fault_llm_server.hpp"
-#include "node_process.hpp"
+#include "node_client.hpp"
 #include "npm_server.hpp"
 #include "temp_dir.hpp"
 

@@ -9,7 +9,7 @@
 
 #include <caf/test/unit_test.hpp>
 
-#include "node_process.hpp"
+#include "node_client.hpp"
 #include "temp_dir.hpp"
 
 #include "keel/protocol.hpp"

@@ -11,11 +11,11 @@
 #include <sstream>
 #include <thread>
 
-#include "child_process.hpp"
-#include "node_process.hpp"
+#include "keel/tools/process.hpp"
+#include "node_client.hpp"
 
 #include "keel/protocol.hpp"
-#include "keel/ws_client.hpp"
+#include "keel/tools/ws_client.hpp"
 
 namespace keel::fuzz {
 
@@ -256,12 +256,11 @@ private:
       work_dir_ = opts_.work_dir;
       std::filesystem::create_directories(work_dir_);
     }
-    ::setenv("KEEL_NODE_BINARY", opts_.node_binary.c_str(), 1);
     ::unsetenv("KEEL_KILL_AT");
-    auto help = test::run_command({opts_.node_binary, "--help"}, 30s);
+    auto help = run_command({opts_.node_binary, "--help"}, 30s);
     stats_.kill_points_available = help.out.find("--kill-at")
                                    != std::string::npos;
-    auto verify = test::run_command({opts_.keelctl_binary, "verify", "--help"},
+    auto verify = run_command({opts_.keelctl_binary, "verify", "--help"},
                                     30s);
     stats_.verify_available = verify.exit_code == 0
                               && verify.out.find("--data-dir")
@@ -306,11 +305,12 @@ private:
     verified_ = false;
     try {
       ::unsetenv("KEEL_KILL_AT");
-      node_ = std::make_unique<test::node_process>(
+      node_ = std::make_unique<node_process>(
         gen_dir_, test::slow_echo_yaml("fuzz-" + std::to_string(g),
                                        gen_dir_ + "/data",
                                        opts_.provider_delay,
-                                       "logging:\n  level: warn\n"));
+                                       "logging:\n  level: warn\n"),
+        opts_.node_binary);
     } catch (const std::exception& e) {
       violation(std::string{"a fresh node did not start: "} + e.what());
       return false;
@@ -416,7 +416,7 @@ private:
   /// false (with a violation) when there is none.
   bool record_death(bool during_boot, const std::string& detail) {
     ws_.reset();
-    if (!test::poll_until([&] { return !node_->running(); }, 10s)) {
+    if (!poll_until([&] { return !node_->running(); }, 10s)) {
       violation("the connection to the node broke but the node still runs"
                 + (detail.empty() ? "" : ": " + detail));
       return false;
@@ -475,7 +475,7 @@ private:
     if (!stats_.verify_available || verified_)
       return true; // Nothing changed since the last verify.
     auto data = gen_dir_ + "/data";
-    auto result = test::run_command({opts_.keelctl_binary, "verify",
+    auto result = run_command({opts_.keelctl_binary, "verify",
                                      "--data-dir", data},
                                     120s);
     ++stats_.verify_runs;
@@ -501,7 +501,7 @@ private:
     } catch (const std::exception& e) {
       ws_.reset();
       // An armed node may die right after it printed its address.
-      if (test::poll_until([&] { return !node_->running(); }, 3s))
+      if (poll_until([&] { return !node_->running(); }, 3s))
         return false; // The caller records the death.
       violation(std::string{"cannot connect to the node: "} + e.what());
       return false;
@@ -1192,7 +1192,7 @@ private:
   bool remove_work_dir_ = false;
   std::string gen_dir_;
   std::unique_ptr<generator> gen_;
-  std::unique_ptr<test::node_process> node_;
+  std::unique_ptr<node_process> node_;
   std::unique_ptr<ws_client> ws_;
   size_t stderr_offset_ = 0;
   bool node_armed_ = false;

@@ -35,7 +35,7 @@
 #include "keel/lookup.hpp"
 #include "keel/store.hpp"
 #include "keel/text.hpp"
-#include "keel/verify.hpp"
+#include "keel/tools/verify.hpp"
 #include "node_fixture.hpp"
 #include "temp_dir.hpp"
 

@@ -40,7 +40,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "child_process.hpp"
+#include "keel/tools/process.hpp"
 #include "temp_dir.hpp"
 
 namespace keel::test {

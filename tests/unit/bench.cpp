@@ -1,8 +1,9 @@
 #define CAF_SUITE bench
 #include <caf/test/unit_test.hpp>
 
-#include "keel/bench.hpp"
-#include "keel/bench_recovery.hpp"
+#include "keel/text.hpp"
+#include "keel/tools/bench.hpp"
+#include "keel/tools/bench_recovery.hpp"
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -15,7 +16,7 @@
 
 #include "keel/protocol.hpp"
 #include "keel/store.hpp"
-#include "keel/verify.hpp"
+#include "keel/tools/verify.hpp"
 #include "keel/ws_server.hpp"
 
 #include "fault_llm_server.hpp"
@@ -172,11 +173,11 @@ CAF_TEST(percentiles use the nearest rank) {
 }
 
 CAF_TEST(memory usage comes from proc) {
-  auto mem = bench::read_memory_usage();
+  auto mem = read_memory_usage();
   CAF_REQUIRE(mem);
   CAF_CHECK_GREATER(mem->rss_bytes, 0u);
   CAF_CHECK_GREATER_OR_EQUAL(mem->peak_rss_bytes, mem->rss_bytes);
-  auto missing = bench::read_memory_usage(-1);
+  auto missing = read_memory_usage(-1);
   CAF_CHECK_EQUAL(missing.error(), ec::not_found);
 }
 
@@ -197,11 +198,11 @@ CAF_TEST(node errors read as one clear line) {
 }
 
 CAF_TEST(readable sizes and durations) {
-  CAF_CHECK_EQUAL(bench::human_bytes(512), "512 B");
-  CAF_CHECK_EQUAL(bench::human_bytes(3 * 1024 * 1024 / 2), "1.5 MiB");
-  CAF_CHECK_EQUAL(bench::human_duration(850), "850 ms");
-  CAF_CHECK_EQUAL(bench::human_duration(3'723'000), "1h 2m 3s");
-  CAF_CHECK_EQUAL(bench::human_duration(60'000), "1m 0s");
+  CAF_CHECK_EQUAL(human_bytes(512), "512 B");
+  CAF_CHECK_EQUAL(human_bytes(3 * 1024 * 1024 / 2), "1.5 MiB");
+  CAF_CHECK_EQUAL(human_duration(std::chrono::milliseconds{850}), "850 ms");
+  CAF_CHECK_EQUAL(human_duration(std::chrono::milliseconds{3'723'000}), "1h 2m 3s");
+  CAF_CHECK_EQUAL(human_duration(std::chrono::milliseconds{60'000}), "1m 0s");
 }
 
 CAF_TEST(an unreachable node fails the load with a clear message) {

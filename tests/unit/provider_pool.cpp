@@ -9,7 +9,7 @@
 #include "node_fixture.hpp"
 
 #include "keel/conversation.hpp"
-#include "keel/providers.hpp"
+#include "keel/provider_pool.hpp"
 #include "keel/text.hpp"
 
 using namespace keel;

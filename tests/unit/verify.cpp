@@ -1,6 +1,6 @@
 #define CAF_SUITE verify
 
-#include "keel/verify.hpp"
+#include "keel/tools/verify.hpp"
 
 #include "store_fixture.hpp"
 
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "keel/json_codec.hpp"
-#include "keel/node_data.hpp"
+#include "keel/tools/data_dir.hpp"
 
 using namespace keel;
 

@@ -16,7 +16,7 @@
 #include <boost/beast/http.hpp>
 #include <boost/beast/websocket.hpp>
 
-#include "keel/ws_client.hpp"
+#include "keel/tools/ws_client.hpp"
 
 using namespace keel;
 using namespace std::chrono_literals;

@@ -16,7 +16,7 @@
 #include <caf/typed_actor.hpp>
 
 #include "keel/protocol.hpp"
-#include "keel/provider.hpp"
+#include "keel/completion.hpp"
 #include "keel/types.hpp"
 #include "keel/ws_server.hpp"
 

@@ -1,0 +1,41 @@
+#pragma once
+
+// Small text and time utilities shared across the runtime and the tools:
+// UTF-8 checks, clocks, and the one way to render numbers, sizes and
+// durations for people.
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "keel/types.hpp"
+
+namespace keel {
+
+/// Returns true if `str` is well-formed UTF-8 (no overlongs, no surrogates).
+bool valid_utf8(std::string_view str);
+
+/// Milliseconds since the Unix epoch, from the system clock.
+millis wall_clock_millis();
+
+/// Replaces every occurrence of `from` in `str` with `to`.
+std::string replace_all(std::string str, std::string_view from,
+                        std::string_view to);
+
+/// Renders `x` with exactly `digits` decimals ("3.14").
+std::string fixed(double x, int digits);
+
+/// Renders a byte count for people: "512 B", "12.3 MiB".
+std::string human_bytes(uint64_t bytes);
+
+/// Renders a duration for people: "850 ms" below a second, otherwise whole
+/// days, hours, minutes and seconds from the largest non-zero unit on
+/// ("2s", "1m 0s", "1h 2m 3s").
+std::string human_duration(std::chrono::milliseconds x);
+
+/// Returns `n` random hex digits (for ids that must not collide).
+std::string random_hex(size_t n);
+
+} // namespace keel

@@ -1,0 +1,114 @@
+#include "keel/text.hpp"
+
+#include <cstdio>
+#include <iterator>
+#include <random>
+
+namespace keel {
+
+bool valid_utf8(std::string_view str) {
+  auto bytes = reinterpret_cast<const unsigned char*>(str.data());
+  size_t n = str.size();
+  size_t i = 0;
+  while (i < n) {
+    unsigned char c = bytes[i];
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t len;
+    uint32_t cp;
+    if ((c & 0xE0) == 0xC0) {
+      len = 2;
+      cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      len = 3;
+      cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      len = 4;
+      cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (i + len > n)
+      return false;
+    for (size_t k = 1; k < len; ++k) {
+      if ((bytes[i + k] & 0xC0) != 0x80)
+        return false;
+      cp = (cp << 6) | (bytes[i + k] & 0x3F);
+    }
+    if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800)
+        || (len == 4 && cp < 0x10000) || cp > 0x10FFFF
+        || (cp >= 0xD800 && cp <= 0xDFFF))
+      return false;
+    i += len;
+  }
+  return true;
+}
+
+millis wall_clock_millis() {
+  using namespace std::chrono;
+  return duration_cast<milliseconds>(system_clock::now().time_since_epoch())
+    .count();
+}
+
+std::string replace_all(std::string str, std::string_view from,
+                        std::string_view to) {
+  if (from.empty())
+    return str;
+  size_t pos = 0;
+  while ((pos = str.find(from, pos)) != std::string::npos) {
+    str.replace(pos, from.size(), to);
+    pos += to.size();
+  }
+  return str;
+}
+
+std::string fixed(double x, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*f", digits, x);
+  return buf;
+}
+
+std::string human_bytes(uint64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  auto value = static_cast<double>(bytes);
+  size_t unit = 0;
+  while (value >= 1024 && unit + 1 < std::size(units)) {
+    value /= 1024;
+    ++unit;
+  }
+  return unit == 0 ? std::to_string(bytes) + " B"
+                   : fixed(value, 1) + " " + units[unit];
+}
+
+std::string human_duration(std::chrono::milliseconds x) {
+  auto ms = x.count() < 0 ? uint64_t{0} : static_cast<uint64_t>(x.count());
+  if (ms < 1000)
+    return std::to_string(ms) + " ms";
+  auto secs = ms / 1000;
+  std::string result;
+  auto part = [&](uint64_t n, const char* unit) {
+    if (n > 0 || !result.empty())
+      result += (result.empty() ? "" : " ") + std::to_string(n) + unit;
+  };
+  part(secs / 86400, "d");
+  part(secs / 3600 % 24, "h");
+  part(secs / 60 % 60, "m");
+  part(secs % 60, "s");
+  return result;
+}
+
+std::string random_hex(size_t n) {
+  static constexpr char digits[] = "0123456789abcdef";
+  std::random_device rd;
+  std::mt19937_64 gen{(static_cast<uint64_t>(rd()) << 32) ^ rd()};
+  std::uniform_int_distribution<int> dist{0, 15};
+  std::string result;
+  result.reserve(n);
+  for (size_t i = 0; i < n; ++i)
+    result += digits[dist(gen)];
+  return result;
+}
+
+} // namespace keel

@@ -1,0 +1,121 @@
+#pragma once
+
+// What a conversation asks a provider pool and what it gets back: the
+// request, the answer (text and tool calls), and one attempt at one
+// provider with its classified outcome. These travel in actor messages
+// between conversations, pool routers and provider workers.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <caf/meta/type_name.hpp>
+
+#include "keel/provider_policy.hpp"
+#include "keel/types.hpp"
+
+namespace keel {
+
+/// What a provider is asked.
+struct completion_request {
+  std::string thread;
+  /// Client id and seq of the message answered (for status and deltas).
+  std::string client_id;
+  seq_t seq = 0;
+  std::string system_prompt;
+  /// The working memory, ending with the user message to answer.
+  std::vector<context_entry> context;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, completion_request& x) {
+  return f(caf::meta::type_name("keel::completion_request"), x.thread,
+           x.client_id, x.seq, x.system_prompt, x.context);
+}
+
+/// A function call the model asks for in its answer (OpenAI `tool_calls`,
+/// Anthropic `tool_use` content blocks).
+struct tool_call {
+  /// The provider's id of the call.
+  std::string id;
+  /// The function name.
+  std::string name;
+  /// The arguments as JSON text, exactly as the provider sent them.
+  std::string arguments;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, tool_call& x) {
+  return f(caf::meta::type_name("keel::tool_call"), x.id, x.name,
+           x.arguments);
+}
+
+/// A provider's answer.
+struct completion {
+  std::string text;
+  /// The provider that answered.
+  std::string provider;
+  std::string model;
+  /// Tool calls in the answer, in order.
+  std::vector<tool_call> tool_calls;
+  /// Why the model stopped, normalized: "stop", "length", "tool_calls",
+  /// "content_filter", or the provider's own word; empty if not given.
+  std::string finish_reason;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, completion& x) {
+  return f(caf::meta::type_name("keel::completion"), x.text, x.provider,
+           x.model, x.tool_calls, x.finish_reason);
+}
+
+/// One attempt of a pool at one provider.
+struct attempt_request {
+  completion_request request;
+  /// `max_tokens` of this attempt (reduced after a timeout).
+  uint32_t max_tokens = 0;
+  /// Attempt number within the request, from 1 (tags streamed deltas).
+  uint32_t attempt = 1;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, attempt_request& x) {
+  return f(caf::meta::type_name("keel::attempt_request"), x.request,
+           x.max_tokens, x.attempt);
+}
+
+/// The outcome of one attempt, classified by the worker that made it.
+struct attempt_outcome {
+  bool ok = false;
+  /// The answer, if `ok`.
+  completion reply;
+  /// `to_string(error_class)` of the failure, if not `ok`.
+  std::string error_class;
+  /// One line saying what went wrong, naming the provider.
+  std::string message;
+  /// The provider's Retry-After in milliseconds; -1 if none.
+  int64_t retry_after_ms = -1;
+  /// True if streamed text had reached subscribers before the failure.
+  bool partial = false;
+  /// True if the call ended because our worker stopped (a shutdown, a kill,
+  /// a full restart buffer), not because of the provider: its health is
+  /// left as it is.
+  bool worker_stopped = false;
+
+  /// A failed outcome.
+  static attempt_outcome failed(keel::error_class cls, std::string message) {
+    attempt_outcome result;
+    result.error_class = to_string(cls);
+    result.message = std::move(message);
+    return result;
+  }
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, attempt_outcome& x) {
+  return f(caf::meta::type_name("keel::attempt_outcome"), x.ok, x.reply,
+           x.error_class, x.message, x.retry_after_ms, x.partial,
+           x.worker_stopped);
+}
+
+} // namespace keel

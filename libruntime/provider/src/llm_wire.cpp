@@ -1,0 +1,562 @@
+#include "keel/llm_wire.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include "keel/agent_tools.hpp"
+#include "keel/error.hpp"
+#include "keel/endpoint.hpp"
+
+namespace keel::wire {
+
+namespace {
+
+using json = nlohmann::json;
+
+/// Longest excerpt of a body that goes into a message.
+constexpr size_t excerpt_chars = 200;
+
+bool starts_with(std::string_view str, std::string_view prefix) {
+  return str.size() >= prefix.size()
+         && str.compare(0, prefix.size(), prefix) == 0;
+}
+
+bool ends_with(std::string_view str, std::string_view suffix) {
+  return str.size() >= suffix.size()
+         && str.compare(str.size() - suffix.size(), suffix.size(), suffix)
+              == 0;
+}
+
+/// The start of `text` on one line, for messages.
+std::string excerpt(std::string_view text) {
+  std::string result;
+  auto n = std::min(text.size(), excerpt_chars);
+  result.reserve(n + 3);
+  for (size_t i = 0; i < n; ++i) {
+    auto c = text[i];
+    result += c == '\n' || c == '\r' || c == '\t' ? ' ' : c;
+  }
+  while (!result.empty() && result.back() == ' ')
+    result.pop_back();
+  if (text.size() > n)
+    result += "...";
+  return result;
+}
+
+/// Parses `text`, keeping nlohmann's description of a syntax error.
+bool parse_json(std::string_view text, json& out, std::string& error) {
+  try {
+    out = json::parse(text.begin(), text.end());
+    return true;
+  } catch (const json::exception& e) {
+    error = e.what();
+    return false;
+  }
+}
+
+/// Arguments as JSON text: strings pass unchanged (OpenAI sends text),
+/// anything else is serialized (Anthropic sends an object).
+std::string arguments_text(const json& value) {
+  if (value.is_string())
+    return value.get<std::string>();
+  if (value.is_null())
+    return "{}";
+  return value.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+const json* member(const json& obj, const char* key) {
+  if (!obj.is_object())
+    return nullptr;
+  auto i = obj.find(key);
+  return i == obj.end() ? nullptr : &*i;
+}
+
+const std::string* string_member(const json& obj, const char* key) {
+  auto x = member(obj, key);
+  return x != nullptr && x->is_string() ? x->get_ptr<const std::string*>()
+                                        : nullptr;
+}
+
+int64_t int_member(const json& obj, const char* key, int64_t fallback) {
+  auto x = member(obj, key);
+  return x != nullptr && x->is_number_integer() ? x->get<int64_t>()
+                                                : fallback;
+}
+
+bool parse_openai(const json& j, completion& out, std::string& error) {
+  auto choices = member(j, "choices");
+  if (choices == nullptr || !choices->is_array() || choices->empty()) {
+    error = "the answer has no choices[0]";
+    return false;
+  }
+  auto& choice = (*choices)[0];
+  auto msg = member(choice, "message");
+  if (msg == nullptr || !msg->is_object()) {
+    error = "choices[0] has no message object";
+    return false;
+  }
+  if (auto content = member(*msg, "content");
+      content != nullptr && !content->is_null()) {
+    if (content->is_string()) {
+      out.text = content->get<std::string>();
+    } else if (content->is_array()) {
+      // Content parts: keep the text ones.
+      for (auto& part : *content)
+        if (auto text = string_member(part, "text"))
+          out.text += *text;
+    } else {
+      error = "choices[0].message.content is neither text nor null";
+      return false;
+    }
+  }
+  if (auto calls = member(*msg, "tool_calls");
+      calls != nullptr && !calls->is_null()) {
+    if (!calls->is_array()) {
+      error = "choices[0].message.tool_calls is not an array";
+      return false;
+    }
+    for (size_t i = 0; i < calls->size(); ++i) {
+      auto& call = (*calls)[i];
+      auto fn = member(call, "function");
+      auto name = fn != nullptr ? string_member(*fn, "name") : nullptr;
+      if (name == nullptr) {
+        error = "choices[0].message.tool_calls[" + std::to_string(i)
+                + "] has no function.name";
+        return false;
+      }
+      tool_call tc;
+      if (auto id = string_member(call, "id"))
+        tc.id = *id;
+      tc.name = *name;
+      auto args = member(*fn, "arguments");
+      tc.arguments = args != nullptr ? arguments_text(*args) : "{}";
+      out.tool_calls.push_back(std::move(tc));
+    }
+  }
+  if (auto reason = string_member(choice, "finish_reason"))
+    out.finish_reason = *reason;
+  if (auto model = string_member(j, "model"))
+    out.model = *model;
+  return true;
+}
+
+bool parse_anthropic(const json& j, completion& out, std::string& error) {
+  auto content = member(j, "content");
+  if (content == nullptr || !content->is_array()) {
+    error = "the answer has no content array";
+    return false;
+  }
+  for (size_t i = 0; i < content->size(); ++i) {
+    auto& block = (*content)[i];
+    auto type = string_member(block, "type");
+    if (type == nullptr) {
+      error = "content[" + std::to_string(i) + "] has no type";
+      return false;
+    }
+    if (*type == "text") {
+      auto text = string_member(block, "text");
+      if (text == nullptr) {
+        error = "content[" + std::to_string(i) + "] (text) has no text";
+        return false;
+      }
+      out.text += *text;
+    } else if (*type == "tool_use") {
+      auto name = string_member(block, "name");
+      if (name == nullptr) {
+        error = "content[" + std::to_string(i) + "] (tool_use) has no name";
+        return false;
+      }
+      tool_call tc;
+      if (auto id = string_member(block, "id"))
+        tc.id = *id;
+      tc.name = *name;
+      auto input = member(block, "input");
+      tc.arguments = input != nullptr ? arguments_text(*input) : "{}";
+      out.tool_calls.push_back(std::move(tc));
+    }
+    // Other block types (thinking, ...) carry nothing for the user.
+  }
+  if (auto reason = string_member(j, "stop_reason"))
+    out.finish_reason = normalize_stop_reason(*reason);
+  if (auto model = string_member(j, "model"))
+    out.model = *model;
+  return true;
+}
+
+} // namespace
+
+// -- URLs ---------------------------------------------------------------------
+
+caf::expected<base_url> parse_base_url(std::string_view url, api kind) {
+  auto bad = [&](const std::string& why) {
+    return caf::make_error(ec::config_invalid,
+                           "base_url '" + std::string{url} + "': " + why);
+  };
+  base_url result;
+  std::string_view rest;
+  if (starts_with(url, "https://")) {
+    result.tls = true;
+    rest = url.substr(8);
+  } else if (starts_with(url, "http://")) {
+    rest = url.substr(7);
+  } else {
+    return bad("expected an http:// or https:// URL");
+  }
+  auto slash = rest.find('/');
+  auto authority = rest.substr(0, slash);
+  auto path = slash == std::string_view::npos ? std::string_view{}
+                                              : rest.substr(slash);
+  if (authority.empty())
+    return bad("missing host");
+  if (authority.find('@') != std::string_view::npos)
+    return bad("user info in the URL is not supported (use api_key)");
+  if (path.find_first_of("?#") != std::string_view::npos)
+    return bad("query and fragment are not supported");
+  uint16_t default_port = result.tls ? 443 : 80;
+  bool has_port = authority.back() != ']'
+                  && authority.find(':') != std::string_view::npos;
+  if (has_port) {
+    auto ep = parse_endpoint(std::string{authority});
+    if (!ep)
+      return bad(error_message(ep.error()));
+    if (authority.front() == ':')
+      return bad("missing host");
+    result.host = std::move(ep->host);
+    result.port = ep->port;
+  } else {
+    if (authority.front() == '[')
+      authority = authority.substr(1, authority.size() - 2);
+    if (authority.empty())
+      return bad("missing host");
+    result.host = std::string{authority};
+    result.port = default_port;
+  }
+  auto bracketed = result.host.find(':') != std::string::npos
+                     ? "[" + result.host + "]"
+                     : result.host;
+  result.authority = bracketed + ":" + std::to_string(result.port);
+  result.host_header = result.port == default_port ? bracketed
+                                                   : result.authority;
+  while (!path.empty() && path.back() == '/')
+    path.remove_suffix(1);
+  result.target = std::string{path};
+  if (!ends_with(path, "/v1"))
+    result.target += "/v1";
+  result.target += kind == api::openai ? "/chat/completions" : "/messages";
+  return result;
+}
+
+// -- requests -----------------------------------------------------------------
+
+std::string request_body(api kind, const std::string& model,
+                         const completion_request& req, uint32_t max_tokens,
+                         bool stream) {
+  json body = json::object();
+  body["model"] = model;
+  body["max_tokens"] = max_tokens;
+  body["stream"] = stream;
+  auto& messages = body["messages"] = json::array();
+  auto message = [](const std::string& role, const std::string& content) {
+    return json{{"role", role}, {"content", content}};
+  };
+  if (kind == api::openai) {
+    if (!req.system_prompt.empty())
+      messages.push_back(message("system", req.system_prompt));
+    for (auto& entry : req.context)
+      if (entry.role == "user" || entry.role == "assistant"
+          || entry.role == "system")
+        messages.push_back(message(entry.role, entry.content));
+  } else {
+    auto system = req.system_prompt;
+    for (auto& entry : req.context) {
+      if (entry.role == "system") {
+        if (!system.empty())
+          system += "\n\n";
+        system += entry.content;
+      } else if ((entry.role == "user" || entry.role == "assistant")
+                 && !entry.content.empty()) {
+        if (!messages.empty() && messages.back()["role"] == entry.role)
+          messages.back()["content"].get_ref<std::string&>()
+            .append("\n\n")
+            .append(entry.content);
+        else
+          messages.push_back(message(entry.role, entry.content));
+      }
+    }
+    if (!system.empty())
+      body["system"] = std::move(system);
+  }
+  // The built-in agent tools (agent_tools.hpp), in each API's shape.
+  auto& tools = body["tools"] = json::array();
+  for (auto& spec : agent_tool_specs()) {
+    auto parameters = json::parse(spec.parameters);
+    if (kind == api::openai)
+      tools.push_back({{"type", "function"},
+                       {"function",
+                        {{"name", spec.name},
+                         {"description", spec.description},
+                         {"parameters", std::move(parameters)}}}});
+    else
+      tools.push_back({{"name", spec.name},
+                       {"description", spec.description},
+                       {"input_schema", std::move(parameters)}});
+  }
+  // Invalid UTF-8 (never from our clients, which are checked) becomes
+  // U+FFFD rather than an exception.
+  return body.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+// -- answers ------------------------------------------------------------------
+
+bool parse_answer(api kind, std::string_view body, completion& out,
+                  std::string& error) {
+  json j;
+  std::string why;
+  if (!parse_json(body, j, why)) {
+    error = "the answer is not valid JSON (" + why + ")";
+    return false;
+  }
+  if (!j.is_object()) {
+    error = "the answer is not a JSON object";
+    return false;
+  }
+  return kind == api::openai ? parse_openai(j, out, error)
+                             : parse_anthropic(j, out, error);
+}
+
+std::string error_summary(std::string_view body) {
+  auto j = json::parse(body.begin(), body.end(), nullptr, false);
+  if (j.is_object()) {
+    if (auto err = member(j, "error")) {
+      if (auto msg = string_member(*err, "message"))
+        return excerpt(*msg);
+      if (err->is_string())
+        return excerpt(err->get<std::string>());
+    }
+    if (auto msg = string_member(j, "message"))
+      return excerpt(*msg);
+  }
+  return excerpt(body);
+}
+
+std::string normalize_stop_reason(std::string_view reason) {
+  if (reason == "end_turn" || reason == "stop_sequence")
+    return "stop";
+  if (reason == "max_tokens")
+    return "length";
+  if (reason == "tool_use")
+    return "tool_calls";
+  if (reason == "refusal")
+    return "content_filter";
+  return std::string{reason};
+}
+
+// -- server-sent events -------------------------------------------------------
+
+bool sse_parser::take_line(std::string_view line) {
+  if (line.empty()) {
+    if (has_data_)
+      return true;
+    event_.clear();
+    return false;
+  }
+  if (line.front() == ':')
+    return false; // A comment, typically a keep-alive.
+  auto colon = line.find(':');
+  auto field = line.substr(0, colon);
+  std::string_view value;
+  if (colon != std::string_view::npos) {
+    value = line.substr(colon + 1);
+    if (!value.empty() && value.front() == ' ')
+      value.remove_prefix(1);
+  }
+  if (field == "data") {
+    data_.append(value.data(), value.size());
+    data_ += '\n';
+    has_data_ = true;
+  } else if (field == "event") {
+    event_.assign(value.data(), value.size());
+  }
+  return false;
+}
+
+// -- stream decoding ----------------------------------------------------------
+
+stream_decoder::step stream_decoder::on_event(std::string_view event,
+                                              std::string_view data,
+                                              std::string& delta) {
+  if (kind_ == api::openai && data == "[DONE]")
+    return step::done;
+  if (kind_ == api::anthropic && event == "error")
+    return fail_provider(data);
+  json j;
+  std::string why;
+  if (!parse_json(data, j, why))
+    return fail_parse("a stream event is not valid JSON (" + why
+                      + "): " + excerpt(data));
+  if (!j.is_object())
+    return fail_parse("a stream event is not a JSON object: "
+                      + excerpt(data));
+  try {
+    return kind_ == api::openai ? openai_event(j, data, delta)
+                                : anthropic_event(event, j, data, delta);
+  } catch (const std::exception& e) {
+    // Only a JSON type surprise we did not check for can get here.
+    return fail_parse(std::string{"unexpected stream event: "} + e.what());
+  }
+}
+
+stream_decoder::step stream_decoder::fail_parse(std::string what) {
+  error_ = std::move(what);
+  return step::failed;
+}
+
+stream_decoder::step stream_decoder::fail_provider(std::string_view data) {
+  provider_error_ = true;
+  error_body_ = std::string{data};
+  error_ = "error event in the stream: " + error_summary(data);
+  return step::failed;
+}
+
+stream_decoder::step stream_decoder::openai_event(const json& j,
+                                                  std::string_view data,
+                                                  std::string& delta) {
+  if (member(j, "error") != nullptr)
+    return fail_provider(data);
+  if (result_.model.empty())
+    if (auto model = string_member(j, "model"))
+      result_.model = *model;
+  auto choices = member(j, "choices");
+  if (choices == nullptr || !choices->is_array() || choices->empty())
+    return step::more; // e.g. the usage chunk
+  auto& choice = (*choices)[0];
+  if (auto d = member(choice, "delta"); d != nullptr && d->is_object()) {
+    if (auto text = string_member(*d, "content"); text && !text->empty()) {
+      delta += *text;
+      result_.text += *text;
+      started_ = true;
+    }
+    if (auto calls = member(*d, "tool_calls");
+        calls != nullptr && calls->is_array()) {
+      for (size_t i = 0; i < calls->size(); ++i) {
+        auto& frag = (*calls)[i];
+        auto index = int_member(frag, "index", static_cast<int64_t>(i));
+        auto it = std::find_if(tool_indexes_.begin(), tool_indexes_.end(),
+                               [&](auto& x) { return x.first == index; });
+        size_t pos;
+        if (it == tool_indexes_.end()) {
+          pos = result_.tool_calls.size();
+          result_.tool_calls.emplace_back();
+          tool_indexes_.emplace_back(index, pos);
+        } else {
+          pos = it->second;
+        }
+        auto& tc = result_.tool_calls[pos];
+        if (auto id = string_member(frag, "id"); id && !id->empty())
+          tc.id = *id;
+        if (auto fn = member(frag, "function")) {
+          // Every string of a delta is a fragment to append.
+          if (auto name = string_member(*fn, "name"))
+            tc.name += *name;
+          if (auto args = string_member(*fn, "arguments"))
+            tc.arguments += *args;
+        }
+        started_ = true;
+      }
+    }
+  }
+  if (auto reason = string_member(choice, "finish_reason"))
+    result_.finish_reason = *reason;
+  return step::more;
+}
+
+stream_decoder::step stream_decoder::anthropic_event(std::string_view event,
+                                                     const json& j,
+                                                     std::string_view data,
+                                                     std::string& delta) {
+  auto type_ptr = string_member(j, "type");
+  std::string_view type = type_ptr != nullptr ? std::string_view{*type_ptr}
+                                              : event;
+  auto block_tool = [this](int64_t index) -> tool_call* {
+    for (auto& [block, pos] : tool_blocks_)
+      if (block == index)
+        return &result_.tool_calls[pos];
+    return nullptr;
+  };
+  if (type == "error")
+    return fail_provider(data);
+  if (type == "message_start") {
+    if (auto msg = member(j, "message"))
+      if (auto model = string_member(*msg, "model"))
+        result_.model = *model;
+  } else if (type == "content_block_start") {
+    auto block = member(j, "content_block");
+    auto block_type = block ? string_member(*block, "type") : nullptr;
+    if (block_type == nullptr)
+      return fail_parse("content_block_start without content_block.type");
+    if (*block_type == "text") {
+      if (auto text = string_member(*block, "text"); text && !text->empty()) {
+        delta += *text;
+        result_.text += *text;
+        started_ = true;
+      }
+    } else if (*block_type == "tool_use") {
+      auto name = string_member(*block, "name");
+      if (name == nullptr)
+        return fail_parse("content_block_start (tool_use) without a name");
+      tool_call tc;
+      if (auto id = string_member(*block, "id"))
+        tc.id = *id;
+      tc.name = *name;
+      tool_blocks_.emplace_back(int_member(j, "index", -1),
+                                result_.tool_calls.size());
+      auto input = member(*block, "input");
+      tool_inputs_.push_back(input != nullptr && !input->empty()
+                               ? arguments_text(*input)
+                               : std::string{});
+      result_.tool_calls.push_back(std::move(tc));
+      started_ = true;
+    }
+  } else if (type == "content_block_delta") {
+    auto d = member(j, "delta");
+    auto delta_type = d ? string_member(*d, "type") : nullptr;
+    if (delta_type == nullptr)
+      return fail_parse("content_block_delta without delta.type");
+    if (*delta_type == "text_delta") {
+      auto text = string_member(*d, "text");
+      if (text == nullptr)
+        return fail_parse("text_delta without text");
+      delta += *text;
+      result_.text += *text;
+      started_ = true;
+    } else if (*delta_type == "input_json_delta") {
+      auto part = string_member(*d, "partial_json");
+      auto tc = block_tool(int_member(j, "index", -1));
+      if (part == nullptr || tc == nullptr)
+        return fail_parse("input_json_delta without partial_json or "
+                          "outside a tool_use block");
+      tc->arguments += *part;
+    }
+    // thinking_delta, signature_delta, ...: nothing for the user.
+  } else if (type == "content_block_stop") {
+    finish_tool_calls();
+  } else if (type == "message_delta") {
+    if (auto d = member(j, "delta"))
+      if (auto reason = string_member(*d, "stop_reason"))
+        result_.finish_reason = normalize_stop_reason(*reason);
+  } else if (type == "message_stop") {
+    finish_tool_calls();
+    return step::done;
+  }
+  // ping and unknown events: Anthropic may add event types at any time.
+  return step::more;
+}
+
+void stream_decoder::finish_tool_calls() {
+  for (size_t i = 0; i < tool_blocks_.size(); ++i) {
+    auto& tc = result_.tool_calls[tool_blocks_[i].second];
+    if (tc.arguments.empty())
+      tc.arguments = tool_inputs_[i].empty() ? "{}" : tool_inputs_[i];
+  }
+}
+
+} // namespace keel::wire

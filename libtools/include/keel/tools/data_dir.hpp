@@ -1,0 +1,63 @@
+#pragma once
+
+// A node's data for the operator tools (`keelctl verify`, `keelctl recovery`,
+// `keelctl tree --agents`): opening a stopped node's data folder, the agent
+// tree, and the JSON and human forms of what they show. The JSON forms are
+// the ones the node serves (GET /api/v1/agents, /api/v1/recovery), so a
+// running and a stopped node print alike.
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "keel/error.hpp"
+#include "keel/store.hpp"
+#include "keel/types.hpp"
+#include "keel/tools/verify.hpp"
+
+namespace keel {
+
+/// Opens the database of a node's data folder `dir` for reading only: in
+/// `dir/db` (keel-node's layout) or in `dir` itself. Works beside a running
+/// node. Fails with `ec::storage_open_failed` naming the folder when it does
+/// not exist or holds no database, or when RocksDB cannot open it.
+caf::expected<std::unique_ptr<store>> open_data_dir(const std::string& dir);
+
+/// The agents of `sessions` (in their order), each with its children from
+/// `links` (in their order).
+std::vector<agent_info> make_agents(const std::vector<session_record>& sessions,
+                                    const std::vector<tree_link>& links);
+
+/// Every agent of a store: `make_agents` over its sessions and tree links.
+caf::expected<std::vector<agent_info>> read_agents(store& db);
+
+/// `{"agents":[{"thread","parent","state","pool","model","provider",
+/// "created_at","children":[...]}]}`, the body of GET /api/v1/agents.
+nlohmann::json agents_to_json(const std::vector<agent_info>& agents);
+
+/// Parses the body of GET /api/v1/agents; errors name the field.
+caf::expected<std::vector<agent_info>>
+agents_from_json(const nlohmann::json& j);
+
+/// The agent tree, indented: every root (an agent without a parent, or one
+/// whose parent is unknown) with its descendants below it, one line each
+/// with state, pool, model and provider; a count line at the end.
+std::string render_agent_tree(const std::vector<agent_info>& agents);
+
+/// The recovery report for people: when it ran and how long it took, one
+/// line per step (name, count, duration in ms), the counts, the problems.
+std::string render_recovery_report(const recovery_report& x);
+
+/// The oracle's report: `ok`, the counts and the violations.
+nlohmann::json to_json(const verify_report& x);
+
+/// The oracle's report for people: the counts, then one line per
+/// violation, `RULE WHERE: WHAT`.
+std::string render_verify_report(const verify_report& x);
+
+/// Renders wall clock milliseconds as `YYYY-MM-DD HH:MM:SS.mmm UTC`.
+std::string format_utc(millis at);
+
+} // namespace keel

@@ -1,0 +1,76 @@
+#pragma once
+
+// A real keel-node process on 127.0.0.1 with its own port and data folder,
+// for process tests, the crash fuzzer and the recovery benchmark. The
+// process dies with its parent and is always stopped (SIGKILL as a last
+// resort) when the object goes away.
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include <sys/types.h>
+
+#include "keel/endpoint.hpp"
+#include "keel/tools/process.hpp"
+
+namespace keel {
+
+/// Path of the keel-node binary under test, from KEEL_NODE_BINARY (which
+/// CTest sets). Throws std::runtime_error when it is not set.
+std::string node_binary();
+
+/// Path of a sibling binary of `node_binary()` (e.g. "keelctl").
+std::string tool_binary(const std::string& name);
+
+class node_process {
+public:
+  /// Writes `yaml` to `dir/node.yaml` (the caller puts `data_dir` and
+  /// `gateway.port: 0` in it) and starts `binary` on it; waits for its
+  /// "listening on" line. Throws std::runtime_error with the node's stderr
+  /// if it does not come up.
+  node_process(std::string dir, std::string yaml,
+               std::string binary = node_binary());
+
+  ~node_process();
+
+  node_process(const node_process&) = delete;
+  node_process& operator=(const node_process&) = delete;
+
+  /// Starts the node again (after kill or stop) with the same config.
+  void start();
+
+  /// SIGKILL, then reap.
+  void kill9();
+
+  /// SIGTERM and wait (up to 30 s) for the exit; returns the exit code, or
+  /// -1 when the node had to be killed.
+  int stop();
+
+  /// True while the process runs.
+  bool running();
+
+  /// The running node's pid; -1 when it is not running.
+  pid_t pid() const;
+
+  /// The node's current address (port changes on every start).
+  endpoint address() const;
+
+  /// Everything the node wrote to stderr so far.
+  std::string stderr_text() const;
+
+  /// The config file path.
+  const std::string& config_path() const {
+    return config_path_;
+  }
+
+private:
+  std::string binary_;
+  std::string config_path_;
+  std::string stderr_path_;
+  std::string token_;
+  std::unique_ptr<child_process> child_;
+  uint16_t port_ = 0;
+};
+
+} // namespace keel

@@ -1,0 +1,101 @@
+#include "keel/tools/node_process.hpp"
+
+#include <csignal>
+#include <cstdlib>
+#include <fstream>
+#include <stdexcept>
+
+namespace keel {
+
+std::string node_binary() {
+  if (auto path = std::getenv("KEEL_NODE_BINARY"))
+    return path;
+  throw std::runtime_error("KEEL_NODE_BINARY is not set (run through ctest)");
+}
+
+std::string tool_binary(const std::string& name) {
+  auto node = node_binary();
+  return node.substr(0, node.rfind('/') + 1) + name;
+}
+
+namespace {
+
+// The value of the first `token:` key in `yaml` (unquoted), or "".
+std::string token_in(const std::string& yaml) {
+  auto pos = yaml.find("token:");
+  if (pos == std::string::npos)
+    return {};
+  auto line = yaml.substr(pos + 6, yaml.find('\n', pos) - pos - 6);
+  line.erase(0, line.find_first_not_of(" \"'"));
+  line.erase(line.find_last_not_of(" \"'") + 1);
+  return line;
+}
+
+} // namespace
+
+node_process::node_process(std::string dir, std::string yaml,
+                           std::string binary)
+  : binary_(std::move(binary)),
+    config_path_(dir + "/node.yaml"),
+    stderr_path_(dir + "/node.stderr"),
+    token_(token_in(yaml)) {
+  std::ofstream{config_path_} << yaml;
+  start();
+}
+
+node_process::~node_process() {
+  kill9();
+}
+
+void node_process::start() {
+  child_options opts;
+  opts.argv = {binary_, "--config", config_path_};
+  opts.log_path = stderr_path_;
+  opts.capture_stdout = true;
+  child_ = std::make_unique<child_process>(std::move(opts));
+  // The node writes one line to stdout, once its gateway listens:
+  // "listening on HOST:PORT".
+  auto line = child_->read_stdout_line("listening on ",
+                                       std::chrono::seconds{60});
+  if (!line || line->rfind(':') == std::string::npos) {
+    kill9();
+    throw std::runtime_error("keel-node did not start: " + stderr_text());
+  }
+  port_ = static_cast<uint16_t>(std::stoi(line->substr(line->rfind(':') + 1)));
+}
+
+void node_process::kill9() {
+  if (child_)
+    child_->kill();
+}
+
+int node_process::stop() {
+  if (!child_)
+    return -1;
+  if (!child_->running())
+    return child_->exit_code().value_or(-1);
+  auto code = child_->terminate(std::chrono::seconds{30});
+  return code == 128 + SIGKILL ? -1 : code;
+}
+
+bool node_process::running() {
+  return child_ && child_->running();
+}
+
+pid_t node_process::pid() const {
+  return child_ ? child_->pid() : -1;
+}
+
+endpoint node_process::address() const {
+  endpoint ep;
+  ep.host = "127.0.0.1";
+  ep.port = port_;
+  ep.token = token_;
+  return ep;
+}
+
+std::string node_process::stderr_text() const {
+  return read_text_file(stderr_path_);
+}
+
+} // namespace keel

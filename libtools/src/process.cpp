@@ -1,0 +1,376 @@
+#include "keel/tools/process.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char** environ;
+
+namespace keel {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+[[noreturn]] void fail(const std::string& what, int err = errno) {
+  throw std::runtime_error(what + ": " + std::strerror(err));
+}
+
+// Our environment with `overrides` set, as "KEY=VALUE" strings.
+std::vector<std::string>
+merged_environment(const std::vector<std::pair<std::string, std::string>>&
+                     overrides) {
+  std::vector<std::string> result;
+  for (auto e = environ; e != nullptr && *e != nullptr; ++e) {
+    std::string entry{*e};
+    auto key = entry.substr(0, entry.find('='));
+    auto overridden = std::any_of(overrides.begin(), overrides.end(),
+                                  [&](auto& kv) { return kv.first == key; });
+    if (!overridden)
+      result.push_back(std::move(entry));
+  }
+  for (auto& [key, value] : overrides)
+    result.push_back(key + "=" + value);
+  return result;
+}
+
+// Pointers into `strings`, null-terminated, as execve wants them.
+std::vector<char*> c_strings(std::vector<std::string>& strings) {
+  std::vector<char*> result;
+  for (auto& str : strings)
+    result.push_back(str.data());
+  result.push_back(nullptr);
+  return result;
+}
+
+// The file descriptors a child gets as stdin, stdout and stderr.
+struct child_fds {
+  int in;
+  int out;
+  int err;
+};
+
+// Forks and execs `opts.argv` with `fds`. Everything the child needs is
+// prepared before the fork: afterwards it only makes async-signal-safe
+// calls. Returns the child's pid (throws when fork fails).
+pid_t fork_exec(const child_options& opts, child_fds fds) {
+  auto env = merged_environment(opts.env);
+  auto envp = c_strings(env);
+  auto args = opts.argv;
+  auto argv = c_strings(args);
+  auto parent = ::getpid();
+  auto cwd = opts.cwd.empty() ? nullptr : opts.cwd.c_str();
+  auto pid = ::fork();
+  if (pid < 0)
+    fail("fork");
+  if (pid == 0) {
+    // Die with the parent even if it aborts (a watchdog, a failed REQUIRE)
+    // before any destructor runs; and if it died already.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent)
+      ::_exit(126);
+    if (opts.own_process_group)
+      ::setpgid(0, 0);
+    ::dup2(fds.in, STDIN_FILENO);
+    ::dup2(fds.out, STDOUT_FILENO);
+    ::dup2(fds.err, STDERR_FILENO);
+    // Unblock signals the parent may have blocked.
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    if (cwd != nullptr && ::chdir(cwd) != 0)
+      ::_exit(127);
+    ::execve(argv[0], argv.data(), envp.data());
+    static constexpr char msg[] = "exec failed\n";
+    [[maybe_unused]] auto n = ::write(STDERR_FILENO, msg, sizeof(msg) - 1);
+    ::_exit(127);
+  }
+  // Also from here, so that a kill right after the start reaches the whole
+  // group even if the child has not run setpgid yet.
+  if (opts.own_process_group)
+    ::setpgid(pid, pid);
+  return pid;
+}
+
+// Appends what `fd` has to `out`, waiting at most until `deadline`; clears
+// `open` at EOF.
+void drain_fd(int fd, std::string& out, clock_type::time_point deadline,
+              bool& open) {
+  char buf[4096];
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                  deadline - clock_type::now())
+                  .count();
+    if (left <= 0)
+      return;
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(std::min<long>(left, 100))) <= 0)
+      return;
+    auto got = ::read(fd, buf, sizeof(buf));
+    if (got <= 0) {
+      open = false;
+      return;
+    }
+    out.append(buf, static_cast<size_t>(got));
+  }
+}
+
+int decode_status(int status) {
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// Waits until `pid` exits or `timeout` passes; true when it exited. Waits
+// on a pidfd (an event), falling back to polling where there is none.
+bool await_exit(pid_t pid, std::chrono::milliseconds timeout) {
+  auto pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+  if (pidfd < 0)
+    return poll_until(
+      [pid] {
+        siginfo_t info{};
+        return ::waitid(P_PID, static_cast<id_t>(pid), &info,
+                        WEXITED | WNOHANG | WNOWAIT)
+                 == 0
+               && info.si_pid == pid;
+      },
+      timeout);
+  pollfd p{pidfd, POLLIN, 0};
+  auto ready = ::poll(&p, 1, static_cast<int>(timeout.count()));
+  ::close(pidfd);
+  return ready > 0;
+}
+
+} // namespace
+
+uint16_t free_port() {
+  auto fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    fail("socket");
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0
+      || ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    auto err = errno;
+    ::close(fd);
+    fail("bind to 127.0.0.1:0", err);
+  }
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+std::optional<std::string> find_in_path(const std::string& program) {
+  if (program.find('/') != std::string::npos)
+    return ::access(program.c_str(), X_OK) == 0
+             ? std::optional<std::string>{program}
+             : std::nullopt;
+  auto path = std::getenv("PATH");
+  std::stringstream dirs{path ? path : "/usr/local/bin:/usr/bin:/bin"};
+  std::string dir;
+  while (std::getline(dirs, dir, ':')) {
+    auto candidate = (dir.empty() ? std::string{"."} : dir) + "/" + program;
+    if (::access(candidate.c_str(), X_OK) == 0)
+      return candidate;
+  }
+  return std::nullopt;
+}
+
+std::string read_text_file(const std::string& path) {
+  std::ifstream in{path};
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// -- child_process ------------------------------------------------------------
+
+child_process::child_process(child_options opts) : opts_(std::move(opts)) {
+  if (opts_.argv.empty())
+    throw std::runtime_error("child_process: empty argv");
+  auto null_fd = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+  if (null_fd < 0)
+    fail("child_process: cannot open /dev/null");
+  auto log_fd = opts_.log_path.empty()
+                  ? null_fd
+                  : ::open(opts_.log_path.c_str(),
+                           O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  int out[2] = {-1, -1};
+  if (log_fd < 0 || (opts_.capture_stdout && ::pipe2(out, O_CLOEXEC) != 0)) {
+    auto err = errno;
+    ::close(null_fd);
+    if (log_fd >= 0 && log_fd != null_fd)
+      ::close(log_fd);
+    fail("child_process: cannot open "
+           + (log_fd < 0 ? opts_.log_path : std::string{"a pipe"}),
+         err);
+  }
+  try {
+    pid_ = fork_exec(opts_, {null_fd, opts_.capture_stdout ? out[1] : log_fd,
+                             log_fd});
+  } catch (...) {
+    for (auto fd : {out[0], out[1]})
+      if (fd >= 0)
+        ::close(fd);
+    pid_ = -1;
+  }
+  if (out[1] >= 0)
+    ::close(out[1]);
+  stdout_fd_ = out[0];
+  if (log_fd != null_fd)
+    ::close(log_fd);
+  ::close(null_fd);
+  if (pid_ < 0)
+    fail("child_process: fork");
+}
+
+child_process::~child_process() {
+  kill();
+  if (stdout_fd_ >= 0)
+    ::close(stdout_fd_);
+}
+
+bool child_process::running() {
+  if (pid_ <= 0)
+    return false;
+  int status = 0;
+  if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+    record(status);
+    return false;
+  }
+  return true;
+}
+
+std::optional<int> child_process::exit_code() {
+  running();
+  return exit_code_;
+}
+
+void child_process::kill() {
+  if (pid_ <= 0)
+    return;
+  if (opts_.own_process_group)
+    ::kill(-pid_, SIGKILL);
+  ::kill(pid_, SIGKILL);
+  int status = 0;
+  ::waitpid(pid_, &status, 0);
+  record(status);
+}
+
+int child_process::terminate(std::chrono::milliseconds grace) {
+  if (pid_ <= 0)
+    return exit_code_.value_or(-1);
+  if (opts_.own_process_group)
+    ::kill(-pid_, SIGTERM);
+  ::kill(pid_, SIGTERM);
+  if (!await_exit(pid_, grace))
+    kill();
+  if (pid_ > 0) {
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    record(status);
+  }
+  return exit_code_.value_or(-1);
+}
+
+std::optional<std::string>
+child_process::read_stdout_line(const std::string& marker,
+                                std::chrono::milliseconds timeout) {
+  if (stdout_fd_ < 0)
+    return std::nullopt;
+  std::string text;
+  bool open = true;
+  auto deadline = clock_type::now() + timeout;
+  auto complete = [&] {
+    auto at = text.find(marker);
+    return at != std::string::npos
+           && text.find('\n', at) != std::string::npos;
+  };
+  while (open && clock_type::now() < deadline && !complete())
+    drain_fd(stdout_fd_, text,
+             std::min(deadline, clock_type::now()
+                                  + std::chrono::milliseconds{100}),
+             open);
+  ::close(stdout_fd_);
+  stdout_fd_ = -1;
+  if (!complete())
+    return std::nullopt;
+  auto start = text.find(marker) + marker.size();
+  return text.substr(start, text.find('\n', start) - start);
+}
+
+std::string child_process::log() const {
+  return opts_.log_path.empty() ? std::string{}
+                                : read_text_file(opts_.log_path);
+}
+
+void child_process::record(int status) {
+  exit_code_ = decode_status(status);
+  pid_ = -1;
+}
+
+// -- run_command --------------------------------------------------------------
+
+command_result run_command(const std::vector<std::string>& argv,
+                           std::chrono::seconds timeout) {
+  int out[2];
+  int err[2];
+  if (::pipe2(out, O_CLOEXEC) != 0)
+    fail("pipe");
+  if (::pipe2(err, O_CLOEXEC) != 0) {
+    auto saved = errno;
+    ::close(out[0]);
+    ::close(out[1]);
+    fail("pipe", saved);
+  }
+  auto null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  child_options opts;
+  opts.argv = argv;
+  pid_t pid = -1;
+  try {
+    pid = fork_exec(opts, {null_fd, out[1], err[1]});
+  } catch (...) {
+    pid = -1;
+  }
+  for (auto fd : {out[1], err[1], null_fd})
+    if (fd >= 0)
+      ::close(fd);
+  command_result result;
+  auto deadline = clock_type::now() + timeout;
+  bool out_open = pid > 0;
+  bool err_open = pid > 0;
+  while ((out_open || err_open) && clock_type::now() < deadline) {
+    auto slice = clock_type::now() + std::chrono::milliseconds{50};
+    if (out_open)
+      drain_fd(out[0], result.out, slice, out_open);
+    if (err_open)
+      drain_fd(err[0], result.err, slice, err_open);
+  }
+  ::close(out[0]);
+  ::close(err[0]);
+  if (pid < 0)
+    fail("run_command: fork");
+  if (out_open || err_open)
+    ::kill(-pid, SIGKILL);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  result.exit_code = decode_status(status);
+  return result;
+}
+
+} // namespace keel

@@ -1,0 +1,101 @@
+#pragma once
+
+// What process tests do with a running node: a scripted node config, a
+// greeted WebSocket client, waiting for a frame, reading a thread's history,
+// and running the oracle on a stopped node's data.
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "keel/protocol.hpp"
+#include "keel/tools/node_process.hpp"
+#include "keel/tools/ws_client.hpp"
+
+namespace keel::test {
+
+/// A node config on 127.0.0.1 (free port) with data in `data_dir`, whose
+/// default pool is a scripted provider answering "answer to {input}" after
+/// `delay` (so kills land mid-turn too); `extra` is appended as is.
+inline std::string slow_echo_yaml(const std::string& name,
+                                  const std::string& data_dir,
+                                  const std::string& delay,
+                                  const std::string& extra = {}) {
+  return "node:\n  name: " + name + "\n  data_dir: " + data_dir
+         + "\ngateway:\n  port: 0\n"
+           "providers:\n"
+           "  - name: slow-echo\n    kind: scripted\n"
+           "    script:\n      - reply: \"answer to {input}\"\n"
+           "        delay: "
+         + delay
+         + "\n"
+           "pools:\n  - name: default\n    chain: [slow-echo]\n"
+         + extra;
+}
+
+/// Runs `keelctl verify` (the oracle) on a stopped node's data folder:
+/// returns an empty string when every invariant holds, else the exit code
+/// and the violations it printed.
+inline std::string data_violations(const std::string& data_dir) {
+  auto res = run_command({tool_binary("keelctl"), "verify", "--data-dir",
+                          data_dir});
+  if (res.exit_code == 0)
+    return {};
+  return "keelctl verify exited with " + std::to_string(res.exit_code) + ":\n"
+         + res.out + res.err;
+}
+
+/// Opens a WebSocket client to the node and consumes its hello frame.
+inline std::unique_ptr<ws_client> connect_client(const endpoint& ep) {
+  auto client = ws_client::connect(ep);
+  if (!client)
+    throw std::runtime_error("cannot connect: " + render(client.error()));
+  auto hello = (*client)->receive();
+  if (!hello)
+    throw std::runtime_error("no hello: " + render(hello.error()));
+  return std::move(*client);
+}
+
+/// Receives frames until one satisfies `pred` (parsed JSON) or the
+/// deadline passes; returns it or std::nullopt.
+template <class Pred>
+std::optional<nlohmann::json>
+receive_until(ws_client& client, Pred pred,
+              std::chrono::milliseconds timeout = std::chrono::seconds{10}) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0)
+      return std::nullopt;
+    auto msg = client.receive(left);
+    if (!msg)
+      return std::nullopt;
+    auto json = nlohmann::json::parse(msg->payload, nullptr, false);
+    if (!json.is_discarded() && pred(json))
+      return json;
+  }
+}
+
+/// Asks for the first 1,000 entries of `thread`'s history; returns them (the
+/// history frame's `entries`), or std::nullopt if none came in time.
+inline std::optional<nlohmann::json>
+read_history(ws_client& client, const std::string& thread,
+             std::chrono::milliseconds timeout = std::chrono::seconds{10}) {
+  if (client.send_text(
+        protocol::history_request_frame(thread, "h-" + thread, 0, 1000)))
+    return std::nullopt;
+  auto page = receive_until(
+    client,
+    [&](auto& j) { return j["type"] == "history" && j["thread"] == thread; },
+    timeout);
+  if (!page)
+    return std::nullopt;
+  return std::move((*page)["entries"]);
+}
+
+} // namespace keel::test
