@@ -6,6 +6,7 @@
 #include <caf/all.hpp>
 #include <nlohmann/json.hpp>
 
+#include "keel/agent_tree.hpp"
 #include "keel/json_codec.hpp"
 #include "keel/proc.hpp"
 #include "keel/lookup.hpp"
@@ -306,20 +307,8 @@ void on_agents(self_ptr self, uint64_t request) {
     .then(
       [self, request](std::vector<session_record>& sessions,
                       std::vector<tree_link>& links) {
-        std::map<std::string, std::vector<std::string>> children;
-        for (auto& link : links)
-          children[link.parent].push_back(link.child);
-        auto agents = nlohmann::json::array();
-        for (auto& rec : sessions)
-          agents.push_back({{"thread", rec.thread},
-                            {"parent", rec.parent},
-                            {"state", to_string(rec.state)},
-                            {"pool", rec.pool},
-                            {"model", rec.model},
-                            {"provider", rec.provider},
-                            {"created_at", rec.created_at},
-                            {"children", children[rec.thread]}});
-        respond_json(self, request, 200, {{"agents", std::move(agents)}});
+        respond_json(self, request, 200,
+                     agents_to_json(make_agents(sessions, links)));
       },
       [self, request](caf::error& err) {
         respond_error(self, request, 503, error_code_name(err), render(err));

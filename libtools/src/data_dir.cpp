@@ -112,62 +112,6 @@ caf::expected<std::unique_ptr<store>> open_data_dir(const std::string& dir) {
                            + "/db and " + dir + ")");
 }
 
-std::vector<agent_info> make_agents(const std::vector<session_record>& sessions,
-                                    const std::vector<tree_link>& links) {
-  std::map<std::string, std::vector<std::string>> children;
-  for (auto& link : links)
-    children[link.parent].push_back(link.child);
-  std::vector<agent_info> result;
-  for (auto& rec : sessions) {
-    agent_info x;
-    x.thread = rec.thread;
-    x.parent = rec.parent;
-    x.state = to_string(rec.state);
-    x.pool = rec.pool;
-    x.model = rec.model;
-    x.provider = rec.provider;
-    x.created_at = rec.created_at;
-    if (auto i = children.find(rec.thread); i != children.end())
-      x.children = std::move(i->second);
-    result.push_back(std::move(x));
-  }
-  return result;
-}
-
-caf::expected<std::vector<agent_info>> read_agents(store& db) {
-  auto sessions = db.sessions();
-  if (!sessions)
-    return std::move(sessions.error());
-  auto links = db.tree_links();
-  if (!links)
-    return std::move(links.error());
-  return make_agents(*sessions, *links);
-}
-
-json agents_to_json(const std::vector<agent_info>& agents) {
-  auto list = json::array();
-  for (auto& x : agents)
-    list.push_back(to_json(x));
-  return json{{"agents", std::move(list)}};
-}
-
-caf::expected<std::vector<agent_info>> agents_from_json(const json& j) {
-  auto list = j.find("agents");
-  if (!j.is_object() || list == j.end() || !list->is_array())
-    return caf::make_error(ec::protocol_violation,
-                           "the agents answer has no 'agents' array");
-  std::vector<agent_info> result;
-  for (size_t i = 0; i < list->size(); ++i) {
-    auto x = agent_info_from_json((*list)[i]);
-    if (!x)
-      return caf::make_error(ec::protocol_violation,
-                             "agents[" + std::to_string(i)
-                               + "]: " + error_message(x.error()));
-    result.push_back(std::move(*x));
-  }
-  return result;
-}
-
 std::string render_agent_tree(const std::vector<agent_info>& agents) {
   if (agents.empty())
     return "no agents\n";

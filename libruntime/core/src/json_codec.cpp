@@ -342,6 +342,30 @@ provider_health_record_from_json(const json& j) {
     });
 }
 
+json agents_to_json(const std::vector<agent_info>& agents) {
+  auto list = json::array();
+  for (auto& x : agents)
+    list.push_back(to_json(x));
+  return json{{"agents", std::move(list)}};
+}
+
+caf::expected<std::vector<agent_info>> agents_from_json(const json& j) {
+  auto list = j.find("agents");
+  if (!j.is_object() || list == j.end() || !list->is_array())
+    return caf::make_error(ec::protocol_violation,
+                           "the agents answer has no 'agents' array");
+  std::vector<agent_info> result;
+  for (size_t i = 0; i < list->size(); ++i) {
+    auto x = agent_info_from_json((*list)[i]);
+    if (!x)
+      return caf::make_error(ec::protocol_violation,
+                             "agents[" + std::to_string(i)
+                               + "]: " + error_message(x.error()));
+    result.push_back(std::move(*x));
+  }
+  return result;
+}
+
 namespace {
 
 template <class T, class Fn>

@@ -5,6 +5,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -42,6 +43,15 @@ caf::expected<dead_letter> dead_letter_from_json(const nlohmann::json& j);
 caf::expected<recovery_report>
 recovery_report_from_json(const nlohmann::json& j);
 caf::expected<agent_info> agent_info_from_json(const nlohmann::json& j);
+
+/// `{"agents":[{"thread","parent","state","pool","model","provider",
+/// "created_at","children":[...]}]}`, the body of GET /api/v1/agents.
+nlohmann::json agents_to_json(const std::vector<agent_info>& agents);
+
+/// Parses the body of GET /api/v1/agents; fails with
+/// `ec::protocol_violation` naming the bad element and field.
+caf::expected<std::vector<agent_info>>
+agents_from_json(const nlohmann::json& j);
 
 /// Serializes a record to its stored form (compact JSON).
 template <class T>

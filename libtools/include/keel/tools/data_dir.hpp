@@ -12,7 +12,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "keel/agent_tree.hpp"
 #include "keel/error.hpp"
+#include "keel/json_codec.hpp"
 #include "keel/store.hpp"
 #include "keel/types.hpp"
 #include "keel/tools/verify.hpp"
@@ -24,22 +26,6 @@ namespace keel {
 /// node. Fails with `ec::storage_open_failed` naming the folder when it does
 /// not exist or holds no database, or when RocksDB cannot open it.
 caf::expected<std::unique_ptr<store>> open_data_dir(const std::string& dir);
-
-/// The agents of `sessions` (in their order), each with its children from
-/// `links` (in their order).
-std::vector<agent_info> make_agents(const std::vector<session_record>& sessions,
-                                    const std::vector<tree_link>& links);
-
-/// Every agent of a store: `make_agents` over its sessions and tree links.
-caf::expected<std::vector<agent_info>> read_agents(store& db);
-
-/// `{"agents":[{"thread","parent","state","pool","model","provider",
-/// "created_at","children":[...]}]}`, the body of GET /api/v1/agents.
-nlohmann::json agents_to_json(const std::vector<agent_info>& agents);
-
-/// Parses the body of GET /api/v1/agents; errors name the field.
-caf::expected<std::vector<agent_info>>
-agents_from_json(const nlohmann::json& j);
 
 /// The agent tree, indented: every root (an agent without a parent, or one
 /// whose parent is unknown) with its descendants below it, one line each

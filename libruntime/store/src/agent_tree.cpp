@@ -1,0 +1,39 @@
+#include "keel/agent_tree.hpp"
+
+#include <map>
+
+namespace keel {
+
+std::vector<agent_info> make_agents(const std::vector<session_record>& sessions,
+                                    const std::vector<tree_link>& links) {
+  std::map<std::string, std::vector<std::string>> children;
+  for (auto& link : links)
+    children[link.parent].push_back(link.child);
+  std::vector<agent_info> result;
+  for (auto& rec : sessions) {
+    agent_info x;
+    x.thread = rec.thread;
+    x.parent = rec.parent;
+    x.state = to_string(rec.state);
+    x.pool = rec.pool;
+    x.model = rec.model;
+    x.provider = rec.provider;
+    x.created_at = rec.created_at;
+    if (auto i = children.find(rec.thread); i != children.end())
+      x.children = std::move(i->second);
+    result.push_back(std::move(x));
+  }
+  return result;
+}
+
+caf::expected<std::vector<agent_info>> read_agents(store& db) {
+  auto sessions = db.sessions();
+  if (!sessions)
+    return std::move(sessions.error());
+  auto links = db.tree_links();
+  if (!links)
+    return std::move(links.error());
+  return make_agents(*sessions, *links);
+}
+
+} // namespace keel
