@@ -607,77 +607,92 @@ private:
     version_ = req.version();
     auto target = req.target();
     auto path = path_of({target.data(), target.size()});
-    const auto& cfg = srv_->cfg();
-    if (websocket::is_upgrade(req)) {
-      if (path != protocol::ws_path) {
-        keep_alive_ = false;
-        return not_found(path);
-      }
-      if (!authorized(req, cfg.token)) {
-        keep_alive_ = false;
-        return unauthorized();
-      }
-      if (srv_->stopping()) {
-        keep_alive_ = false;
-        return reply(http::status::service_unavailable, "application/json",
-                     json_error("unavailable", "the node is shutting down"));
-      }
-      if (!srv_->reserve_slot()) {
-        keep_alive_ = false;
-        return reply(http::status::service_unavailable, "application/json",
-                     json_error("overloaded",
-                                "too many connections (limit "
-                                  + std::to_string(cfg.max_connections) + ")"));
-      }
-      stream_.expires_never();
-      handed_off_ = true;
-      srv_->remove_http(id_);
-      auto ws = std::make_shared<ws_session>(srv_, id_, std::move(stream_));
-      ws->run(std::move(req));
-      return;
-    }
-    if (path == "/healthz") {
-      if (req.method() != http::verb::get)
-        return reply(http::status::method_not_allowed, "application/json",
-                     json_error("bad_request", "use GET /healthz"));
-      nlohmann::json body{{"status", "ok"}, {"node", srv_->node()}};
-      return reply(http::status::ok, "application/json",
-                   body.dump(-1, ' ', false,
-                             nlohmann::json::error_handler_t::replace));
-    }
+    if (websocket::is_upgrade(req))
+      return upgrade(req, path);
+    if (path == "/healthz")
+      return healthz(req);
     if (path == protocol::ws_path)
       return reply(http::status::upgrade_required, "application/json",
                    json_error("bad_request",
                               "this path only accepts WebSocket upgrades"));
-    if (path.substr(0, 5) == "/api/") {
-      if (!authorized(req, cfg.token))
-        return unauthorized();
-      pending_ = srv_->add_request(weak_from_this());
-      if (!timer_)
-        timer_ = std::make_unique<net::steady_timer>(stream_.get_executor());
-      timer_->expires_after(api_timeout);
-      timer_->async_wait([self = shared_from_this(),
-                          id = pending_](error_code err) {
-        if (err || self->pending_ != id || !self->srv_->remove_request(id))
-          return;
-        self->pending_ = 0;
-        self->reply(http::status::gateway_timeout, "application/json",
-                    json_error("timeout", "the node did not answer in time"));
-      });
-      // Nothing reads the socket while the handler works: no expiry.
-      stream_.expires_never();
-      auto id = pending_;
-      try {
-        srv_->handler().on_http(id, std::string{req.method_string()},
-                                std::string{target}, req.body());
-      } catch (const std::exception& e) {
-        if (srv_->remove_request(id))
-          deliver(id, 500, "application/json",
-                  json_error("internal", e.what()));
-      }
-      return;
-    }
+    if (path.substr(0, 5) == "/api/")
+      return api_request(req);
     not_found(path);
+  }
+
+  /// Hands a WebSocket upgrade of the protocol path to a new `ws_session`.
+  /// A refused upgrade gets an HTTP answer, then the connection closes.
+  void upgrade(request& req, std::string_view path) {
+    const auto& cfg = srv_->cfg();
+    if (path != protocol::ws_path) {
+      keep_alive_ = false;
+      return not_found(path);
+    }
+    if (!authorized(req, cfg.token)) {
+      keep_alive_ = false;
+      return unauthorized();
+    }
+    if (srv_->stopping()) {
+      keep_alive_ = false;
+      return reply(http::status::service_unavailable, "application/json",
+                   json_error("unavailable", "the node is shutting down"));
+    }
+    if (!srv_->reserve_slot()) {
+      keep_alive_ = false;
+      return reply(http::status::service_unavailable, "application/json",
+                   json_error("overloaded",
+                              "too many connections (limit "
+                                + std::to_string(cfg.max_connections) + ")"));
+    }
+    stream_.expires_never();
+    handed_off_ = true;
+    srv_->remove_http(id_);
+    auto ws = std::make_shared<ws_session>(srv_, id_, std::move(stream_));
+    ws->run(std::move(req));
+  }
+
+  void healthz(const request& req) {
+    if (req.method() != http::verb::get)
+      return reply(http::status::method_not_allowed, "application/json",
+                   json_error("bad_request", "use GET /healthz"));
+    nlohmann::json body{{"status", "ok"}, {"node", srv_->node()}};
+    reply(http::status::ok, "application/json",
+          body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  }
+
+  /// Passes an `/api/` request to the handler, which answers through
+  /// `deliver`; if it does not answer in time, the client gets a 504.
+  void api_request(const request& req) {
+    if (!authorized(req, srv_->cfg().token))
+      return unauthorized();
+    pending_ = srv_->add_request(weak_from_this());
+    start_api_timer();
+    // Nothing reads the socket while the handler works: no expiry.
+    stream_.expires_never();
+    auto id = pending_;
+    try {
+      srv_->handler().on_http(id, std::string{req.method_string()},
+                              std::string{req.target()}, req.body());
+    } catch (const std::exception& e) {
+      if (srv_->remove_request(id))
+        deliver(id, 500, "application/json",
+                json_error("internal", e.what()));
+    }
+  }
+
+  /// Answers 504 unless the handler answers the pending request first.
+  void start_api_timer() {
+    if (!timer_)
+      timer_ = std::make_unique<net::steady_timer>(stream_.get_executor());
+    timer_->expires_after(api_timeout);
+    timer_->async_wait([self = shared_from_this(),
+                        id = pending_](error_code err) {
+      if (err || self->pending_ != id || !self->srv_->remove_request(id))
+        return;
+      self->pending_ = 0;
+      self->reply(http::status::gateway_timeout, "application/json",
+                  json_error("timeout", "the node did not answer in time"));
+    });
   }
 
   void not_found(std::string_view path) {

@@ -73,8 +73,8 @@ std::optional<error_class> classify_status(int status) {
     case 529: // Anthropic's "overloaded_error"
       return error_class::overloaded;
     case 504:
-      // Seed 001 maps a gateway timeout to Timeout, seed 002 only lists it as
-      // retryable: we follow 001, the cooldown of a timeout is the shorter.
+      // A timeout rather than an overload: both are retryable, and a
+      // timeout's cooldown is the shorter.
       return error_class::timeout;
     default:
       return std::nullopt;
@@ -106,10 +106,9 @@ error_class classify_text(std::string_view text) {
                            "incorrect api key", "unauthorized",
                            "authentication", "forbidden"}))
     return error_class::auth;
-  // Seed 003 lists "quota exceeded" both as a rate limit (failover table) and
-  // as permanent (stream table). A plain "quota exceeded" is almost always a
-  // per-minute quota, so we call it a rate limit; the unrecoverable kind is
-  // OpenAI's `insufficient_quota`, handled above as billing.
+  // A plain "quota exceeded" is almost always a per-minute quota, so it is a
+  // rate limit; the unrecoverable kind is OpenAI's `insufficient_quota`,
+  // handled above as billing.
   if (contains_any(lower, {"rate limit", "rate_limit", "too many requests",
                            "quota exceeded"}))
     return error_class::rate_limit;

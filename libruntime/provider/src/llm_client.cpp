@@ -26,6 +26,7 @@
 #include <openssl/x509.h>
 
 #include "keel/llm_wire.hpp"
+#include "keel/text.hpp"
 
 namespace keel {
 
@@ -56,10 +57,6 @@ constexpr size_t idle_buffer_bytes = 64 * 1024;
 /// the HTTP body (so that the connection can be reused) before the answer
 /// is delivered anyway and the connection closed.
 constexpr auto finish_grace = 1s;
-
-std::string millis_str(std::chrono::milliseconds x) {
-  return std::to_string(x.count()) + " ms";
-}
 
 bool is_ip_literal(const std::string& host) {
   error_code err;
@@ -431,33 +428,33 @@ private:
         return;
       case phase::queued:
         what = "no free slot for " + host() + " within the total timeout of "
-               + millis_str(cfg.total_timeout) + " (max_concurrency "
+               + human_duration(cfg.total_timeout) + " (max_concurrency "
                + std::to_string(cfg.max_concurrency) + ")";
         break;
       case phase::connecting:
         what = total ? "connecting to " + host()
                          + " exceeded the total timeout of "
-                         + millis_str(cfg.total_timeout)
+                         + human_duration(cfg.total_timeout)
                      : "connecting to " + host() + " timed out after "
-                         + millis_str(cfg.connect_timeout);
+                         + human_duration(cfg.connect_timeout);
         break;
       case phase::sending:
         what = "sending the request to " + host()
                + " exceeded the total timeout of "
-               + millis_str(cfg.total_timeout);
+               + human_duration(cfg.total_timeout);
         break;
       case phase::waiting:
         what = total ? "no answer from " + host()
                          + " within the total timeout of "
-                         + millis_str(cfg.total_timeout)
+                         + human_duration(cfg.total_timeout)
                      : "no answer from " + host() + " within "
-                         + millis_str(cfg.first_byte_timeout)
+                         + human_duration(cfg.first_byte_timeout)
                          + " of sending the request";
         break;
       case phase::reading:
         what = "the answer from " + host()
                + " did not complete within the total timeout of "
-               + millis_str(cfg.total_timeout);
+               + human_duration(cfg.total_timeout);
         break;
     }
     fail(failure(transport_error::timeout, std::move(what)));
@@ -856,9 +853,7 @@ private:
     auto summary = wire::error_summary(f.failure.body);
     if (!summary.empty())
       f.message += ": " + summary;
-    auto reusable = !broken_ && parser_->is_done()
-                    && parser_->get().keep_alive();
-    if (reusable) {
+    if (reusable()) {
       phase_ = phase::finished;
       ep_->put_idle(std::move(conn_));
     }
@@ -873,13 +868,19 @@ private:
     result.provider = ep_->cfg().name;
     phase_ = phase::finished;
     timer_.cancel();
-    if (!broken_ && parser_->is_done() && parser_->get().keep_alive())
+    if (reusable())
       ep_->put_idle(std::move(conn_));
     else
       conn_->close();
     ep_->leave(*this);
     ep_->forget(shared_from_this());
     deliver(std::move(result));
+  }
+
+  /// True if the answer was read completely from a connection that stays
+  /// open, so the next call may use it.
+  bool reusable() const {
+    return !broken_ && parser_->is_done() && parser_->get().keep_alive();
   }
 
   void fail(call_failure f) {

@@ -76,6 +76,14 @@ const std::string* string_member(const json& obj, const char* key) {
                                         : nullptr;
 }
 
+/// Points `out` at the member `key` of `obj` and returns that member's string
+/// `type`, or null if either is missing.
+const std::string* typed_member(const json& obj, const char* key,
+                                const json*& out) {
+  out = member(obj, key);
+  return out != nullptr ? string_member(*out, "type") : nullptr;
+}
+
 int64_t int_member(const json& obj, const char* key, int64_t fallback) {
   auto x = member(obj, key);
   return x != nullptr && x->is_number_integer() ? x->get<int64_t>()
@@ -430,11 +438,8 @@ stream_decoder::step stream_decoder::openai_event(const json& j,
     return step::more; // e.g. the usage chunk
   auto& choice = (*choices)[0];
   if (auto d = member(choice, "delta"); d != nullptr && d->is_object()) {
-    if (auto text = string_member(*d, "content"); text && !text->empty()) {
-      delta += *text;
-      result_.text += *text;
-      started_ = true;
-    }
+    if (auto text = string_member(*d, "content"); text && !text->empty())
+      append_text(delta, *text);
     if (auto calls = member(*d, "tool_calls");
         calls != nullptr && calls->is_array()) {
       for (size_t i = 0; i < calls->size(); ++i) {
@@ -476,12 +481,6 @@ stream_decoder::step stream_decoder::anthropic_event(std::string_view event,
   auto type_ptr = string_member(j, "type");
   std::string_view type = type_ptr != nullptr ? std::string_view{*type_ptr}
                                               : event;
-  auto block_tool = [this](int64_t index) -> tool_call* {
-    for (auto& [block, pos] : tool_blocks_)
-      if (block == index)
-        return &result_.tool_calls[pos];
-    return nullptr;
-  };
   if (type == "error")
     return fail_provider(data);
   if (type == "message_start") {
@@ -489,54 +488,9 @@ stream_decoder::step stream_decoder::anthropic_event(std::string_view event,
       if (auto model = string_member(*msg, "model"))
         result_.model = *model;
   } else if (type == "content_block_start") {
-    auto block = member(j, "content_block");
-    auto block_type = block ? string_member(*block, "type") : nullptr;
-    if (block_type == nullptr)
-      return fail_parse("content_block_start without content_block.type");
-    if (*block_type == "text") {
-      if (auto text = string_member(*block, "text"); text && !text->empty()) {
-        delta += *text;
-        result_.text += *text;
-        started_ = true;
-      }
-    } else if (*block_type == "tool_use") {
-      auto name = string_member(*block, "name");
-      if (name == nullptr)
-        return fail_parse("content_block_start (tool_use) without a name");
-      tool_call tc;
-      if (auto id = string_member(*block, "id"))
-        tc.id = *id;
-      tc.name = *name;
-      tool_blocks_.emplace_back(int_member(j, "index", -1),
-                                result_.tool_calls.size());
-      auto input = member(*block, "input");
-      tool_inputs_.push_back(input != nullptr && !input->empty()
-                               ? arguments_text(*input)
-                               : std::string{});
-      result_.tool_calls.push_back(std::move(tc));
-      started_ = true;
-    }
+    return anthropic_block_start(j, delta);
   } else if (type == "content_block_delta") {
-    auto d = member(j, "delta");
-    auto delta_type = d ? string_member(*d, "type") : nullptr;
-    if (delta_type == nullptr)
-      return fail_parse("content_block_delta without delta.type");
-    if (*delta_type == "text_delta") {
-      auto text = string_member(*d, "text");
-      if (text == nullptr)
-        return fail_parse("text_delta without text");
-      delta += *text;
-      result_.text += *text;
-      started_ = true;
-    } else if (*delta_type == "input_json_delta") {
-      auto part = string_member(*d, "partial_json");
-      auto tc = block_tool(int_member(j, "index", -1));
-      if (part == nullptr || tc == nullptr)
-        return fail_parse("input_json_delta without partial_json or "
-                          "outside a tool_use block");
-      tc->arguments += *part;
-    }
-    // thinking_delta, signature_delta, ...: nothing for the user.
+    return anthropic_block_delta(j, delta);
   } else if (type == "content_block_stop") {
     finish_tool_calls();
   } else if (type == "message_delta") {
@@ -549,6 +503,71 @@ stream_decoder::step stream_decoder::anthropic_event(std::string_view event,
   }
   // ping and unknown events: Anthropic may add event types at any time.
   return step::more;
+}
+
+stream_decoder::step stream_decoder::anthropic_block_start(const json& j,
+                                                           std::string& delta) {
+  const json* block = nullptr;
+  auto block_type = typed_member(j, "content_block", block);
+  if (block_type == nullptr)
+    return fail_parse("content_block_start without content_block.type");
+  if (*block_type == "text") {
+    if (auto text = string_member(*block, "text"); text && !text->empty())
+      append_text(delta, *text);
+  } else if (*block_type == "tool_use") {
+    auto name = string_member(*block, "name");
+    if (name == nullptr)
+      return fail_parse("content_block_start (tool_use) without a name");
+    tool_call tc;
+    if (auto id = string_member(*block, "id"))
+      tc.id = *id;
+    tc.name = *name;
+    tool_blocks_.emplace_back(int_member(j, "index", -1),
+                              result_.tool_calls.size());
+    auto input = member(*block, "input");
+    tool_inputs_.push_back(input != nullptr && !input->empty()
+                             ? arguments_text(*input)
+                             : std::string{});
+    result_.tool_calls.push_back(std::move(tc));
+    started_ = true;
+  }
+  return step::more;
+}
+
+stream_decoder::step stream_decoder::anthropic_block_delta(const json& j,
+                                                           std::string& delta) {
+  const json* d = nullptr;
+  auto delta_type = typed_member(j, "delta", d);
+  if (delta_type == nullptr)
+    return fail_parse("content_block_delta without delta.type");
+  if (*delta_type == "text_delta") {
+    auto text = string_member(*d, "text");
+    if (text == nullptr)
+      return fail_parse("text_delta without text");
+    append_text(delta, *text);
+  } else if (*delta_type == "input_json_delta") {
+    auto part = string_member(*d, "partial_json");
+    auto tc = tool_of_block(int_member(j, "index", -1));
+    if (part == nullptr || tc == nullptr)
+      return fail_parse("input_json_delta without partial_json or "
+                        "outside a tool_use block");
+    tc->arguments += *part;
+  }
+  // thinking_delta, signature_delta, ...: nothing for the user.
+  return step::more;
+}
+
+tool_call* stream_decoder::tool_of_block(int64_t index) {
+  for (auto& [block, pos] : tool_blocks_)
+    if (block == index)
+      return &result_.tool_calls[pos];
+  return nullptr;
+}
+
+void stream_decoder::append_text(std::string& delta, const std::string& text) {
+  delta += text;
+  result_.text += text;
+  started_ = true;
 }
 
 void stream_decoder::finish_tool_calls() {

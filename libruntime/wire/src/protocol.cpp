@@ -1,5 +1,8 @@
 #include "keel/protocol.hpp"
 
+#include <iterator>
+#include <optional>
+
 #include "keel/json_codec.hpp"
 #include "keel/text.hpp"
 
@@ -121,6 +124,16 @@ std::string clip(std::string str, size_t max = 160) {
 
 using decode_result = std::variant<client_frame, frame_error>;
 
+/// What is wrong with a frame, or nothing.
+using frame_check = std::optional<frame_error>;
+
+frame_error make_frame_error(const char* code, std::string message) {
+  frame_error err;
+  err.code = code;
+  err.message = std::move(message);
+  return err;
+}
+
 // Reads an optional non-negative integer field into `out` after checking that
 // it lies in [min, max]. Returns the error code on failure, null otherwise.
 const char* read_uint(const json* val, const char* key, uint64_t min,
@@ -149,159 +162,258 @@ const char* read_uint(const json* val, const char* key, uint64_t min,
 const char* thread_rule = "1 to 128 characters of [A-Za-z0-9._:-]";
 const char* id_rule = "1 to 128 printable ASCII characters without spaces";
 
+/// Parses `input` into `out`. Ill-formed UTF-8 is `invalid_utf8`, anything
+/// else that does not parse is `bad_json`.
+frame_check parse_frame(std::string_view input, json& out) {
+  try {
+    out = json::parse(input.begin(), input.end());
+    return std::nullopt;
+  } catch (const json::parse_error& e) {
+    std::string what = e.what();
+    // nlohmann rejects ill-formed UTF-8 and lone surrogate escapes; both are
+    // an encoding problem rather than a syntax problem.
+    if (!valid_utf8(input) || what.find("surrogate") != std::string::npos
+        || what.find("UTF-8") != std::string::npos)
+      return make_frame_error("invalid_utf8", "frame is not valid UTF-8 (or "
+                                              "escapes a lone surrogate)");
+    // Drop the "[json.exception.parse_error.101] " prefix.
+    if (auto pos = what.find("] "); pos != std::string::npos)
+      what.erase(0, pos + 2);
+    return make_frame_error("bad_json", clip("malformed JSON: " + what));
+  } catch (const std::exception& e) {
+    return make_frame_error("bad_json", clip(std::string{"malformed JSON: "}
+                                             + e.what()));
+  }
+}
+
+/// The fields of a client frame's JSON object. Strings stay in the DOM until
+/// the whole frame is valid; then they move into the `client_frame`.
+class frame_fields {
+public:
+  explicit frame_fields(json::object_t& obj)
+    : obj_(obj),
+      jid_(get("id")),
+      jthread_(get("thread")),
+      id_(jid_ != nullptr ? jid_->get_ptr<std::string*>() : nullptr),
+      thread_(jthread_ != nullptr ? jthread_->get_ptr<std::string*>()
+                                  : nullptr) {
+    // nop
+  }
+
+  /// The field `key`, or null when it is absent or null: both count as
+  /// missing.
+  json* get(const char* key) const {
+    auto i = obj_.find(key);
+    return i == obj_.end() || i->second.is_null() ? nullptr : &i->second;
+  }
+
+  /// An error carrying the frame's `id` and `thread` whenever they are usable
+  /// for correlation.
+  frame_error fail(const char* code, std::string message) const {
+    auto err = make_frame_error(code, std::move(message));
+    if (id_ != nullptr && valid_client_id(*id_))
+      err.id = *id_;
+    if (thread_ != nullptr && valid_thread_id(*thread_))
+      err.thread = *thread_;
+    return err;
+  }
+
+  /// Points `out` at the string `val` of field `key`; fails if the field is
+  /// missing or not a string.
+  frame_check string_field(json* val, const char* key,
+                           std::string*& out) const {
+    if (val == nullptr)
+      return fail("missing_field", std::string{"missing field '"} + key + "'");
+    out = val->get_ptr<std::string*>();
+    if (out == nullptr)
+      return fail("wrong_type",
+                  std::string{"field '"} + key + "' must be a string");
+    return std::nullopt;
+  }
+
+  frame_check string_field(const char* key, std::string*& out) const {
+    return string_field(get(key), key, out);
+  }
+
+  /// Checks the optional `id`, which `required` makes mandatory.
+  frame_check check_id(bool required) const {
+    if (jid_ == nullptr) {
+      if (required)
+        return fail("missing_field", "missing field 'id'");
+      return std::nullopt;
+    }
+    if (id_ == nullptr)
+      return fail("wrong_type", "field 'id' must be a string");
+    if (!valid_client_id(*id_))
+      return fail("bad_value", std::string{"field 'id' must be "} + id_rule);
+    return std::nullopt;
+  }
+
+  /// Checks the mandatory `thread`.
+  frame_check check_thread() const {
+    std::string* thread = nullptr;
+    if (auto err = string_field(jthread_, "thread", thread))
+      return err;
+    if (!valid_thread_id(*thread))
+      return fail("bad_value",
+                  std::string{"field 'thread' must be "} + thread_rule);
+    return std::nullopt;
+  }
+
+  /// The `id` string, or null when absent.
+  std::string* id() const {
+    return id_;
+  }
+
+  /// The `thread` string, or null when absent.
+  std::string* thread() const {
+    return thread_;
+  }
+
+private:
+  json::object_t& obj_;
+  json* jid_;
+  json* jthread_;
+  std::string* id_;
+  std::string* thread_;
+};
+
+// -- readers for the fields of one frame type ---------------------------------
+
+// Each runs after `id` and `thread` passed their checks and is the last check,
+// so it may move its strings out of the DOM once they are valid.
+
+using field_reader = frame_check (*)(const frame_fields&, const decode_limits&,
+                                     client_frame&);
+
+frame_check read_send(const frame_fields& fields, const decode_limits& limits,
+                      client_frame& out) {
+  std::string* text = nullptr;
+  if (auto err = fields.string_field("text", text))
+    return err;
+  if (text->empty())
+    return fields.fail("bad_value", "field 'text' must not be empty");
+  if (text->size() > limits.max_text_bytes)
+    return fields.fail("too_large", "field 'text' has "
+                                      + std::to_string(text->size())
+                                      + " bytes; the limit is "
+                                      + std::to_string(limits.max_text_bytes));
+  out.text = std::move(*text);
+  return std::nullopt;
+}
+
+frame_check read_spawn(const frame_fields& fields, const decode_limits&,
+                       client_frame& out) {
+  std::string* child = nullptr;
+  if (auto err = fields.string_field("child", child))
+    return err;
+  if (!valid_thread_id(*child))
+    return fields.fail("bad_value",
+                       std::string{"field 'child' must be "} + thread_rule);
+  if (*child == *fields.thread())
+    return fields.fail("bad_value", "field 'child' must differ from 'thread'");
+  out.child = std::move(*child);
+  return std::nullopt;
+}
+
+frame_check read_history(const frame_fields& fields, const decode_limits&,
+                         client_frame& out) {
+  std::string message;
+  uint64_t limit = out.limit;
+  auto code = read_uint(fields.get("after"), "after", 0, UINT64_MAX, out.after,
+                        message);
+  if (code == nullptr)
+    code = read_uint(fields.get("limit"), "limit", 1, max_history_limit, limit,
+                     message);
+  if (code != nullptr)
+    return fields.fail(code, std::move(message));
+  out.limit = static_cast<size_t>(limit);
+  return std::nullopt;
+}
+
+/// How to decode one frame type.
+struct frame_spec {
+  /// The value of the `type` field.
+  const char* name;
+  client_frame_type type;
+  bool needs_id;
+  bool needs_thread;
+  /// Reads the fields of this type only; null if it has none.
+  field_reader read;
+};
+
+// In the order the "unknown frame type" message lists them.
+constexpr frame_spec frame_specs[] = {
+  {"send", client_frame_type::send, true, true, read_send},
+  {"subscribe", client_frame_type::subscribe, false, true, nullptr},
+  {"unsubscribe", client_frame_type::unsubscribe, false, true, nullptr},
+  {"history", client_frame_type::history, false, true, read_history},
+  {"spawn", client_frame_type::spawn, true, true, read_spawn},
+  {"cancel", client_frame_type::cancel, false, true, nullptr},
+  {"ping", client_frame_type::ping, false, false, nullptr},
+};
+
+/// "send, subscribe, ... or ping".
+const std::string& frame_type_names() {
+  static const std::string names = [] {
+    std::string str;
+    auto n = std::size(frame_specs);
+    for (size_t i = 0; i < n; ++i) {
+      if (i > 0)
+        str += i + 1 < n ? ", " : " or ";
+      str += frame_specs[i].name;
+    }
+    return str;
+  }();
+  return names;
+}
+
+/// Points `out` at the spec for the frame's `type`.
+frame_check find_spec(const frame_fields& fields, const frame_spec*& out) {
+  std::string* type = nullptr;
+  if (auto err = fields.string_field("type", type))
+    return err;
+  for (const auto& spec : frame_specs) {
+    if (*type == spec.name) {
+      out = &spec;
+      return std::nullopt;
+    }
+  }
+  return fields.fail("unknown_type", "unknown frame type '" + clip(*type, 64)
+                                       + "' (expected " + frame_type_names()
+                                       + ")");
+}
+
 } // namespace
 
 // -- client frames (decoding) -------------------------------------------------
 
 std::variant<client_frame, frame_error>
 decode_client_frame(std::string_view input, const decode_limits& limits) {
-  frame_error err;
   json j;
-  try {
-    j = json::parse(input.begin(), input.end());
-  } catch (const json::parse_error& e) {
-    std::string what = e.what();
-    // nlohmann rejects ill-formed UTF-8 and lone surrogate escapes; both are
-    // an encoding problem rather than a syntax problem.
-    if (!valid_utf8(input) || what.find("surrogate") != std::string::npos
-        || what.find("UTF-8") != std::string::npos) {
-      err.code = "invalid_utf8";
-      err.message = "frame is not valid UTF-8 (or escapes a lone surrogate)";
-      return err;
-    }
-    // Drop the "[json.exception.parse_error.101] " prefix.
-    if (auto pos = what.find("] "); pos != std::string::npos)
-      what.erase(0, pos + 2);
-    err.code = "bad_json";
-    err.message = clip("malformed JSON: " + what);
-    return err;
-  } catch (const std::exception& e) {
-    err.code = "bad_json";
-    err.message = clip(std::string{"malformed JSON: "} + e.what());
-    return err;
-  }
-  if (!j.is_object()) {
-    err.code = "bad_frame";
-    err.message = "frame must be a JSON object";
-    return err;
-  }
-  auto& obj = j.get_ref<json::object_t&>();
-  // A field that is absent or null counts as missing.
-  auto field = [&](const char* key) -> json* {
-    auto i = obj.find(key);
-    return i == obj.end() || i->second.is_null() ? nullptr : &i->second;
-  };
-  auto* jid = field("id");
-  auto* jthread = field("thread");
-  auto* id = jid != nullptr ? jid->get_ptr<std::string*>() : nullptr;
-  auto* thread = jthread != nullptr ? jthread->get_ptr<std::string*>()
-                                    : nullptr;
-  // Errors carry `id` and `thread` whenever they are usable for correlation.
-  auto fail = [&](const char* code, std::string message) -> decode_result {
-    err.code = code;
-    err.message = std::move(message);
-    if (id != nullptr && valid_client_id(*id))
-      err.id = *id;
-    if (thread != nullptr && valid_thread_id(*thread))
-      err.thread = *thread;
-    return std::move(err);
-  };
-  auto* jtype = field("type");
-  if (jtype == nullptr)
-    return fail("missing_field", "missing field 'type'");
-  auto* type = jtype->get_ptr<std::string*>();
-  if (type == nullptr)
-    return fail("wrong_type", "field 'type' must be a string");
+  if (auto err = parse_frame(input, j))
+    return std::move(*err);
+  if (!j.is_object())
+    return make_frame_error("bad_frame", "frame must be a JSON object");
+  frame_fields fields{j.get_ref<json::object_t&>()};
+  const frame_spec* spec = nullptr;
+  if (auto err = find_spec(fields, spec))
+    return std::move(*err);
+  if (auto err = fields.check_id(spec->needs_id))
+    return std::move(*err);
+  if (spec->needs_thread)
+    if (auto err = fields.check_thread())
+      return std::move(*err);
   client_frame result;
-  bool needs_thread = true;
-  if (*type == "send") {
-    result.type = client_frame_type::send;
-  } else if (*type == "subscribe") {
-    result.type = client_frame_type::subscribe;
-  } else if (*type == "unsubscribe") {
-    result.type = client_frame_type::unsubscribe;
-  } else if (*type == "history") {
-    result.type = client_frame_type::history;
-  } else if (*type == "ping") {
-    result.type = client_frame_type::ping;
-    needs_thread = false;
-  } else if (*type == "spawn") {
-    result.type = client_frame_type::spawn;
-  } else if (*type == "cancel") {
-    result.type = client_frame_type::cancel;
-  } else {
-    return fail("unknown_type",
-                "unknown frame type '" + clip(*type, 64)
-                  + "' (expected send, subscribe, unsubscribe, history, "
-                    "spawn, cancel or ping)");
-  }
-  if (jid != nullptr) {
-    if (id == nullptr)
-      return fail("wrong_type", "field 'id' must be a string");
-    if (!valid_client_id(*id))
-      return fail("bad_value", std::string{"field 'id' must be "} + id_rule);
-  } else if (result.type == client_frame_type::send
-             || result.type == client_frame_type::spawn) {
-    return fail("missing_field", "missing field 'id'");
-  }
-  if (needs_thread) {
-    if (jthread == nullptr)
-      return fail("missing_field", "missing field 'thread'");
-    if (thread == nullptr)
-      return fail("wrong_type", "field 'thread' must be a string");
-    if (!valid_thread_id(*thread))
-      return fail("bad_value",
-                  std::string{"field 'thread' must be "} + thread_rule);
-  }
-  std::string* text = nullptr;
-  std::string* child = nullptr;
-  if (result.type == client_frame_type::spawn) {
-    auto* jchild = field("child");
-    if (jchild == nullptr)
-      return fail("missing_field", "missing field 'child'");
-    child = jchild->get_ptr<std::string*>();
-    if (child == nullptr)
-      return fail("wrong_type", "field 'child' must be a string");
-    if (!valid_thread_id(*child))
-      return fail("bad_value",
-                  std::string{"field 'child' must be "} + thread_rule);
-    if (*child == *thread)
-      return fail("bad_value", "field 'child' must differ from 'thread'");
-  } else if (result.type == client_frame_type::send) {
-    auto* jtext = field("text");
-    if (jtext == nullptr)
-      return fail("missing_field", "missing field 'text'");
-    text = jtext->get_ptr<std::string*>();
-    if (text == nullptr)
-      return fail("wrong_type", "field 'text' must be a string");
-    if (text->empty())
-      return fail("bad_value", "field 'text' must not be empty");
-    if (text->size() > limits.max_text_bytes)
-      return fail("too_large", "field 'text' has "
-                                 + std::to_string(text->size())
-                                 + " bytes; the limit is "
-                                 + std::to_string(limits.max_text_bytes));
-  } else if (result.type == client_frame_type::history) {
-    std::string message;
-    uint64_t limit = result.limit;
-    auto code = read_uint(field("after"), "after", 0, UINT64_MAX, result.after,
-                          message);
-    if (code == nullptr)
-      code = read_uint(field("limit"), "limit", 1, max_history_limit, limit,
-                       message);
-    if (code != nullptr)
-      return fail(code, std::move(message));
-    result.limit = static_cast<size_t>(limit);
-  }
+  result.type = spec->type;
+  if (spec->read != nullptr)
+    if (auto err = spec->read(fields, limits, result))
+      return std::move(*err);
   // Valid: move the strings out of the DOM instead of copying them.
-  if (id != nullptr)
-    result.id = std::move(*id);
-  if (needs_thread)
-    result.thread = std::move(*thread);
-  if (text != nullptr)
-    result.text = std::move(*text);
-  if (child != nullptr)
-    result.child = std::move(*child);
+  if (fields.id() != nullptr)
+    result.id = std::move(*fields.id());
+  if (spec->needs_thread)
+    result.thread = std::move(*fields.thread());
   return result;
 }
 

@@ -1,6 +1,6 @@
 #pragma once
 
-// Pure policy building blocks for provider pools (issue 4): failure
+// Pure policy building blocks for provider pools: failure
 // classification, Retry-After parsing, backoff, a retry budget spanning a
 // failover chain, and a per-provider circuit breaker with a health record.
 // Nothing here reads a clock or a random device: callers inject `now` and the

@@ -1,7 +1,7 @@
 #pragma once
 
-// The built-in agent tools a model may call (issue 5, "Agents and
-// sub-agents"): `spawn_agent {"name", "task"}` creates a child agent of the
+// The built-in agent tools a model may call to run sub-agents:
+// `spawn_agent {"name", "task"}` creates a child agent of the
 // calling thread and sends it the task; `message_agent {"name", "text"}`
 // sends an existing child a message. A child's id is the parent's id, a dot
 // and the name, so it is stable across resends and crashes.

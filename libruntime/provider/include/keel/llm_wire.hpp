@@ -200,6 +200,12 @@ private:
                     std::string& delta);
   step anthropic_event(std::string_view name, const nlohmann::json& event,
                        std::string_view data, std::string& delta);
+  step anthropic_block_start(const nlohmann::json& event, std::string& delta);
+  step anthropic_block_delta(const nlohmann::json& event, std::string& delta);
+  /// The tool call that Anthropic content block `index` streams, if any.
+  tool_call* tool_of_block(int64_t index);
+  /// Appends streamed answer text to both `delta` and the result.
+  void append_text(std::string& delta, const std::string& text);
   step fail_parse(std::string what);
   step fail_provider(std::string_view data);
   void finish_tool_calls();
