@@ -203,6 +203,9 @@ CAF_TEST(readable sizes and durations) {
   CAF_CHECK_EQUAL(human_duration(std::chrono::milliseconds{850}), "850 ms");
   CAF_CHECK_EQUAL(human_duration(std::chrono::milliseconds{3'723'000}), "1h 2m 3s");
   CAF_CHECK_EQUAL(human_duration(std::chrono::milliseconds{60'000}), "1m 0s");
+  CAF_CHECK_EQUAL(human_duration(std::chrono::milliseconds{1500}), "1.5s");
+  CAF_CHECK_EQUAL(human_duration(std::chrono::milliseconds{2000}), "2s");
+  CAF_CHECK_EQUAL(human_duration(std::chrono::milliseconds{12'250}), "12.25s");
 }
 
 CAF_TEST(an unreachable node fails the load with a clear message) {

@@ -86,6 +86,12 @@ std::string human_duration(std::chrono::milliseconds x) {
   auto ms = x.count() < 0 ? uint64_t{0} : static_cast<uint64_t>(x.count());
   if (ms < 1000)
     return std::to_string(ms) + " ms";
+  if (ms < 60'000 && ms % 1000 != 0) {
+    // "1.5s", "12.25s": below a minute the fraction still says something.
+    auto text = fixed(static_cast<double>(ms) / 1000, 3);
+    text.erase(text.find_last_not_of('0') + 1);
+    return text + "s";
+  }
   auto secs = ms / 1000;
   std::string result;
   auto part = [&](uint64_t n, const char* unit) {

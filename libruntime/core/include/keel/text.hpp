@@ -30,9 +30,10 @@ std::string fixed(double x, int digits);
 /// Renders a byte count for people: "512 B", "12.3 MiB".
 std::string human_bytes(uint64_t bytes);
 
-/// Renders a duration for people: "850 ms" below a second, otherwise whole
-/// days, hours, minutes and seconds from the largest non-zero unit on
-/// ("2s", "1m 0s", "1h 2m 3s").
+/// Renders a duration for people: "850 ms" below a second, seconds with
+/// their fraction below a minute ("1.5s", "2s"), otherwise whole days,
+/// hours, minutes and seconds from the largest non-zero unit on ("1m 0s",
+/// "1h 2m 3s").
 std::string human_duration(std::chrono::milliseconds x);
 
 /// Returns `n` random hex digits (for ids that must not collide).
