@@ -523,7 +523,8 @@ CAF_TEST(sessions keep provider and recovery mark and old records still read) {
   CAF_REQUIRE_EQUAL(outcome(loaded), "none");
   CAF_CHECK_EQUAL(loaded->provider, "gpt");
   CAF_CHECK_EQUAL(loaded->recovered_at, 1700000000123);
-  // A record written before issue 5 has neither field.
+  // A record written before the crash recovery stored them has neither
+  // field.
   put_raw("sessions", "t0",
           R"({"thread":"t0","parent":"","pool":"default","model":"m",)"
           R"("state":"SUSPENDED","created_at":5,"provider_state":"blob"})");
@@ -943,7 +944,7 @@ CAF_TEST(a read-only store reads beside a writer and refuses every write) {
 
 CAF_TEST(an older database without the outbox opens read-only and for writing) {
   close();
-  // The column families of the build before issue 5.
+  // The column families of a build before the outbox existed.
   std::vector<std::string> old_families{"default", "sessions", "tree",
                                         "inbox",   "context",  "log",
                                         "health",  "dead_letters",

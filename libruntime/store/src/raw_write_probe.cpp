@@ -16,6 +16,71 @@
 
 namespace keel {
 
+namespace {
+
+// What the writer threads of one measurement share.
+struct writer_race {
+  std::atomic<bool> go{false};
+  std::atomic<bool> stop{false};
+  std::atomic<bool> failed{false};
+  std::mutex failure_mtx;
+  // The first failed write's status, guarded by failure_mtx.
+  std::string first_failure;
+};
+
+// One writer: once the race starts, synced Puts of `value_bytes` under its
+// own key prefix until the race stops (or a write fails, which stops all).
+// Returns the number of writes.
+uint64_t write_until_stopped(rocksdb::DB& db, writer_race& race, size_t index,
+                             size_t value_bytes) {
+  rocksdb::WriteOptions wopts;
+  wopts.sync = true;
+  std::string value(value_bytes, 'v');
+  auto prefix = "t" + std::to_string(index) + "/";
+  while (!race.go.load(std::memory_order_acquire))
+    std::this_thread::yield();
+  uint64_t n = 0;
+  while (!race.stop.load(std::memory_order_relaxed)) {
+    auto s = db.Put(wopts, prefix + std::to_string(n), value);
+    if (!s.ok()) {
+      std::lock_guard<std::mutex> guard{race.failure_mtx};
+      if (race.first_failure.empty())
+        race.first_failure = s.ToString();
+      race.failed = true;
+      race.stop = true;
+      break;
+    }
+    ++n;
+  }
+  return n;
+}
+
+// Runs `opts.concurrency` writers for `opts.duration`; stores their writes
+// and the wall time in `result`.
+void run_writers(rocksdb::DB& db, const raw_write_options& opts,
+                 writer_race& race, raw_write_result& result) {
+  std::vector<uint64_t> counts(opts.concurrency, 0);
+  std::vector<std::thread> writers;
+  writers.reserve(opts.concurrency);
+  for (size_t i = 0; i < opts.concurrency; ++i)
+    writers.emplace_back([&, i] {
+      counts[i] = write_until_stopped(db, race, i, opts.value_bytes);
+    });
+  auto start = std::chrono::steady_clock::now();
+  race.go.store(true, std::memory_order_release);
+  std::this_thread::sleep_for(opts.duration);
+  race.stop = true;
+  for (auto& t : writers)
+    t.join();
+  result.seconds = std::chrono::duration<double>(
+                     std::chrono::steady_clock::now() - start)
+                     .count();
+  for (auto n : counts)
+    result.writes += n;
+}
+
+} // namespace
+
 caf::expected<raw_write_result>
 measure_raw_synced_writes(const raw_write_options& opts) {
   namespace fs = std::filesystem;
@@ -41,62 +106,21 @@ measure_raw_synced_writes(const raw_write_options& opts) {
     return caf::make_error(ec::storage_open_failed,
                            path + ": " + st.ToString());
   std::unique_ptr<rocksdb::DB> db{raw_db};
-  std::atomic<bool> go{false};
-  std::atomic<bool> stop{false};
-  std::atomic<bool> failed{false};
-  std::string first_failure;
-  std::mutex failure_mtx;
-  std::vector<uint64_t> counts(opts.concurrency, 0);
-  std::vector<std::thread> writers;
-  writers.reserve(opts.concurrency);
-  for (size_t i = 0; i < opts.concurrency; ++i) {
-    writers.emplace_back([&, i] {
-      rocksdb::WriteOptions wopts;
-      wopts.sync = true;
-      std::string value(opts.value_bytes, 'v');
-      auto prefix = "t" + std::to_string(i) + "/";
-      while (!go.load(std::memory_order_acquire))
-        std::this_thread::yield();
-      uint64_t n = 0;
-      while (!stop.load(std::memory_order_relaxed)) {
-        auto s = db->Put(wopts, prefix + std::to_string(n), value);
-        if (!s.ok()) {
-          std::lock_guard<std::mutex> guard{failure_mtx};
-          if (first_failure.empty())
-            first_failure = s.ToString();
-          failed = true;
-          stop = true;
-          break;
-        }
-        ++n;
-      }
-      counts[i] = n;
-    });
-  }
-  auto start = std::chrono::steady_clock::now();
-  go.store(true, std::memory_order_release);
-  std::this_thread::sleep_for(opts.duration);
-  stop = true;
-  for (auto& t : writers)
-    t.join();
-  auto elapsed = std::chrono::duration<double>(
-                   std::chrono::steady_clock::now() - start)
-                   .count();
+  raw_write_result result;
+  writer_race race;
+  run_writers(*db, opts, race, result);
   db.reset();
   rocksdb::DestroyDB(path, options);
   fs::remove_all(path, err);
   if (created_parent && fs::is_empty(opts.dir, err))
     fs::remove(opts.dir, err);
-  if (failed)
-    return caf::make_error(ec::storage_io, path + ": " + first_failure);
-  raw_write_result result;
+  if (race.failed)
+    return caf::make_error(ec::storage_io, path + ": " + race.first_failure);
   result.path = path;
   result.concurrency = opts.concurrency;
   result.value_bytes = opts.value_bytes;
-  for (auto n : counts)
-    result.writes += n;
-  result.seconds = elapsed;
-  result.writes_per_second = elapsed > 0 ? result.writes / elapsed : 0;
+  result.writes_per_second
+    = result.seconds > 0 ? result.writes / result.seconds : 0;
   return result;
 }
 

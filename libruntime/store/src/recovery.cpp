@@ -17,6 +17,7 @@ class step_timer {
 public:
   step_timer(recovery_report& report, const char* name)
     : report_(report), name_(name), start_(steady::now()) {
+    // nop
   }
 
   void done(uint64_t count) {
@@ -32,25 +33,28 @@ private:
   steady::time_point start_;
 };
 
-} // namespace
+using sessions_by_thread = std::map<std::string, session_record>;
 
-caf::expected<recovery_plan> plan_recovery(store& db, bool boot) {
-  recovery_plan plan;
-  plan.boot = boot;
-  auto& report = plan.report;
-  report.started_at = wall_clock_millis();
-  // 1. Session records.
-  step_timer read{report, "read_sessions"};
+// 1. Reads the session records.
+caf::expected<sessions_by_thread> read_sessions(store& db,
+                                                recovery_report& report) {
+  step_timer timer{report, "read_sessions"};
   auto sessions = db.sessions();
   if (!sessions)
     return sessions.error();
-  std::map<std::string, session_record> by_thread;
+  sessions_by_thread result;
   for (auto& rec : *sessions)
-    by_thread.emplace(rec.thread, rec);
-  report.sessions = by_thread.size();
-  read.done(report.sessions);
-  // 2. The agent tree: links must agree with the sessions' parents.
-  step_timer tree{report, "rebuild_tree"};
+    result.emplace(rec.thread, rec);
+  report.sessions = result.size();
+  timer.done(report.sessions);
+  return result;
+}
+
+// 2. Rebuilds the agent tree: the links must agree with the sessions'
+// parents. Disagreements are reported, not repaired.
+caf::error rebuild_tree(store& db, const sessions_by_thread& sessions,
+                        recovery_report& report) {
+  step_timer timer{report, "rebuild_tree"};
   auto links = db.tree_links();
   if (!links)
     return links.error();
@@ -58,27 +62,33 @@ caf::expected<recovery_plan> plan_recovery(store& db, bool boot) {
   std::set<std::pair<std::string, std::string>> linked;
   for (auto& link : *links) {
     linked.emplace(link.parent, link.child);
-    if (by_thread.count(link.parent) == 0 || by_thread.count(link.child) == 0)
+    if (sessions.count(link.parent) == 0 || sessions.count(link.child) == 0)
       report.problems.push_back("tree link " + link.parent + " -> "
                                 + link.child
                                 + " names a thread without a session");
   }
-  for (auto& [thread, rec] : by_thread) {
+  for (auto& [thread, rec] : sessions) {
     if (rec.parent.empty()) {
       ++report.roots;
-    } else if (by_thread.count(rec.parent) == 0
+    } else if (sessions.count(rec.parent) == 0
                || linked.count({rec.parent, thread}) == 0) {
       report.problems.push_back("thread " + thread + " names parent "
                                 + rec.parent
                                 + " without a session or tree link");
     }
   }
-  tree.done(report.links);
-  // 3. Nothing ran while we were down: ACTIVE sessions are stale.
-  step_timer suspend{report, "suspend_active"};
+  timer.done(report.links);
+  return caf::none;
+}
+
+// 3. Nothing ran while the node was down: ACTIVE sessions are stale. At boot
+// they are marked SUSPENDED, with `recovered_at`, in one synced batch.
+caf::error suspend_active(store& db, sessions_by_thread& sessions, bool boot,
+                          recovery_report& report) {
+  step_timer timer{report, "suspend_active"};
   if (boot) {
     auto now = wall_clock_millis();
-    for (auto& [thread, rec] : by_thread) {
+    for (auto& [thread, rec] : sessions) {
       if (rec.state != session_state::active)
         continue;
       rec.state = session_state::suspended;
@@ -89,52 +99,91 @@ caf::expected<recovery_plan> plan_recovery(store& db, bool boot) {
     if (auto err = db.flush())
       return err;
   }
-  suspend.done(report.suspended);
-  // 4. Undelivered messages: unanswered inbox entries are re-run by their
-  // threads, outbox entries re-sent by their senders; both need the thread
-  // started. Open threads under a CLOSED ancestor finish their cancel.
-  step_timer scan{report, "scan_undelivered"};
+  timer.done(report.suspended);
+  return caf::none;
+}
+
+// Returns the threads with unanswered inbox entries or undelivered outbox
+// entries, counting both in `report`.
+caf::expected<std::set<std::string>> pending_threads(store& db,
+                                                     recovery_report& report) {
   auto inboxes = db.inbox_counts();
   if (!inboxes)
     return inboxes.error();
   auto outbox = db.outbox();
   if (!outbox)
     return outbox.error();
-  std::set<std::string> pending;
+  std::set<std::string> result;
   for (auto& [thread, count] : *inboxes) {
     report.inbox_messages += count;
     ++report.inbox_threads;
-    pending.insert(thread);
+    result.insert(thread);
   }
   report.outbox_messages = outbox->size();
   for (auto& entry : *outbox)
-    pending.insert(entry.from);
-  auto closed_ancestor = [&](const session_record& rec) {
-    std::set<std::string> seen; // A cycle is reported by the oracle.
-    for (auto parent = rec.parent; !parent.empty();) {
-      auto i = by_thread.find(parent);
-      if (i == by_thread.end() || !seen.insert(parent).second)
-        return false;
-      if (i->second.state == session_state::closed)
-        return true;
-      parent = i->second.parent;
-    }
-    return false;
-  };
-  for (auto& [thread, rec] : by_thread)
-    if (rec.state != session_state::closed && closed_ancestor(rec))
+    result.insert(entry.from);
+  return result;
+}
+
+// Returns true if an ancestor of `rec` is CLOSED. A cycle or a missing
+// session ends the walk (the oracle reports those).
+bool has_closed_ancestor(const sessions_by_thread& sessions,
+                         const session_record& rec) {
+  std::set<std::string> seen;
+  for (auto parent = rec.parent; !parent.empty();) {
+    auto i = sessions.find(parent);
+    if (i == sessions.end() || !seen.insert(parent).second)
+      return false;
+    if (i->second.state == session_state::closed)
+      return true;
+    parent = i->second.parent;
+  }
+  return false;
+}
+
+// 4. Finds undelivered messages: unanswered inbox entries are re-run by
+// their threads, outbox entries re-sent by their senders; both need the
+// thread started. Open threads under a CLOSED ancestor finish their cancel.
+caf::error scan_undelivered(store& db, const sessions_by_thread& sessions,
+                            recovery_plan& plan) {
+  auto& report = plan.report;
+  step_timer timer{report, "scan_undelivered"};
+  auto pending = pending_threads(db, report);
+  if (!pending)
+    return pending.error();
+  for (auto& [thread, rec] : sessions)
+    if (rec.state != session_state::closed
+        && has_closed_ancestor(sessions, rec))
       plan.cancels.push_back(thread);
   report.cancels_finished = plan.cancels.size();
-  for (auto& thread : pending) {
-    auto i = by_thread.find(thread);
+  for (auto& thread : *pending) {
+    auto i = sessions.find(thread);
     // An inbox without a session cannot come from us; resume it anyway, as
     // a root, so its messages are answered.
-    if (i == by_thread.end() || i->second.parent.empty())
+    if (i == sessions.end() || i->second.parent.empty())
       plan.roots.push_back(thread);
     else
       plan.children.push_back(thread);
   }
-  scan.done(report.inbox_messages + report.outbox_messages);
+  timer.done(report.inbox_messages + report.outbox_messages);
+  return caf::none;
+}
+
+} // namespace
+
+caf::expected<recovery_plan> plan_recovery(store& db, bool boot) {
+  recovery_plan plan;
+  plan.boot = boot;
+  plan.report.started_at = wall_clock_millis();
+  auto sessions = read_sessions(db, plan.report);
+  if (!sessions)
+    return sessions.error();
+  if (auto err = rebuild_tree(db, *sessions, plan.report))
+    return err;
+  if (auto err = suspend_active(db, *sessions, boot, plan.report))
+    return err;
+  if (auto err = scan_undelivered(db, *sessions, plan))
+    return err;
   return plan;
 }
 
@@ -154,8 +203,8 @@ std::string describe(const recovery_report& r) {
                        + " children resumed, "
                        + std::to_string(r.cancels_finished)
                        + " cancels finished; "
-                       + std::to_string(r.finished_at - r.started_at)
-                       + " ms";
+                       + human_duration(std::chrono::milliseconds{
+                         r.finished_at - r.started_at});
   for (auto& step : r.steps)
     result += "; " + step.name + " " + std::to_string(step.count) + " in "
               + std::to_string(step.micros) + " us";

@@ -1,7 +1,11 @@
 #pragma once
 
 // JSON encoding of the data model: the stored form of every record and the
-// form history entries take on the wire. One encoding, used everywhere.
+// form history entries take on the wire. One encoding, used everywhere, and
+// derived from each record's `inspect` overload (its `field` annotations):
+// keys are the field names; enums are stored by name; a record that lacks a
+// required field, has a field of the wrong type or an unknown enum name does
+// not decode, and the error says which.
 
 #include <string>
 #include <string_view>
@@ -59,28 +63,9 @@ std::string encode(const T& x) {
   return to_json(x).dump();
 }
 
-/// Parses the stored form of a record of type `T`; errors name the field.
+/// Parses the stored form of a record of type `T` (any record listed above,
+/// or `recovery_step`); errors name the record and the field.
 template <class T>
 caf::expected<T> decode(std::string_view text);
-
-template <>
-caf::expected<session_record> decode<session_record>(std::string_view text);
-template <>
-caf::expected<inbox_entry> decode<inbox_entry>(std::string_view text);
-template <>
-caf::expected<log_entry> decode<log_entry>(std::string_view text);
-template <>
-caf::expected<context_entry> decode<context_entry>(std::string_view text);
-template <>
-caf::expected<provider_health_record>
-decode<provider_health_record>(std::string_view text);
-template <>
-caf::expected<tree_link> decode<tree_link>(std::string_view text);
-template <>
-caf::expected<outbox_entry> decode<outbox_entry>(std::string_view text);
-template <>
-caf::expected<dead_letter> decode<dead_letter>(std::string_view text);
-template <>
-caf::expected<recovery_report> decode<recovery_report>(std::string_view text);
 
 } // namespace keel

@@ -1,6 +1,6 @@
 #pragma once
 
-// Kill points (seed 004, "Fault injection"): named places at every persist
+// Kill points, for fault injection: named places at every persist
 // operation where a crash test may kill the node. Unarmed (the default) a
 // kill point costs a relaxed atomic increment (its hit counter). Armed with
 // `KEEL_KILL_AT=point[:probability[:seed]]` (or keel-node's `--kill-at`), the

@@ -2,7 +2,10 @@
 
 // The data model shared by the store, the actors and the wire protocol.
 // Every type here is a plain struct with an `inspect` overload so it can
-// travel in CAF messages (and, later, across nodes).
+// travel in CAF messages (and, later, across nodes). For the stored records
+// the `inspect` overload also names each field (`field`, see
+// keel/record_field.hpp): their JSON form (keel/json_codec.hpp) is derived
+// from it.
 
 #include <cstdint>
 #include <optional>
@@ -11,6 +14,8 @@
 #include <vector>
 
 #include <caf/meta/type_name.hpp>
+
+#include "keel/record_field.hpp"
 
 namespace keel {
 
@@ -22,7 +27,7 @@ using millis = int64_t;
 /// came from. Starts at 1; 0 means "none".
 using seq_t = uint64_t;
 
-/// Lifecycle of a thread's session record (seed 004).
+/// Lifecycle of a thread's session record.
 enum class session_state : uint8_t {
   /// A conversation actor is running for the thread.
   active,
@@ -59,15 +64,21 @@ struct session_record {
   /// died while the thread was live): the thread's next turn carries the
   /// recovery prompt, and its commit clears the mark. 0 otherwise.
   millis recovered_at = 0;
-  /// Opaque provider state (seed 004: stored, never interpreted).
+  /// Opaque provider state: stored and handed back, never interpreted.
   std::string provider_state;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, session_record& x) {
-  return f(caf::meta::type_name("keel::session_record"), x.thread, x.parent,
-           x.pool, x.model, x.provider, x.state, x.created_at,
-           x.recovered_at, x.provider_state);
+  // `provider` and `recovered_at` are missing in records written before the
+  // crash recovery stored them.
+  return f(caf::meta::type_name("keel::session_record"),
+           field("thread"), x.thread, field("parent"), x.parent,
+           field("pool"), x.pool, field("model"), x.model,
+           field("provider", field_form::optional), x.provider,
+           field("state"), x.state, field("created_at"), x.created_at,
+           field("recovered_at", field_form::optional), x.recovered_at,
+           field("provider_state"), x.provider_state);
 }
 
 /// One parent -> child link of the agent tree (column family `tree`, key
@@ -81,16 +92,17 @@ struct tree_link {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, tree_link& x) {
-  return f(caf::meta::type_name("keel::tree_link"), x.parent, x.child,
-           x.created_at);
+  return f(caf::meta::type_name("keel::tree_link"), field("parent"), x.parent,
+           field("child"), x.child, field("created_at"), x.created_at);
 }
 
 /// A message one thread sends another (column family `outbox`, key
-/// `from + '/' + 8-byte big-endian seq`): seed 004's message log. Written in
-/// the same batch as the turn that produced it; removed in the same batch
-/// that appends it to the target's inbox (the "delivered" mark), so it is
-/// always in exactly one of the two places. The target deduplicates by
-/// `client_id`, so delivering it again after a crash is harmless.
+/// `from + '/' + 8-byte big-endian seq`): the log of messages between
+/// threads. Written in the same batch as the turn that produced it; removed
+/// in the same batch that appends it to the target's inbox (the "delivered"
+/// mark), so it is always in exactly one of the two places. The target
+/// deduplicates by `client_id`, so delivering it again after a crash is
+/// harmless.
 struct outbox_entry {
   /// The sending thread.
   std::string from;
@@ -108,8 +120,10 @@ struct outbox_entry {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, outbox_entry& x) {
-  return f(caf::meta::type_name("keel::outbox_entry"), x.from, x.seq, x.to,
-           x.client_id, x.text, x.created_at);
+  return f(caf::meta::type_name("keel::outbox_entry"), field("from"), x.from,
+           field("seq"), x.seq, field("to"), x.to, field("client_id"),
+           x.client_id, field("text"), x.text, field("created_at"),
+           x.created_at);
 }
 
 /// Returns the deduplication key of a message from thread `from`, log entry
@@ -128,8 +142,9 @@ struct dead_letter {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, dead_letter& x) {
-  return f(caf::meta::type_name("keel::dead_letter"), x.entry, x.reason,
-           x.at);
+  return f(caf::meta::type_name("keel::dead_letter"),
+           field("entry", field_form::embedded), x.entry, field("reason"),
+           x.reason, field("at"), x.at);
 }
 
 /// An accepted message that has not been answered yet (column family
@@ -147,8 +162,9 @@ struct inbox_entry {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, inbox_entry& x) {
-  return f(caf::meta::type_name("keel::inbox_entry"), x.seq, x.client_id,
-           x.text, x.accepted_at);
+  return f(caf::meta::type_name("keel::inbox_entry"), field("seq"), x.seq,
+           field("client_id"), x.client_id, field("text"), x.text,
+           field("accepted_at"), x.accepted_at);
 }
 
 /// What kind of visible event a log entry records.
@@ -190,8 +206,13 @@ struct log_entry {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, log_entry& x) {
-  return f(caf::meta::type_name("keel::log_entry"), x.seq, x.kind,
-           x.client_id, x.reply_to, x.text, x.code, x.provider, x.at);
+  return f(caf::meta::type_name("keel::log_entry"), field("seq"), x.seq,
+           field("kind"), x.kind, field("client_id"), x.client_id,
+           field("reply_to", field_form::omit_default), x.reply_to,
+           field("text"), x.text,
+           field("code", field_form::omit_default), x.code,
+           field("provider", field_form::omit_default), x.provider,
+           field("at"), x.at);
 }
 
 /// One message of the model's working memory (column family `context`).
@@ -206,8 +227,8 @@ struct context_entry {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, context_entry& x) {
-  return f(caf::meta::type_name("keel::context_entry"), x.seq, x.role,
-           x.content);
+  return f(caf::meta::type_name("keel::context_entry"), field("seq"), x.seq,
+           field("role"), x.role, field("content"), x.content);
 }
 
 /// Everything a conversation actor needs to resume a thread.
@@ -352,12 +373,12 @@ struct recovery_step {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, recovery_step& x) {
-  return f(caf::meta::type_name("keel::recovery_step"), x.name, x.count,
-           x.micros);
+  return f(caf::meta::type_name("keel::recovery_step"), field("name"),
+           x.name, field("count"), x.count, field("micros"), x.micros);
 }
 
-/// What the recovery on boot found and did (seed 004's procedure), stored in
-/// `meta` under `last_recovery` and served by `keelctl recovery`.
+/// What the recovery on boot found and did, stored in `meta` under
+/// `last_recovery` and served by `keelctl recovery`.
 struct recovery_report {
   /// Wall clock at the start and end of the recovery.
   millis started_at = 0;
@@ -388,11 +409,22 @@ struct recovery_report {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, recovery_report& x) {
-  return f(caf::meta::type_name("keel::recovery_report"), x.started_at,
-           x.finished_at, x.sessions, x.roots, x.links, x.suspended,
-           x.inbox_messages, x.inbox_threads, x.outbox_messages,
-           x.roots_resumed, x.children_resumed, x.cancels_finished,
-           x.problems, x.steps);
+  // The counters are optional so that a report stored by an older build
+  // (with fewer counters) still reads.
+  constexpr auto optional = field_form::optional;
+  return f(caf::meta::type_name("keel::recovery_report"),
+           field("started_at"), x.started_at, field("finished_at"),
+           x.finished_at, field("sessions", optional), x.sessions,
+           field("roots", optional), x.roots, field("links", optional),
+           x.links, field("suspended", optional), x.suspended,
+           field("inbox_messages", optional), x.inbox_messages,
+           field("inbox_threads", optional), x.inbox_threads,
+           field("outbox_messages", optional), x.outbox_messages,
+           field("roots_resumed", optional), x.roots_resumed,
+           field("children_resumed", optional), x.children_resumed,
+           field("cancels_finished", optional), x.cancels_finished,
+           field("problems", optional), x.problems, field("steps"),
+           x.steps);
 }
 
 /// One agent of the agent tree (a thread with a session) with its children,
@@ -413,8 +445,13 @@ struct agent_info {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, agent_info& x) {
-  return f(caf::meta::type_name("keel::agent_info"), x.thread, x.parent,
-           x.state, x.pool, x.model, x.provider, x.created_at, x.children);
+  constexpr auto optional = field_form::optional;
+  return f(caf::meta::type_name("keel::agent_info"), record_name("agent"),
+           field("thread"), x.thread, field("parent"), x.parent,
+           field("state"), x.state, field("pool", optional), x.pool,
+           field("model", optional), x.model, field("provider", optional),
+           x.provider, field("created_at", optional), x.created_at,
+           field("children"), x.children);
 }
 
 /// A page of a thread's history.
@@ -480,10 +517,18 @@ struct provider_health_record {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f,
                                         provider_health_record& x) {
-  return f(caf::meta::type_name("keel::provider_health_record"), x.pool,
-           x.provider, x.status, x.breaker, x.consecutive_failures,
-           x.last_error, x.last_error_class, x.last_success, x.cooldown_until,
-           x.calls, x.failures);
+  // `calls` and `failures` may be missing: records written before they were
+  // stored lack them.
+  constexpr auto optional = field_form::optional;
+  return f(caf::meta::type_name("keel::provider_health_record"),
+           field("pool"), x.pool, field("provider"), x.provider,
+           field("status"), x.status, field("breaker"), x.breaker,
+           field("consecutive_failures"), x.consecutive_failures,
+           field("last_error"), x.last_error, field("last_error_class"),
+           x.last_error_class, field("last_success"), x.last_success,
+           field("cooldown_until"), x.cooldown_until,
+           field("calls", optional), x.calls, field("failures", optional),
+           x.failures);
 }
 
 /// What the recovery found to do, handed from the persistence actor (which

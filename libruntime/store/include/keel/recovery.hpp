@@ -1,7 +1,7 @@
 #pragma once
 
-// The on-disk part of the recovery on boot (seed 004, "Recovery procedure",
-// steps 1-4), run by the persistence actor before it serves anything:
+// The on-disk part of the recovery on boot (steps 1-4 of the six), run by
+// the persistence actor before it serves anything:
 // 1. read the session records, 2. rebuild the agent tree, 3. mark ACTIVE
 // sessions SUSPENDED (with `recovered_at`, so their next turn carries the
 // recovery prompt), 4. scan for undelivered messages (inbox and outbox).

@@ -1,7 +1,8 @@
 #pragma once
 
-// The durable store: RocksDB behind a small interface. RocksDB headers stay
-// out of this header.
+// The durable store: an interface (`store`) to what Keel keeps on disk, with
+// one backend, RocksDB (`store::open`). RocksDB headers stay out of this
+// header.
 //
 // Writes are staged into a group and committed with `flush()`: one WriteBatch
 // written with sync=true (WAL fsynced) for everything staged since the last
@@ -11,21 +12,21 @@
 //
 // A store is not thread-safe: one owner (the persistence actor) calls it.
 
-#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "keel/error.hpp"
+#include "keel/fault_injection.hpp"
 #include "keel/types.hpp"
 
 namespace keel {
 
-/// The column families (DESIGN.md, "Persistence"), plus `client_ids`, the
-/// per-thread index of client message ids used to deduplicate resends, and
-/// `outbox`, messages between threads not delivered yet (seed 004's message
-/// log; see `outbox_entry`).
+/// The column families: `sessions`, `tree`, `inbox`, `context`, `log`,
+/// `health`, `dead_letters`, `meta`, plus `client_ids`, the per-thread index
+/// of client message ids used to deduplicate resends, and `outbox`, messages
+/// between threads not delivered yet (see `outbox_entry`).
 /// Keys are `thread + '/' + 8-byte big-endian seq` (or `thread + '/' +
 /// client_id` in `client_ids`, plain `thread` in `sessions`), so a thread's
 /// data is one contiguous range. Thread ids never contain '/'.
@@ -33,21 +34,6 @@ extern const std::vector<std::string> column_families;
 
 /// The schema version this build writes (stored in `meta`).
 constexpr uint32_t schema_version = 1;
-
-/// A test hook: file-system faults the store injects on demand. The store
-/// routes every file it writes through a wrapper that reads these flags on
-/// each write, so a test may flip them at any time, from any thread. Meant
-/// for tests and chaos runs only; grows with the fault scenarios we test.
-struct fault_injection {
-  /// While true, every append to a database file (WAL, SST, MANIFEST,
-  /// CURRENT) fails before any byte reaches the file.
-  std::atomic<bool> fail_writes{false};
-  /// While true, injected failures report "no space left on device" rather
-  /// than a generic I/O error.
-  std::atomic<bool> no_space{false};
-  /// Number of writes failed so far.
-  std::atomic<uint64_t> failed_writes{0};
-};
 
 /// Options for opening a store.
 struct store_options {
@@ -86,10 +72,11 @@ struct store_stats {
   uint64_t reopens = 0;
 };
 
-/// The durable store (RocksDB); one owner, not thread-safe.
+/// The durable store; one owner, not thread-safe. `open` returns the
+/// RocksDB backend.
 class store {
 public:
-  /// Opens (or creates) the database in `dir`. Fails with
+  /// Opens (or creates) the RocksDB database in `dir`. Fails with
   /// `ec::storage_open_failed` naming the folder and RocksDB's reason (locked
   /// by another process, not a directory, schema from a newer version, ...).
   /// With `opts.read_only` nothing is created; column families the database
@@ -237,8 +224,8 @@ public:
   /// full), the store serves reads from a read-only instance and every later
   /// flush first tries to reopen it for writing. Should the failure have
   /// come from fsync itself, the group's bytes may still be in the file and
-  /// reappear after the reopen: retries are harmless, as accepts deduplicate
-  /// by client id and commits rewrite the same keys.
+  /// reappear after the reopen; an accept retried then finds its client id
+  /// known and reports a duplicate.
   virtual caf::error flush() = 0;
 
   /// Counters.

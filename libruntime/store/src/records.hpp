@@ -1,0 +1,60 @@
+#pragma once
+
+// Reading stored records: a value decodes (keel/json_codec.hpp) and must
+// belong under its key.
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <rocksdb/slice.h>
+
+#include "keel/json_codec.hpp"
+#include "keys.hpp"
+
+namespace keel::store_backend {
+
+/// What is wrong when a decoded record does not belong under `key` (its
+/// seq, thread, link or provider differs from the key's), or nothing.
+std::optional<std::string> key_mismatch(const rocksdb::Slice& key,
+                                        const session_record& x);
+std::optional<std::string> key_mismatch(const rocksdb::Slice& key,
+                                        const tree_link& x);
+std::optional<std::string> key_mismatch(const rocksdb::Slice& key,
+                                        const inbox_entry& x);
+std::optional<std::string> key_mismatch(const rocksdb::Slice& key,
+                                        const context_entry& x);
+std::optional<std::string> key_mismatch(const rocksdb::Slice& key,
+                                        const log_entry& x);
+std::optional<std::string> key_mismatch(const rocksdb::Slice& key,
+                                        const outbox_entry& x);
+std::optional<std::string> key_mismatch(const rocksdb::Slice& key,
+                                        const dead_letter& x);
+std::optional<std::string> key_mismatch(const rocksdb::Slice& key,
+                                        const provider_health_record& x);
+
+/// Decodes the value stored under `key` into `out`; returns what is wrong
+/// instead if it cannot be decoded or does not belong under its key.
+template <class T>
+std::optional<std::string> read_record(const rocksdb::Slice& key,
+                                       const rocksdb::Slice& value, T& out) {
+  auto result = decode<T>(std::string_view{value.data(), value.size()});
+  if (!result)
+    return error_message(result.error());
+  if (auto why = key_mismatch(key, *result))
+    return why;
+  out = std::move(*result);
+  return std::nullopt;
+}
+
+/// Decodes the value stored under `key` in `cf`; errors name both.
+template <class T>
+caf::expected<T> decode_at(size_t cf, const rocksdb::Slice& key,
+                           const rocksdb::Slice& value) {
+  T result;
+  if (auto why = read_record(key, value, result))
+    return corrupt(cf, key, *why);
+  return result;
+}
+
+} // namespace keel::store_backend

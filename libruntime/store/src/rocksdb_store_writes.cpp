@@ -1,0 +1,405 @@
+#include "rocksdb_store.hpp"
+
+#include <exception>
+
+#include "keel/json_codec.hpp"
+#include "keel/text.hpp"
+
+namespace keel::store_backend {
+
+namespace {
+
+// The log entry of an accepted message.
+log_entry user_log_entry(const inbox_entry& entry) {
+  log_entry result;
+  result.seq = entry.seq;
+  result.kind = log_kind::user;
+  result.client_id = entry.client_id;
+  result.text = entry.text;
+  result.at = entry.accepted_at;
+  return result;
+}
+
+} // namespace
+
+// -- the staged group ---------------------------------------------------------
+
+caf::expected<std::optional<session_record>>
+rocksdb_store::find_session(const std::string& thread) {
+  if (auto i = pending_sessions_.find(thread); i != pending_sessions_.end())
+    return std::optional<session_record>{i->second};
+  auto rec = session(thread);
+  if (rec)
+    return std::optional<session_record>{std::move(*rec)};
+  if (rec.error() == ec::not_found)
+    return std::optional<session_record>{};
+  return std::move(rec.error());
+}
+
+caf::expected<session_record>
+rocksdb_store::with_stored_parent(session_record rec) {
+  if (!rec.parent.empty())
+    return rec;
+  auto existing = find_session(rec.thread);
+  if (!existing)
+    return std::move(existing.error());
+  if (*existing && !(*existing)->parent.empty())
+    rec.parent = (*existing)->parent;
+  return rec;
+}
+
+bool rocksdb_store::ready_to_stage() {
+  if (opts_.read_only) {
+    poison(error_message(read_only_error()));
+    return false;
+  }
+  if (auto err = ensure_readable()) {
+    poison(error_message(err));
+    return false;
+  }
+  return true;
+}
+
+bool rocksdb_store::have_family(size_t cf) {
+  if (cf_[cf] != nullptr)
+    return true;
+  poison(std::string{"column family "} + cf_names[cf] + " is missing");
+  return false;
+}
+
+void rocksdb_store::batch_put(size_t cf, const std::string& key,
+                              const std::string& value) {
+  // Only fails on a batch over 4 GB (max_bytes is unlimited by default).
+  if (have_family(cf))
+    static_cast<void>(batch_.Put(cf_[cf], key, value));
+}
+
+void rocksdb_store::batch_delete(size_t cf, const std::string& key) {
+  if (have_family(cf))
+    static_cast<void>(batch_.Delete(cf_[cf], key));
+}
+
+template <class T>
+bool rocksdb_store::stage_record(size_t cf, const std::string& key,
+                                 const T& rec, const std::string& what) {
+  if (!ready_to_stage())
+    return false;
+  std::string value;
+  try {
+    value = encode(rec);
+  } catch (const std::exception& ex) {
+    poison("cannot encode " + what + ": " + ex.what());
+    return false;
+  }
+  batch_put(cf, key, value);
+  count_staged();
+  return true;
+}
+
+void rocksdb_store::count_staged() {
+  ++staged_;
+  ++stats_.staged_operations;
+}
+
+void rocksdb_store::poison(std::string what) {
+  if (!poisoned_)
+    poisoned_ = caf::make_error(ec::storage_io, std::move(what));
+}
+
+void rocksdb_store::clear_group() {
+  batch_.Clear();
+  pending_ids_.clear();
+  pending_sessions_.clear();
+  staged_ = 0;
+  poisoned_ = caf::none;
+}
+
+void rocksdb_store::drop_group() {
+  clear_group();
+  ++stats_.failed_flushes;
+}
+
+// -- accepting a message ------------------------------------------------------
+
+caf::expected<accept_result>
+rocksdb_store::stage_accept(const accept_request& req) {
+  if (opts_.read_only)
+    return read_only_error();
+  auto id_key = client_id_key(req.thread, req.entry.client_id);
+  auto known = known_client_id(id_key);
+  if (!known)
+    return std::move(known.error());
+  if (*known) {
+    // A duplicate is in the target already: the outbox entry it came from
+    // goes all the same.
+    if (remove_delivered(req))
+      count_staged();
+    return accept_result{**known, true};
+  }
+  if (auto err = stage_new_message(req, std::move(id_key)))
+    return err;
+  return accept_result{req.entry.seq, false};
+}
+
+caf::expected<std::optional<seq_t>>
+rocksdb_store::known_client_id(const std::string& id_key) {
+  // The staged group first: a resend may arrive before its first copy is
+  // flushed.
+  if (auto i = pending_ids_.find(id_key); i != pending_ids_.end())
+    return std::optional<seq_t>{i->second};
+  if (auto err = ensure_readable())
+    return err;
+  std::string value;
+  auto status = get(cf_client_ids, id_key, value);
+  if (status.IsNotFound())
+    return std::optional<seq_t>{};
+  if (!status.ok())
+    return read_failed(cf_client_ids, status);
+  auto seq = parse_decimal(value);
+  if (!seq)
+    return corrupt(cf_client_ids, id_key, "not a sequence number");
+  return std::optional<seq_t>{*seq};
+}
+
+bool rocksdb_store::remove_delivered(const accept_request& req) {
+  // A message from another thread leaves the sender's outbox in the batch
+  // that puts it into the target's inbox.
+  if (req.outbox_from.empty())
+    return false;
+  batch_delete(cf_outbox, seq_key(req.outbox_from, req.outbox_seq));
+  return true;
+}
+
+caf::error rocksdb_store::stage_new_message(const accept_request& req,
+                                            std::string id_key) {
+  const auto& entry = req.entry;
+  std::optional<session_record> session;
+  if (req.create_session) {
+    auto rec = with_stored_parent(req.session);
+    if (!rec)
+      return std::move(rec.error());
+    session = std::move(*rec);
+  }
+  auto key = seq_key(req.thread, entry.seq);
+  std::string inbox_value;
+  std::string log_value;
+  std::string session_value;
+  try {
+    inbox_value = encode(entry);
+    log_value = encode(user_log_entry(entry));
+    if (session)
+      session_value = encode(*session);
+  } catch (const std::exception& ex) {
+    return caf::make_error(ec::storage_io, "cannot encode the message "
+                                             + printable_key(cf_log, key)
+                                             + ": " + ex.what());
+  }
+  batch_put(cf_inbox, key, inbox_value);
+  batch_put(cf_log, key, log_value);
+  batch_put(cf_client_ids, id_key, std::to_string(entry.seq));
+  if (session) {
+    batch_put(cf_sessions, req.thread, session_value);
+    pending_sessions_[req.thread] = std::move(*session);
+  }
+  remove_delivered(req);
+  pending_ids_.emplace(std::move(id_key), entry.seq);
+  count_staged();
+  return caf::none;
+}
+
+// -- other staged writes ------------------------------------------------------
+
+void rocksdb_store::stage_commit(const turn_commit& commit) {
+  if (!ready_to_stage())
+    return;
+  // Encode everything first so that a failure stages nothing.
+  using kv_list = std::vector<std::pair<std::string, std::string>>;
+  kv_list context;
+  kv_list log;
+  kv_list sessions;
+  kv_list outbox;
+  std::optional<session_record> session;
+  if (commit.write_session) {
+    auto rec = with_stored_parent(commit.session);
+    if (!rec) {
+      poison("cannot read the session of " + commit.thread + ": "
+             + render(rec.error()));
+      return;
+    }
+    session = std::move(*rec);
+  }
+  try {
+    for (auto& x : commit.context)
+      context.emplace_back(seq_key(commit.thread, x.seq), encode(x));
+    for (auto& x : commit.log)
+      log.emplace_back(seq_key(commit.thread, x.seq), encode(x));
+    if (session)
+      sessions.emplace_back(session->thread, encode(*session));
+    for (auto& x : commit.outbox)
+      outbox.emplace_back(seq_key(x.from, x.seq), encode(x));
+  } catch (const std::exception& ex) {
+    poison("cannot encode the commit of "
+             + printable_key(cf_inbox,
+                             seq_key(commit.thread, commit.inbox_seq))
+             + ": " + ex.what());
+    return;
+  }
+  batch_delete(cf_inbox, seq_key(commit.thread, commit.inbox_seq));
+  for (auto& [key, value] : context)
+    batch_put(cf_context, key, value);
+  for (auto& [key, value] : log)
+    batch_put(cf_log, key, value);
+  for (auto& [key, value] : sessions)
+    batch_put(cf_sessions, key, value);
+  for (auto& [key, value] : outbox)
+    batch_put(cf_outbox, key, value);
+  if (session)
+    pending_sessions_[session->thread] = std::move(*session);
+  count_staged();
+}
+
+caf::expected<spawn_result>
+rocksdb_store::stage_spawn(const spawn_request& req) {
+  if (opts_.read_only)
+    return read_only_error();
+  if (auto err = ensure_readable())
+    return err;
+  auto resent = check_spawn(req);
+  if (!resent)
+    return std::move(resent.error());
+  if (*resent)
+    return **resent;
+  const auto& child = req.child.thread;
+  const auto& parent = req.link.parent;
+  std::string session_value;
+  std::string link_value;
+  try {
+    session_value = encode(req.child);
+    link_value = encode(req.link);
+  } catch (const std::exception& ex) {
+    return caf::make_error(ec::storage_io, "cannot encode the spawn of "
+                                             + child + ": " + ex.what());
+  }
+  batch_put(cf_sessions, child, session_value);
+  batch_put(cf_tree, tree_key(parent, child), link_value);
+  pending_sessions_[child] = req.child;
+  count_staged();
+  return spawn_result{parent, child, true};
+}
+
+caf::expected<std::optional<spawn_result>>
+rocksdb_store::check_spawn(const spawn_request& req) {
+  const auto& child = req.child.thread;
+  const auto& parent = req.link.parent;
+  auto refuse = [&](ec code, const std::string& why) {
+    return caf::make_error(code, "cannot spawn " + child + " under " + parent
+                                   + ": " + why);
+  };
+  // The ids become key prefixes: a '/' in one would corrupt the ranges.
+  if (!valid_thread_id(child) || !valid_thread_id(parent))
+    return refuse(ec::conflict, "not a valid thread id");
+  if (child == parent)
+    return refuse(ec::conflict, "a thread cannot be its own child");
+  if (req.link.child != child || req.child.parent != parent)
+    return refuse(ec::conflict, "the link (" + req.link.parent + " -> "
+                                  + req.link.child
+                                  + ") does not match the child's session "
+                                    "(parent "
+                                  + req.child.parent + ")");
+  auto parent_rec = find_session(parent);
+  if (!parent_rec)
+    return std::move(parent_rec.error());
+  if (!*parent_rec)
+    return refuse(ec::not_found, "the parent has no session");
+  if ((*parent_rec)->state == session_state::closed)
+    return refuse(ec::conflict, "the parent is CLOSED");
+  auto existing = find_session(child);
+  if (!existing)
+    return std::move(existing.error());
+  if (!*existing)
+    return std::optional<spawn_result>{};
+  const auto& other = (*existing)->parent;
+  if (other == parent)
+    return std::optional<spawn_result>{spawn_result{parent, child, false}};
+  return refuse(ec::conflict, other.empty() ? "the thread exists as a root"
+                                            : "the thread exists under "
+                                                + other);
+}
+
+void rocksdb_store::stage_dead_letter(const outbox_entry& entry,
+                                      const std::string& reason) {
+  dead_letter letter{entry, reason, wall_clock_millis()};
+  auto key = seq_key(entry.from, entry.seq);
+  if (stage_record(cf_dead_letters, key, letter,
+                   "the dead letter " + printable_key(cf_outbox, key)))
+    batch_delete(cf_outbox, key);
+}
+
+void rocksdb_store::stage_session(const session_record& given) {
+  if (!ready_to_stage())
+    return;
+  auto rec = with_stored_parent(given);
+  if (!rec) {
+    poison("cannot read the session of " + given.thread + ": "
+           + render(rec.error()));
+    return;
+  }
+  if (stage_record(cf_sessions, rec->thread, *rec,
+                   "the session of " + rec->thread))
+    pending_sessions_[rec->thread] = std::move(*rec);
+}
+
+void rocksdb_store::stage_health(const provider_health_record& rec) {
+  auto key = health_key(rec.pool, rec.provider);
+  stage_record(cf_health, key, rec, "the health of " + key);
+}
+
+void rocksdb_store::stage_meta(const std::string& key,
+                               const std::string& value) {
+  if (!ready_to_stage())
+    return;
+  batch_put(cf_meta, key, value);
+  count_staged();
+}
+
+size_t rocksdb_store::staged() const {
+  return staged_;
+}
+
+caf::error rocksdb_store::flush() {
+  if (opts_.read_only) {
+    drop_group();
+    return read_only_error();
+  }
+  if (staged_ == 0 && !poisoned_)
+    return caf::none;
+  if (poisoned_) {
+    auto err = std::move(poisoned_);
+    drop_group();
+    return err;
+  }
+  if (auto err = ensure_writable()) {
+    drop_group();
+    return err;
+  }
+  rocksdb::WriteOptions wopts;
+  wopts.sync = opts_.sync;
+  auto status = db_->Write(wopts, &batch_);
+  if (!status.ok()) {
+    drop_group();
+    // RocksDB refuses every later write after a failed WAL write; a fresh
+    // instance starts a new WAL. Failing that, keep serving reads.
+    reopen();
+    return caf::make_error(ec::storage_io,
+                           "write failed: " + status.ToString());
+  }
+  ++stats_.flushes;
+  clear_group();
+  return caf::none;
+}
+
+store_stats rocksdb_store::stats() const {
+  return stats_;
+}
+
+} // namespace keel::store_backend
