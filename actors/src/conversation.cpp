@@ -44,7 +44,7 @@ completion_request conversation_state::make_request() const {
   auto& msg = inbox.front();
   req.client_id = msg.client_id;
   req.seq = msg.seq;
-  // The node died while this thread was live (seed 004): say so once.
+  // The node died while this thread was live: say so once.
   if (session.recovered_at != 0)
     req.context.push_back(context_entry{0, "system", recovery_prompt});
   req.context.push_back(context_entry{msg.seq, "user", msg.text});
@@ -52,6 +52,19 @@ completion_request conversation_state::make_request() const {
 }
 
 namespace {
+
+// A message from this thread to thread `to`, under the next sequence number.
+outbox_entry make_outbox_entry(conversation_state& st, const std::string& to,
+                               std::string text, millis now) {
+  outbox_entry entry;
+  entry.from = st.cfg.thread;
+  entry.seq = st.next_seq++;
+  entry.to = to;
+  entry.client_id = agent_client_id(entry.from, entry.seq);
+  entry.text = std::move(text);
+  entry.created_at = now;
+  return entry;
+}
 
 // The parts of a commit every outcome shares: the session update (provider
 // and model that answered, recovery mark) and the outcome forwarded to the
@@ -79,17 +92,12 @@ void finish_commit(conversation_state& st, turn_commit& commit,
     if (reply != nullptr && !reply->model.empty())
       commit.session.model = reply->model;
   }
-  if (!session.parent.empty()) {
-    outbox_entry up;
-    up.from = st.cfg.thread;
-    up.seq = st.next_seq++;
-    up.to = session.parent;
-    up.client_id = agent_client_id(up.from, up.seq);
-    up.text = "[agent " + st.cfg.thread
-              + (kind == log_kind::error ? " failed] " : "] ") + text;
-    up.created_at = now;
-    commit.outbox.push_back(std::move(up));
-  }
+  if (!session.parent.empty())
+    commit.outbox.push_back(make_outbox_entry(
+      st, session.parent,
+      "[agent " + st.cfg.thread
+        + (kind == log_kind::error ? " failed] " : "] ") + text,
+      now));
 }
 
 // Turns the reply's tool calls into text and messages to children (spawned
@@ -104,8 +112,8 @@ std::string apply_tool_calls(conversation_state& st, turn_commit& commit,
   for (auto& call : reply.tool_calls) {
     auto action = parse_agent_tool_call(call, st.cfg.thread);
     if (!action) {
-      // Other tools run with a later issue; until then a requested call is
-      // kept in the answer's text so neither the user nor the model loses it.
+      // Only the agent tools run here; any other requested call is kept in
+      // the answer's text so neither the user nor the model loses it.
       note("[tool call " + call.name + " " + call.arguments + "]");
       continue;
     }
@@ -127,14 +135,8 @@ std::string apply_tool_calls(conversation_state& st, turn_commit& commit,
       note("[spawned agent " + act.child + "]");
     else
       note("[message to agent " + act.child + "]");
-    outbox_entry down;
-    down.from = st.cfg.thread;
-    down.seq = st.next_seq++;
-    down.to = act.child;
-    down.client_id = agent_client_id(down.from, down.seq);
-    down.text = "[parent " + st.cfg.thread + "] " + act.text;
-    down.created_at = now;
-    commit.outbox.push_back(std::move(down));
+    commit.outbox.push_back(make_outbox_entry(
+      st, act.child, "[parent " + st.cfg.thread + "] " + act.text, now));
   }
   return text;
 }
@@ -220,6 +222,62 @@ void conversation_state::fail_pending_accepts(const caf::error& reason) {
   deferred.clear();
 }
 
+caf::error conversation_state::refusal(const incoming_message& msg) const {
+  if (closed())
+    return caf::make_error(ec::thread_closed,
+                           "thread '" + cfg.thread
+                             + "' was cancelled; it takes no messages");
+  if (!msg.from.empty() && !session_exists)
+    return not_found();
+  if (inbox.size() + accepting.size() >= cfg.max_inbox)
+    return caf::make_error(ec::overloaded,
+                           "thread '" + cfg.thread + "' already has "
+                             + std::to_string(cfg.max_inbox)
+                             + " unanswered messages");
+  return caf::none;
+}
+
+caf::error conversation_state::not_found() const {
+  return caf::make_error(ec::not_found,
+                         "thread '" + cfg.thread + "' does not exist");
+}
+
+accept_request conversation_state::make_accept_request(incoming_message msg) {
+  accept_request req;
+  req.thread = cfg.thread;
+  req.entry = inbox_entry{next_seq++, std::move(msg.client_id),
+                          std::move(msg.text), wall_clock_millis()};
+  if (!msg.from.empty()) {
+    req.outbox_from = msg.from;
+    req.outbox_seq = msg.seq;
+  }
+  if (!session_active) {
+    // The first accept of an activation (re)writes the session as ACTIVE in
+    // the same synced batch as the message.
+    if (!session_exists) {
+      session.thread = cfg.thread;
+      session.pool = cfg.pool;
+      session.created_at = req.entry.accepted_at;
+      reach(kill_point::session_created); // In memory only, so far.
+    }
+    session.state = session_state::active;
+    req.create_session = true;
+    req.session = session;
+  }
+  return req;
+}
+
+void conversation_state::answer_cancels(const caf::error& err) {
+  auto waiting = std::move(cancels);
+  cancels.clear();
+  for (auto& rp : waiting) {
+    if (err)
+      rp.deliver(err);
+    else
+      rp.deliver(caf::ok_atom_v);
+  }
+}
+
 void conversation_state::restore(thread_snapshot snapshot) {
   session_exists = snapshot.exists;
   session = std::move(snapshot.session);
@@ -259,7 +317,7 @@ void note_idle(self_ptr self) {
   self->delayed_send(self, st.cfg.idle_timeout, atom::idle_v);
 }
 
-// Describes a provider error to the user (seed 000's messages).
+// Describes a provider error to the user (code, `turn_errors` text).
 std::pair<std::string, std::string> describe_failure(const caf::error& err) {
   if (err == caf::sec::request_timeout || err == ec::provider_timeout
       || err == ec::timeout)
@@ -458,30 +516,20 @@ void finish_cancel(self_ptr self) {
   auto record = st.session;
   record.state = session_state::closed;
   record.recovered_at = 0;
-  auto answer = [self](const caf::error& err) {
-    auto cancels = std::move(self->state.cancels);
-    self->state.cancels.clear();
-    for (auto& rp : cancels) {
-      if (err)
-        rp.deliver(err);
-      else
-        rp.deliver(caf::ok_atom_v);
-    }
-  };
   request_component(self, names::persistence, st.cfg.storage_timeout,
                     caf::put_atom_v, record)
     .then(
-      [self, answer, record](caf::ok_atom) {
+      [self, record](caf::ok_atom) {
         auto& st = self->state;
         st.session = record;
         st.closing = false; // Done: closed() now holds by the session.
-        answer({});
+        st.answer_cancels({});
         drain(self);
       },
-      [self, answer](caf::error& err) {
+      [self](caf::error& err) {
         // Not durable: the canceller learns and may cancel again; we stay
         // closing (refusing messages) so the retry finds nothing to answer.
-        answer(err);
+        self->state.answer_cancels(err);
       });
 }
 
@@ -521,10 +569,33 @@ void delivered(self_ptr self, seq_t seq) {
     note_idle(self);
 }
 
+// A delivery of outbox entry `seq` failed for now: it goes out again with
+// the next redelivery.
+void deliver_later(self_ptr self, seq_t seq) {
+  self->state.delivering.erase(seq);
+  schedule_redelivery(self);
+}
+
+// The target of `entry` refused it: for good (cancelled, gone) the entry
+// moves to the dead letters, else it is retried.
+void delivery_failed(self_ptr self, const outbox_entry& entry,
+                     const caf::error& err) {
+  auto seq = entry.seq;
+  if (err != ec::thread_closed && err != ec::not_found) {
+    deliver_later(self, seq);
+    return;
+  }
+  spdlog::info("thread {}: message for {} is a dead letter: {}", entry.from,
+               entry.to, render(err));
+  request_component(self, names::persistence, self->state.cfg.storage_timeout,
+                    caf::put_atom_v, entry, render(err))
+    .then([self, seq](caf::ok_atom) { delivered(self, seq); },
+          [self, seq](caf::error&) { deliver_later(self, seq); });
+}
+
 // Sends every undelivered outbox entry to its target through the
 // orchestrator; the target's accept removes it from our outbox on disk in
-// the same write. A target that refuses for good (cancelled, gone) gets it
-// moved to the dead letters instead; anything else is retried.
+// the same write.
 void deliver_outbox(self_ptr self) {
   auto& st = self->state;
   for (auto& [seq, entry] : st.outbox) {
@@ -534,114 +605,92 @@ void deliver_outbox(self_ptr self) {
                       atom::deliver_v, entry)
       .then([self, seq = seq](accept_result&) { delivered(self, seq); },
             [self, entry = entry](caf::error& err) {
-              auto seq = entry.seq;
-              if (err != ec::thread_closed && err != ec::not_found) {
-                self->state.delivering.erase(seq);
-                schedule_redelivery(self);
-                return;
-              }
-              spdlog::info("thread {}: message for {} is a dead letter: {}",
-                           entry.from, entry.to, render(err));
-              request_component(self, names::persistence,
-                                self->state.cfg.storage_timeout,
-                                caf::put_atom_v, entry, render(err))
-                .then([self, seq](caf::ok_atom) { delivered(self, seq); },
-                      [self, seq](caf::error&) {
-                        self->state.delivering.erase(seq);
-                        schedule_redelivery(self);
-                      });
+              delivery_failed(self, entry, err);
             });
   }
+}
+
+// Answers the sender of accept `seq` unless its promise was already failed
+// (the actor is going down).
+template <class Result>
+void answer_accept(self_ptr self, seq_t seq, Result&& result) {
+  auto& accepting = self->state.accepting;
+  auto i = accepting.find(seq);
+  if (i == accepting.end())
+    return;
+  auto promise = std::move(i->second);
+  accepting.erase(i);
+  promise.deliver(std::forward<Result>(result));
+}
+
+// Accept `seq` is durable (or was a duplicate, durable before): a new
+// message joins the inbox; its sender learns.
+void accepted(self_ptr self, seq_t seq, inbox_entry& entry,
+              bool wrote_session, accept_result& res) {
+  auto& st = self->state;
+  if (wrote_session) {
+    st.session_exists = true;
+    st.session_active = true;
+  }
+  if (!res.duplicate)
+    st.inbox.push_back(std::move(entry));
+  answer_accept(self, seq, res);
+  drain(self);
 }
 
 // Appends a message durably; the promise is answered once it is synced.
 void accept(self_ptr self, caf::typed_response_promise<accept_result> rp,
             incoming_message msg) {
   auto& st = self->state;
-  if (st.closed()) {
-    rp.deliver(caf::make_error(ec::thread_closed,
-                               "thread '" + st.cfg.thread
-                                 + "' was cancelled; it takes no messages"));
+  if (auto err = st.refusal(msg)) {
+    rp.deliver(std::move(err));
     return;
   }
-  bool from_thread = !msg.from.empty();
-  if (from_thread && !st.session_exists) {
-    rp.deliver(caf::make_error(ec::not_found,
-                               "thread '" + st.cfg.thread
-                                 + "' does not exist"));
-    return;
-  }
-  if (st.inbox.size() + st.accepting.size() >= st.cfg.max_inbox) {
-    rp.deliver(caf::make_error(ec::overloaded,
-                               "thread '" + st.cfg.thread + "' already has "
-                                 + std::to_string(st.cfg.max_inbox)
-                                 + " unanswered messages"));
-    return;
-  }
-  accept_request req;
-  req.thread = st.cfg.thread;
-  req.entry = inbox_entry{st.next_seq++, std::move(msg.client_id),
-                          std::move(msg.text), wall_clock_millis()};
-  if (from_thread) {
-    req.outbox_from = msg.from;
-    req.outbox_seq = msg.seq;
-  }
-  if (!st.session_active) {
-    // The first accept of an activation (re)writes the session as ACTIVE in
-    // the same synced batch as the message.
-    if (!st.session_exists) {
-      st.session.thread = st.cfg.thread;
-      st.session.pool = st.cfg.pool;
-      st.session.created_at = req.entry.accepted_at;
-      reach(kill_point::session_created); // In memory only, so far.
-    }
-    st.session.state = session_state::active;
-    req.create_session = true;
-    req.session = st.session;
-  }
+  auto req = st.make_accept_request(std::move(msg));
   auto seq = req.entry.seq;
   st.accepting.emplace(seq, rp);
-  // Answers the sender unless the promise was already failed (exit).
-  auto answer = [self, seq](auto&& result) {
-    auto& accepting = self->state.accepting;
-    auto i = accepting.find(seq);
-    if (i == accepting.end())
-      return;
-    auto promise = std::move(i->second);
-    accepting.erase(i);
-    promise.deliver(std::forward<decltype(result)>(result));
-  };
   request_component(self, names::persistence, st.cfg.storage_timeout,
                     atom::accept_v, req)
     .then(
-      [self, answer, entry = req.entry, wrote_session = req.create_session](
+      [self, seq, entry = req.entry, wrote_session = req.create_session](
         accept_result& res) mutable {
-        auto& st = self->state;
-        if (wrote_session) {
-          st.session_exists = true;
-          st.session_active = true;
-        }
-        if (!res.duplicate)
-          st.inbox.push_back(std::move(entry));
-        answer(res);
-        drain(self);
+        accepted(self, seq, entry, wrote_session, res);
       },
-      [self, answer](caf::error& err) mutable {
-        answer(std::move(err));
+      [self, seq](caf::error& err) {
+        answer_accept(self, seq, std::move(err));
         drain(self);
       });
 }
 
+// The thread's state is in: cancels of a thread that never existed are
+// answered, deferred accepts run, the outbox goes out, the drain starts.
+void loaded(self_ptr self, thread_snapshot& snapshot) {
+  auto& st = self->state;
+  st.restore(std::move(snapshot));
+  if (st.closing && !st.session_exists) {
+    // A cancel of a thread that never existed.
+    st.closing = false;
+    st.answer_cancels(st.not_found());
+  }
+  auto deferred = std::move(st.deferred);
+  st.deferred.clear();
+  for (auto& d : deferred)
+    accept(self, d.promise, std::move(d.msg));
+  deliver_outbox(self);
+  drain(self);
+}
+
+// The thread cannot be loaded: whoever waits learns why; the actor quits.
+void load_failed(self_ptr self, const caf::error& err) {
+  for (auto& d : self->state.deferred)
+    d.promise.deliver(err);
+  self->state.deferred.clear();
+  self->state.answer_cancels(err);
+  self->quit(err);
+}
+
+// Loads the thread's state from the store.
 void load(self_ptr self) {
-  auto fail = [self](const caf::error& err) {
-    for (auto& d : self->state.deferred)
-      d.promise.deliver(err);
-    self->state.deferred.clear();
-    for (auto& rp : self->state.cancels)
-      rp.deliver(err);
-    self->state.cancels.clear();
-    self->quit(err);
-  };
   // A write of an earlier incarnation (killed before persistence answered
   // it) may still be staged, and persistence reads only see committed data:
   // a load before its commit would hand out its seq again. So the pending
@@ -653,27 +702,8 @@ void load(self_ptr self) {
     .then([] {}, [](caf::error&) {});
   request_component(self, names::persistence, self->state.cfg.storage_timeout,
                     atom::load_v, self->state.cfg.thread)
-    .then(
-      [self](thread_snapshot& snapshot) {
-        auto& st = self->state;
-        st.restore(std::move(snapshot));
-        if (st.closing && !st.session_exists) {
-          // A cancel of a thread that never existed.
-          st.closing = false;
-          for (auto& rp : st.cancels)
-            rp.deliver(caf::make_error(ec::not_found,
-                                       "thread '" + st.cfg.thread
-                                         + "' does not exist"));
-          st.cancels.clear();
-        }
-        auto deferred = std::move(st.deferred);
-        st.deferred.clear();
-        for (auto& d : deferred)
-          accept(self, d.promise, std::move(d.msg));
-        deliver_outbox(self);
-        drain(self);
-      },
-      fail);
+    .then([self](thread_snapshot& snapshot) { loaded(self, snapshot); },
+          [self](caf::error& err) { load_failed(self, err); });
 }
 
 // Asks the orchestrator to stop us. If it agrees, our supervisor stops us;
@@ -735,6 +765,50 @@ caf::result<accept_result> receive(self_ptr self, incoming_message msg,
   return rp;
 }
 
+// Cancels the thread once no turn runs (see `finish_cancel`); answers at
+// once if there is nothing to cancel.
+caf::result<caf::ok_atom> cancel(self_ptr self) {
+  auto& st = self->state;
+  if (st.loaded && !st.session_exists)
+    return st.not_found();
+  if (st.loaded && !st.closing && st.session.state == session_state::closed)
+    return caf::ok_atom_v; // Cancelled before.
+  auto rp = self->make_response_promise<caf::ok_atom>();
+  st.cancels.push_back(rp);
+  st.closing = true;
+  drain(self);
+  return rp;
+}
+
+// The idle timer fired: passivates if the thread has been idle for the
+// whole `idle_timeout`, else waits for the rest of it.
+void idle_timer_fired(self_ptr self) {
+  auto& st = self->state;
+  st.idle_timer_armed = false;
+  if (!st.idle())
+    return; // Busy again: the next idle moment arms a new timer.
+  auto idle_for = self->clock().now() - st.idle_since;
+  if (idle_for < st.cfg.idle_timeout) {
+    st.idle_timer_armed = true;
+    self->delayed_send(self, st.cfg.idle_timeout - idle_for, atom::idle_v);
+    return;
+  }
+  passivate(self);
+}
+
+// Stopped or killed: senders of accepts and cancels not yet answered learn
+// at once that they must resend (a durable accept is then acknowledged as
+// a duplicate).
+void on_exit(self_ptr self, const caf::exit_msg& msg) {
+  auto err = caf::make_error(ec::unavailable,
+                             "the conversation of thread '"
+                               + self->state.cfg.thread
+                               + "' stopped; resend with the same id");
+  self->state.fail_pending_accepts(err);
+  self->state.answer_cancels(err);
+  self->quit(msg.reason);
+}
+
 } // namespace
 
 conversation_actor::behavior_type
@@ -746,19 +820,7 @@ conversation(conversation_actor::stateful_pointer<conversation_state> self,
   if (auto orch = lookup<orchestrator_actor>(self->system(),
                                              names::orchestrator))
     self->send(orch, atom::started_v, self->state.cfg.thread);
-  // Stopped or killed: senders of accepts not yet answered learn at once
-  // that they must resend (a durable one is then acknowledged as duplicate).
-  self->set_exit_handler([self](caf::exit_msg& msg) {
-    auto err = caf::make_error(ec::unavailable,
-                               "the conversation of thread '"
-                                 + self->state.cfg.thread
-                                 + "' stopped; resend with the same id");
-    self->state.fail_pending_accepts(err);
-    for (auto& rp : self->state.cancels)
-      rp.deliver(err);
-    self->state.cancels.clear();
-    self->quit(msg.reason);
-  });
+  self->set_exit_handler([self](caf::exit_msg& msg) { on_exit(self, msg); });
   load(self);
   return {
     [self](atom::accept, std::string& client_id, std::string& text,
@@ -772,20 +834,7 @@ conversation(conversation_actor::stateful_pointer<conversation_state> self,
            uint64_t route) -> caf::result<accept_result> {
       return receive(self, std::move(msg), route);
     },
-    [self](atom::cancel) -> caf::result<caf::ok_atom> {
-      auto& st = self->state;
-      if (st.loaded && !st.session_exists)
-        return caf::make_error(ec::not_found, "thread '" + st.cfg.thread
-                                                + "' does not exist");
-      if (st.loaded && !st.closing
-          && st.session.state == session_state::closed)
-        return caf::ok_atom_v; // Cancelled before.
-      auto rp = self->make_response_promise<caf::ok_atom>();
-      st.cancels.push_back(rp);
-      st.closing = true;
-      drain(self);
-      return rp;
-    },
+    [self](atom::cancel) { return cancel(self); },
     [self](atom::redeliver) {
       self->state.redeliver_armed = false;
       deliver_outbox(self);
@@ -798,19 +847,7 @@ conversation(conversation_actor::stateful_pointer<conversation_state> self,
       self->state.turn_running = false;
       drain(self);
     },
-    [self](atom::idle) {
-      auto& st = self->state;
-      st.idle_timer_armed = false;
-      if (!st.idle())
-        return; // Busy again: the next idle moment arms a new timer.
-      auto idle_for = self->clock().now() - st.idle_since;
-      if (idle_for < st.cfg.idle_timeout) {
-        st.idle_timer_armed = true;
-        self->delayed_send(self, st.cfg.idle_timeout - idle_for, atom::idle_v);
-        return;
-      }
-      passivate(self);
-    },
+    [self](atom::idle) { idle_timer_fired(self); },
   };
 }
 

@@ -57,13 +57,18 @@ memory_usage own_memory() {
   return mem ? *mem : memory_usage{};
 }
 
+// The error's own message, or the rendered error if it has none.
+std::string readable_message(const caf::error& err) {
+  auto msg = error_message(err);
+  return msg.empty() ? render(err) : msg;
+}
+
 void send_error(self_ptr self, connection_id conn, const caf::error& err,
                 const std::string& id, const std::string& thread) {
-  auto msg = error_message(err);
-  if (msg.empty())
-    msg = render(err);
-  self->state.cfg.server->send(conn, protocol::error_frame(
-                                       error_code_name(err), msg, id, thread));
+  self->state.cfg.server->send(conn,
+                               protocol::error_frame(error_code_name(err),
+                                                     readable_message(err), id,
+                                                     thread));
 }
 
 void on_send(self_ptr self, connection_id conn, protocol::client_frame& f) {
@@ -110,6 +115,17 @@ void on_cancel(self_ptr self, connection_id conn,
       });
 }
 
+// Subscribes or unsubscribes the connection to the frame's thread.
+void on_subscribe(self_ptr self, connection_id conn,
+                  const protocol::client_frame& f, bool subscribe) {
+  if (subscribe)
+    self->state.subs().subscribe(conn, f.thread);
+  else
+    self->state.subs().unsubscribe(conn, f.thread);
+  self->state.cfg.server->send(
+    conn, protocol::subscribed_frame(f.thread, subscribe, f.id));
+}
+
 void on_history(self_ptr self, connection_id conn,
                 const protocol::client_frame& f) {
   request_component(self, names::persistence, std::chrono::seconds{30},
@@ -137,7 +153,51 @@ void respond_error(self_ptr self, uint64_t request, unsigned status,
                                   protocol::error_frame(code, message));
 }
 
-void on_status(self_ptr self, uint64_t request) {
+// A node component failed to answer: 503 with the rendered error.
+void respond_unavailable(self_ptr self, uint64_t request,
+                         const caf::error& err) {
+  respond_error(self, request, 503, error_code_name(err), render(err));
+}
+
+// A component refused: 404 if what was asked for is not there, else 503.
+void respond_refused(self_ptr self, uint64_t request, const caf::error& err) {
+  auto status = err == ec::not_found ? 404 : 503;
+  respond_error(self, request, status, error_code_name(err),
+                readable_message(err));
+}
+
+// The body of GET /api/v1/status, from the orchestrator's count of running
+// conversations and the persistence counters.
+nlohmann::json status_body(const gateway_bridge_config& cfg, uint64_t active,
+                           const persistence_stats& ps) {
+  auto gw = cfg.server->stats();
+  auto uptime = std::chrono::steady_clock::now() - cfg.started;
+  auto mem = own_memory();
+  return {
+    {"node", cfg.node_name},
+    {"version", KEEL_VERSION},
+    {"protocol", protocol::version},
+    {"uptime_ms",
+     std::chrono::duration_cast<std::chrono::milliseconds>(uptime).count()},
+    {"threads", {{"active", active}, {"stored", ps.sessions}}},
+    {"gateway",
+     {{"connections_open", gw.connections_open},
+      {"connections_total", gw.connections_total},
+      {"frames_in", gw.frames_in},
+      {"frames_out", gw.frames_out},
+      {"bad_frames", gw.bad_frames}}},
+    {"store",
+     {{"flushes", ps.flushes},
+      {"staged_operations", ps.staged_operations},
+      {"failed_flushes", ps.failed_flushes}}},
+    {"rss_bytes", mem.rss_bytes},
+    {"peak_rss_bytes", mem.peak_rss_bytes},
+    {"data_dir", cfg.data_dir},
+  };
+}
+
+// GET /api/v1/status: the node's figures (see `status_body`).
+void on_status(self_ptr self, uint64_t request, const std::string&) {
   auto orch = lookup<orchestrator_actor>(self->system(), names::orchestrator);
   auto db = lookup<persistence_actor>(self->system(), names::persistence);
   if (!orch || !db) {
@@ -152,41 +212,15 @@ void on_status(self_ptr self, uint64_t request) {
         self->request(db, timeout, atom::stats_v)
           .then(
             [self, request, active](persistence_stats& ps) {
-              auto& cfg = self->state.cfg;
-              auto gw = cfg.server->stats();
-              auto uptime = std::chrono::steady_clock::now() - cfg.started;
-              auto mem = own_memory();
-              nlohmann::json body{
-                {"node", cfg.node_name},
-                {"version", KEEL_VERSION},
-                {"protocol", protocol::version},
-                {"uptime_ms",
-                 std::chrono::duration_cast<std::chrono::milliseconds>(uptime)
-                   .count()},
-                {"threads", {{"active", active}, {"stored", ps.sessions}}},
-                {"gateway",
-                 {{"connections_open", gw.connections_open},
-                  {"connections_total", gw.connections_total},
-                  {"frames_in", gw.frames_in},
-                  {"frames_out", gw.frames_out},
-                  {"bad_frames", gw.bad_frames}}},
-                {"store",
-                 {{"flushes", ps.flushes},
-                  {"staged_operations", ps.staged_operations},
-                  {"failed_flushes", ps.failed_flushes}}},
-                {"rss_bytes", mem.rss_bytes},
-                {"peak_rss_bytes", mem.peak_rss_bytes},
-                {"data_dir", cfg.data_dir},
-              };
-              respond_json(self, request, 200, body);
+              respond_json(self, request, 200,
+                           status_body(self->state.cfg, active, ps));
             },
             [self, request](caf::error& err) {
-              respond_error(self, request, 503, error_code_name(err),
-                            render(err));
+              respond_unavailable(self, request, err);
             });
       },
       [self, request](caf::error& err) {
-        respond_error(self, request, 503, error_code_name(err), render(err));
+        respond_unavailable(self, request, err);
       });
 }
 
@@ -206,7 +240,7 @@ nlohmann::json to_json(const child_info& x) {
 }
 
 // GET /api/v1/tree: the live supervision tree from the root down.
-void on_tree(self_ptr self, uint64_t request) {
+void on_tree(self_ptr self, uint64_t request, const std::string&) {
   auto root = lookup<supervisor_actor>(self->system(), names::root);
   if (!root) {
     respond_error(self, request, 503, to_string(ec::unavailable),
@@ -227,7 +261,7 @@ void on_tree(self_ptr self, uint64_t request) {
                       {"tree", to_json(top)}});
       },
       [self, request](caf::error& err) {
-        respond_error(self, request, 503, error_code_name(err), render(err));
+        respond_unavailable(self, request, err);
       });
 }
 
@@ -244,7 +278,7 @@ nlohmann::json health_json(const provider_health_record& x) {
 // GET /api/v1/providers: the live health of every provider of every pool,
 // asked of each pool's router (through the supervisors, so a restarting
 // router answers once it is back).
-void on_providers(self_ptr self, uint64_t request) {
+void on_providers(self_ptr self, uint64_t request, const std::string&) {
   auto providers = lookup<caf::actor>(self->system(), names::providers);
   if (!providers) {
     respond_error(self, request, 503, to_string(ec::unavailable),
@@ -285,7 +319,7 @@ void on_providers(self_ptr self, uint64_t request) {
 }
 
 // GET /api/v1/recovery: the report of the last recovery on boot.
-void on_recovery(self_ptr self, uint64_t request) {
+void on_recovery(self_ptr self, uint64_t request, const std::string&) {
   request_component(self, names::persistence, std::chrono::seconds{10},
                     atom::report_v)
     .then(
@@ -293,15 +327,12 @@ void on_recovery(self_ptr self, uint64_t request) {
         respond_json(self, request, 200, to_json(report));
       },
       [self, request](caf::error& err) {
-        auto status = err == ec::not_found ? 404 : 503;
-        respond_error(self, request, status, error_code_name(err),
-                      error_message(err).empty() ? render(err)
-                                                 : error_message(err));
+        respond_refused(self, request, err);
       });
 }
 
 // GET /api/v1/agents: every session with its parent and children.
-void on_agents(self_ptr self, uint64_t request) {
+void on_agents(self_ptr self, uint64_t request, const std::string&) {
   request_component(self, names::persistence, std::chrono::seconds{30},
                     atom::agents_v)
     .then(
@@ -311,7 +342,7 @@ void on_agents(self_ptr self, uint64_t request) {
                      agents_to_json(make_agents(sessions, links)));
       },
       [self, request](caf::error& err) {
-        respond_error(self, request, 503, error_code_name(err), render(err));
+        respond_unavailable(self, request, err);
       });
 }
 
@@ -393,11 +424,81 @@ void on_kill(self_ptr self, uint64_t request, const std::string& body) {
         respond_json(self, request, 200, {{"path", path}, {"reason", reason}});
       },
       [self, request](caf::error& err) {
-        auto status = err == ec::not_found ? 404 : 503;
-        respond_error(self, request, status, error_code_name(err),
-                      error_message(err).empty() ? render(err)
-                                                 : error_message(err));
+        respond_refused(self, request, err);
       });
+}
+
+// An endpoint of the HTTP API: answers request `request`, given its body.
+using http_handler = void (*)(self_ptr self, uint64_t request,
+                              const std::string& body);
+
+struct http_route {
+  const char* method;
+  const char* path;
+  http_handler handler;
+};
+
+// The HTTP API: method and path (the target without its query) to handler.
+constexpr http_route http_routes[] = {
+  {"GET", "/api/v1/status", on_status},
+  {"GET", "/api/v1/tree", on_tree},
+  {"GET", "/api/v1/providers", on_providers},
+  {"GET", "/api/v1/recovery", on_recovery},
+  {"GET", "/api/v1/agents", on_agents},
+  {"POST", "/api/v1/chaos/disk", on_disk_chaos},
+  {"POST", "/api/v1/kill", on_kill},
+};
+
+// Hands an HTTP API request to its endpoint; 404 if there is none.
+void on_http(self_ptr self, uint64_t request, const std::string& method,
+             const std::string& target, const std::string& body) {
+  auto path = target.substr(0, target.find('?'));
+  for (auto& route : http_routes) {
+    if (path == route.path && method == route.method) {
+      route.handler(self, request, body);
+      return;
+    }
+  }
+  respond_error(self, request, 404, to_string(ec::not_found),
+                "no endpoint " + method + " " + path);
+}
+
+// Handles a client frame from connection `conn`.
+void on_frame(self_ptr self, connection_id conn, protocol::client_frame& f) {
+  using type = protocol::client_frame_type;
+  switch (f.type) {
+    case type::send:
+      on_send(self, conn, f);
+      break;
+    case type::subscribe:
+      on_subscribe(self, conn, f, true);
+      break;
+    case type::unsubscribe:
+      on_subscribe(self, conn, f, false);
+      break;
+    case type::history:
+      on_history(self, conn, f);
+      break;
+    case type::ping:
+      self->state.cfg.server->send(conn, protocol::pong_frame(f.id));
+      break;
+    case type::spawn:
+      on_spawn(self, conn, f);
+      break;
+    case type::cancel:
+      on_cancel(self, conn, f);
+      break;
+  }
+}
+
+// Fans a thread's event out to the thread's subscribers.
+void on_publish(self_ptr self, const thread_event& ev) {
+  auto& subscribers = self->state.subs().subscribers;
+  auto i = subscribers.find(ev.thread);
+  if (i == subscribers.end())
+    return;
+  for (auto conn : i->second)
+    self->state.cfg.server->send(conn, ev.frame);
 }
 
 } // namespace
@@ -410,65 +511,14 @@ gateway_bridge(self_ptr self, gateway_bridge_config cfg) {
       // nop: nothing to set up until the connection subscribes or sends.
     },
     [self](atom::frame, connection_id conn, protocol::client_frame& f) {
-      using type = protocol::client_frame_type;
-      switch (f.type) {
-        case type::send:
-          on_send(self, conn, f);
-          break;
-        case type::subscribe:
-          self->state.subs().subscribe(conn, f.thread);
-          self->state.cfg.server->send(
-            conn, protocol::subscribed_frame(f.thread, true, f.id));
-          break;
-        case type::unsubscribe:
-          self->state.subs().unsubscribe(conn, f.thread);
-          self->state.cfg.server->send(
-            conn, protocol::subscribed_frame(f.thread, false, f.id));
-          break;
-        case type::history:
-          on_history(self, conn, f);
-          break;
-        case type::ping:
-          self->state.cfg.server->send(conn, protocol::pong_frame(f.id));
-          break;
-        case type::spawn:
-          on_spawn(self, conn, f);
-          break;
-        case type::cancel:
-          on_cancel(self, conn, f);
-          break;
-      }
+      on_frame(self, conn, f);
     },
     [self](atom::closed, connection_id conn) { self->state.subs().drop(conn); },
     [self](atom::http, uint64_t request, const std::string& method,
            const std::string& target, const std::string& body) {
-      auto path = target.substr(0, target.find('?'));
-      if (path == "/api/v1/status" && method == "GET")
-        on_status(self, request);
-      else if (path == "/api/v1/tree" && method == "GET")
-        on_tree(self, request);
-      else if (path == "/api/v1/providers" && method == "GET")
-        on_providers(self, request);
-      else if (path == "/api/v1/recovery" && method == "GET")
-        on_recovery(self, request);
-      else if (path == "/api/v1/agents" && method == "GET")
-        on_agents(self, request);
-      else if (path == "/api/v1/chaos/disk" && method == "POST")
-        on_disk_chaos(self, request, body);
-      else if (path == "/api/v1/kill" && method == "POST")
-        on_kill(self, request, body);
-      else
-        respond_error(self, request, 404, to_string(ec::not_found),
-                      "no endpoint " + method + " " + path);
+      on_http(self, request, method, target, body);
     },
-    [self](atom::publish, thread_event& ev) {
-      auto& subscribers = self->state.subs().subscribers;
-      auto i = subscribers.find(ev.thread);
-      if (i == subscribers.end())
-        return;
-      for (auto conn : i->second)
-        self->state.cfg.server->send(conn, ev.frame);
-    },
+    [self](atom::publish, thread_event& ev) { on_publish(self, ev); },
   };
 }
 

@@ -21,41 +21,29 @@
 
 namespace keel {
 
-caf::expected<supervisor_config> root_spec(const node_config& cfg,
-                                           std::shared_ptr<ws_server> server,
-                                           bool detached_persistence,
-                                           std::shared_ptr<http_io> io) {
-  auto providers_sup = providers_spec(cfg, std::move(io));
-  if (!providers_sup)
-    return providers_sup.error();
-  supervisor_config sup;
-  sup.name = "root";
+namespace {
+
+// Persistence, its database in `data_dir/db`. Detached when asked:
+// RocksDB's synced writes block, and must not block a scheduler worker.
+// (Tests on the test coordinator run it scheduled.)
+child_spec persistence_child(const node_config& cfg, const store_options& opts,
+                             bool detached) {
   auto db_dir = (std::filesystem::path{cfg.data_dir} / "db").string();
-  store_options opts;
-  opts.sync = cfg.storage.sync;
-  if (cfg.storage.fault_injection)
-    opts.faults = std::make_shared<fault_injection>();
   // One recovery on boot per tree, by the first persistence incarnation.
   auto boot_recovery = std::make_shared<std::atomic<bool>>(true);
-  sup.children.push_back(
-    {"persistence", names::persistence,
-     [db_dir, opts, detached_persistence,
-      boot_recovery](caf::local_actor* parent) {
-       // Detached: RocksDB's synced writes block, and must not block a
-       // scheduler worker. (Tests on the test coordinator run it scheduled.)
-       persistence_config pcfg{db_dir, opts, boot_recovery};
-       if (detached_persistence)
-         return caf::actor_cast<caf::actor>(
-           parent->spawn<caf::detached>(persistence, pcfg));
-       return caf::actor_cast<caf::actor>(parent->spawn(persistence, pcfg));
-     }});
-  child_spec providers_child{
-    "providers", names::providers,
-    [pcfg = std::move(*providers_sup)](caf::local_actor* parent) {
-      return parent->spawn(supervisor, pcfg);
-    }};
-  providers_child.supervisor = true;
-  sup.children.push_back(std::move(providers_child));
+  return {"persistence", names::persistence,
+          [db_dir, opts, detached, boot_recovery](caf::local_actor* parent) {
+            persistence_config pcfg{db_dir, opts, boot_recovery};
+            if (detached)
+              return caf::actor_cast<caf::actor>(
+                parent->spawn<caf::detached>(persistence, pcfg));
+            return caf::actor_cast<caf::actor>(
+              parent->spawn(persistence, pcfg));
+          }};
+}
+
+// The dynamic supervisor of conversations, one per thread.
+child_spec conversations_child(const node_config& cfg) {
   supervisor_config convs;
   convs.name = "conversations";
   convs.dynamic = true;
@@ -69,32 +57,63 @@ caf::expected<supervisor_config> root_spec(const node_config& cfg,
       parent->spawn(conversation, make_conversation_config(threads, thread)));
   };
   apply_settings(convs, cfg.supervision.conversations);
-  child_spec convs_child{"conversations", names::conversations,
-                         [convs](caf::local_actor* parent) {
-                           return parent->spawn(supervisor, convs);
-                         }};
-  convs_child.supervisor = true;
-  sup.children.push_back(std::move(convs_child));
+  child_spec result{"conversations", names::conversations,
+                    [convs](caf::local_actor* parent) {
+                      return parent->spawn(supervisor, convs);
+                    }};
+  result.supervisor = true;
+  return result;
+}
+
+// The gateway bridge answering through `server`.
+child_spec gateway_child(const node_config& cfg,
+                         std::shared_ptr<ws_server> server,
+                         std::shared_ptr<fault_injection> disk_faults) {
+  gateway_bridge_config gcfg;
+  gcfg.server = std::move(server);
+  gcfg.node_name = cfg.name;
+  gcfg.data_dir = cfg.data_dir;
+  gcfg.disk_faults = std::move(disk_faults);
+  gcfg.started = std::chrono::steady_clock::now();
+  for (auto& pool : cfg.pools)
+    gcfg.pools.push_back(pool.name);
+  return {"gateway", names::gateway, [gcfg](caf::local_actor* parent) {
+            return caf::actor_cast<caf::actor>(
+              parent->spawn(gateway_bridge, gcfg));
+          }};
+}
+
+} // namespace
+
+caf::expected<supervisor_config> root_spec(const node_config& cfg,
+                                           std::shared_ptr<ws_server> server,
+                                           bool detached_persistence,
+                                           std::shared_ptr<http_io> io) {
+  auto providers_sup = providers_spec(cfg, std::move(io));
+  if (!providers_sup)
+    return providers_sup.error();
+  supervisor_config sup;
+  sup.name = "root";
+  store_options opts;
+  opts.sync = cfg.storage.sync;
+  if (cfg.storage.fault_injection)
+    opts.faults = std::make_shared<fault_injection>();
+  sup.children.push_back(persistence_child(cfg, opts, detached_persistence));
+  child_spec providers_child{
+    "providers", names::providers,
+    [pcfg = std::move(*providers_sup)](caf::local_actor* parent) {
+      return parent->spawn(supervisor, pcfg);
+    }};
+  providers_child.supervisor = true;
+  sup.children.push_back(std::move(providers_child));
+  sup.children.push_back(conversations_child(cfg));
   sup.children.push_back(
     {"orchestrator", names::orchestrator, [](caf::local_actor* parent) {
        return caf::actor_cast<caf::actor>(
          parent->spawn(orchestrator, orchestrator_config{}));
      }});
-  if (server) {
-    gateway_bridge_config gcfg;
-    gcfg.server = std::move(server);
-    gcfg.node_name = cfg.name;
-    gcfg.data_dir = cfg.data_dir;
-    gcfg.disk_faults = opts.faults;
-    gcfg.started = std::chrono::steady_clock::now();
-    for (auto& pool : cfg.pools)
-      gcfg.pools.push_back(pool.name);
-    sup.children.push_back(
-      {"gateway", names::gateway, [gcfg](caf::local_actor* parent) {
-         return caf::actor_cast<caf::actor>(
-           parent->spawn(gateway_bridge, gcfg));
-       }});
-  }
+  if (server)
+    sup.children.push_back(gateway_child(cfg, std::move(server), opts.faults));
   apply_settings(sup, cfg.supervision.root);
   return sup;
 }
@@ -112,17 +131,12 @@ node::~node() {
   stop();
 }
 
-caf::expected<std::unique_ptr<node>> node::start(caf::actor_system& sys,
-                                                  const node_config& cfg) {
-  std::error_code fs_err;
-  std::filesystem::create_directories(cfg.data_dir, fs_err);
-  if (fs_err)
-    return caf::make_error(ec::storage_open_failed,
-                           "cannot create data folder '" + cfg.data_dir
-                             + "': " + fs_err.message());
-  // HTTP providers share one set of I/O threads; each endpoint is built
-  // once here so that a bad one (unreadable ca_file) stops the start with
-  // its reason instead of crash-looping its worker.
+namespace {
+
+// The I/O threads HTTP providers share; null if no provider speaks HTTP.
+// Each endpoint is built once here so that a bad one (unreadable ca_file)
+// stops the start with its reason instead of crash-looping its worker.
+caf::expected<std::shared_ptr<http_io>> make_http_io(const node_config& cfg) {
   std::shared_ptr<http_io> io;
   if (needs_http(cfg)) {
     io = std::make_shared<http_io>(1);
@@ -131,22 +145,14 @@ caf::expected<std::unique_ptr<node>> node::start(caf::actor_system& sys,
         if (auto ep = llm_endpoint::make(*io, p); !ep)
           return ep.error();
   }
-  auto handler = std::make_shared<bridge_handler>(sys);
-  auto started = ws_server::start(cfg.gateway, handler, cfg.name);
-  if (!started)
-    return started.error();
-  std::shared_ptr<ws_server> server = std::move(*started);
-  handler->attach(server);
-  auto spec = root_spec(cfg, server, true, io);
-  if (!spec) {
-    server->stop();
-    return spec.error();
-  }
-  auto root = sys.spawn(supervisor, std::move(*spec));
-  sys.registry().put(names::root, root);
-  // Ready once the store answers; if the root gives up first (the store
-  // cannot be opened), report why.
-  caf::scoped_actor self{sys};
+  return io;
+}
+
+// Waits until the store answers, `self` monitoring the root; returns why the
+// node is not ready if the root gives up first (the store cannot be opened)
+// or after 60 s.
+caf::error await_ready(caf::scoped_actor& self, const caf::actor& root) {
+  auto& sys = self->system();
   self->monitor(root);
   caf::error failure;
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds{60};
@@ -163,7 +169,37 @@ caf::expected<std::unique_ptr<node>> node::start(caf::actor_system& sys,
       failure = caf::make_error(ec::timeout,
                                 "the node did not become ready in 60 s");
   }
-  if (failure) {
+  return failure;
+}
+
+} // namespace
+
+caf::expected<std::unique_ptr<node>> node::start(caf::actor_system& sys,
+                                                  const node_config& cfg) {
+  std::error_code fs_err;
+  std::filesystem::create_directories(cfg.data_dir, fs_err);
+  if (fs_err)
+    return caf::make_error(ec::storage_open_failed,
+                           "cannot create data folder '" + cfg.data_dir
+                             + "': " + fs_err.message());
+  auto io = make_http_io(cfg);
+  if (!io)
+    return io.error();
+  auto handler = std::make_shared<bridge_handler>(sys);
+  auto started = ws_server::start(cfg.gateway, handler, cfg.name);
+  if (!started)
+    return started.error();
+  std::shared_ptr<ws_server> server = std::move(*started);
+  handler->attach(server);
+  auto spec = root_spec(cfg, server, true, *io);
+  if (!spec) {
+    server->stop();
+    return spec.error();
+  }
+  auto root = sys.spawn(supervisor, std::move(*spec));
+  sys.registry().put(names::root, root);
+  caf::scoped_actor self{sys};
+  if (auto failure = await_ready(self, root)) {
     self->send_exit(root, caf::exit_reason::user_shutdown);
     sys.registry().erase(names::root);
     server->stop();
@@ -171,7 +207,7 @@ caf::expected<std::unique_ptr<node>> node::start(caf::actor_system& sys,
   }
   self->demonitor(root);
   return std::unique_ptr<node>{
-    new node(sys, std::move(server), std::move(io), root)};
+    new node(sys, std::move(server), std::move(*io), root)};
 }
 
 uint16_t node::port() const {

@@ -144,15 +144,18 @@ void forward(self_ptr self, caf::response_promise& rp,
                 caf::make_message(atom::deliver_v, std::move(msg), seq));
 }
 
-void route(self_ptr self, caf::response_promise rp,
-           const std::string& thread, outbox_entry msg) {
-  auto id = self->state.hold(std::move(rp));
+// Routes a message to `thread` (see `forward`), once it is routable.
+caf::result<accept_result> route(self_ptr self, const std::string& thread,
+                                 outbox_entry msg) {
+  auto rp = self->make_response_promise<accept_result>();
+  auto id = self->state.hold(rp);
   when_routable(self, thread,
                 [self, id, thread, msg = std::move(msg)]() mutable {
                   auto rp = self->state.take(id);
                   if (rp.pending())
                     forward(self, rp, thread, std::move(msg));
                 });
+  return rp;
 }
 
 // Stops a passivating conversation, then runs what queued meanwhile.
@@ -212,45 +215,53 @@ void tell_parent(self_ptr self, const spawn_result& spawned) {
 using cancel_callback
   = std::function<void(caf::expected<std::vector<std::string>>)>;
 
+// A `cancel_all` under way: `done` is called once, with every thread or
+// with the first error.
+struct cancel_progress {
+  size_t pending;
+  bool finished = false;
+  std::vector<std::string> threads;
+  cancel_callback done;
+
+  void closed_one() {
+    if (--pending == 0 && !finished) {
+      finished = true;
+      done(threads);
+    }
+  }
+
+  void fail(caf::error err) {
+    if (!finished) {
+      finished = true;
+      done(std::move(err));
+    }
+  }
+};
+
+// Cancels one thread of a `cancel_all` through its conversation.
+void cancel_one(self_ptr self, const std::shared_ptr<cancel_progress>& state,
+                const std::string& thread) {
+  auto sup = conversations(self);
+  if (!sup) {
+    state->fail(caf::make_error(ec::unavailable,
+                                "the conversations supervisor is "
+                                "restarting; cancel again"));
+    return;
+  }
+  self
+    ->request(sup, self->state.cfg.request_timeout, atom::forward_v, thread,
+              caf::make_message(atom::cancel_v))
+    .then([state](caf::ok_atom) { state->closed_one(); },
+          [state](caf::error& err) { state->fail(std::move(err)); });
+}
+
 void cancel_all(self_ptr self, std::vector<std::string> subtree,
                 cancel_callback done) {
-  struct progress {
-    size_t pending;
-    bool finished = false;
-    std::vector<std::string> threads;
-    cancel_callback done;
-
-    void fail(caf::error err) {
-      if (!finished) {
-        finished = true;
-        done(std::move(err));
-      }
-    }
-  };
-  auto state = std::make_shared<progress>(
-    progress{subtree.size(), false, subtree, std::move(done)});
-  for (auto& thread : subtree) {
-    when_routable(self, thread, [self, state, thread] {
-      auto sup = conversations(self);
-      if (!sup) {
-        state->fail(caf::make_error(ec::unavailable,
-                                    "the conversations supervisor is "
-                                    "restarting; cancel again"));
-        return;
-      }
-      self
-        ->request(sup, self->state.cfg.request_timeout, atom::forward_v,
-                  thread, caf::make_message(atom::cancel_v))
-        .then(
-          [state](caf::ok_atom) {
-            if (--state->pending == 0 && !state->finished) {
-              state->finished = true;
-              state->done(state->threads);
-            }
-          },
-          [state](caf::error& err) { state->fail(std::move(err)); });
-    });
-  }
+  auto state = std::make_shared<cancel_progress>(
+    cancel_progress{subtree.size(), false, subtree, std::move(done)});
+  for (auto& thread : subtree)
+    when_routable(self, thread,
+                  [self, state, thread] { cancel_one(self, state, thread); });
 }
 
 // Cancels `thread` and its descendants, `closed` being the ones closed so
@@ -259,6 +270,36 @@ void cancel_all(self_ptr self, std::vector<std::string> subtree,
 // while the cancel ran (before its parent was CLOSED on disk) is cancelled
 // too. Once its parent is CLOSED no child can be spawned under it, so the
 // rounds end.
+void cancel_tree(self_ptr self, const std::string& thread,
+                 std::vector<std::string> closed, cancel_callback done);
+
+// One round of `cancel_tree`: cancels the threads of `subtree` not closed
+// yet, then reads the subtree again; done once a round finds none.
+void cancel_round(self_ptr self, const std::string& thread,
+                  std::vector<std::string>& closed,
+                  const std::vector<std::string>& subtree,
+                  cancel_callback& done) {
+  std::vector<std::string> fresh;
+  for (auto& t : subtree)
+    if (std::find(closed.begin(), closed.end(), t) == closed.end())
+      fresh.push_back(t);
+  if (fresh.empty()) {
+    done(std::move(closed));
+    return;
+  }
+  cancel_all(self, fresh,
+             [self, thread, closed, fresh,
+              done](caf::expected<std::vector<std::string>> result) {
+               if (!result) {
+                 done(std::move(result.error()));
+                 return;
+               }
+               auto all = closed;
+               all.insert(all.end(), fresh.begin(), fresh.end());
+               cancel_tree(self, thread, std::move(all), done);
+             });
+}
+
 void cancel_tree(self_ptr self, const std::string& thread,
                  std::vector<std::string> closed, cancel_callback done) {
   auto db = lookup<persistence_actor>(self->system(), names::persistence);
@@ -271,25 +312,7 @@ void cancel_tree(self_ptr self, const std::string& thread,
     .then(
       [self, thread, closed,
        done](std::vector<std::string>& subtree) mutable {
-        std::vector<std::string> fresh;
-        for (auto& t : subtree)
-          if (std::find(closed.begin(), closed.end(), t) == closed.end())
-            fresh.push_back(t);
-        if (fresh.empty()) {
-          done(std::move(closed));
-          return;
-        }
-        cancel_all(self, fresh,
-                   [self, thread, closed, fresh,
-                    done](caf::expected<std::vector<std::string>> result) {
-                     if (!result) {
-                       done(std::move(result.error()));
-                       return;
-                     }
-                     auto all = closed;
-                     all.insert(all.end(), fresh.begin(), fresh.end());
-                     cancel_tree(self, thread, std::move(all), done);
-                   });
+        cancel_round(self, thread, closed, subtree, done);
       },
       [done](caf::error& err) { done(std::move(err)); });
 }
@@ -346,43 +369,53 @@ int64_t micros_since(steady::time_point start) {
     .count();
 }
 
-// Steps 5-6 of the recovery, then the interrupted cancels; stores the boot
-// recovery's report.
+// Stores the report of the recovery on boot (best effort: logged if not).
+void store_report(self_ptr self, const recovery_report& report) {
+  spdlog::info("{}", describe(report));
+  if (auto db = lookup<persistence_actor>(self->system(), names::persistence))
+    self->request(db, self->state.cfg.request_timeout, caf::put_atom_v, report)
+      .then([](caf::ok_atom) {},
+            [](caf::error& err) {
+              spdlog::warn("cannot store the recovery report: {}",
+                           render(err));
+            });
+}
+
+// The last steps of the recovery, once every thread with pending work is
+// resumed: finishes the interrupted cancels; stores the boot report.
+void finish_recovery(self_ptr self, recovery_plan& plan) {
+  for (auto& thread : plan.cancels)
+    cancel_all(self, {thread}, [thread](auto result) {
+      if (!result)
+        spdlog::warn("cannot finish cancelling {}: {}", thread,
+                     render(result.error()));
+    });
+  plan.report.finished_at = wall_clock_millis();
+  if (plan.boot)
+    store_report(self, plan.report);
+}
+
+// Step 6 of the recovery: resumes the children, then finishes.
+void resume_children(self_ptr self, std::shared_ptr<recovery_plan> plan) {
+  auto start = steady::now();
+  resume_all(self, plan->children, [self, plan, start](uint64_t children) {
+    plan->report.children_resumed = children;
+    plan->report.steps.push_back(
+      recovery_step{"resume_children", children, micros_since(start)});
+    finish_recovery(self, *plan);
+  });
+}
+
+// Steps 5-6 of the recovery (roots, then children), then the interrupted
+// cancels; stores the boot recovery's report.
 void resume(self_ptr self, recovery_plan plan) {
   auto shared = std::make_shared<recovery_plan>(std::move(plan));
-  auto roots_start = steady::now();
-  resume_all(self, shared->roots, [self, shared,
-                                   roots_start](uint64_t roots) {
+  auto start = steady::now();
+  resume_all(self, shared->roots, [self, shared, start](uint64_t roots) {
     shared->report.roots_resumed = roots;
     shared->report.steps.push_back(
-      recovery_step{"resume_roots", roots, micros_since(roots_start)});
-    auto children_start = steady::now();
-    resume_all(self, shared->children, [self, shared,
-                                        children_start](uint64_t children) {
-      auto& report = shared->report;
-      report.children_resumed = children;
-      report.steps.push_back(recovery_step{"resume_children", children,
-                                           micros_since(children_start)});
-      for (auto& thread : shared->cancels)
-        cancel_all(self, {thread}, [thread](auto result) {
-          if (!result)
-            spdlog::warn("cannot finish cancelling {}: {}", thread,
-                         render(result.error()));
-        });
-      report.finished_at = wall_clock_millis();
-      if (!shared->boot)
-        return;
-      spdlog::info("{}", describe(report));
-      if (auto db = lookup<persistence_actor>(self->system(),
-                                              names::persistence))
-        self->request(db, self->state.cfg.request_timeout, caf::put_atom_v,
-                      report)
-          .then([](caf::ok_atom) {},
-                [](caf::error& err) {
-                  spdlog::warn("cannot store the recovery report: {}",
-                               render(err));
-                });
-    });
+      recovery_step{"resume_roots", roots, micros_since(start)});
+    resume_children(self, shared);
   });
 }
 
@@ -405,6 +438,86 @@ void conversations_lost(self_ptr self, const caf::actor_addr& lost) {
       work();
   }
   self->send(self, atom::recover_v);
+}
+
+// Spawns `child` under `parent` durably, then restarts a conversation of
+// the child that began before the spawn and tells the parent's one.
+caf::result<spawn_result> spawn(self_ptr self, const std::string& parent,
+                                const std::string& child) {
+  auto db = lookup<persistence_actor>(self->system(), names::persistence);
+  if (!db)
+    return caf::make_error(ec::unavailable,
+                           "persistence is restarting; spawn again");
+  auto rp = self->make_response_promise<spawn_result>();
+  auto id = self->state.hold(rp);
+  self
+    ->request(db, self->state.cfg.request_timeout, atom::spawn_v, parent,
+              child)
+    .then(
+      [self, id](spawn_result& result) {
+        // The link is durable; the spawn is not acknowledged yet.
+        reach(kill_point::tree_link_written);
+        // A conversation that began before its thread was spawned (a
+        // cancel or message that found nothing) knows no session: the
+        // child gets one that loads its session.
+        if (result.created) {
+          stop_stale(self, result.child);
+          tell_parent(self, result);
+        }
+        answer(self, id, std::move(result));
+      },
+      [self, id](caf::error& err) { answer(self, id, std::move(err)); });
+  return rp;
+}
+
+// Cancels `thread` and its descendants; answers every thread closed.
+caf::result<std::vector<std::string>> cancel(self_ptr self,
+                                             const std::string& thread) {
+  auto rp = self->make_response_promise<std::vector<std::string>>();
+  auto id = self->state.hold(rp);
+  cancel_tree(self, thread, {}, [self, id](auto result) {
+    if (result)
+      answer(self, id, std::move(*result));
+    else
+      answer(self, id, std::move(result.error()));
+  });
+  return rp;
+}
+
+// A conversation that last saw route `last_seen` asks to stop: true (and
+// stopping it) unless a message was routed to it since.
+bool passivate(self_ptr self, const std::string& thread, uint64_t last_seen) {
+  auto& threads = self->state.threads;
+  auto i = threads.find(thread);
+  if (i == threads.end()) {
+    // Started before we were (we restarted): nothing routed by us.
+    i = threads.emplace(thread, thread_entry{}).first;
+  } else if (!self->state.may_passivate(i->second, last_seen)) {
+    return false;
+  }
+  i->second.stopping = true;
+  stop_conversation(self, thread);
+  return true;
+}
+
+// Asks persistence for the recovery plan and runs it; retried every second
+// until persistence and the conversations supervisor both run and a plan
+// comes back (resuming starts conversations under the supervisor).
+void recover(self_ptr self) {
+  auto db = lookup<persistence_actor>(self->system(), names::persistence);
+  if (!db || !conversations(self)) {
+    self->delayed_send(self, std::chrono::seconds{1}, atom::recover_v);
+    return;
+  }
+  self->request(db, std::chrono::seconds{60}, atom::recover_v)
+    .then([self](recovery_plan& plan) { resume(self, std::move(plan)); },
+          [self](caf::error& err) {
+            // Pending work stays unanswered until a plan runs: retry.
+            spdlog::error("cannot plan the recovery (retrying in 1 s): {}",
+                          render(err));
+            self->delayed_send(self, std::chrono::seconds{1},
+                               atom::recover_v);
+          });
 }
 
 } // namespace
@@ -433,71 +546,24 @@ orchestrator(self_ptr self, orchestrator_config cfg) {
   });
   return {
     [self](atom::route, const std::string& thread, std::string& client_id,
-           std::string& text) -> caf::result<accept_result> {
-      auto rp = self->make_response_promise<accept_result>();
+           std::string& text) {
       outbox_entry msg;
       msg.client_id = std::move(client_id);
       msg.text = std::move(text);
-      route(self, rp, thread, std::move(msg));
-      return rp;
+      return route(self, thread, std::move(msg));
     },
-    [self](atom::deliver, outbox_entry& msg) -> caf::result<accept_result> {
-      auto rp = self->make_response_promise<accept_result>();
+    [self](atom::deliver, outbox_entry& msg) {
       auto target = msg.to;
-      route(self, rp, target, std::move(msg));
-      return rp;
+      return route(self, target, std::move(msg));
     },
-    [self](atom::spawn, const std::string& parent,
-           const std::string& child) -> caf::result<spawn_result> {
-      auto db = lookup<persistence_actor>(self->system(), names::persistence);
-      if (!db)
-        return caf::make_error(ec::unavailable,
-                               "persistence is restarting; spawn again");
-      auto rp = self->make_response_promise<spawn_result>();
-      auto id = self->state.hold(rp);
-      self
-        ->request(db, self->state.cfg.request_timeout, atom::spawn_v, parent,
-                  child)
-        .then(
-          [self, id](spawn_result& result) {
-            // The link is durable; the spawn is not acknowledged yet.
-            reach(kill_point::tree_link_written);
-            // A conversation that began before its thread was spawned (a
-            // cancel or message that found nothing) knows no session: the
-            // child gets one that loads its session.
-            if (result.created) {
-              stop_stale(self, result.child);
-              tell_parent(self, result);
-            }
-            answer(self, id, std::move(result));
-          },
-          [self, id](caf::error& err) { answer(self, id, std::move(err)); });
-      return rp;
+    [self](atom::spawn, const std::string& parent, const std::string& child) {
+      return spawn(self, parent, child);
     },
-    [self](atom::cancel, const std::string& thread)
-      -> caf::result<std::vector<std::string>> {
-      auto rp = self->make_response_promise<std::vector<std::string>>();
-      auto id = self->state.hold(rp);
-      cancel_tree(self, thread, {}, [self, id](auto result) {
-        if (result)
-          answer(self, id, std::move(*result));
-        else
-          answer(self, id, std::move(result.error()));
-      });
-      return rp;
+    [self](atom::cancel, const std::string& thread) {
+      return cancel(self, thread);
     },
     [self](atom::passivate, const std::string& thread, uint64_t last_seen) {
-      auto& threads = self->state.threads;
-      auto i = threads.find(thread);
-      if (i == threads.end()) {
-        // Started before we were (we restarted): nothing routed by us.
-        i = threads.emplace(thread, thread_entry{}).first;
-      } else if (!self->state.may_passivate(i->second, last_seen)) {
-        return false;
-      }
-      i->second.stopping = true;
-      stop_conversation(self, thread);
-      return true;
+      return passivate(self, thread, last_seen);
     },
     [self](atom::started, const std::string& thread) {
       auto i = self->state.threads.find(thread);
@@ -505,23 +571,7 @@ orchestrator(self_ptr self, orchestrator_config cfg) {
         i->second.floor = i->second.routed;
     },
     [self](atom::status) -> uint64_t { return self->state.threads.size(); },
-    [self](atom::recover) {
-      // Both must run: resuming starts conversations under the supervisor.
-      auto db = lookup<persistence_actor>(self->system(), names::persistence);
-      if (!db || !conversations(self)) {
-        self->delayed_send(self, std::chrono::seconds{1}, atom::recover_v);
-        return;
-      }
-      self->request(db, std::chrono::seconds{60}, atom::recover_v)
-        .then([self](recovery_plan& plan) { resume(self, std::move(plan)); },
-              [self](caf::error& err) {
-                // Pending work stays unanswered until a plan runs: retry.
-                spdlog::error("cannot plan the recovery (retrying in 1 s): {}",
-                              render(err));
-                self->delayed_send(self, std::chrono::seconds{1},
-                                   atom::recover_v);
-              });
-    },
+    [self](atom::recover) { recover(self); },
   };
 }
 

@@ -14,38 +14,6 @@ namespace keel {
 
 namespace {
 
-using self_ptr = persistence_actor::stateful_pointer<persistence_state>;
-
-// Joins a write to the pending group: the reply goes out after the group's
-// synced commit; the first write of a group schedules the flush. The flush
-// message queues behind every request already in the mailbox, so all of
-// them share one fsync.
-template <class T>
-void await_flush(self_ptr self, caf::typed_response_promise<T> rp, T result) {
-  auto& st = self->state;
-  st.waiting.emplace_back([rp, result](const caf::error& err) mutable {
-    if (err)
-      rp.deliver(err);
-    else
-      rp.deliver(result);
-  });
-  if (!st.flush_scheduled) {
-    st.flush_scheduled = true;
-    self->send(self, atom::flush_v);
-  }
-}
-
-// Returns the result of a write that may have staged nothing: answered at
-// once when nothing is pending, else after the group's flush.
-template <class T>
-caf::result<T> after_flush(self_ptr self, T result) {
-  if (self->state.db->staged() == 0 && self->state.waiting.empty())
-    return result;
-  auto rp = self->make_response_promise<T>();
-  await_flush(self, rp, std::move(result));
-  return rp;
-}
-
 // A clean stop: no conversation runs any more (they stop before us), so no
 // session is live; the data must say so.
 void suspend_active_sessions(store& db) {
@@ -65,7 +33,44 @@ void suspend_active_sessions(store& db) {
     spdlog::warn("cannot suspend sessions at shutdown: {}", render(err));
 }
 
+// The spawn of `child` under `parent` (whose session is `parent_rec`): a
+// suspended session in the parent's pool and model, and the tree link, both
+// stamped now.
+spawn_request make_spawn_request(const std::string& parent,
+                                 const session_record& parent_rec,
+                                 const std::string& child) {
+  spawn_request req;
+  req.child.thread = child;
+  req.child.parent = parent;
+  req.child.pool = parent_rec.pool;
+  req.child.model = parent_rec.model;
+  req.child.state = session_state::suspended;
+  req.child.created_at = wall_clock_millis();
+  req.link = tree_link{parent, child, req.child.created_at};
+  return req;
+}
+
 } // namespace
+
+persistence_state::persistence_state(self_ptr self) : self(self) {
+  // nop
+}
+
+caf::error persistence_state::init(const persistence_config& cfg) {
+  auto opened = store::open(cfg.dir, cfg.options);
+  if (!opened)
+    return std::move(opened.error());
+  db = std::move(*opened);
+  if (cfg.boot_recovery_pending && cfg.boot_recovery_pending->exchange(false)) {
+    auto plan = plan_recovery(*db, true);
+    if (!plan) {
+      spdlog::error("recovery on boot failed: {}", render(plan.error()));
+      return std::move(plan.error());
+    }
+    boot_plan = std::move(*plan);
+  }
+  return caf::none;
+}
 
 void persistence_state::flush() {
   flush_scheduled = false;
@@ -78,186 +83,214 @@ void persistence_state::flush() {
     reply(err);
 }
 
+void persistence_state::on_exit(const caf::exit_msg& msg) {
+  if (msg.reason == caf::exit_reason::user_shutdown
+      || msg.reason == ec::shutdown) {
+    flush();
+    suspend_active_sessions(*db);
+  }
+  auto replies = std::move(waiting);
+  waiting.clear();
+  auto err = caf::make_error(ec::unavailable,
+                             "persistence stopped before the write was "
+                             "synced; resend");
+  for (auto& reply : replies)
+    reply(err);
+  self->quit(msg.reason);
+}
+
+// The reply goes out after the group's synced commit; the first write of a
+// group schedules the flush. The flush message queues behind every request
+// already in the mailbox, so all of them share one fsync.
+template <class T>
+void persistence_state::await_flush(caf::typed_response_promise<T> rp,
+                                    T result) {
+  waiting.emplace_back([rp, result](const caf::error& err) mutable {
+    if (err)
+      rp.deliver(err);
+    else
+      rp.deliver(result);
+  });
+  if (!flush_scheduled) {
+    flush_scheduled = true;
+    self->send(self, atom::flush_v);
+  }
+}
+
+// For writes that may have staged nothing.
+template <class T>
+caf::result<T> persistence_state::after_flush(T result) {
+  if (db->staged() == 0 && waiting.empty())
+    return result;
+  auto rp = self->make_response_promise<T>();
+  await_flush(rp, std::move(result));
+  return rp;
+}
+
+caf::result<accept_result>
+persistence_state::accept(const accept_request& req) {
+  auto result = db->stage_accept(req);
+  if (!result)
+    return result.error();
+  // A duplicate known on disk is durable already (nothing staged).
+  return after_flush(*result);
+}
+
+caf::result<caf::ok_atom>
+persistence_state::commit(const turn_commit& commit) {
+  db->stage_commit(commit);
+  return after_flush(caf::ok_atom_v);
+}
+
+caf::result<caf::ok_atom> persistence_state::put(const session_record& rec) {
+  db->stage_session(rec);
+  return after_flush(caf::ok_atom_v);
+}
+
+caf::result<caf::ok_atom>
+persistence_state::put(const provider_health_record& rec) {
+  db->stage_health(rec);
+  return after_flush(caf::ok_atom_v);
+}
+
+caf::result<caf::ok_atom> persistence_state::put(const outbox_entry& entry,
+                                                 const std::string& reason) {
+  db->stage_dead_letter(entry, reason);
+  return after_flush(caf::ok_atom_v);
+}
+
+caf::result<caf::ok_atom>
+persistence_state::put(const recovery_report& report) {
+  db->stage_meta("last_recovery", encode(report));
+  return after_flush(caf::ok_atom_v);
+}
+
+caf::result<spawn_result>
+persistence_state::spawn(const std::string& parent, const std::string& child) {
+  auto parent_rec = db->session(parent);
+  if (!parent_rec) {
+    if (parent_rec.error() == ec::not_found)
+      return caf::make_error(ec::not_found,
+                             "thread '" + parent
+                               + "' has no session yet: send it a "
+                                 "message before spawning children");
+    return parent_rec.error();
+  }
+  if (parent_rec->state == session_state::closed)
+    return caf::make_error(ec::thread_closed,
+                           "thread '" + parent + "' was cancelled");
+  auto result = db->stage_spawn(make_spawn_request(parent, *parent_rec, child));
+  if (!result)
+    return result.error();
+  return after_flush(std::move(*result));
+}
+
+caf::result<persistence_stats> persistence_state::stats() {
+  auto sessions = db->count_sessions();
+  if (!sessions)
+    return sessions.error();
+  auto counters = db->stats();
+  return persistence_stats{*sessions, counters.flushes,
+                           counters.staged_operations, counters.failed_flushes};
+}
+
+caf::result<std::vector<std::string>>
+persistence_state::subtree(const std::string& thread) {
+  std::vector<std::string> result{thread};
+  // Breadth first, so parents come before their children; `seen` stops a
+  // (corrupt) cycle.
+  std::set<std::string> seen{thread};
+  for (size_t i = 0; i < result.size(); ++i) {
+    auto children = db->children(result[i]);
+    if (!children)
+      return children.error();
+    for (auto& child : *children)
+      if (seen.insert(child).second)
+        result.push_back(child);
+  }
+  return result;
+}
+
+caf::result<std::vector<session_record>, std::vector<tree_link>>
+persistence_state::agents() {
+  auto sessions = db->sessions();
+  if (!sessions)
+    return sessions.error();
+  auto links = db->tree_links();
+  if (!links)
+    return links.error();
+  return caf::make_result(std::move(*sessions), std::move(*links));
+}
+
+caf::result<recovery_plan> persistence_state::recover() {
+  if (boot_plan) {
+    auto result = std::move(*boot_plan);
+    boot_plan.reset();
+    return result;
+  }
+  return plan_recovery(*db, false);
+}
+
+caf::result<recovery_report> persistence_state::report() {
+  auto text = db->meta("last_recovery");
+  if (!text) {
+    if (text.error() == ec::not_found)
+      return caf::make_error(ec::not_found, "no recovery has run");
+    return text.error();
+  }
+  return decode<recovery_report>(*text);
+}
+
 persistence_actor::behavior_type
 persistence(persistence_actor::stateful_pointer<persistence_state> self,
             persistence_config cfg) {
-  auto db = store::open(cfg.dir, cfg.options);
-  if (!db) {
-    self->quit(db.error());
+  if (auto err = self->state.init(cfg)) {
+    self->quit(std::move(err));
     return persistence_actor::behavior_type::make_empty_behavior();
   }
-  self->state.db = std::move(*db);
-  if (cfg.boot_recovery_pending && cfg.boot_recovery_pending->exchange(false)) {
-    auto plan = plan_recovery(*self->state.db, true);
-    if (!plan) {
-      spdlog::error("recovery on boot failed: {}", render(plan.error()));
-      self->quit(plan.error());
-      return persistence_actor::behavior_type::make_empty_behavior();
-    }
-    self->state.boot_plan = std::move(*plan);
-  }
-  // Stopped or killed by its supervisor: answer everyone waiting on the
-  // pending group now (it was never written) instead of leaving them to
-  // their timeouts.
-  self->set_exit_handler([self](caf::exit_msg& msg) {
-    if (msg.reason == caf::exit_reason::user_shutdown
-        || msg.reason == ec::shutdown) {
-      self->state.flush();
-      suspend_active_sessions(*self->state.db);
-    }
-    auto replies = std::move(self->state.waiting);
-    self->state.waiting.clear();
-    auto err = caf::make_error(ec::unavailable,
-                               "persistence stopped before the write was "
-                               "synced; resend");
-    for (auto& reply : replies)
-      reply(err);
-    self->quit(msg.reason);
-  });
+  self->set_exit_handler(
+    [self](caf::exit_msg& msg) { self->state.on_exit(msg); });
   return {
-    [self](atom::accept, accept_request& req)
-      -> caf::result<accept_result> {
-      auto result = self->state.db->stage_accept(req);
-      if (!result)
-        return result.error();
-      // A duplicate known on disk is durable already (nothing staged).
-      return after_flush(self, *result);
+    [self](atom::accept, accept_request& req) {
+      return self->state.accept(req);
     },
-    [self](atom::commit, turn_commit& commit) -> caf::result<caf::ok_atom> {
-      self->state.db->stage_commit(commit);
-      return after_flush(self, caf::ok_atom_v);
+    [self](atom::commit, turn_commit& commit) {
+      return self->state.commit(commit);
     },
-    [self](caf::put_atom, session_record& rec) -> caf::result<caf::ok_atom> {
-      self->state.db->stage_session(rec);
-      return after_flush(self, caf::ok_atom_v);
-    },
-    [self](caf::put_atom, provider_health_record& rec)
-      -> caf::result<caf::ok_atom> {
-      self->state.db->stage_health(rec);
-      return after_flush(self, caf::ok_atom_v);
+    [self](caf::put_atom, session_record& rec) { return self->state.put(rec); },
+    [self](caf::put_atom, provider_health_record& rec) {
+      return self->state.put(rec);
     },
     [self](atom::health) -> caf::result<std::vector<provider_health_record>> {
-      auto records = self->state.db->health();
-      if (!records)
-        return records.error();
-      return std::move(*records);
+      return self->state.db->health();
     },
     [self](atom::load, const std::string& thread)
       -> caf::result<thread_snapshot> {
-      auto snapshot = self->state.db->load_thread(thread);
-      if (!snapshot)
-        return snapshot.error();
-      return std::move(*snapshot);
+      return self->state.db->load_thread(thread);
     },
     [self](atom::history, const std::string& thread, seq_t after,
            uint64_t limit) -> caf::result<history_page> {
-      auto page = self->state.db->history(thread, after, limit);
-      if (!page)
-        return page.error();
-      return std::move(*page);
+      return self->state.db->history(thread, after, limit);
     },
     [self](atom::inboxes) -> caf::result<std::vector<std::string>> {
-      auto threads = self->state.db->threads_with_inbox();
-      if (!threads)
-        return threads.error();
-      return std::move(*threads);
+      return self->state.db->threads_with_inbox();
     },
-    [self](atom::stats) -> caf::result<persistence_stats> {
-      auto sessions = self->state.db->count_sessions();
-      if (!sessions)
-        return sessions.error();
-      auto counters = self->state.db->stats();
-      return persistence_stats{*sessions, counters.flushes,
-                               counters.staged_operations,
-                               counters.failed_flushes};
+    [self](atom::stats) { return self->state.stats(); },
+    [self](atom::spawn, const std::string& parent, const std::string& child) {
+      return self->state.spawn(parent, child);
     },
-    [self](atom::spawn, const std::string& parent,
-           const std::string& child) -> caf::result<spawn_result> {
-      auto& db = *self->state.db;
-      auto parent_rec = db.session(parent);
-      if (!parent_rec) {
-        if (parent_rec.error() == ec::not_found)
-          return caf::make_error(ec::not_found,
-                                 "thread '" + parent
-                                   + "' has no session yet: send it a "
-                                     "message before spawning children");
-        return parent_rec.error();
-      }
-      if (parent_rec->state == session_state::closed)
-        return caf::make_error(ec::thread_closed,
-                               "thread '" + parent + "' was cancelled");
-      spawn_request req;
-      req.child.thread = child;
-      req.child.parent = parent;
-      req.child.pool = parent_rec->pool;
-      req.child.model = parent_rec->model;
-      req.child.state = session_state::suspended;
-      req.child.created_at = wall_clock_millis();
-      req.link = tree_link{parent, child, req.child.created_at};
-      auto result = db.stage_spawn(req);
-      if (!result)
-        return result.error();
-      return after_flush(self, std::move(*result));
+    [self](caf::put_atom, outbox_entry& entry, std::string& reason) {
+      return self->state.put(entry, reason);
     },
-    [self](caf::put_atom, outbox_entry& entry,
-           std::string& reason) -> caf::result<caf::ok_atom> {
-      self->state.db->stage_dead_letter(entry, reason);
-      return after_flush(self, caf::ok_atom_v);
+    [self](atom::subtree, const std::string& thread) {
+      return self->state.subtree(thread);
     },
-    [self](atom::subtree, const std::string& thread)
-      -> caf::result<std::vector<std::string>> {
-      std::vector<std::string> result{thread};
-      // Breadth first, so parents come before their children; `seen` stops
-      // a (corrupt) cycle.
-      std::set<std::string> seen{thread};
-      for (size_t i = 0; i < result.size(); ++i) {
-        auto children = self->state.db->children(result[i]);
-        if (!children)
-          return children.error();
-        for (auto& child : *children)
-          if (seen.insert(child).second)
-            result.push_back(child);
-      }
-      return result;
+    [self](atom::agents) { return self->state.agents(); },
+    [self](atom::recover) { return self->state.recover(); },
+    [self](caf::put_atom, const recovery_report& report) {
+      return self->state.put(report);
     },
-    [self](atom::agents)
-      -> caf::result<std::vector<session_record>, std::vector<tree_link>> {
-      auto sessions = self->state.db->sessions();
-      if (!sessions)
-        return sessions.error();
-      auto links = self->state.db->tree_links();
-      if (!links)
-        return links.error();
-      return caf::make_result(std::move(*sessions), std::move(*links));
-    },
-    [self](atom::recover) -> caf::result<recovery_plan> {
-      if (auto& plan = self->state.boot_plan) {
-        auto result = std::move(*plan);
-        plan.reset();
-        return result;
-      }
-      auto plan = plan_recovery(*self->state.db, false);
-      if (!plan)
-        return plan.error();
-      return std::move(*plan);
-    },
-    [self](caf::put_atom,
-           const recovery_report& report) -> caf::result<caf::ok_atom> {
-      self->state.db->stage_meta("last_recovery", encode(report));
-      return after_flush(self, caf::ok_atom_v);
-    },
-    [self](atom::report) -> caf::result<recovery_report> {
-      auto text = self->state.db->meta("last_recovery");
-      if (!text) {
-        if (text.error() == ec::not_found)
-          return caf::make_error(ec::not_found, "no recovery has run");
-        return text.error();
-      }
-      auto report = decode<recovery_report>(*text);
-      if (!report)
-        return report.error();
-      return std::move(*report);
-    },
+    [self](atom::report) { return self->state.report(); },
     [self](atom::flush) { self->state.flush(); },
   };
 }

@@ -224,6 +224,23 @@ provider_worker(worker_ptr self, provider_config cfg,
 
 // -- router -------------------------------------------------------------------
 
+void pool_call::next_provider() {
+  ++link;
+  tries_here = 0;
+  timeout_retried = false;
+  max_tokens = 0;
+}
+
+void provider_router_state::init(const provider_pool_config& config,
+                                 caf::actor pool_supervisor) {
+  pool = config.pool.name;
+  cfg = config.pool;
+  workers = std::move(pool_supervisor);
+  rng.seed(std::random_device{}());
+  for (auto& p : config.providers)
+    chain.push_back(chain_link{p, circuit_breaker{config.pool.breaker}});
+}
+
 void provider_router_state::fail_all(const caf::error& reason) {
   for (auto& [id, call] : calls)
     call.promise.deliver(reason);
@@ -253,6 +270,14 @@ provider_router_state::health_record(size_t i, time_point now) const {
   rec.calls = link.calls;
   rec.failures = link.failures;
   return rec;
+}
+
+std::vector<provider_health_record>
+provider_router_state::health_records(time_point now) const {
+  std::vector<provider_health_record> result;
+  for (size_t i = 0; i < chain.size(); ++i)
+    result.push_back(health_record(i, now));
+  return result;
 }
 
 void provider_router_state::restore(const provider_health_record& rec,
@@ -330,6 +355,13 @@ caf::error final_error(const provider_router_state& st, const pool_call& call,
   }
 }
 
+caf::error budget_used_up(const provider_router_state& st,
+                          const pool_call& call) {
+  return final_error(st, call, "the retry budget of "
+                                 + std::to_string(call.budget.used())
+                                 + " attempts is used up");
+}
+
 void finish(router_ptr self, uint64_t id, caf::error err) {
   auto& calls = self->state.calls;
   auto i = calls.find(id);
@@ -344,16 +376,11 @@ void fail_over(router_ptr self, uint64_t id, pool_call& call,
                const std::string& why) {
   auto& st = self->state;
   if (call.budget.exhausted()) {
-    finish(self, id, final_error(st, call, "the retry budget of "
-                                             + std::to_string(call.budget.used())
-                                             + " attempts is used up"));
+    finish(self, id, budget_used_up(st, call));
     return;
   }
   auto from = st.chain[call.link].provider.name;
-  ++call.link;
-  call.tries_here = 0;
-  call.timeout_retried = false;
-  call.max_tokens = 0;
+  call.next_provider();
   if (call.link < st.chain.size())
     tell_thread(self, call, "failing_over",
                 from + " failed (" + why + "); trying "
@@ -361,6 +388,70 @@ void fail_over(router_ptr self, uint64_t id, pool_call& call,
   dispatch(self, id);
 }
 
+// Notes a failed attempt of `call` on its current provider: in the call's
+// failures and, unless the worker was merely stopped, in the provider's
+// breaker and health.
+void record_failure(router_ptr self, pool_call& call,
+                    const attempt_outcome& out, error_class cls,
+                    time_point now) {
+  auto& st = self->state;
+  auto& link = st.chain[call.link];
+  call.last_class = cls;
+  if (!call.failures.empty())
+    call.failures += "; ";
+  call.failures += out.message;
+  spdlog::info("pool {}: attempt {} at {} failed ({}): {}", st.pool,
+               call.attempt, link.provider.name, to_string(cls), out.message);
+  // A stopped worker says nothing of the provider (a node shutdown must not
+  // open breakers that the next start restores).
+  if (!out.worker_stopped) {
+    ++link.failures;
+    link.breaker.record_failure(now, cls, out.message);
+    persist_health(self, call.link);
+  }
+  if (out.partial)
+    tell_thread(self, call, "stream_interrupted",
+                link.provider.name + " stopped mid-answer; the partial answer "
+                                     "is discarded");
+}
+
+// True if a retryable failure of class `cls` is retried on the same
+// provider (a timeout only once).
+bool retry_here(const provider_router_state& st, const pool_call& call,
+                error_class cls) {
+  return call.tries_here < st.cfg.retry.max_attempts
+         && !(cls == error_class::timeout && call.timeout_retried)
+         && st.chain[call.link].breaker.state() != breaker_state::open
+         && !call.budget.exhausted();
+}
+
+// Retries call `id` on its provider after the backoff delay (Retry-After as
+// its floor); a retried timeout asks for fewer tokens.
+void retry_later(router_ptr self, uint64_t id, pool_call& call,
+                 const attempt_outcome& out, error_class cls) {
+  auto& st = self->state;
+  auto& link = st.chain[call.link];
+  if (cls == error_class::timeout) {
+    call.timeout_retried = true;
+    auto current = call.max_tokens != 0 ? call.max_tokens
+                                        : link.provider.max_tokens;
+    call.max_tokens = std::max<uint32_t>(
+      1, static_cast<uint32_t>(current * st.cfg.timeout_max_tokens_factor));
+  }
+  std::optional<milliseconds> retry_after;
+  if (out.retry_after_ms >= 0)
+    retry_after = milliseconds{out.retry_after_ms};
+  auto delay = next_delay(st.cfg.retry, call.tries_here, retry_after, st.rng);
+  tell_thread(self, call, "retrying_provider",
+              out.message + "; retrying " + link.provider.name + " in "
+                + say_duration(delay) + " (attempt "
+                + std::to_string(call.tries_here + 1) + " of "
+                + std::to_string(st.cfg.retry.max_attempts) + ")");
+  self->delayed_send(self, delay, atom::retry_v, id);
+}
+
+// The outcome of an attempt of call `id`: a reply answers the call; a
+// failure finishes it, fails over or retries, as its class says.
 void on_outcome(router_ptr self, uint64_t id, attempt_outcome& out) {
   auto& st = self->state;
   auto i = st.calls.find(id);
@@ -383,71 +474,23 @@ void on_outcome(router_ptr self, uint64_t id, attempt_outcome& out) {
     return;
   }
   auto cls = parse_error_class(out.error_class).value_or(error_class::unknown);
-  call.last_class = cls;
-  if (!call.failures.empty())
-    call.failures += "; ";
-  call.failures += out.message;
-  spdlog::info("pool {}: attempt {} at {} failed ({}): {}", st.pool,
-               call.attempt, link.provider.name, to_string(cls), out.message);
-  // A stopped worker says nothing of the provider (a node shutdown must not
-  // open breakers that the next start restores).
-  if (!out.worker_stopped) {
-    ++link.failures;
-    link.breaker.record_failure(now, cls, out.message);
-    persist_health(self, call.link);
-  }
-  if (out.partial)
-    tell_thread(self, call, "stream_interrupted",
-                link.provider.name + " stopped mid-answer; the partial answer "
-                                     "is discarded");
-  // The request itself is wrong: no provider can help.
+  record_failure(self, call, out, cls, now);
   if (!counts_against_provider(cls)) {
+    // The request itself is wrong: no provider can help.
     finish(self, id, final_error(st, call, "the provider refused the request"));
-    return;
-  }
-  // Auth, billing, model_not_found, format: this provider cannot serve the
-  // request; another one may.
-  if (!retryable(cls)) {
+  } else if (!retryable(cls) || !retry_here(st, call, cls)) {
+    // Auth, billing, model_not_found, format: this provider cannot serve the
+    // request; another one may. Likewise once retries here are used up.
     fail_over(self, id, call, to_string(cls));
-    return;
+  } else {
+    retry_later(self, id, call, out, cls);
   }
-  // A timeout is retried once, asking for fewer tokens.
-  bool again = call.tries_here < st.cfg.retry.max_attempts
-               && !(cls == error_class::timeout && call.timeout_retried)
-               && link.breaker.state() != breaker_state::open
-               && !call.budget.exhausted();
-  if (!again) {
-    fail_over(self, id, call, to_string(cls));
-    return;
-  }
-  if (cls == error_class::timeout) {
-    call.timeout_retried = true;
-    auto current = call.max_tokens != 0 ? call.max_tokens
-                                        : link.provider.max_tokens;
-    call.max_tokens = std::max<uint32_t>(
-      1, static_cast<uint32_t>(current * st.cfg.timeout_max_tokens_factor));
-  }
-  std::optional<milliseconds> retry_after;
-  if (out.retry_after_ms >= 0)
-    retry_after = milliseconds{out.retry_after_ms};
-  auto delay = next_delay(st.cfg.retry, call.tries_here, retry_after, st.rng);
-  tell_thread(self, call, "retrying_provider",
-              out.message + "; retrying " + link.provider.name + " in "
-                + say_duration(delay) + " (attempt "
-                + std::to_string(call.tries_here + 1) + " of "
-                + std::to_string(st.cfg.retry.max_attempts) + ")");
-  self->delayed_send(self, delay, atom::retry_v, id);
 }
 
-// Makes the next attempt of call `id`: on the current provider if its
-// breaker lets it through, else on the next one that does.
-void dispatch(router_ptr self, uint64_t id) {
-  auto& st = self->state;
-  auto i = st.calls.find(id);
-  if (i == st.calls.end())
-    return;
-  auto& call = i->second;
-  auto now = self->clock().now();
+// Moves `call` past the providers whose breaker lets no call through now,
+// noting them in the call's failures.
+void skip_cooling_down(provider_router_state& st, pool_call& call,
+                       time_point now) {
   std::string skipped;
   while (call.link < st.chain.size()
          && !st.chain[call.link].breaker.admit(now)) {
@@ -457,30 +500,19 @@ void dispatch(router_ptr self, uint64_t id) {
       skipped += ", ";
     skipped += link.provider.name + " cooling down for "
                + say_duration(std::max(wait, milliseconds{0}));
-    ++call.link;
-    call.tries_here = 0;
-    call.timeout_retried = false;
-    call.max_tokens = 0;
+    call.next_provider();
   }
   if (!skipped.empty()) {
     if (!call.failures.empty())
       call.failures += "; ";
     call.failures += "skipped " + skipped;
   }
-  if (call.link >= st.chain.size()) {
-    finish(self, id, final_error(st, call,
-                                 call.attempt == 0
-                                   ? "every provider is cooling down"
-                                   : "every provider failed"));
-    return;
-  }
-  if (!call.budget.take()) {
-    finish(self, id, final_error(st, call, "the retry budget of "
-                                             + std::to_string(call.budget.used())
-                                             + " attempts is used up"));
-    return;
-  }
-  auto& link = st.chain[call.link];
+}
+
+// Sends the next attempt of call `id` to the worker of its provider,
+// through the pool supervisor.
+void attempt(router_ptr self, uint64_t id, pool_call& call) {
+  auto& link = self->state.chain[call.link];
   ++call.attempt;
   ++call.tries_here;
   call.in_flight = true;
@@ -493,7 +525,7 @@ void dispatch(router_ptr self, uint64_t id) {
   auto guard = caf::timespan{link.provider.total_timeout}
                + std::chrono::seconds{5};
   self
-    ->request(st.workers, guard, atom::forward_v, link.provider.name,
+    ->request(self->state.workers, guard, atom::forward_v, link.provider.name,
               caf::make_message(atom::attempt_v, std::move(req)))
     .then([self, id](attempt_outcome& out) { on_outcome(self, id, out); },
           [self, id, name = link.provider.name](caf::error& err) {
@@ -507,17 +539,68 @@ void dispatch(router_ptr self, uint64_t id) {
           });
 }
 
+// Makes the next attempt of call `id`: on the current provider if its
+// breaker lets it through, else on the next one that does.
+void dispatch(router_ptr self, uint64_t id) {
+  auto& st = self->state;
+  auto i = st.calls.find(id);
+  if (i == st.calls.end())
+    return;
+  auto& call = i->second;
+  skip_cooling_down(st, call, self->clock().now());
+  if (call.link >= st.chain.size()) {
+    finish(self, id, final_error(st, call,
+                                 call.attempt == 0
+                                   ? "every provider is cooling down"
+                                   : "every provider failed"));
+    return;
+  }
+  if (!call.budget.take()) {
+    finish(self, id, budget_used_up(st, call));
+    return;
+  }
+  attempt(self, id, call);
+}
+
+// Opens a call working its way through the chain; answers its completion.
+caf::result<completion> complete(router_ptr self, completion_request& req) {
+  auto& st = self->state;
+  auto id = st.next_id++;
+  auto budget = st.cfg.budget != 0
+                  ? st.cfg.budget
+                  : st.cfg.retry.max_attempts
+                      * static_cast<uint32_t>(st.chain.size());
+  pool_call call;
+  call.promise = self->make_response_promise<completion>();
+  call.request = std::move(req);
+  call.budget = retry_budget{budget};
+  auto rp = call.promise;
+  st.calls.emplace(id, std::move(call));
+  dispatch(self, id);
+  return rp;
+}
+
+// Cooldowns survive restarts: picks up the persisted health.
+void load_health(router_ptr self) {
+  request_component(self, names::persistence, std::chrono::seconds{30},
+                    atom::health_v)
+    .then(
+      [self](std::vector<provider_health_record>& records) {
+        auto now = self->clock().now();
+        for (auto& rec : records)
+          self->state.restore(rec, now);
+      },
+      [self](caf::error& err) {
+        spdlog::warn("pool {}: cannot load provider health: {}",
+                     self->state.pool, render(err));
+      });
+}
+
 } // namespace
 
 provider_router_actor::behavior_type
 provider_router(router_ptr self, provider_pool_config cfg, caf::actor workers) {
-  auto& st = self->state;
-  st.pool = cfg.pool.name;
-  st.cfg = cfg.pool;
-  st.workers = std::move(workers);
-  st.rng.seed(std::random_device{}());
-  for (auto& p : cfg.providers)
-    st.chain.push_back(chain_link{p, circuit_breaker{cfg.pool.breaker}});
+  self->state.init(cfg, std::move(workers));
   self->set_exception_handler([self](std::exception_ptr& ptr) -> caf::error {
     auto err = caf::make_error(ec::provider_failed,
                                "pool '" + self->state.pool
@@ -533,44 +616,13 @@ provider_router(router_ptr self, provider_pool_config cfg, caf::actor workers) {
                              + render(msg.reason)));
     self->quit(msg.reason);
   });
-  // Cooldowns survive restarts: pick up the persisted health.
-  request_component(self, names::persistence, std::chrono::seconds{30},
-                    atom::health_v)
-    .then(
-      [self](std::vector<provider_health_record>& records) {
-        auto now = self->clock().now();
-        for (auto& rec : records)
-          self->state.restore(rec, now);
-      },
-      [self](caf::error& err) {
-        spdlog::warn("pool {}: cannot load provider health: {}",
-                     self->state.pool, render(err));
-      });
+  load_health(self);
   return {
-    [self](atom::complete,
-           completion_request& req) -> caf::result<completion> {
-      auto& st = self->state;
-      auto id = st.next_id++;
-      auto budget = st.cfg.budget != 0
-                      ? st.cfg.budget
-                      : st.cfg.retry.max_attempts
-                          * static_cast<uint32_t>(st.chain.size());
-      pool_call call;
-      call.promise = self->make_response_promise<completion>();
-      call.request = std::move(req);
-      call.budget = retry_budget{budget};
-      auto rp = call.promise;
-      st.calls.emplace(id, std::move(call));
-      dispatch(self, id);
-      return rp;
+    [self](atom::complete, completion_request& req) {
+      return complete(self, req);
     },
     [self](atom::health) {
-      auto& st = self->state;
-      auto now = self->clock().now();
-      std::vector<provider_health_record> result;
-      for (size_t i = 0; i < st.chain.size(); ++i)
-        result.push_back(st.health_record(i, now));
-      return result;
+      return self->state.health_records(self->clock().now());
     },
     [self](atom::retry, uint64_t id) { dispatch(self, id); },
   };

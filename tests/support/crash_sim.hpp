@@ -1,6 +1,6 @@
 #pragma once
 
-// The in-process deterministic crash simulation (issue 5): a whole node tree
+// The in-process deterministic crash simulation: a whole node tree
 // on CAF's test coordinator with a scripted provider, driven by a random
 // sequence of operations drawn from one seed — client messages, resends,
 // spawns, cancels, kills of conversations, orchestrator, persistence and

@@ -232,8 +232,8 @@ using persistence_actor = caf::typed_actor<
   caf::replies_to<atom::agents>::with<std::vector<session_record>,
                                       std::vector<tree_link>>,
   // The recovery plan: after boot the plan made before serving anything
-  // (steps 1-4 of seed 004 already done on disk); after a restart of the
-  // orchestrator just the threads with pending work.
+  // (steps 1-4 of `plan_recovery` already done on disk); after a restart of
+  // the orchestrator just the threads with pending work.
   caf::replies_to<atom::recover>::with<recovery_plan>,
   // Stores the final recovery report (meta `last_recovery`).
   caf::replies_to<caf::put_atom, recovery_report>::with<caf::ok_atom>,

@@ -39,7 +39,7 @@ struct conversation_config {
 conversation_config make_conversation_config(const thread_defaults& defaults,
                                              std::string thread);
 
-/// Descriptive messages posted to a thread when a turn fails (seed 000).
+/// Descriptive messages posted to a thread when a turn fails.
 namespace turn_errors {
 
 constexpr const char* provider_failed
@@ -145,6 +145,16 @@ struct conversation_state {
   void apply(const turn_commit& commit);
   /// Fails every accept not answered yet (the actor is going down).
   void fail_pending_accepts(const caf::error& reason);
+  /// Answers every cancel waiting: with `err`, or done if it is none.
+  void answer_cancels(const caf::error& err);
+  /// Why `msg` is refused: the thread is closed, another thread writes to
+  /// one that does not exist, or the inbox is full; none if it is taken.
+  caf::error refusal(const incoming_message& msg) const;
+  /// The `not_found` error naming this thread.
+  caf::error not_found() const;
+  /// The durable accept of `msg` under the next sequence number; the first
+  /// accept of an activation writes the session ACTIVE with it.
+  accept_request make_accept_request(incoming_message msg);
   /// Restores the state from a snapshot.
   void restore(thread_snapshot snapshot);
 };

@@ -13,13 +13,13 @@
 
 namespace keel {
 
-/// The root supervisor's children in start order (DESIGN.md's tree; later
-/// issues add tools, delivery, notifier and cluster): persistence (its
+/// The root supervisor's children in start order: persistence (its
 /// database in `data_dir/db`), the providers supervisor (one child per
 /// pool; HTTP providers on `io`, which may be null when none is configured),
-/// orchestrator and, if `server` is set, the gateway bridge, with the
-/// `supervision.root` and `supervision.providers` settings. All are
-/// registered under `keel::names`.
+/// the conversations supervisor (one conversation per thread, started on
+/// demand), the orchestrator and, if `server` is set, the gateway bridge,
+/// with the `supervision.root`, `.providers` and `.conversations` settings.
+/// All are registered under `keel::names`.
 caf::expected<supervisor_config> root_spec(const node_config& cfg,
                                            std::shared_ptr<ws_server> server,
                                            bool detached_persistence,

@@ -7,7 +7,10 @@
 #include <string>
 #include <vector>
 
+#include <caf/system_messages.hpp>
+#include <caf/result.hpp>
 #include <caf/typed_event_based_actor.hpp>
+#include <caf/typed_response_promise.hpp>
 
 #include "keel/actors.hpp"
 #include "keel/store.hpp"
@@ -26,9 +29,17 @@ struct persistence_config {
   std::shared_ptr<std::atomic<bool>> boot_recovery_pending;
 };
 
-/// State of the persistence actor.
+/// State of the persistence actor. Each message of `persistence_actor` has
+/// a member function of the same name; all of them run on the actor's own
+/// thread.
 struct persistence_state {
+  using self_ptr = persistence_actor::stateful_pointer<persistence_state>;
+
   static inline const char* name = "keel.persistence";
+
+  explicit persistence_state(self_ptr self);
+
+  self_ptr self;
 
   /// The open database; null if opening failed (the actor then quits).
   std::unique_ptr<store> db;
@@ -42,8 +53,62 @@ struct persistence_state {
   /// The boot recovery's plan until the orchestrator has fetched it.
   std::optional<recovery_plan> boot_plan;
 
+  /// Opens the store in `cfg.dir` and, for the node's first incarnation,
+  /// runs the recovery on boot; returns why either failed.
+  caf::error init(const persistence_config& cfg);
+
   /// Commits the pending group and answers everyone waiting on it.
   void flush();
+
+  /// Stopped or killed by the supervisor: a clean stop commits the pending
+  /// group and suspends the live sessions; whoever still waits is answered
+  /// `unavailable` at once instead of at their timeouts.
+  void on_exit(const caf::exit_msg& msg);
+
+  // -- writes, answered once the pending group is synced ----------------------
+
+  caf::result<accept_result> accept(const accept_request& req);
+
+  caf::result<caf::ok_atom> commit(const turn_commit& commit);
+
+  caf::result<caf::ok_atom> put(const session_record& rec);
+
+  caf::result<caf::ok_atom> put(const provider_health_record& rec);
+
+  /// Moves an undeliverable outbox entry to the dead letters.
+  caf::result<caf::ok_atom> put(const outbox_entry& entry,
+                                const std::string& reason);
+
+  /// Stores the final recovery report.
+  caf::result<caf::ok_atom> put(const recovery_report& report);
+
+  /// Writes the child's session (the parent's pool and model) and its tree
+  /// link; not_found if the parent has no session, thread_closed if it was
+  /// cancelled.
+  caf::result<spawn_result> spawn(const std::string& parent,
+                                  const std::string& child);
+
+  // -- reads ------------------------------------------------------------------
+
+  caf::result<persistence_stats> stats();
+
+  caf::result<std::vector<std::string>> subtree(const std::string& thread);
+
+  caf::result<std::vector<session_record>, std::vector<tree_link>> agents();
+
+  /// The boot plan once, then a plan of the threads with pending work.
+  caf::result<recovery_plan> recover();
+
+  caf::result<recovery_report> report();
+
+private:
+  /// Joins a write to the pending group; `rp` gets `result` after the flush.
+  template <class T>
+  void await_flush(caf::typed_response_promise<T> rp, T result);
+
+  /// Answers `result` at once when nothing is pending, else after the flush.
+  template <class T>
+  caf::result<T> after_flush(T result);
 };
 
 /// Opens the store in `cfg.dir` and serves the persistence interface. Quits

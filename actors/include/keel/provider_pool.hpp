@@ -115,6 +115,9 @@ struct pool_call {
   std::string failures;
   /// Class of the last failure.
   std::optional<error_class> last_class;
+
+  /// Moves on to the next provider of the chain, with fresh counters.
+  void next_provider();
 };
 
 /// State of a pool's router.
@@ -130,11 +133,17 @@ struct provider_router_state {
   uint64_t next_id = 1;
   std::mt19937_64 rng;
 
+  /// Sets up the chain of pool `config`, each provider with a new breaker;
+  /// `pool_supervisor` forwards attempts to the workers.
+  void init(const provider_pool_config& config, caf::actor pool_supervisor);
   /// Fails every call (the router is going down).
   void fail_all(const caf::error& reason);
   /// The persistent form of link `i`'s health, with wall-clock times.
   provider_health_record health_record(size_t i,
                                        caf::actor_clock::time_point now) const;
+  /// The health of every link, in chain order.
+  std::vector<provider_health_record>
+  health_records(caf::actor_clock::time_point now) const;
   /// Applies a persisted record to the matching link (if any).
   void restore(const provider_health_record& rec,
                caf::actor_clock::time_point now);
