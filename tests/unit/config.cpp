@@ -534,6 +534,19 @@ CAF_TEST(parse_duration requires a unit) {
     CAF_CHECK_EQUAL(parse_duration(bad), std::nullopt);
 }
 
+CAF_TEST(render_duration picks the largest whole unit and reads back) {
+  CAF_CHECK_EQUAL(render_duration(caf::timespan{0}), "0s");
+  CAF_CHECK_EQUAL(render_duration(caf::timespan{7ns}), "7ns");
+  CAF_CHECK_EQUAL(render_duration(caf::timespan{1500us}), "1500us");
+  CAF_CHECK_EQUAL(render_duration(caf::timespan{10ms}), "10ms");
+  CAF_CHECK_EQUAL(render_duration(caf::timespan{120s}), "2m");
+  CAF_CHECK_EQUAL(render_duration(caf::timespan{90min}), "90m");
+  CAF_CHECK_EQUAL(render_duration(caf::timespan{3h}), "3h");
+  for (auto x : {caf::timespan{1ns}, caf::timespan{1001us}, caf::timespan{61s},
+                 caf::timespan{25h}})
+    CAF_CHECK_EQUAL(parse_duration(render_duration(x)), x);
+}
+
 CAF_TEST(durations must have a unit and be positive where required) {
   CAF_CHECK_EQUAL(error_of("threads:\n  idle_timeout: 300\n"),
                   "node.yaml:2: threads.idle_timeout: expected a positive "

@@ -16,6 +16,7 @@
 
 #include "keel/error.hpp"
 #include "keel/provider_policy.hpp"
+#include "keel/units.hpp"
 
 namespace keel {
 
@@ -152,6 +153,10 @@ enum class restart_strategy : uint8_t {
   rest_for_one,
 };
 
+/// The YAML spellings of the strategies, indexed by their enum values.
+inline constexpr const char* restart_strategy_names[] = {
+  "one_for_one", "one_for_all", "rest_for_one"};
+
 /// Returns the YAML spelling of `x`: "one_for_one", "one_for_all" or
 /// "rest_for_one".
 std::string to_string(restart_strategy x);
@@ -276,15 +281,5 @@ caf::expected<node_config> parse_config(const std::string& yaml,
 /// Reads, parses and validates a YAML file.
 caf::expected<node_config> load_config_file(const std::string& path,
                                             const env_lookup& env);
-
-/// Parses a duration written as an integer immediately followed by a unit:
-/// `ns`, `us`, `ms`, `s`, `m` or `h` (e.g. "250ms", "5s", "2m", "1h").
-/// Returns `std::nullopt` for anything else, including a missing unit.
-std::optional<caf::timespan> parse_duration(std::string_view str);
-
-/// Parses a byte size: an integer, optionally immediately followed by `KiB`,
-/// `MiB` or `GiB` (e.g. "65536", "64KiB", "1MiB"). Returns `std::nullopt`
-/// for anything else or on overflow.
-std::optional<size_t> parse_size(std::string_view str);
 
 } // namespace keel

@@ -1,0 +1,741 @@
+#include "keel/config.hpp"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <utility>
+
+#include "strict_yaml.hpp"
+
+namespace keel {
+
+namespace {
+
+using strict_yaml::describe;
+using strict_yaml::indexed;
+using strict_yaml::line_of;
+using strict_yaml::map_reader;
+using strict_yaml::no_limit;
+using strict_yaml::one_of;
+using strict_yaml::quote;
+using strict_yaml::strings;
+
+// -- the schema's names -------------------------------------------------------
+
+constexpr const char* top_level_keys[] = {"node",    "gateway",
+                                          "providers", "pools",
+                                          "threads", "supervision",
+                                          "logging", "storage"};
+
+constexpr const char* provider_kinds[] = {"echo", "scripted", "openai",
+                                          "anthropic"};
+
+constexpr const char* http_provider_keys[] = {
+  "base_url",   "api_key",            "headers",       "connect_timeout",
+  "first_byte_timeout", "total_timeout", "max_concurrency", "ca_file",
+  "stream",     "max_tokens"};
+
+constexpr const char* retry_keys[] = {"base_delay", "multiplier",
+                                      "max_delay",  "jitter",
+                                      "retry_after_cap", "budget"};
+
+constexpr const char* breaker_keys[] = {"failure_threshold", "probe_lead",
+                                        "probe_timeout"};
+
+constexpr const char* failure_classes[] = {
+  "auth",           "rate_limit",       "billing",
+  "timeout",        "overloaded",       "model_not_found",
+  "context_overflow", "invalid_request", "format",
+  "unknown"};
+
+constexpr const char* log_levels[] = {"trace", "debug", "info",
+                                      "warn",  "error", "off"};
+
+constexpr const char* supervisor_names[] = {"root", "providers",
+                                            "conversations"};
+
+constexpr const char* supervisor_keys[] = {"strategy", "max_restarts",
+                                           "period",   "shutdown_timeout",
+                                           "buffer",   "backoff"};
+
+constexpr const char* backoff_keys[] = {"initial", "max", "multiplier",
+                                        "reset_after", "jitter"};
+
+/// Upper bound of `max_restarts` and `buffer`: far beyond any sane value,
+/// low enough that a typo of a few extra digits is caught.
+constexpr int64_t supervision_limit = 1'000'000;
+
+/// The names of `xs` (providers or pools), in order.
+template <class T>
+std::vector<std::string> names_of(const std::vector<T>& xs) {
+  std::vector<std::string> result;
+  for (auto& x : xs)
+    result.push_back(x.name);
+  return result;
+}
+
+// -- the parser ---------------------------------------------------------------
+
+/// Reads a YAML document into a `node_config`, throwing `strict_yaml::error`
+/// at the first problem. Sections are read in the order of
+/// `top_level_keys`, then `validate` checks the fields against each other.
+class parser : public strict_yaml::reader {
+public:
+  using reader::reader;
+
+  node_config run(const YAML::Node& root);
+
+private:
+  /// Reads the list at `path` (see `read_list`) with the member
+  /// `read_item(item, item_path)` for each item.
+  template <class T, class Self>
+  std::vector<T> read_each(const YAML::Node& node, const std::string& path,
+                           const std::string& expected,
+                           T (Self::*read_item)(const YAML::Node&,
+                                                const std::string&)) {
+    std::vector<T> result;
+    auto items = read_list(node, path, expected);
+    for (size_t i = 0; i < items.size(); ++i)
+      result.push_back((this->*read_item)(items[i], indexed(path, i)));
+    return result;
+  }
+
+  // -- sections ---------------------------------------------------------------
+
+  void read_node(const map_reader& m, node_config& cfg);
+  void read_gateway(const map_reader& m, gateway_config& cfg);
+  void read_providers(const map_reader& top, node_config& cfg);
+  provider_config read_provider(const YAML::Node& node,
+                                const std::string& path);
+  void read_http_provider(const map_reader& m, provider_config& cfg);
+  void read_base_url(const map_reader& m, provider_config& cfg);
+  void read_headers(const YAML::Node& node, const std::string& path,
+                    std::map<std::string, std::string>& cfg);
+  void read_http_limits(const map_reader& m, provider_config& cfg);
+  scripted_step read_step(const YAML::Node& node, const std::string& path);
+  void read_tool(const YAML::Node& node, const std::string& path,
+                 scripted_step& cfg);
+  void read_pools(const map_reader& top, node_config& cfg);
+  pool_config read_pool(const YAML::Node& node, const std::string& path);
+  void read_retry(const map_reader& m, pool_config& cfg);
+  void read_breaker(const map_reader& m, breaker_config& cfg);
+  void read_cooldowns(const map_reader& m, cooldown_table& cfg);
+  void read_threads(const map_reader& m, thread_defaults& cfg);
+  void read_supervision(const map_reader& m, supervision_config& cfg);
+  void read_supervisor(const map_reader& m, supervisor_settings& cfg,
+                       bool dynamic);
+  void read_backoff(const map_reader& m, backoff_config& cfg);
+  void read_logging(const map_reader& m, logging_config& cfg);
+  void read_storage(const map_reader& m, storage_config& cfg);
+
+  // -- checks across fields ---------------------------------------------------
+
+  void validate(const node_config& cfg) const;
+  void check_frame_sizes(const gateway_config& cfg) const;
+  void check_backoff_bounds(const supervision_config& cfg) const;
+  void check_providers(const std::vector<provider_config>& providers) const;
+  void check_pools(const node_config& cfg) const;
+  void check_chain(const node_config& cfg, size_t pool_index) const;
+  void check_thread_pool(const node_config& cfg) const;
+
+  /// Fails for `path` because `value` is below `lower`, the value of
+  /// `lower_path`.
+  [[noreturn]] void fail_below(int line, const std::string& path,
+                               const std::string& lower_path,
+                               caf::timespan lower, caf::timespan value) const;
+
+  /// The file replaced the default providers.
+  bool providers_written_ = false;
+  /// The file replaced the default pools.
+  bool pools_written_ = false;
+  /// The file set `threads.pool`.
+  bool thread_pool_written_ = false;
+};
+
+node_config parser::run(const YAML::Node& root) {
+  auto cfg = default_config();
+  cfg.source = source();
+  // An empty document (or one holding only comments) means all defaults.
+  if (root.IsNull())
+    return cfg;
+  if (!root.IsMap())
+    fail(line_of(root), "",
+         "expected a mapping of top-level keys (" + one_of(top_level_keys)
+           + "), got " + describe(root));
+  map_reader top{*this, root, "", line_of(root), strings(top_level_keys)};
+  // Mappings are read key by key over the defaults.
+  if (auto m = section(top, "node", {"name", "data_dir"}))
+    read_node(*m, cfg);
+  if (auto m = section(top, "gateway",
+                       {"host", "port", "token", "max_frame_bytes",
+                        "max_text_bytes", "max_connections",
+                        "max_queued_frames", "io_threads"}))
+    read_gateway(*m, cfg.gateway);
+  read_providers(top, cfg);
+  read_pools(top, cfg);
+  if (auto m = section(top, "threads",
+                       {"system_prompt", "idle_timeout", "pool", "max_inbox",
+                        "turn_timeout"}))
+    read_threads(*m, cfg.threads);
+  if (auto m = section(top, "supervision", strings(supervisor_names)))
+    read_supervision(*m, cfg.supervision);
+  if (auto m = section(top, "logging", {"level", "file"}))
+    read_logging(*m, cfg.logging);
+  if (auto m = section(top, "storage", {"sync", "fault_injection"}))
+    read_storage(*m, cfg.storage);
+  validate(cfg);
+  return cfg;
+}
+
+// -- node and gateway ---------------------------------------------------------
+
+void parser::read_node(const map_reader& m, node_config& cfg) {
+  if (auto x = m.get("name")) {
+    auto path = m.path("name");
+    auto name = read_string(*x, path);
+    auto valid_char = [](char c) {
+      return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z')
+             || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
+    };
+    if (name.empty() || name.size() > 64
+        || !std::all_of(name.begin(), name.end(), valid_char))
+      bad_value(*x, path, name,
+                "1 to 64 characters from A-Z, a-z, 0-9, '.', '_' and '-'");
+    cfg.name = std::move(name);
+  }
+  if (auto x = m.get("data_dir")) {
+    auto path = m.path("data_dir");
+    cfg.data_dir = read_string(*x, path);
+    if (cfg.data_dir.empty())
+      bad_value(*x, path, cfg.data_dir, "a non-empty folder path");
+  }
+}
+
+void parser::read_gateway(const map_reader& m, gateway_config& cfg) {
+  if (auto x = m.get("host")) {
+    auto path = m.path("host");
+    cfg.host = read_string(*x, path);
+    if (cfg.host.empty())
+      bad_value(*x, path, cfg.host, "a non-empty host name or address");
+  }
+  if (auto x = m.get("port"))
+    cfg.port = static_cast<uint16_t>(read_int(*x, m.path("port"), 0, 65535));
+  if (auto x = m.get("token"))
+    cfg.token = read_string(*x, m.path("token"));
+  if (auto x = m.get("max_frame_bytes"))
+    cfg.max_frame_bytes = read_size(*x, m.path("max_frame_bytes"), 1024);
+  if (auto x = m.get("max_text_bytes"))
+    cfg.max_text_bytes = read_size(*x, m.path("max_text_bytes"), 1);
+  if (auto x = m.get("max_connections"))
+    cfg.max_connections = static_cast<size_t>(
+      read_int(*x, m.path("max_connections"), 1, no_limit));
+  if (auto x = m.get("max_queued_frames"))
+    cfg.max_queued_frames = static_cast<size_t>(
+      read_int(*x, m.path("max_queued_frames"), 1, no_limit));
+  if (auto x = m.get("io_threads"))
+    cfg.io_threads = static_cast<size_t>(
+      read_int(*x, m.path("io_threads"), 1, 64));
+}
+
+// -- providers ----------------------------------------------------------------
+
+void parser::read_providers(const map_reader& top, node_config& cfg) {
+  // A list replaces the defaults as a whole.
+  if (auto node = top.get("providers")) {
+    providers_written_ = true;
+    cfg.providers = read_each(*node, "providers", "a list of providers",
+                              &parser::read_provider);
+  }
+}
+
+provider_config parser::read_provider(const YAML::Node& node,
+                                      const std::string& path) {
+  std::vector<std::string> known{"name", "kind", "model", "script"};
+  known.insert(known.end(), std::begin(http_provider_keys),
+               std::end(http_provider_keys));
+  map_reader m{*this, node, path, line_of(node), std::move(known)};
+  provider_config result;
+  result.name = read_name(required(m, "name", "a non-empty provider name"),
+                          m.path("name"));
+  result.kind = read_enum(required(m, "kind", one_of(provider_kinds)),
+                          m.path("kind"), provider_kinds);
+  if (auto x = m.get("model"))
+    result.model = read_string(*x, m.path("model"));
+  auto script_path = m.path("script");
+  if (result.kind == "echo" && m.has("script"))
+    fail(m.line("script"), script_path, "echo providers take no script");
+  if (auto x = m.get("script"))
+    result.script = read_each(*x, script_path, "a list of script steps",
+                              &parser::read_step);
+  if (result.kind == "scripted" && result.script.empty())
+    fail(m.line("script"), script_path,
+         "a scripted provider needs a non-empty list of script steps");
+  read_http_provider(m, result);
+  return result;
+}
+
+void parser::read_http_provider(const map_reader& m, provider_config& cfg) {
+  if (!is_http_kind(cfg.kind)) {
+    for (auto key : http_provider_keys)
+      if (m.has(key))
+        fail(m.line(key), m.path(key),
+             "only openai and anthropic providers take " + std::string{key}
+               + " (this provider is " + quote(cfg.kind) + ")");
+    return;
+  }
+  if (m.has("script"))
+    fail(m.line("script"), m.path("script"),
+         cfg.kind + " providers take no script");
+  read_base_url(m, cfg);
+  if (cfg.model.empty())
+    fail(m.line("model"), m.path("model"),
+         "missing required key (expected the model name to request)");
+  if (auto x = m.get("api_key"))
+    cfg.api_key = read_string(*x, m.path("api_key"));
+  if (auto x = m.get("headers"))
+    read_headers(*x, m.path("headers"), cfg.headers);
+  read_http_limits(m, cfg);
+}
+
+void parser::read_base_url(const map_reader& m, provider_config& cfg) {
+  auto url = required(m, "base_url", "an http:// or https:// URL");
+  cfg.base_url = read_string(url, m.path("base_url"));
+  auto url_ok = [](const std::string& x) {
+    for (std::string_view scheme : {"http://", "https://"})
+      if (x.size() > scheme.size() && x.compare(0, scheme.size(), scheme) == 0)
+        return true;
+    return false;
+  };
+  if (!url_ok(cfg.base_url))
+    bad_value(url, m.path("base_url"), cfg.base_url,
+              "an http:// or https:// URL with a host");
+}
+
+void parser::read_headers(const YAML::Node& node, const std::string& path,
+                          std::map<std::string, std::string>& cfg) {
+  if (!node.IsMap())
+    fail(line_of(node), path,
+         "expected a mapping of header names to values, got "
+           + describe(node));
+  for (auto kv : node) {
+    auto name = read_name(kv.first, path);
+    cfg[name] = read_string(kv.second, path + "." + name);
+  }
+}
+
+void parser::read_http_limits(const map_reader& m, provider_config& cfg) {
+  if (auto x = m.get("connect_timeout"))
+    cfg.connect_timeout = read_millis(*x, m.path("connect_timeout"), true);
+  if (auto x = m.get("first_byte_timeout"))
+    cfg.first_byte_timeout = read_millis(*x, m.path("first_byte_timeout"),
+                                         true);
+  if (auto x = m.get("total_timeout"))
+    cfg.total_timeout = read_millis(*x, m.path("total_timeout"), true);
+  if (auto x = m.get("max_concurrency"))
+    cfg.max_concurrency = static_cast<size_t>(
+      read_int(*x, m.path("max_concurrency"), 1, 100000));
+  if (auto x = m.get("ca_file")) {
+    cfg.ca_file = read_string(*x, m.path("ca_file"));
+    if (!cfg.ca_file.empty() && !std::ifstream{cfg.ca_file})
+      bad_value(*x, m.path("ca_file"), cfg.ca_file,
+                "a readable PEM file of CA certificates");
+  }
+  if (auto x = m.get("stream"))
+    cfg.stream = read_bool(*x, m.path("stream"));
+  if (auto x = m.get("max_tokens"))
+    cfg.max_tokens = static_cast<uint32_t>(
+      read_int(*x, m.path("max_tokens"), 1, 1'000'000));
+}
+
+scripted_step parser::read_step(const YAML::Node& node,
+                                const std::string& path) {
+  map_reader m{*this, node, path, line_of(node),
+               {"match", "reply", "delay", "fail", "retry_after", "crash",
+                "tool"}};
+  scripted_step result;
+  if (auto x = m.get("match"))
+    result.match = read_string(*x, m.path("match"));
+  bool has_reply = false;
+  if (auto x = m.get("reply")) {
+    has_reply = true;
+    result.reply = read_string(*x, m.path("reply"));
+  }
+  if (auto x = m.get("delay"))
+    result.delay = read_duration(*x, m.path("delay"), false);
+  if (auto x = m.get("fail"))
+    result.fail = read_enum(*x, m.path("fail"), failure_classes);
+  if (auto x = m.get("retry_after")) {
+    if (result.fail.empty())
+      fail(m.line("retry_after"), m.path("retry_after"),
+           "retry_after needs fail (it is part of a simulated failure)");
+    result.retry_after = read_millis(*x, m.path("retry_after"), false);
+  }
+  if (auto x = m.get("crash"))
+    result.crash = read_bool(*x, m.path("crash"));
+  if (auto x = m.get("tool")) {
+    read_tool(*x, m.path("tool"), result);
+    has_reply = true; // A tool call is an answer, with or without text.
+  }
+  auto outcomes = int{has_reply} + int{!result.fail.empty()}
+                  + int{result.crash};
+  if (outcomes == 0)
+    fail(m.line(), path,
+         "a step needs one of reply, fail or crash: true");
+  if (outcomes > 1)
+    fail(m.line(), path,
+         "a step takes only one of reply, fail and crash: true");
+  return result;
+}
+
+void parser::read_tool(const YAML::Node& node, const std::string& path,
+                       scripted_step& cfg) {
+  map_reader t{*this, node, path, line_of(node), {"name", "arguments"}};
+  if (auto name = t.get("name"))
+    cfg.tool_name = read_string(*name, t.path("name"));
+  if (cfg.tool_name.empty())
+    fail(t.line(), path, "a tool call needs a non-empty name");
+  cfg.tool_arguments = "{}";
+  if (auto args = t.get("arguments"))
+    cfg.tool_arguments = read_string(*args, t.path("arguments"));
+}
+
+// -- pools --------------------------------------------------------------------
+
+void parser::read_pools(const map_reader& top, node_config& cfg) {
+  if (auto node = top.get("pools")) {
+    // A list replaces the defaults as a whole.
+    pools_written_ = true;
+    cfg.pools = read_each(*node, "pools", "a list of pools",
+                          &parser::read_pool);
+  } else if (providers_written_) {
+    // Providers without pools: the default pool chains all of them in order.
+    cfg.pools.front().chain = names_of(cfg.providers);
+  }
+}
+
+pool_config parser::read_pool(const YAML::Node& node,
+                              const std::string& path) {
+  map_reader m{*this, node, path, line_of(node),
+               {"name", "chain", "max_attempts", "retry", "breaker",
+                "cooldowns", "timeout_max_tokens_factor"}};
+  pool_config result;
+  result.name = read_name(required(m, "name", "a non-empty pool name"),
+                          m.path("name"));
+  auto chain_path = m.path("chain");
+  auto chain = required(m, "chain", "a non-empty list of provider names");
+  result.chain = read_each(chain, chain_path, "a list of provider names",
+                           &reader::read_name);
+  if (result.chain.empty())
+    fail(line_of(chain), chain_path,
+         "expected a non-empty list of provider names, got an empty list");
+  if (auto x = m.get("max_attempts"))
+    result.retry.max_attempts = static_cast<uint32_t>(
+      read_int(*x, m.path("max_attempts"), 1, 100));
+  if (auto r = section(m, "retry", strings(retry_keys)))
+    read_retry(*r, result);
+  if (auto b = section(m, "breaker", strings(breaker_keys)))
+    read_breaker(*b, result.breaker);
+  if (auto c = section(m, "cooldowns", strings(failure_classes)))
+    read_cooldowns(*c, result.breaker.cooldowns);
+  if (auto x = m.get("timeout_max_tokens_factor"))
+    result.timeout_max_tokens_factor = read_number(
+      *x, m.path("timeout_max_tokens_factor"), 0.01, 1.0);
+  return result;
+}
+
+void parser::read_retry(const map_reader& m, pool_config& cfg) {
+  auto& r = cfg.retry;
+  if (auto x = m.get("base_delay"))
+    r.base_delay = read_millis(*x, m.path("base_delay"), false);
+  if (auto x = m.get("multiplier"))
+    r.multiplier = read_number(*x, m.path("multiplier"), 1.0, 100.0);
+  if (auto x = m.get("max_delay"))
+    r.max_delay = read_millis(*x, m.path("max_delay"), false);
+  if (auto x = m.get("jitter"))
+    r.jitter = read_number(*x, m.path("jitter"), 0.0, 1.0);
+  if (auto x = m.get("retry_after_cap"))
+    r.retry_after_cap = read_millis(*x, m.path("retry_after_cap"), false);
+  if (auto x = m.get("budget"))
+    cfg.budget = static_cast<uint32_t>(read_int(*x, m.path("budget"), 1,
+                                                10000));
+  if (r.max_delay < r.base_delay)
+    fail_below(m.line("max_delay"), m.path("max_delay"), m.path("base_delay"),
+               r.base_delay, r.max_delay);
+}
+
+void parser::read_breaker(const map_reader& m, breaker_config& cfg) {
+  if (auto x = m.get("failure_threshold"))
+    cfg.failure_threshold = static_cast<uint32_t>(
+      read_int(*x, m.path("failure_threshold"), 1, 1000));
+  if (auto x = m.get("probe_lead"))
+    cfg.probe_lead = read_millis(*x, m.path("probe_lead"), false);
+  if (auto x = m.get("probe_timeout"))
+    cfg.probe_timeout = read_millis(*x, m.path("probe_timeout"), true);
+}
+
+void parser::read_cooldowns(const map_reader& m, cooldown_table& cfg) {
+  for (auto name : failure_classes)
+    if (auto x = m.get(name))
+      cfg.set(*parse_error_class(name), read_millis(*x, m.path(name), false));
+}
+
+// -- threads, supervision, logging and storage --------------------------------
+
+void parser::read_threads(const map_reader& m, thread_defaults& cfg) {
+  if (auto x = m.get("system_prompt"))
+    cfg.system_prompt = read_string(*x, m.path("system_prompt"));
+  if (auto x = m.get("idle_timeout"))
+    cfg.idle_timeout = read_duration(*x, m.path("idle_timeout"), true);
+  if (auto x = m.get("pool")) {
+    thread_pool_written_ = true;
+    cfg.pool = read_name(*x, m.path("pool"));
+  }
+  if (auto x = m.get("max_inbox"))
+    cfg.max_inbox = static_cast<size_t>(
+      read_int(*x, m.path("max_inbox"), 1, no_limit));
+  if (auto x = m.get("turn_timeout"))
+    cfg.turn_timeout = read_duration(*x, m.path("turn_timeout"), true);
+}
+
+void parser::read_supervision(const map_reader& m, supervision_config& cfg) {
+  auto sub = [&](const char* name, supervisor_settings& settings,
+                 bool dynamic) {
+    if (auto s = section(m, name, strings(supervisor_keys)))
+      read_supervisor(*s, settings, dynamic);
+  };
+  sub("root", cfg.root, false);
+  sub("providers", cfg.providers, false);
+  sub("conversations", cfg.conversations, true);
+}
+
+void parser::read_supervisor(const map_reader& m, supervisor_settings& cfg,
+                             bool dynamic) {
+  // A dynamic supervisor's children are alike and independent; any other
+  // strategy would let one thread's crash restart the others.
+  if (dynamic && m.has("strategy"))
+    fail(m.line("strategy"), m.path("strategy"),
+         "conversations is a dynamic supervisor; its strategy is always "
+         "one_for_one (remove this key)");
+  if (auto x = m.get("strategy"))
+    cfg.strategy = *parse_restart_strategy(
+      read_enum(*x, m.path("strategy"), restart_strategy_names));
+  if (auto x = m.get("max_restarts"))
+    cfg.max_restarts = static_cast<uint32_t>(
+      read_int(*x, m.path("max_restarts"), 0, supervision_limit));
+  if (auto x = m.get("period"))
+    cfg.period = read_duration(*x, m.path("period"), true);
+  if (auto x = m.get("shutdown_timeout"))
+    cfg.shutdown_timeout = read_duration(*x, m.path("shutdown_timeout"), true);
+  if (auto x = m.get("buffer"))
+    cfg.buffer = static_cast<size_t>(
+      read_int(*x, m.path("buffer"), 0, supervision_limit));
+  if (auto b = section(m, "backoff", strings(backoff_keys)))
+    read_backoff(*b, cfg.backoff);
+}
+
+void parser::read_backoff(const map_reader& m, backoff_config& cfg) {
+  if (auto x = m.get("initial"))
+    cfg.initial = read_duration(*x, m.path("initial"), false);
+  if (auto x = m.get("max"))
+    cfg.max = read_duration(*x, m.path("max"), false);
+  if (auto x = m.get("multiplier"))
+    cfg.multiplier = read_number(*x, m.path("multiplier"), 1.0,
+                                 std::numeric_limits<double>::infinity());
+  if (auto x = m.get("reset_after"))
+    cfg.reset_after = read_duration(*x, m.path("reset_after"), true);
+  if (auto x = m.get("jitter"))
+    cfg.jitter = read_number(*x, m.path("jitter"), 0.0, 1.0);
+}
+
+void parser::read_logging(const map_reader& m, logging_config& cfg) {
+  if (auto x = m.get("level"))
+    cfg.level = read_enum(*x, m.path("level"), log_levels);
+  if (auto x = m.get("file"))
+    cfg.file = read_string(*x, m.path("file"));
+}
+
+void parser::read_storage(const map_reader& m, storage_config& cfg) {
+  if (auto x = m.get("sync"))
+    cfg.sync = read_bool(*x, m.path("sync"));
+  if (auto x = m.get("fault_injection"))
+    cfg.fault_injection = read_bool(*x, m.path("fault_injection"));
+}
+
+// -- checks across fields -----------------------------------------------------
+
+void parser::validate(const node_config& cfg) const {
+  check_frame_sizes(cfg.gateway);
+  check_backoff_bounds(cfg.supervision);
+  check_providers(cfg.providers);
+  check_pools(cfg);
+  check_thread_pool(cfg);
+}
+
+void parser::fail_below(int line, const std::string& path,
+                        const std::string& lower_path, caf::timespan lower,
+                        caf::timespan value) const {
+  fail(line, path,
+       "expected at least " + lower_path + " (" + render_duration(lower)
+         + "), got " + render_duration(value));
+}
+
+void parser::check_frame_sizes(const gateway_config& cfg) const {
+  if (cfg.max_text_bytes > cfg.max_frame_bytes)
+    fail(line("gateway.max_text_bytes", "gateway.max_frame_bytes"),
+         "gateway.max_text_bytes",
+         "expected at most gateway.max_frame_bytes ("
+           + std::to_string(cfg.max_frame_bytes) + "), got "
+           + std::to_string(cfg.max_text_bytes));
+}
+
+void parser::check_backoff_bounds(const supervision_config& cfg) const {
+  // Checked after merging over the defaults: the file may set only one bound.
+  const std::pair<const char*, const supervisor_settings*> supervisors[] = {
+    {"root", &cfg.root},
+    {"providers", &cfg.providers},
+    {"conversations", &cfg.conversations},
+  };
+  for (auto [name, settings] : supervisors) {
+    auto& b = settings->backoff;
+    if (b.max >= b.initial)
+      continue;
+    auto prefix = std::string{"supervision."} + name + ".backoff";
+    fail_below(line(prefix + ".max", prefix + ".initial"), prefix + ".max",
+               prefix + ".initial", b.initial, b.max);
+  }
+}
+
+void parser::check_providers(
+  const std::vector<provider_config>& providers) const {
+  if (providers_written_ && providers.empty())
+    fail(line("providers"), "providers",
+         "expected a non-empty list of providers, got an empty list");
+  std::map<std::string, size_t> provider_index;
+  for (size_t i = 0; i < providers.size(); ++i) {
+    auto [pos, added] = provider_index.emplace(providers[i].name, i);
+    if (!added) {
+      auto path = indexed("providers", i) + ".name";
+      fail(line(path), path,
+           "duplicate provider name " + quote(providers[i].name) + " (also "
+             + indexed("providers", pos->second) + ")");
+    }
+  }
+}
+
+void parser::check_pools(const node_config& cfg) const {
+  if (pools_written_ && cfg.pools.empty())
+    fail(line("pools"), "pools",
+         "expected a non-empty list of pools, got an empty list");
+  std::map<std::string, size_t> pool_index;
+  for (size_t i = 0; i < cfg.pools.size(); ++i) {
+    auto& pool = cfg.pools[i];
+    auto path = indexed("pools", i) + ".name";
+    auto [pos, added] = pool_index.emplace(pool.name, i);
+    if (!added)
+      fail(line(path), path,
+           "duplicate pool name " + quote(pool.name) + " (also "
+             + indexed("pools", pos->second) + ")");
+    check_chain(cfg, i);
+  }
+}
+
+void parser::check_chain(const node_config& cfg, size_t pool_index) const {
+  // Each entry names an existing provider, and only once.
+  auto prefix = indexed("pools", pool_index);
+  auto& chain = cfg.pools[pool_index].chain;
+  std::set<std::string> seen;
+  for (size_t j = 0; j < chain.size(); ++j) {
+    auto path = indexed(prefix + ".chain", j);
+    auto& entry = chain[j];
+    // Only a defaulted pool has no lines: blame the providers instead.
+    auto at = line(path, pools_written_ ? prefix : "providers");
+    if (cfg.find_provider(entry) == nullptr)
+      fail(at, path,
+           "unknown provider " + quote(entry) + " (expected "
+             + one_of(names_of(cfg.providers)) + ")");
+    if (!seen.insert(entry).second)
+      fail(at, path, "provider " + quote(entry) + " is listed twice");
+  }
+}
+
+void parser::check_thread_pool(const node_config& cfg) const {
+  if (cfg.find_pool(cfg.threads.pool) != nullptr)
+    return;
+  auto msg = "unknown pool " + quote(cfg.threads.pool) + " (expected "
+             + one_of(names_of(cfg.pools)) + ")";
+  if (!thread_pool_written_)
+    msg += "; threads.pool defaults to \"default\", so set threads.pool "
+           "or define a pool named \"default\"";
+  fail(line("threads.pool", "pools"), "threads.pool", msg);
+}
+
+} // namespace
+
+// -- entry points -------------------------------------------------------------
+
+caf::expected<node_config> parse_config(const std::string& yaml,
+                                        const std::string& source,
+                                        const env_lookup& env) {
+  YAML::Node root;
+  try {
+    auto docs = YAML::LoadAll(yaml);
+    // A second document would be silently ignored by Load; refuse it.
+    if (docs.size() > 1)
+      return caf::make_error(ec::config_invalid,
+                             source + ":" + std::to_string(line_of(docs[1]))
+                               + ": expected a single YAML document, got "
+                               + std::to_string(docs.size()));
+    if (!docs.empty())
+      root = docs.front();
+  } catch (const YAML::Exception& ex) {
+    return caf::make_error(ec::config_invalid,
+                           source + ":"
+                             + std::to_string(std::max(ex.mark.line, 0) + 1)
+                             + ": YAML syntax error: " + ex.msg);
+  } catch (const std::exception& ex) {
+    return caf::make_error(ec::config_invalid,
+                           source + ": YAML syntax error: " + ex.what());
+  }
+  try {
+    parser p{source, env};
+    return p.run(root);
+  } catch (const strict_yaml::error& err) {
+    return caf::make_error(ec::config_invalid, err.message);
+  } catch (const std::exception& ex) {
+    // yaml-cpp may throw while walking odd documents; still one line.
+    return caf::make_error(ec::config_invalid,
+                           source + ": cannot read the configuration: "
+                             + ex.what());
+  }
+}
+
+caf::expected<node_config> load_config_file(const std::string& path,
+                                            const env_lookup& env) {
+  auto unreadable = [&path] {
+    return caf::make_error(ec::config_unreadable,
+                           path + ": cannot read the file: "
+                             + std::strerror(errno));
+  };
+  errno = 0;
+  auto file = std::fopen(path.c_str(), "rb");
+  if (file == nullptr)
+    return unreadable();
+  std::string text;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), file)) > 0)
+    text.append(buf, n);
+  auto failed = std::ferror(file) != 0;
+  // Keep the read's errno (fclose of a read-only stream does not fail).
+  auto saved = errno;
+  std::fclose(file);
+  if (failed) {
+    errno = saved;
+    return unreadable();
+  }
+  return parse_config(text, path, env);
+}
+
+} // namespace keel
