@@ -57,12 +57,6 @@ memory_usage own_memory() {
   return mem ? *mem : memory_usage{};
 }
 
-// The error's own message, or the rendered error if it has none.
-std::string readable_message(const caf::error& err) {
-  auto msg = error_message(err);
-  return msg.empty() ? render(err) : msg;
-}
-
 void send_error(self_ptr self, connection_id conn, const caf::error& err,
                 const std::string& id, const std::string& thread) {
   self->state.cfg.server->send(conn,

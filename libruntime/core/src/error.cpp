@@ -62,6 +62,11 @@ std::string error_code_name(const caf::error& err) {
   return "internal";
 }
 
+std::string readable_message(const caf::error& err) {
+  auto msg = error_message(err);
+  return msg.empty() ? render(err) : msg;
+}
+
 std::string render(const caf::error& err) {
   if (!err)
     return "none";

@@ -85,6 +85,10 @@ std::string render(const caf::error& err);
 /// string if there is none.
 std::string error_message(const caf::error& err);
 
+/// What a person should read about `err`: its context message, or the
+/// rendered error when it has none.
+std::string readable_message(const caf::error& err);
+
 /// Returns the wire name of `err`'s code: Keel codes by name, CAF errors as
 /// `"internal"`.
 std::string error_code_name(const caf::error& err);
