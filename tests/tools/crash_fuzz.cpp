@@ -1,4 +1,4 @@
-// keel-crash-fuzz: the seeded crash fuzzer (issue 5; seed 004, "Testing").
+// keel-crash-fuzz: the seeded crash fuzzer as a program.
 // Starts a keel-node, builds random agent trees, sends random traffic, kills
 // the node (kill -9 after the k-th acknowledgement, or an armed kill point
 // biased toward the interesting ones), restarts it and checks the contract
