@@ -1,34 +1,12 @@
-#include <initializer_list>
-
 #include "keel/text.hpp"
 #include "keel/tools/bench.hpp"
+#include "keel/tools/json_fields.hpp"
 #include "keel/tools/ws_client.hpp"
 #include "report_format.hpp"
 
 namespace keel::bench {
 
 namespace {
-
-uint64_t get_u64(const nlohmann::json& j,
-                 std::initializer_list<const char*> path) {
-  const nlohmann::json* cur = &j;
-  for (auto key : path) {
-    if (!cur->is_object())
-      return 0;
-    auto i = cur->find(key);
-    if (i == cur->end())
-      return 0;
-    cur = &*i;
-  }
-  return cur->is_number_unsigned() || cur->is_number_integer()
-           ? cur->get<uint64_t>()
-           : 0;
-}
-
-std::string get_str(const nlohmann::json& j, const char* key) {
-  auto i = j.find(key);
-  return i != j.end() && i->is_string() ? i->get<std::string>() : std::string{};
-}
 
 /// Measures RocksDB's raw synced-write rate into `result`, or says why not.
 void measure_raw(const benchmark_options& opts, report& result,
@@ -57,12 +35,12 @@ node_figures node_figures_from(const nlohmann::json& before,
                                const nlohmann::json& after) {
   node_figures node;
   node.available = true;
-  node.name = get_str(after, "node");
-  node.data_dir = get_str(after, "data_dir");
-  node.rss_bytes = get_u64(after, {"rss_bytes"});
-  node.peak_rss_bytes = get_u64(after, {"peak_rss_bytes"});
-  auto flushes_before = get_u64(before, {"store", "flushes"});
-  auto flushes_after = get_u64(after, {"store", "flushes"});
+  node.name = json_string(after, "node");
+  node.data_dir = json_string(after, "data_dir");
+  node.rss_bytes = json_number(after, {"rss_bytes"});
+  node.peak_rss_bytes = json_number(after, {"peak_rss_bytes"});
+  auto flushes_before = json_number(before, {"store", "flushes"});
+  auto flushes_after = json_number(after, {"store", "flushes"});
   node.store_flushes = flushes_after >= flushes_before
                          ? flushes_after - flushes_before
                          : 0;

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "keel/text.hpp"
+#include "ws_identity.hpp"
 
 namespace keel {
 
@@ -59,6 +60,19 @@ void drain(net::io_context& ioc) {
   ioc.run_for(1s);
 }
 
+/// Runs `ioc` until the operation on `stream` that sets `done` (its handler
+/// sets `err`) completes or `deadline` passes; then the operation is
+/// cancelled by closing the socket and `err` reads beast::error::timeout.
+void finish_or_close(net::io_context& ioc, beast::tcp_stream& stream,
+                     const bool& done, error_code& err,
+                     clock_type::time_point deadline) {
+  if (run_until(ioc, done, deadline))
+    return;
+  stream.socket().close(err);
+  drain(ioc);
+  err = beast::error::timeout;
+}
+
 /// Opens a TCP connection to `ep` by `deadline`, or explains why not.
 caf::error connect_tcp(net::io_context& ioc, beast::tcp_stream& stream,
                        const endpoint& ep, clock_type::time_point deadline,
@@ -90,11 +104,7 @@ caf::error connect_tcp(net::io_context& ioc, beast::tcp_stream& stream,
     err = e;
     done = true;
   });
-  if (!run_until(ioc, done, deadline + 1s)) {
-    stream.socket().close(err);
-    drain(ioc);
-    return fail("timed out after " + human_duration(timeout));
-  }
+  finish_or_close(ioc, stream, done, err, deadline + 1s);
   if (err == beast::error::timeout)
     return fail("timed out after " + human_duration(timeout));
   if (err)
@@ -151,13 +161,7 @@ public:
     auto& stream = beast::get_lowest_layer(ws_);
     if (auto err = connect_tcp(ioc_, stream, ep_, deadline, timeout))
       return err;
-    auto token = ep_.token;
-    ws_.set_option(websocket::stream_base::decorator(
-      [token](websocket::request_type& req) {
-        req.set(http::field::user_agent, "keel-client");
-        if (!token.empty())
-          req.set(http::field::authorization, "Bearer " + token);
-      }));
+    detail::set_client_identity(ws_, "keel-client", ep_.token);
     ws_.read_message_max(max_message_bytes);
     websocket::response_type res;
     error_code err;
@@ -166,11 +170,7 @@ public:
       err = e;
       done = true;
     });
-    if (!run_until(ioc_, done, deadline + 1s)) {
-      stream.socket().close(err);
-      drain(ioc_);
-      err = beast::error::timeout;
-    }
+    finish_or_close(ioc_, stream, done, err, deadline + 1s);
     if (err == websocket::error::upgrade_declined)
       return upgrade_refused(ep_, res);
     if (err == beast::error::timeout)
@@ -377,11 +377,7 @@ error_code exchange(net::io_context& ioc, beast::tcp_stream& stream,
       done = true;
     });
   });
-  if (!run_until(ioc, done, deadline + 1s)) {
-    stream.socket().close(err);
-    drain(ioc);
-    err = beast::error::timeout;
-  }
+  finish_or_close(ioc, stream, done, err, deadline + 1s);
   return err;
 }
 

@@ -2,6 +2,8 @@
 #include <cstdlib>
 
 #include "keel/protocol.hpp"
+#include "keel/tools/json_fields.hpp"
+#include "ws_identity.hpp"
 #include "ws_load_run.hpp"
 
 namespace keel::bench::detail {
@@ -10,15 +12,10 @@ namespace {
 
 /// An error frame's code and message, for a sample.
 std::string describe(const nlohmann::json& body) {
-  auto field = [&](const char* key) {
-    auto i = body.find(key);
-    return i != body.end() && i->is_string() ? i->get<std::string>()
-                                             : std::string{};
-  };
-  auto result = field("code");
-  auto message = field("message");
+  auto result = json_string(body, "code");
+  auto message = json_string(body, "message");
   if (message.empty())
-    message = field("text");
+    message = json_string(body, "text");
   if (!message.empty())
     result += (result.empty() ? "" : ": ") + message;
   return result.empty() ? body.dump() : result;
@@ -52,13 +49,8 @@ void connection::on_connect(beast::error_code ec) {
                                            websocket::stream_base::none(),
                                            false};
   ws_.set_option(timeouts);
-  auto token = run_.opts().node.token;
-  ws_.set_option(websocket::stream_base::decorator(
-    [token](websocket::request_type& req) {
-      req.set(http::field::user_agent, "keel-bench");
-      if (!token.empty())
-        req.set(http::field::authorization, "Bearer " + token);
-    }));
+  keel::detail::set_client_identity(ws_, "keel-bench",
+                                    run_.opts().node.token);
   ws_.text(true);
   auto host = run_.opts().node.host + ":"
               + std::to_string(run_.opts().node.port);
