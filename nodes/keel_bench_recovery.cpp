@@ -1,12 +1,12 @@
 // keel-bench recovery: fills a fresh data folder with threads as a crashed
 // node leaves them, starts keel-node on it and times its recovery.
 
-#include <filesystem>
 #include <memory>
 #include <string>
 
 #include "cli.hpp"
 #include "keel/tools/bench_recovery.hpp"
+#include "keel/tools/process.hpp"
 #include "keel_bench.hpp"
 
 namespace keel_bench {
@@ -22,9 +22,7 @@ struct recovery_args {
 /// The binary `name` beside this one (keel-bench, keel-node and keelctl are
 /// built into one folder).
 std::string sibling_binary(const std::string& name) {
-  std::error_code err;
-  auto self = std::filesystem::read_symlink("/proc/self/exe", err);
-  return err ? name : (self.parent_path() / name).string();
+  return keel::sibling_path(keel::own_executable(), name);
 }
 
 /// What the data folder holds: how many threads, and of what kind.

@@ -8,7 +8,6 @@
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
-#include <memory>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -74,9 +73,10 @@ std::chrono::milliseconds millis_at(const json& j,
 /// Prints an error frame's code and message; returns `exit_failed`.
 int print_error_frame(const json& body);
 
-/// Opens a data folder read-only; on failure prints why and stores
-/// `exit_usage` in `code`.
-std::unique_ptr<keel::store> open_data_dir(const std::string& dir, int& code);
+/// Opens the data folder `dir` read-only and calls `run` with its store; a
+/// folder that cannot be opened fails with `exit_usage`.
+int with_data_dir(const std::string& dir,
+                  const std::function<int(keel::store&)>& run);
 
 // -- the subcommands ----------------------------------------------------------
 

@@ -60,13 +60,12 @@ int print_error_frame(const json& body) {
   return exit_failed;
 }
 
-std::unique_ptr<keel::store> open_data_dir(const std::string& dir, int& code) {
+int with_data_dir(const std::string& dir,
+                  const std::function<int(keel::store&)>& run) {
   auto db = keel::open_data_dir(dir);
-  if (!db) {
-    code = fail(keel::error_message(db.error()), exit_usage);
-    return nullptr;
-  }
-  return std::move(*db);
+  if (!db)
+    return fail(keel::error_message(db.error()), exit_usage);
+  return run(**db);
 }
 
 } // namespace keelctl

@@ -20,12 +20,8 @@ struct data_args {
   bool json = false;
 };
 
-int run_verify(const std::string& data_dir, bool as_json) {
-  int code = exit_ok;
-  auto db = open_data_dir(data_dir, code);
-  if (!db)
-    return code;
-  auto report = keel::verify_store(*db);
+int run_verify(keel::store& db, const std::string& data_dir, bool as_json) {
+  auto report = keel::verify_store(db);
   if (!report)
     return fail("cannot verify " + data_dir + ": "
                   + keel::error_message(report.error()),
@@ -49,12 +45,8 @@ int print_recovery(const std::optional<keel::recovery_report>& report,
   return exit_ok;
 }
 
-int print_stored_recovery(const std::string& data_dir, bool as_json) {
-  int code = exit_ok;
-  auto db = open_data_dir(data_dir, code);
-  if (!db)
-    return code;
-  auto text = db->meta("last_recovery");
+int print_stored_recovery(keel::store& db, bool as_json) {
+  auto text = db.meta("last_recovery");
   if (!text && text.error() == keel::ec::not_found)
     return print_recovery(std::nullopt, as_json);
   if (!text)
@@ -70,7 +62,9 @@ int print_stored_recovery(const std::string& data_dir, bool as_json) {
 int run_recovery(const keel::endpoint& ep, const std::string& data_dir,
                  bool as_json) {
   if (!data_dir.empty())
-    return print_stored_recovery(data_dir, as_json);
+    return with_data_dir(data_dir, [&](keel::store& db) {
+      return print_stored_recovery(db, as_json);
+    });
   auto res = keel::api_call(ep, "GET", "/api/v1/recovery");
   // The node answers 404 (not_found) until a recovery has run.
   if (!res && res.error() == keel::ec::not_found)
@@ -99,7 +93,11 @@ command add_verify_command(CLI::App& app) {
     ->required();
   cmd->add_flag("--json", args->json, "Print the report as JSON");
   // Needs no node, so a bad --node / KEEL_NODE does not stop it.
-  return {cmd, [args] { return run_verify(args->data_dir, args->json); }};
+  return {cmd, [args] {
+            return with_data_dir(args->data_dir, [&](keel::store& db) {
+              return run_verify(db, args->data_dir, args->json);
+            });
+          }};
 }
 
 command add_recovery_command(CLI::App& app, const node_args& node) {

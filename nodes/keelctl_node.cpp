@@ -102,36 +102,34 @@ int run_tree(const keel::endpoint& ep, bool as_json) {
   return exit_ok;
 }
 
-int run_agents(const keel::endpoint& ep, const std::string& data_dir,
-               bool as_json) {
-  std::vector<keel::agent_info> agents;
-  if (data_dir.empty()) {
-    auto res = keel::api_call(ep, "GET", "/api/v1/agents");
-    if (!res)
-      return fail(ep, res.error());
-    if (as_json) {
-      std::cout << res->dump(2) << '\n';
-      return exit_ok;
-    }
-    auto parsed = keel::agents_from_json(*res);
-    if (!parsed)
-      return fail(keel::error_message(parsed.error()));
-    agents = std::move(*parsed);
-  } else {
-    int code = exit_ok;
-    auto db = open_data_dir(data_dir, code);
-    if (!db)
-      return code;
-    auto read = keel::read_agents(*db);
-    if (!read)
-      return fail(keel::error_message(read.error()), exit_usage);
-    agents = std::move(*read);
-  }
+int print_agents(const std::vector<keel::agent_info>& agents, bool as_json) {
   if (as_json)
     std::cout << keel::agents_to_json(agents).dump(2) << '\n';
   else
     std::cout << keel::render_agent_tree(agents);
   return exit_ok;
+}
+
+int run_agents(const keel::endpoint& ep, const std::string& data_dir,
+               bool as_json) {
+  if (!data_dir.empty())
+    return with_data_dir(data_dir, [&](keel::store& db) {
+      auto agents = keel::read_agents(db);
+      if (!agents)
+        return fail(keel::error_message(agents.error()), exit_usage);
+      return print_agents(*agents, as_json);
+    });
+  auto res = keel::api_call(ep, "GET", "/api/v1/agents");
+  if (!res)
+    return fail(ep, res.error());
+  if (as_json) {
+    std::cout << res->dump(2) << '\n';
+    return exit_ok;
+  }
+  auto agents = keel::agents_from_json(*res);
+  if (!agents)
+    return fail(keel::error_message(agents.error()));
+  return print_agents(*agents, as_json);
 }
 
 // -- kill -----------------------------------------------------------------------

@@ -19,7 +19,7 @@ uint64_t json_number(const nlohmann::json& j,
       return 0;
     cur = &*i;
   }
-  return cur->is_number() ? cur->get<uint64_t>() : 0;
+  return cur->is_number_unsigned() ? cur->get<uint64_t>() : 0;
 }
 
 } // namespace keel

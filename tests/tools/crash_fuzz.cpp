@@ -27,6 +27,7 @@
 #include <CLI/CLI.hpp>
 
 #include "crash_fuzz.hpp"
+#include "keel/tools/process.hpp"
 
 namespace {
 
@@ -34,13 +35,10 @@ namespace {
 std::string default_node_binary() {
   if (auto env = std::getenv("KEEL_NODE_BINARY"))
     return env;
-  char buf[4096];
-  auto n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  if (n <= 0)
+  auto self = keel::own_executable();
+  if (self.empty())
     return "keel-node";
-  std::string self{buf, static_cast<size_t>(n)};
-  auto dir = self.substr(0, self.rfind('/'));
-  return dir + "/../../nodes/keel-node";
+  return keel::sibling_path(self, "../../nodes/keel-node");
 }
 
 } // namespace
@@ -115,9 +113,7 @@ int main(int argc, char** argv) {
   if (opts.node_binary.empty())
     opts.node_binary = default_node_binary();
   if (opts.keelctl_binary.empty())
-    opts.keelctl_binary = opts.node_binary.substr(
-                            0, opts.node_binary.rfind('/') + 1)
-                          + "keelctl";
+    opts.keelctl_binary = keel::sibling_path(opts.node_binary, "keelctl");
   if (::access(opts.node_binary.c_str(), X_OK) != 0) {
     std::cerr << "keel-crash-fuzz: no keel-node at " << opts.node_binary
               << " (use --node-binary)\n";

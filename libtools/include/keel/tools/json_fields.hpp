@@ -15,8 +15,9 @@ namespace keel {
 /// The string at `key` of `j`; "" when there is no string there.
 std::string json_string(const nlohmann::json& j, const char* key);
 
-/// The number at `path` (keys of nested objects), as an unsigned integer; 0
-/// when there is no number there.
+/// The non-negative integer at `path` (keys of nested objects); 0 when there
+/// is none there (the tools read counts, sizes, sequence numbers and
+/// milliseconds, which are never negative or fractional).
 uint64_t json_number(const nlohmann::json& j,
                      std::initializer_list<const char*> path);
 
