@@ -21,7 +21,6 @@
 #include "keel/protocol.hpp"
 #include "keel/store.hpp"
 #include "keel/text.hpp"
-#include "keel/tools/bench.hpp"
 #include "keel/tools/node_process.hpp"
 #include "keel/tools/ws_client.hpp"
 
@@ -132,49 +131,13 @@ public:
 
   caf::expected<seq_t> write(uint64_t index, uint64_t parent, bool active,
                              bool pending) {
-    session_record rec;
-    rec.thread = populated_thread_id(index);
-    rec.pool = "default";
-    rec.provider = opts_.turns > 0 ? "echo" : "";
-    rec.state = active ? session_state::active : session_state::suspended;
-    rec.created_at = base_;
-    if (parent == no_parent) {
-      db_.stage_session(rec);
-    } else {
-      rec.parent = populated_thread_id(parent);
-      auto spawned = db_.stage_spawn(
-        spawn_request{rec, tree_link{rec.parent, rec.thread, base_}});
-      if (!spawned)
-        return spawned.error();
-      ++out_.links;
-    }
+    auto rec = session(index, parent, active);
+    if (auto err = stage_session(rec))
+      return err;
     seq_t seq = 0;
-    for (uint32_t turn = 0; turn < opts_.turns; ++turn) {
-      auto at = base_ + static_cast<millis>(turn) * 60'000;
-      auto user = accept(rec, turn, ++seq, at);
-      if (!user)
-        return user.error();
-      turn_commit commit;
-      commit.thread = rec.thread;
-      commit.inbox_seq = user->seq;
-      auto reply_seq = ++seq;
-      auto reply = filler_text("echo: answer " + std::to_string(turn + 1)
-                                 + " in " + rec.thread + ":",
-                               opts_.reply_bytes);
-      commit.context.push_back(context_entry{user->seq, "user", user->text});
-      commit.context.push_back(context_entry{reply_seq, "assistant", reply});
-      log_entry entry;
-      entry.seq = reply_seq;
-      entry.kind = log_kind::reply;
-      entry.client_id = user->client_id;
-      entry.reply_to = user->seq;
-      entry.text = std::move(reply);
-      entry.provider = "echo";
-      entry.at = at + 1500;
-      commit.log.push_back(std::move(entry));
-      db_.stage_commit(commit);
-      out_.log_entries += 2;
-    }
+    for (uint32_t turn = 0; turn < opts_.turns; ++turn)
+      if (auto err = stage_turn(rec, turn, seq))
+        return err;
     if (pending) {
       auto at = base_ + static_cast<millis>(opts_.turns) * 60'000;
       auto user = accept(rec, opts_.turns, ++seq, at);
@@ -189,6 +152,62 @@ public:
   }
 
 private:
+  session_record session(uint64_t index, uint64_t parent, bool active) {
+    session_record rec;
+    rec.thread = populated_thread_id(index);
+    rec.pool = "default";
+    rec.provider = opts_.turns > 0 ? "echo" : "";
+    rec.state = active ? session_state::active : session_state::suspended;
+    rec.created_at = base_;
+    if (parent != no_parent)
+      rec.parent = populated_thread_id(parent);
+    return rec;
+  }
+
+  // Stages a root's session directly, a child's with its tree link.
+  caf::error stage_session(const session_record& rec) {
+    if (rec.parent.empty()) {
+      db_.stage_session(rec);
+      return {};
+    }
+    auto spawned = db_.stage_spawn(
+      spawn_request{rec, tree_link{rec.parent, rec.thread, base_}});
+    if (!spawned)
+      return spawned.error();
+    ++out_.links;
+    return {};
+  }
+
+  // Stages one answered exchange: the message and its reply, committed as
+  // a turn; `seq` is the last seq written.
+  caf::error stage_turn(const session_record& rec, uint32_t turn, seq_t& seq) {
+    auto at = base_ + static_cast<millis>(turn) * 60'000;
+    auto user = accept(rec, turn, ++seq, at);
+    if (!user)
+      return user.error();
+    turn_commit commit;
+    commit.thread = rec.thread;
+    commit.inbox_seq = user->seq;
+    auto reply_seq = ++seq;
+    auto reply = filler_text("echo: answer " + std::to_string(turn + 1)
+                               + " in " + rec.thread + ":",
+                             opts_.reply_bytes);
+    commit.context.push_back(context_entry{user->seq, "user", user->text});
+    commit.context.push_back(context_entry{reply_seq, "assistant", reply});
+    log_entry entry;
+    entry.seq = reply_seq;
+    entry.kind = log_kind::reply;
+    entry.client_id = user->client_id;
+    entry.reply_to = user->seq;
+    entry.text = std::move(reply);
+    entry.provider = "echo";
+    entry.at = at + 1500;
+    commit.log.push_back(std::move(entry));
+    db_.stage_commit(commit);
+    out_.log_entries += 2;
+    return {};
+  }
+
   // Stages one message, as a client's (roots) or the parent's (children).
   caf::expected<inbox_entry> accept(const session_record& rec, uint32_t turn,
                                     seq_t seq, millis at) {
@@ -226,64 +245,101 @@ std::string populated_thread_id(uint64_t index) {
   return out.str();
 }
 
+namespace {
+
+// Which threads are children of which, ACTIVE or pending: drawn once from
+// the seed, before anything is written.
+struct thread_layout {
+  uint64_t roots = 0;
+  uint64_t children = 0;
+  /// Per thread: its parent's index, or `no_parent`.
+  std::vector<uint64_t> parent;
+  std::vector<bool> active;
+  std::vector<bool> pending;
+};
+
+thread_layout draw_layout(const populate_options& opts) {
+  auto n = opts.threads;
+  std::mt19937_64 rng{opts.seed};
+  thread_layout x;
+  x.children = std::min<uint64_t>(
+    n - 1, static_cast<uint64_t>(
+             std::llround(static_cast<double>(n) * opts.children_fraction)));
+  x.roots = n - x.children;
+  x.parent.assign(n, no_parent);
+  for (auto i = x.roots; i < n; ++i)
+    x.parent[i] = std::uniform_int_distribution<uint64_t>{0, i - 1}(rng);
+  x.active = pick(n, opts.active_fraction, rng);
+  x.pending = pick(n, opts.pending_fraction, rng);
+  return x;
+}
+
+// Writes every thread of `layout`; returns the last seq of each.
+caf::expected<std::vector<seq_t>> write_threads(const populate_options& opts,
+                                                const thread_layout& layout,
+                                                population& out) {
+  auto n = opts.threads;
+  std::vector<seq_t> last_seq(n, 0);
+  auto db = store::open(opts.db_dir);
+  if (!db)
+    return db.error();
+  populator writer{**db, opts, out};
+  for (uint64_t i = 0; i < n; ++i) {
+    auto seq = writer.write(i, layout.parent[i], layout.active[i],
+                            layout.pending[i]);
+    if (!seq)
+      return seq.error();
+    last_seq[i] = *seq;
+  }
+  if (auto err = (*db)->flush())
+    return err;
+  auto stats = (*db)->stats();
+  out.operations = stats.staged_operations;
+  out.flushes = stats.flushes;
+  return last_seq;
+}
+
+// Counts what was written and lists what the recovery must produce: each
+// pending message answered, and each answer of a child answered again by
+// every ancestor.
+void count_expected(const thread_layout& layout,
+                    const std::vector<seq_t>& last_seq, population& out) {
+  auto n = layout.parent.size();
+  std::vector<uint64_t> outcomes(n, 0);
+  for (uint64_t i = 0; i < n; ++i) {
+    if (!layout.pending[i])
+      continue;
+    for (auto t = i; t != no_parent; t = layout.parent[t])
+      ++outcomes[t];
+  }
+  for (uint64_t i = 0; i < n; ++i) {
+    out.active += layout.active[i] ? 1 : 0;
+    if (layout.pending[i]) {
+      ++out.pending;
+      out.pending_roots += layout.parent[i] == no_parent ? 1 : 0;
+    }
+    if (outcomes[i] > 0)
+      out.expected.push_back(
+        expected_outcomes{populated_thread_id(i), last_seq[i],
+                          layout.pending[i] ? last_seq[i] : 0, outcomes[i]});
+  }
+}
+
+} // namespace
+
 caf::expected<population> populate_crashed_store(const populate_options& opts) {
   if (auto err = check(opts))
     return err;
   auto start = steady::now();
   population out;
-  auto n = opts.threads;
-  std::mt19937_64 rng{opts.seed};
-  auto children = std::min<uint64_t>(
-    n - 1, static_cast<uint64_t>(
-             std::llround(static_cast<double>(n) * opts.children_fraction)));
-  auto roots = n - children;
-  std::vector<uint64_t> parent(n, no_parent);
-  for (auto i = roots; i < n; ++i)
-    parent[i] = std::uniform_int_distribution<uint64_t>{0, i - 1}(rng);
-  auto active = pick(n, opts.active_fraction, rng);
-  auto pending = pick(n, opts.pending_fraction, rng);
-  std::vector<seq_t> last_seq(n, 0);
-  {
-    auto db = store::open(opts.db_dir);
-    if (!db)
-      return db.error();
-    populator writer{**db, opts, out};
-    for (uint64_t i = 0; i < n; ++i) {
-      auto seq = writer.write(i, parent[i], active[i], pending[i]);
-      if (!seq)
-        return seq.error();
-      last_seq[i] = *seq;
-    }
-    if (auto err = (*db)->flush())
-      return err;
-    auto stats = (*db)->stats();
-    out.operations = stats.staged_operations;
-    out.flushes = stats.flushes;
-  }
-  // What the recovery must produce: each pending message answered, and
-  // each answer of a child answered again by every ancestor.
-  std::vector<uint64_t> outcomes(n, 0);
-  for (uint64_t i = 0; i < n; ++i) {
-    if (!pending[i])
-      continue;
-    for (auto t = i; t != no_parent; t = parent[t])
-      ++outcomes[t];
-  }
-  for (uint64_t i = 0; i < n; ++i) {
-    out.active += active[i] ? 1 : 0;
-    if (pending[i]) {
-      ++out.pending;
-      out.pending_roots += parent[i] == no_parent ? 1 : 0;
-    }
-    if (outcomes[i] > 0)
-      out.expected.push_back(expected_outcomes{populated_thread_id(i),
-                                               last_seq[i],
-                                               pending[i] ? last_seq[i] : 0,
-                                               outcomes[i]});
-  }
-  out.threads = n;
-  out.roots = roots;
-  out.children = children;
+  auto layout = draw_layout(opts);
+  auto last_seq = write_threads(opts, layout, out);
+  if (!last_seq)
+    return last_seq.error();
+  count_expected(layout, *last_seq, out);
+  out.threads = opts.threads;
+  out.roots = layout.roots;
+  out.children = layout.children;
   out.disk_bytes = folder_bytes(opts.db_dir);
   out.seconds = ms_since(start) / 1000;
   return out;
@@ -353,34 +409,85 @@ struct watch {
   const expected_outcomes* expect = nullptr;
   seq_t after = 0;
   uint64_t seen = 0;
+  uint64_t errors = 0;
   uint64_t direct = 0;
   millis direct_at = 0;
   millis last_at = 0;
 };
 
-// Reads the history of every watched thread (over one WebSocket, `window`
-// requests in flight) until each has gained its outcomes or the deadline
-// passes; fills the result's outcome counts and times.
-caf::error await_outcomes(const endpoint& ep,
-                          const std::vector<expected_outcomes>& expected,
-                          millis started_at, steady::time_point deadline,
-                          recovery_bench_result& result) {
-  constexpr size_t window = 64;
-  auto client = ws_client::connect(ep);
-  if (!client)
-    return client.error();
-  auto& ws = **client;
-  if (auto hello = ws.receive(); !hello)
-    return hello.error();
-  std::vector<watch> watches(expected.size());
-  for (size_t i = 0; i < expected.size(); ++i) {
-    watches[i].expect = &expected[i];
-    watches[i].after = expected[i].after;
-    result.outcomes_expected += expected[i].outcomes;
+// Reads the history of every watched thread over one WebSocket, in rounds
+// of requests with `window` in flight, until each has gained its outcomes.
+class outcome_watcher {
+public:
+  static constexpr size_t window = 64;
+
+  outcome_watcher(ws_client& ws,
+                  const std::vector<expected_outcomes>& expected)
+    : ws_(ws), watches_(expected.size()), open_(expected.size()) {
+    for (size_t i = 0; i < expected.size(); ++i) {
+      watches_[i].expect = &expected[i];
+      watches_[i].after = expected[i].after;
+    }
+    std::iota(open_.begin(), open_.end(), size_t{0});
   }
-  std::vector<size_t> open(watches.size());
-  std::iota(open.begin(), open.end(), size_t{0});
-  auto on_frame = [&](const ws_message& msg) -> caf::error {
+
+  // True when every watched thread has gained its outcomes.
+  bool done() const noexcept {
+    return open_.empty();
+  }
+
+  // Asks once for the new entries of every thread still open and reads
+  // the answers; then drops the threads that are complete.
+  caf::error poll() {
+    size_t next = 0;
+    size_t in_flight = 0;
+    while (next < open_.size() || in_flight > 0) {
+      while (next < open_.size() && in_flight < window) {
+        auto i = open_[next++];
+        if (auto err = ws_.send_text(protocol::history_request_frame(
+              watches_[i].expect->thread, std::to_string(i),
+              watches_[i].after, protocol::max_history_limit)))
+          return err;
+        ++in_flight;
+      }
+      auto msg = ws_.receive(std::chrono::seconds{30});
+      if (!msg)
+        return msg.error();
+      --in_flight;
+      if (auto err = on_frame(*msg))
+        return err;
+    }
+    open_.erase(std::remove_if(open_.begin(), open_.end(),
+                               [&](size_t i) {
+                                 return watches_[i].seen
+                                        >= watches_[i].expect->outcomes;
+                               }),
+                open_.end());
+    return {};
+  }
+
+  // Fills the result's outcome counts and times (from `started_at`).
+  void summarize(millis started_at, recovery_bench_result& result) const {
+    result.all_answered = done();
+    millis direct_at = 0;
+    millis last_at = 0;
+    for (auto& w : watches_) {
+      result.outcomes_expected += w.expect->outcomes;
+      result.outcomes_seen += w.seen;
+      result.errors += w.errors;
+      result.duplicate_answers += w.direct > 1 ? 1 : 0;
+      direct_at = std::max(direct_at, w.direct_at);
+      last_at = std::max(last_at, w.last_at);
+    }
+    if (direct_at > 0)
+      result.to_pending_answered_ms
+        = static_cast<double>(direct_at - started_at);
+    if (last_at > 0)
+      result.to_quiet_ms = static_cast<double>(last_at - started_at);
+  }
+
+private:
+  caf::error on_frame(const ws_message& msg) {
     auto frame = protocol::decode_server_frame(msg.payload);
     if (!frame)
       return frame.error();
@@ -391,66 +498,56 @@ caf::error await_outcomes(const endpoint& ep,
                                + body.dump());
     if (frame->type != "history")
       return {}; // Not ours (no subscriptions: should not happen).
-    auto& w = watches.at(std::stoul(body.value("id", std::string{"0"})));
-    for (auto& entry : body.at("entries")) {
-      auto seq = entry.value("seq", seq_t{0});
-      w.after = std::max(w.after, seq);
-      auto kind = entry.value("kind", std::string{});
-      if (kind != "reply" && kind != "error")
-        continue;
-      auto at = entry.value("at", millis{0});
-      ++w.seen;
-      result.errors += kind == "error" ? 1 : 0;
-      w.last_at = std::max(w.last_at, at);
-      if (w.expect->pending_seq != 0
-          && entry.value("reply_to", seq_t{0}) == w.expect->pending_seq) {
-        ++w.direct;
-        w.direct_at = std::max(w.direct_at, at);
-      }
-    }
+    auto& w = watches_.at(std::stoul(body.value("id", std::string{"0"})));
+    for (auto& entry : body.at("entries"))
+      on_entry(w, entry);
     return {};
-  };
-  while (!open.empty() && steady::now() < deadline) {
-    size_t next = 0;
-    size_t in_flight = 0;
-    while (next < open.size() || in_flight > 0) {
-      while (next < open.size() && in_flight < window) {
-        auto i = open[next++];
-        if (auto err = ws.send_text(protocol::history_request_frame(
-              watches[i].expect->thread, std::to_string(i), watches[i].after,
-              protocol::max_history_limit)))
-          return err;
-        ++in_flight;
-      }
-      auto msg = ws.receive(std::chrono::seconds{30});
-      if (!msg)
-        return msg.error();
-      --in_flight;
-      if (auto err = on_frame(*msg))
-        return err;
+  }
+
+  static void on_entry(watch& w, const nlohmann::json& entry) {
+    auto seq = entry.value("seq", seq_t{0});
+    w.after = std::max(w.after, seq);
+    auto kind = entry.value("kind", std::string{});
+    if (kind != "reply" && kind != "error")
+      return;
+    auto at = entry.value("at", millis{0});
+    ++w.seen;
+    w.errors += kind == "error" ? 1 : 0;
+    w.last_at = std::max(w.last_at, at);
+    if (w.expect->pending_seq != 0
+        && entry.value("reply_to", seq_t{0}) == w.expect->pending_seq) {
+      ++w.direct;
+      w.direct_at = std::max(w.direct_at, at);
     }
-    open.erase(std::remove_if(open.begin(), open.end(),
-                              [&](size_t i) {
-                                return watches[i].seen
-                                       >= watches[i].expect->outcomes;
-                              }),
-               open.end());
-    if (!open.empty())
+  }
+
+  ws_client& ws_;
+  std::vector<watch> watches_;
+  // Indices of the watches still waiting for outcomes.
+  std::vector<size_t> open_;
+};
+
+// Reads the history of every watched thread until each has gained its
+// outcomes or the deadline passes; fills the result's outcome counts and
+// times.
+caf::error await_outcomes(const endpoint& ep,
+                          const std::vector<expected_outcomes>& expected,
+                          millis started_at, steady::time_point deadline,
+                          recovery_bench_result& result) {
+  auto client = ws_client::connect(ep);
+  if (!client)
+    return client.error();
+  auto& ws = **client;
+  if (auto hello = ws.receive(); !hello)
+    return hello.error();
+  outcome_watcher watcher{ws, expected};
+  while (!watcher.done() && steady::now() < deadline) {
+    if (auto err = watcher.poll())
+      return err;
+    if (!watcher.done())
       std::this_thread::sleep_for(std::chrono::milliseconds{50});
   }
-  result.all_answered = open.empty();
-  millis direct_at = 0;
-  millis last_at = 0;
-  for (auto& w : watches) {
-    result.outcomes_seen += w.seen;
-    result.duplicate_answers += w.direct > 1 ? 1 : 0;
-    direct_at = std::max(direct_at, w.direct_at);
-    last_at = std::max(last_at, w.last_at);
-  }
-  if (direct_at > 0)
-    result.to_pending_answered_ms = static_cast<double>(direct_at - started_at);
-  if (last_at > 0)
-    result.to_quiet_ms = static_cast<double>(last_at - started_at);
+  watcher.summarize(started_at, result);
   return {};
 }
 
@@ -495,14 +592,8 @@ void run_oracle(const recovery_bench_options& opts,
                         + tail(out.err.empty() ? out.out : out.err, 2000);
 }
 
-} // namespace
-
-caf::expected<recovery_bench_result>
-run_recovery_benchmark(const recovery_bench_options& opts) {
-  auto say = [&](const std::string& line) {
-    if (opts.progress)
-      opts.progress(line);
-  };
+// Checks the options and creates the data folder.
+caf::error prepare(const recovery_bench_options& opts) {
   if (opts.data_dir.empty())
     return invalid("no data folder given");
   if (holds_something(opts.data_dir))
@@ -516,17 +607,23 @@ run_recovery_benchmark(const recovery_bench_options& opts) {
   fs::create_directories(opts.data_dir, err);
   if (err)
     return invalid("cannot create " + opts.data_dir + ": " + err.message());
-  recovery_bench_result result;
-  auto populate = opts.populate;
-  populate.db_dir = (fs::path{opts.data_dir} / "db").string();
-  say("populating " + std::to_string(populate.threads) + " threads in "
-      + populate.db_dir);
-  auto populated = populate_crashed_store(populate);
-  if (!populated)
-    return populated.error();
-  result.populated = std::move(*populated);
-  say("populated in " + fixed(result.populated.seconds, 1) + " s ("
-      + human_bytes(result.populated.disk_bytes) + "); starting keel-node");
+  return {};
+}
+
+using progress_fn = std::function<void(const std::string&)>;
+
+// A node started on the populated folder.
+struct started_node {
+  std::unique_ptr<node_process> process;
+  // When every pending message must be answered.
+  steady::time_point deadline;
+};
+
+// Starts the node on the populated folder and waits for its recovery
+// report; fills the times up to the recovery.
+caf::expected<started_node>
+start_and_recover(const recovery_bench_options& opts,
+                  recovery_bench_result& result, const progress_fn& say) {
   result.load_average = read_load_average();
   result.started_at = wall_clock_millis();
   auto t0 = steady::now();
@@ -539,11 +636,9 @@ run_recovery_benchmark(const recovery_bench_options& opts) {
     return caf::make_error(ec::unavailable, e.what());
   }
   result.to_listening_ms = ms_since(t0);
-  auto pid = node->pid();
-  auto ep = node->address();
-  auto deadline = t0 + opts.answer_timeout;
   say("listening after " + fixed(result.to_listening_ms, 0)
       + " ms; waiting for the recovery report");
+  auto deadline = t0 + opts.answer_timeout;
   auto report = await_report(*node, result.started_at, deadline);
   if (!report)
     return report.error();
@@ -552,12 +647,43 @@ run_recovery_benchmark(const recovery_bench_options& opts) {
     = static_cast<double>(result.report.started_at - result.started_at);
   result.to_recovery_finished_ms
     = static_cast<double>(result.report.finished_at - result.started_at);
-  read_node_figures(pid, ep, result.peak_rss_at_recovery, nullptr, nullptr);
+  read_node_figures(node->pid(), node->address(),
+                    result.peak_rss_at_recovery, nullptr, nullptr);
+  return started_node{std::move(node), deadline};
+}
+
+} // namespace
+
+caf::expected<recovery_bench_result>
+run_recovery_benchmark(const recovery_bench_options& opts) {
+  progress_fn say = [&](const std::string& line) {
+    if (opts.progress)
+      opts.progress(line);
+  };
+  if (auto err = prepare(opts))
+    return err;
+  recovery_bench_result result;
+  auto populate = opts.populate;
+  populate.db_dir = (fs::path{opts.data_dir} / "db").string();
+  say("populating " + std::to_string(populate.threads) + " threads in "
+      + populate.db_dir);
+  auto populated = populate_crashed_store(populate);
+  if (!populated)
+    return populated.error();
+  result.populated = std::move(*populated);
+  say("populated in " + fixed(result.populated.seconds, 1) + " s ("
+      + human_bytes(result.populated.disk_bytes) + "); starting keel-node");
+  auto started = start_and_recover(opts, result, say);
+  if (!started)
+    return started.error();
+  auto& node = *started->process;
+  auto pid = node.pid();
+  auto ep = node.address();
   say("recovered after " + fixed(result.to_recovery_finished_ms, 0)
       + " ms; waiting for " + std::to_string(result.populated.pending)
       + " pending messages to be answered");
   if (auto err = await_outcomes(ep, result.populated.expected,
-                                result.started_at, deadline, result))
+                                result.started_at, started->deadline, result))
     return caf::make_error(ec::unavailable,
                            "cannot read the node's histories: "
                              + keel::render(err));
@@ -565,164 +691,11 @@ run_recovery_benchmark(const recovery_bench_options& opts) {
                     &result.node_cpu_seconds);
   say("stopping keel-node");
   auto stop_start = steady::now();
-  result.stop_exit_code = node->stop();
+  result.stop_exit_code = node.stop();
   result.stop_ms = ms_since(stop_start);
   say("running keelctl verify on " + opts.data_dir);
   run_oracle(opts, result);
   return result;
-}
-
-// -- reports ------------------------------------------------------------------
-
-namespace {
-
-double step_ms(const recovery_report& r, const std::string& name) {
-  for (auto& step : r.steps)
-    if (step.name == name)
-      return static_cast<double>(step.micros) / 1000;
-  return -1;
-}
-
-const char* const step_names[] = {"read_sessions",    "rebuild_tree",
-                                  "suspend_active",   "scan_undelivered",
-                                  "resume_roots",     "resume_children"};
-
-std::string verdict(const recovery_bench_result& x) {
-  if (!x.verified)
-    return "not run: " + x.verify_error;
-  if (x.verify.value("ok", false))
-    return "ok";
-  return std::to_string(x.verify.value("violations", nlohmann::json::array())
-                          .size())
-         + " violations";
-}
-
-} // namespace
-
-nlohmann::json to_json(const recovery_bench_result& x) {
-  auto& p = x.populated;
-  nlohmann::json steps = nlohmann::json::array();
-  for (auto& step : x.report.steps)
-    steps.push_back({{"name", step.name},
-                     {"count", step.count},
-                     {"ms", static_cast<double>(step.micros) / 1000}});
-  return {
-    {"populated",
-     {{"threads", p.threads},
-      {"roots", p.roots},
-      {"children", p.children},
-      {"links", p.links},
-      {"active", p.active},
-      {"pending", p.pending},
-      {"pending_roots", p.pending_roots},
-      {"log_entries", p.log_entries},
-      {"operations", p.operations},
-      {"flushes", p.flushes},
-      {"disk_bytes", p.disk_bytes},
-      {"seconds", p.seconds}}},
-    {"started_at", x.started_at},
-    {"load_average", x.load_average},
-    {"to_recovery_started_ms", x.to_recovery_started_ms},
-    {"to_listening_ms", x.to_listening_ms},
-    {"to_recovery_finished_ms", x.to_recovery_finished_ms},
-    {"to_pending_answered_ms", x.to_pending_answered_ms},
-    {"to_quiet_ms", x.to_quiet_ms},
-    {"steps", std::move(steps)},
-    {"report", to_json(x.report)},
-    {"all_answered", x.all_answered},
-    {"outcomes_expected", x.outcomes_expected},
-    {"outcomes_seen", x.outcomes_seen},
-    {"errors", x.errors},
-    {"duplicate_answers", x.duplicate_answers},
-    {"peak_rss_at_recovery_bytes", x.peak_rss_at_recovery},
-    {"peak_rss_bytes", x.peak_rss_bytes},
-    {"rss_bytes", x.rss_bytes},
-    {"node_cpu_seconds", x.node_cpu_seconds},
-    {"stop_ms", x.stop_ms},
-    {"stop_exit_code", x.stop_exit_code},
-    {"verified", x.verified},
-    {"verify", x.verify},
-    {"verify_ms", x.verify_ms},
-    {"verify_error", x.verify_error},
-    {"clean", x.clean()},
-  };
-}
-
-std::string render(const recovery_bench_result& x) {
-  auto& p = x.populated;
-  std::ostringstream out;
-  auto row = [&out](const std::string& label, const std::string& value) {
-    out << std::left << std::setw(24) << label << value << '\n';
-  };
-  row("threads", std::to_string(p.threads) + " (" + std::to_string(p.roots)
-                   + " roots, " + std::to_string(p.children) + " children, "
-                   + std::to_string(p.active) + " ACTIVE)");
-  row("pending messages", std::to_string(p.pending) + " ("
-                            + std::to_string(p.pending_roots) + " in roots)");
-  row("populated", fixed(p.seconds, 1) + " s, " + std::to_string(p.operations)
-                     + " operations in " + std::to_string(p.flushes)
-                     + " synced groups, " + human_bytes(p.disk_bytes)
-                     + " on disk");
-  row("load average", x.load_average + " (at the node's start)");
-  row("start -> store open", fixed(x.to_recovery_started_ms, 0)
-                               + " ms (the report's started_at)");
-  row("start -> listening", fixed(x.to_listening_ms, 0) + " ms");
-  row("start -> recovered", fixed(x.to_recovery_finished_ms, 0) + " ms");
-  for (auto& step : x.report.steps)
-    row("  " + step.name, fixed(static_cast<double>(step.micros) / 1000, 1)
-                            + " ms (" + std::to_string(step.count) + ")");
-  row("start -> answered", fixed(x.to_pending_answered_ms, 0)
-                             + " ms (every pending message)");
-  row("start -> quiet", fixed(x.to_quiet_ms, 0)
-                          + " ms (forwarded answers included)");
-  row("outcomes", std::to_string(x.outcomes_seen) + " of "
-                    + std::to_string(x.outcomes_expected) + " expected, "
-                    + std::to_string(x.errors) + " errors, "
-                    + std::to_string(x.duplicate_answers) + " duplicates"
-                    + (x.all_answered ? "" : ", NOT ALL ANSWERED"));
-  row("node peak RSS", human_bytes(x.peak_rss_at_recovery)
-                         + " at the report, " + human_bytes(x.peak_rss_bytes)
-                         + " at the end (RSS " + human_bytes(x.rss_bytes)
-                         + ")");
-  row("node CPU", fixed(x.node_cpu_seconds, 2) + " s (user + system)");
-  row("clean stop", fixed(x.stop_ms, 0) + " ms, exit code "
-                      + std::to_string(x.stop_exit_code));
-  row("keelctl verify", verdict(x) + " (" + fixed(x.verify_ms / 1000, 1)
-                          + " s)");
-  for (auto& problem : x.report.problems)
-    row("  problem", problem);
-  row("result", x.clean() ? "clean" : "NOT CLEAN: see above");
-  return out.str();
-}
-
-std::string recovery_markdown_header() {
-  std::string head = "| threads | pending | on disk | start → store open "
-                     "| start → listening | start → recovered |";
-  std::string rule = "|---:|---:|---:|---:|---:|---:|";
-  for (auto name : step_names) {
-    head += std::string{" "} + name + " |";
-    rule += "---:|";
-  }
-  head += " start → answered | peak RSS | verify |\n";
-  rule += "---:|---:|---|\n";
-  return head + rule;
-}
-
-std::string recovery_markdown_row(const recovery_bench_result& x) {
-  auto ms = [](double v) { return v < 0 ? std::string{"-"} : fixed(v, 0) + " ms"; };
-  std::string row = "| " + std::to_string(x.populated.threads) + " | "
-                    + std::to_string(x.populated.pending) + " | "
-                    + human_bytes(x.populated.disk_bytes) + " | "
-                    + ms(x.to_recovery_started_ms) + " | "
-                    + ms(x.to_listening_ms) + " | "
-                    + ms(x.to_recovery_finished_ms) + " |";
-  for (auto name : step_names) {
-    auto v = step_ms(x.report, name);
-    row += " " + (v < 0 ? std::string{"-"} : fixed(v, 1) + " ms") + " |";
-  }
-  row += " " + ms(x.to_pending_answered_ms) + " | "
-         + human_bytes(x.peak_rss_bytes) + " | " + verdict(x) + " |\n";
-  return row;
 }
 
 } // namespace keel::bench

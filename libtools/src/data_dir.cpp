@@ -8,6 +8,7 @@
 #include <system_error>
 
 #include "keel/json_codec.hpp"
+#include "keel/text.hpp"
 
 namespace keel {
 
@@ -131,7 +132,9 @@ std::string format_utc(millis at) {
 
 std::string render_recovery_report(const recovery_report& x) {
   std::string out = "recovery at " + format_utc(x.started_at) + ", took "
-                    + std::to_string(x.finished_at - x.started_at) + " ms\n";
+                    + human_duration(std::chrono::milliseconds{
+                      x.finished_at - x.started_at})
+                    + "\n";
   for (auto& step : x.steps) {
     char buf[128];
     std::snprintf(buf, sizeof(buf), "  %-20s %8llu %10.2f ms\n",

@@ -14,8 +14,7 @@ std::string node_binary() {
 }
 
 std::string tool_binary(const std::string& name) {
-  auto node = node_binary();
-  return node.substr(0, node.rfind('/') + 1) + name;
+  return sibling_path(node_binary(), name);
 }
 
 namespace {

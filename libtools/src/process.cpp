@@ -191,6 +191,16 @@ std::optional<std::string> find_in_path(const std::string& program) {
   return std::nullopt;
 }
 
+std::string own_executable() {
+  char buf[4096];
+  auto n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  return n <= 0 ? std::string{} : std::string{buf, static_cast<size_t>(n)};
+}
+
+std::string sibling_path(const std::string& path, const std::string& name) {
+  return path.substr(0, path.rfind('/') + 1) + name;
+}
+
 std::string read_text_file(const std::string& path) {
   std::ifstream in{path};
   std::stringstream ss;

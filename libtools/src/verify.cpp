@@ -51,30 +51,31 @@ private:
   verify_report& report_;
 };
 
-// The tree rules: links against sessions, sessions against links, cycles.
-// Threads whose session record is corrupt were reported as bad records and
-// count as present, so one problem is not reported twice.
-void check_tree(checker& out,
-                const std::map<std::string, session_record>& sessions,
-                const std::set<std::string>& corrupt_sessions,
-                const std::vector<tree_link>& links) {
-  auto known = [&](const std::string& thread) {
+// What the tree rules look at. Threads whose session record is corrupt
+// were reported as bad records and count as present, so one problem is not
+// reported twice.
+struct tree_view {
+  const std::map<std::string, session_record>& sessions;
+  const std::set<std::string>& corrupt_sessions;
+
+  bool known(const std::string& thread) const {
     return sessions.count(thread) > 0 || corrupt_sessions.count(thread) > 0;
-  };
-  std::set<std::pair<std::string, std::string>> link_set;
-  std::set<std::string> linked_children;
+  }
+};
+
+// Every link's ends have sessions, and the child's names the link's parent.
+void check_links(checker& out, const tree_view& tree,
+                 const std::vector<tree_link>& links) {
   for (auto& link : links) {
-    link_set.emplace(link.parent, link.child);
-    linked_children.insert(link.child);
     auto where = link_where(link.parent, link.child);
-    if (!known(link.parent)) {
+    if (!tree.known(link.parent)) {
       out.add("dangling_link", where,
               "parent " + link.parent + " has no session");
-    } else if (!known(link.child)) {
+    } else if (!tree.known(link.child)) {
       out.add("dangling_link", where,
               "child " + link.child + " has no session");
-    } else if (auto i = sessions.find(link.child);
-               i != sessions.end() && i->second.parent != link.parent) {
+    } else if (auto i = tree.sessions.find(link.child);
+               i != tree.sessions.end() && i->second.parent != link.parent) {
       out.add("dangling_link", where,
               i->second.parent.empty()
                 ? "child " + link.child + " is a root by its session"
@@ -82,19 +83,50 @@ void check_tree(checker& out,
                     + i->second.parent);
     }
   }
-  for (auto& [thread, rec] : sessions) {
-    // A link from another parent was reported above as a dangling link.
+}
+
+// Every session with a parent has its link.
+void check_orphans(checker& out, const tree_view& tree,
+                   const std::vector<tree_link>& links) {
+  std::set<std::pair<std::string, std::string>> link_set;
+  std::set<std::string> linked_children;
+  for (auto& link : links) {
+    link_set.emplace(link.parent, link.child);
+    linked_children.insert(link.child);
+  }
+  for (auto& [thread, rec] : tree.sessions) {
+    // A link from another parent was reported as a dangling link.
     if (rec.parent.empty() || link_set.count({rec.parent, thread}) > 0
         || linked_children.count(thread) > 0)
       continue;
     out.add("orphan_child", link_where(rec.parent, thread),
             thread + " names parent " + rec.parent
               + " but the tree has no such link"
-              + (known(rec.parent) ? ""
-                                   : " and " + rec.parent + " has no session"));
+              + (tree.known(rec.parent)
+                   ? ""
+                   : " and " + rec.parent + " has no session"));
   }
-  // Each session has at most one parent: follow parents from every thread,
-  // coloring threads in progress (1) and done (2).
+}
+
+// Names the cycle that `path` closes at `cur` once, parent before child,
+// starting with its smallest thread id ("a -> b -> a").
+std::string cycle_where(const std::vector<std::string>& path,
+                        const std::string& cur) {
+  auto first = std::find(path.begin(), path.end(), cur);
+  std::vector<std::string> cycle(first, path.end());
+  std::reverse(cycle.begin(), cycle.end());
+  std::rotate(cycle.begin(), std::min_element(cycle.begin(), cycle.end()),
+              cycle.end());
+  std::string where;
+  for (auto& x : cycle)
+    where += x + " -> ";
+  return where + cycle.front();
+}
+
+// No cycles: each session has at most one parent, so follow parents from
+// every thread, coloring threads in progress (1) and done (2).
+void check_cycles(checker& out,
+                  const std::map<std::string, session_record>& sessions) {
   std::map<std::string, int> color;
   for (auto& start : sessions) {
     std::vector<std::string> path;
@@ -104,19 +136,7 @@ void check_tree(checker& out,
       if (i == sessions.end() || color[cur] == 2)
         break;
       if (color[cur] == 1) {
-        // The cycle is the part of the path from `cur` on; name it once,
-        // parent before child, starting with its smallest thread id.
-        auto first = std::find(path.begin(), path.end(), cur);
-        std::vector<std::string> cycle(first, path.end());
-        std::reverse(cycle.begin(), cycle.end());
-        std::rotate(cycle.begin(),
-                    std::min_element(cycle.begin(), cycle.end()),
-                    cycle.end());
-        std::string where;
-        for (auto& x : cycle)
-          where += x + " -> ";
-        where += cycle.front();
-        out.add("tree_cycle", where,
+        out.add("tree_cycle", cycle_where(path, cur),
                 "the parents form a cycle: these threads have no root");
         break;
       }
@@ -131,6 +151,17 @@ void check_tree(checker& out,
   }
 }
 
+// The tree rules: links against sessions, sessions against links, cycles.
+void check_tree(checker& out,
+                const std::map<std::string, session_record>& sessions,
+                const std::set<std::string>& corrupt_sessions,
+                const std::vector<tree_link>& links) {
+  tree_view tree{sessions, corrupt_sessions};
+  check_links(out, tree, links);
+  check_orphans(out, tree, links);
+  check_cycles(out, sessions);
+}
+
 bool from_agent(const std::string& client_id) {
   return std::string_view{client_id}.substr(0, 6) == "agent:";
 }
@@ -142,37 +173,45 @@ std::string describe(const log_entry& user) {
          + " (client id " + user.client_id + ")";
 }
 
-// The message rules for one thread: every user message (a client's, or one
-// from another thread with an `agent:` client id) is answered exactly once
-// or pending, never both; the inbox and the client id index agree with the
-// log.
-void check_messages(checker& out, verify_report& report,
-                    const thread_dump& dump) {
-  const auto& thread = dump.thread;
+// One thread's log, indexed for the message rules.
+struct message_index {
+  const std::string& thread;
+  /// User messages by seq.
   std::map<seq_t, const log_entry*> users;
+  /// Replies and errors (both answer) by the seq they answer.
   std::map<seq_t, std::vector<const log_entry*>> outcomes;
-  for (auto& entry : dump.log) {
-    if (entry.kind == log_kind::user)
-      users.emplace(entry.seq, &entry);
-    else // replies and errors both answer
-      outcomes[entry.reply_to].push_back(&entry);
-  }
+  /// Seqs in the inbox.
   std::set<seq_t> pending;
-  for (auto& entry : dump.inbox)
-    pending.insert(entry.seq);
-  report.user_messages += users.size();
-  report.pending += dump.inbox.size();
-  for (auto& [seq, user] : users) {
-    auto where = seq_where(thread, seq);
-    auto i = outcomes.find(seq);
-    size_t answers = i == outcomes.end() ? 0 : i->second.size();
-    bool in_inbox = pending.count(seq) > 0;
+
+  explicit message_index(const thread_dump& dump) : thread(dump.thread) {
+    for (auto& entry : dump.log) {
+      if (entry.kind == log_kind::user)
+        users.emplace(entry.seq, &entry);
+      else
+        outcomes[entry.reply_to].push_back(&entry);
+    }
+    for (auto& entry : dump.inbox)
+      pending.insert(entry.seq);
+  }
+};
+
+// Every user message is answered exactly once or pending, never both; its
+// answers carry its client id.
+void check_answers(checker& out, verify_report& report,
+                   const message_index& idx) {
+  for (auto& [seq, user] : idx.users) {
+    auto where = seq_where(idx.thread, seq);
+    auto i = idx.outcomes.find(seq);
+    size_t answers = i == idx.outcomes.end() ? 0 : i->second.size();
+    bool in_inbox = idx.pending.count(seq) > 0;
     if (answers > 0)
       ++report.answered;
     if (answers == 0 && !in_inbox)
       out.add("lost_message", where,
               describe(*user) + " is neither answered nor in the inbox");
-    if (answers > 0 && in_inbox)
+    if (answers == 0)
+      continue;
+    if (in_inbox)
       out.add("answered_but_pending", where,
               describe(*user) + " is answered by seq "
                 + std::to_string(i->second.front()->seq)
@@ -185,26 +224,33 @@ void check_messages(checker& out, verify_report& report,
               describe(*user) + " is answered " + std::to_string(answers)
                 + " times (seqs " + seqs + ")");
     }
-    if (answers > 0)
-      for (auto* x : i->second)
-        if (x->client_id != user->client_id)
-          out.add("client_id_mismatch", seq_where(thread, x->seq),
-                  std::string{to_string(x->kind)} + " to seq "
-                    + std::to_string(seq) + " carries client id "
-                    + x->client_id + ", the message has "
-                    + user->client_id);
+    for (auto* x : i->second)
+      if (x->client_id != user->client_id)
+        out.add("client_id_mismatch", seq_where(idx.thread, x->seq),
+                std::string{to_string(x->kind)} + " to seq "
+                  + std::to_string(seq) + " carries client id "
+                  + x->client_id + ", the message has " + user->client_id);
   }
-  for (auto& [reply_to, list] : outcomes)
-    if (users.count(reply_to) == 0)
+}
+
+// Every reply or error answers a user message of its thread.
+void check_outcomes(checker& out, const message_index& idx) {
+  for (auto& [reply_to, list] : idx.outcomes)
+    if (idx.users.count(reply_to) == 0)
       for (auto* x : list)
-        out.add("outcome_without_message", seq_where(thread, x->seq),
+        out.add("outcome_without_message", seq_where(idx.thread, x->seq),
                 std::string{to_string(x->kind)} + " answers seq "
                   + std::to_string(reply_to)
                   + ", which is not a user message");
+}
+
+// Every inbox entry has its user message, with the same client id.
+void check_inbox(checker& out, const message_index& idx,
+                 const thread_dump& dump) {
   for (auto& entry : dump.inbox) {
-    auto where = seq_where(thread, entry.seq);
-    auto i = users.find(entry.seq);
-    if (i == users.end())
+    auto where = seq_where(idx.thread, entry.seq);
+    auto i = idx.users.find(entry.seq);
+    if (i == idx.users.end())
       out.add("inbox_without_message", where,
               "inbox entry (client id " + entry.client_id
                 + ") has no user message in the log");
@@ -213,17 +259,23 @@ void check_messages(checker& out, verify_report& report,
               "inbox entry has client id " + entry.client_id
                 + ", the message has " + i->second->client_id);
   }
+}
+
+// The client id index maps every user message's client id to its seq, and
+// nothing else.
+void check_client_ids(checker& out, const message_index& idx,
+                      const thread_dump& dump) {
   std::map<std::string, seq_t> index{dump.client_ids.begin(),
                                      dump.client_ids.end()};
   std::set<std::string> user_ids;
-  for (auto& [seq, user] : users) {
+  for (auto& [seq, user] : idx.users) {
     user_ids.insert(user->client_id);
     auto i = index.find(user->client_id);
     if (i == index.end())
-      out.add("client_id_mismatch", seq_where(thread, seq),
+      out.add("client_id_mismatch", seq_where(idx.thread, seq),
               "client id " + user->client_id + " is not in the index");
     else if (i->second != seq)
-      out.add("client_id_mismatch", seq_where(thread, seq),
+      out.add("client_id_mismatch", seq_where(idx.thread, seq),
               "the index maps client id " + user->client_id + " to seq "
                 + std::to_string(i->second));
   }
@@ -231,24 +283,81 @@ void check_messages(checker& out, verify_report& report,
   for (auto& [client_id, seq] : index) {
     if (user_ids.count(client_id) > 0)
       continue;
-    auto i = users.find(seq);
-    if (i == users.end())
-      out.add("client_id_mismatch", seq_where(thread, seq),
-              "the index maps client id " + client_id + " to seq "
-                + std::to_string(seq) + ", which is not a user message");
+    auto i = idx.users.find(seq);
+    auto mapped = "the index maps client id " + client_id + " to seq "
+                  + std::to_string(seq);
+    if (i == idx.users.end())
+      out.add("client_id_mismatch", seq_where(idx.thread, seq),
+              mapped + ", which is not a user message");
     else if (i->second->client_id != client_id)
-      out.add("client_id_mismatch", seq_where(thread, seq),
-              "the index maps client id " + client_id + " to seq "
-                + std::to_string(seq) + ", whose client id is "
-                + i->second->client_id);
+      out.add("client_id_mismatch", seq_where(idx.thread, seq),
+              mapped + ", whose client id is " + i->second->client_id);
   }
 }
 
-} // namespace
+// The message rules for one thread: every user message (a client's, or one
+// from another thread with an `agent:` client id) is answered exactly once
+// or pending, never both; the inbox and the client id index agree with the
+// log.
+void check_messages(checker& out, verify_report& report,
+                    const thread_dump& dump) {
+  message_index idx{dump};
+  report.user_messages += idx.users.size();
+  report.pending += dump.inbox.size();
+  check_answers(out, report, idx);
+  check_outcomes(out, idx);
+  check_inbox(out, idx, dump);
+  check_client_ids(out, idx, dump);
+}
 
-caf::expected<verify_report> verify_store(store& db) {
-  verify_report report;
-  checker out{report};
+// Every outbox entry targets a thread with a session and carries the
+// client id `agent_client_id(from, seq)`.
+void check_outbox(checker& out, const std::vector<outbox_entry>& outbox,
+                  const tree_view& tree) {
+  for (auto& entry : outbox) {
+    auto where = seq_where(entry.from, entry.seq);
+    if (!tree.known(entry.to))
+      out.add("outbox_target_missing", where,
+              "message to " + entry.to + ", which has no session");
+    auto expected = agent_client_id(entry.from, entry.seq);
+    if (entry.client_id != expected)
+      out.add("client_id_mismatch", where,
+              "outbox entry has client id " + entry.client_id
+                + ", expected " + expected);
+  }
+}
+
+// The records the other rules do not look at only need to parse.
+caf::error check_other_records(checker& out, store& db) {
+  if (auto err = out.tolerate_corrupt(db.health(), "health"))
+    return err;
+  if (auto err = out.tolerate_corrupt(db.dead_letters(), "dead_letters"))
+    return err;
+  if (auto text = db.meta("last_recovery")) {
+    auto rec = decode<recovery_report>(*text);
+    if (!rec)
+      out.add("bad_record", "last_recovery",
+              "corrupt record in meta: " + error_message(rec.error()));
+  } else if (text.error() != ec::not_found) {
+    return std::move(text.error());
+  }
+  return caf::none;
+}
+
+// The whole-store records: sessions, tree links and outboxes, read leniently
+// (corrupt records become bad_record violations).
+struct store_records {
+  std::vector<session_record> sessions;
+  std::vector<tree_link> links;
+  std::vector<outbox_entry> outbox;
+  /// Sessions by thread.
+  std::map<std::string, session_record> by_thread;
+  /// Threads whose session record is corrupt.
+  std::set<std::string> corrupt_sessions;
+};
+
+caf::expected<store_records> read_records(checker& out, store& db) {
+  store_records x;
   std::vector<bad_record> bad;
   auto sessions = db.sessions(bad);
   if (!sessions)
@@ -260,46 +369,21 @@ caf::expected<verify_report> verify_store(store& db) {
   if (!outbox)
     return std::move(outbox.error());
   out.add_bad(bad);
-  report.sessions = sessions->size();
-  report.links = links->size();
-  report.outbox = outbox->size();
-  std::map<std::string, session_record> by_thread;
-  std::set<std::string> corrupt_sessions;
-  for (auto& x : bad)
-    if (x.column_family == "sessions")
-      corrupt_sessions.insert(x.key);
-  for (auto& rec : *sessions) {
-    if (rec.state == session_state::active)
-      out.add("active_session", rec.thread,
-              "the session is ACTIVE (recovery should have suspended it)");
-    by_thread.emplace(rec.thread, rec);
-  }
-  check_tree(out, by_thread, corrupt_sessions, *links);
-  // Every thread that has anything: sessions (readable or not), inboxes,
-  // outboxes.
-  std::set<std::string> threads{corrupt_sessions};
-  for (auto& rec : *sessions)
-    threads.insert(rec.thread);
-  // A malformed inbox key fails this listing; the lenient dump of its
-  // thread names it (reported below unless the dump did).
-  auto inbox = db.inbox_counts();
-  if (!inbox && inbox.error() != ec::storage_corrupt)
-    return std::move(inbox.error());
-  if (inbox)
-    for (auto& entry : *inbox)
-      threads.insert(entry.first);
-  for (auto& entry : *outbox) {
-    threads.insert(entry.from);
-    auto where = seq_where(entry.from, entry.seq);
-    if (by_thread.count(entry.to) == 0 && corrupt_sessions.count(entry.to) == 0)
-      out.add("outbox_target_missing", where,
-              "message to " + entry.to + ", which has no session");
-    auto expected = agent_client_id(entry.from, entry.seq);
-    if (entry.client_id != expected)
-      out.add("client_id_mismatch", where,
-              "outbox entry has client id " + entry.client_id
-                + ", expected " + expected);
-  }
+  x.sessions = std::move(*sessions);
+  x.links = std::move(*links);
+  x.outbox = std::move(*outbox);
+  for (auto& b : bad)
+    if (b.column_family == "sessions")
+      x.corrupt_sessions.insert(b.key);
+  return x;
+}
+
+// Checks the message rules on every thread in `threads`; fails only when a
+// thread cannot be read at all. Returns whether a dump reported a corrupt
+// inbox record.
+caf::expected<bool> check_threads(checker& out, verify_report& report,
+                                  store& db,
+                                  const std::set<std::string>& threads) {
   bool inbox_reported = false;
   for (auto& thread : threads) {
     std::vector<bad_record> thread_bad;
@@ -313,21 +397,51 @@ caf::expected<verify_report> verify_store(store& db) {
                                   });
     check_messages(out, report, *dump);
   }
-  if (!inbox_reported)
-    static_cast<void>(out.tolerate_corrupt(inbox, "inbox"));
-  // The remaining records only need to parse.
-  if (auto err = out.tolerate_corrupt(db.health(), "health"))
-    return err;
-  if (auto err = out.tolerate_corrupt(db.dead_letters(), "dead_letters"))
-    return err;
-  if (auto text = db.meta("last_recovery")) {
-    auto rec = decode<recovery_report>(*text);
-    if (!rec)
-      out.add("bad_record", "last_recovery",
-              "corrupt record in meta: " + error_message(rec.error()));
-  } else if (text.error() != ec::not_found) {
-    return std::move(text.error());
+  return inbox_reported;
+}
+
+} // namespace
+
+caf::expected<verify_report> verify_store(store& db) {
+  verify_report report;
+  checker out{report};
+  auto records = read_records(out, db);
+  if (!records)
+    return std::move(records.error());
+  auto& x = *records;
+  report.sessions = x.sessions.size();
+  report.links = x.links.size();
+  report.outbox = x.outbox.size();
+  for (auto& rec : x.sessions) {
+    if (rec.state == session_state::active)
+      out.add("active_session", rec.thread,
+              "the session is ACTIVE (recovery should have suspended it)");
+    x.by_thread.emplace(rec.thread, rec);
   }
+  check_tree(out, x.by_thread, x.corrupt_sessions, x.links);
+  // Every thread that has anything: sessions (readable or not), inboxes,
+  // outboxes.
+  std::set<std::string> threads{x.corrupt_sessions};
+  for (auto& rec : x.sessions)
+    threads.insert(rec.thread);
+  // A malformed inbox key fails this listing; the lenient dump of its
+  // thread names it (reported below unless the dump did).
+  auto inbox = db.inbox_counts();
+  if (!inbox && inbox.error() != ec::storage_corrupt)
+    return std::move(inbox.error());
+  if (inbox)
+    for (auto& entry : *inbox)
+      threads.insert(entry.first);
+  for (auto& entry : x.outbox)
+    threads.insert(entry.from);
+  check_outbox(out, x.outbox, tree_view{x.by_thread, x.corrupt_sessions});
+  auto inbox_reported = check_threads(out, report, db, threads);
+  if (!inbox_reported)
+    return std::move(inbox_reported.error());
+  if (!*inbox_reported)
+    static_cast<void>(out.tolerate_corrupt(inbox, "inbox"));
+  if (auto err = check_other_records(out, db))
+    return err;
   return report;
 }
 

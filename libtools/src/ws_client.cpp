@@ -10,6 +10,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "keel/text.hpp"
+#include "ws_identity.hpp"
+
 namespace keel {
 
 ws_client::~ws_client() {
@@ -29,10 +32,6 @@ using namespace std::chrono_literals;
 
 /// Largest message the client accepts (history pages can be big).
 constexpr size_t max_message_bytes = 256 * 1024 * 1024;
-
-std::string millis_str(std::chrono::milliseconds timeout) {
-  return std::to_string(timeout.count()) + " ms";
-}
 
 /// Runs `ioc` until `done` is set or `deadline` passes. Returns `done`.
 bool run_until(net::io_context& ioc, const bool& done,
@@ -61,6 +60,19 @@ void drain(net::io_context& ioc) {
   ioc.run_for(1s);
 }
 
+/// Runs `ioc` until the operation on `stream` that sets `done` (its handler
+/// sets `err`) completes or `deadline` passes; then the operation is
+/// cancelled by closing the socket and `err` reads beast::error::timeout.
+void finish_or_close(net::io_context& ioc, beast::tcp_stream& stream,
+                     const bool& done, error_code& err,
+                     clock_type::time_point deadline) {
+  if (run_until(ioc, done, deadline))
+    return;
+  stream.socket().close(err);
+  drain(ioc);
+  err = beast::error::timeout;
+}
+
 /// Opens a TCP connection to `ep` by `deadline`, or explains why not.
 caf::error connect_tcp(net::io_context& ioc, beast::tcp_stream& stream,
                        const endpoint& ep, clock_type::time_point deadline,
@@ -82,7 +94,7 @@ caf::error connect_tcp(net::io_context& ioc, beast::tcp_stream& stream,
   if (!run_until(ioc, done, deadline)) {
     resolver.cancel();
     drain(ioc);
-    return fail("name resolution timed out after " + millis_str(timeout));
+    return fail("name resolution timed out after " + human_duration(timeout));
   }
   if (err)
     return fail(err.message());
@@ -92,13 +104,9 @@ caf::error connect_tcp(net::io_context& ioc, beast::tcp_stream& stream,
     err = e;
     done = true;
   });
-  if (!run_until(ioc, done, deadline + 1s)) {
-    stream.socket().close(err);
-    drain(ioc);
-    return fail("timed out after " + millis_str(timeout));
-  }
+  finish_or_close(ioc, stream, done, err, deadline + 1s);
   if (err == beast::error::timeout)
-    return fail("timed out after " + millis_str(timeout));
+    return fail("timed out after " + human_duration(timeout));
   if (err)
     return fail(err.message());
   stream.socket().set_option(tcp::no_delay(true), err);
@@ -114,6 +122,27 @@ std::string body_message(const std::string& body) {
       return i->get<std::string>();
   }
   return body.size() > 200 ? body.substr(0, 200) + "..." : body;
+}
+
+/// The error for a refused WebSocket upgrade: its HTTP status as our code,
+/// with the status line and the body's message.
+caf::error upgrade_refused(const endpoint& ep,
+                           const websocket::response_type& res) {
+  auto status = res.result_int();
+  auto msg = to_string(ep) + " refused the WebSocket upgrade: HTTP "
+             + std::to_string(status) + " " + std::string{res.reason()};
+  if (!res.body().empty())
+    msg += ": " + body_message(res.body());
+  switch (status) {
+    case 401:
+      return caf::make_error(ec::unauthorized, std::move(msg));
+    case 404:
+      return caf::make_error(ec::not_found, std::move(msg));
+    case 503:
+      return caf::make_error(ec::unavailable, std::move(msg));
+    default:
+      return caf::make_error(ec::protocol_violation, std::move(msg));
+  }
 }
 
 class client_impl : public ws_client {
@@ -132,13 +161,7 @@ public:
     auto& stream = beast::get_lowest_layer(ws_);
     if (auto err = connect_tcp(ioc_, stream, ep_, deadline, timeout))
       return err;
-    auto token = ep_.token;
-    ws_.set_option(websocket::stream_base::decorator(
-      [token](websocket::request_type& req) {
-        req.set(http::field::user_agent, "keel-client");
-        if (!token.empty())
-          req.set(http::field::authorization, "Bearer " + token);
-      }));
+    detail::set_client_identity(ws_, "keel-client", ep_.token);
     ws_.read_message_max(max_message_bytes);
     websocket::response_type res;
     error_code err;
@@ -147,34 +170,14 @@ public:
       err = e;
       done = true;
     });
-    if (!run_until(ioc_, done, deadline + 1s)) {
-      stream.socket().close(err);
-      drain(ioc_);
-      err = beast::error::timeout;
-    }
-    if (err == websocket::error::upgrade_declined) {
-      auto status = res.result_int();
-      auto msg = to_string(ep_) + " refused the WebSocket upgrade: HTTP "
-                 + std::to_string(status) + " "
-                 + std::string{res.reason()};
-      if (!res.body().empty())
-        msg += ": " + body_message(res.body());
-      switch (status) {
-        case 401:
-          return caf::make_error(ec::unauthorized, std::move(msg));
-        case 404:
-          return caf::make_error(ec::not_found, std::move(msg));
-        case 503:
-          return caf::make_error(ec::unavailable, std::move(msg));
-        default:
-          return caf::make_error(ec::protocol_violation, std::move(msg));
-      }
-    }
+    finish_or_close(ioc_, stream, done, err, deadline + 1s);
+    if (err == websocket::error::upgrade_declined)
+      return upgrade_refused(ep_, res);
     if (err == beast::error::timeout)
       return caf::make_error(ec::connection_failed,
                              "cannot reach " + to_string(ep_)
                                + ": WebSocket handshake timed out after "
-                               + millis_str(timeout));
+                               + human_duration(timeout));
     if (err)
       return caf::make_error(ec::connection_failed,
                              "cannot reach " + to_string(ep_)
@@ -205,7 +208,7 @@ public:
     if (!run_until(ioc_, read_done_, clock_type::now() + timeout))
       return caf::make_error(ec::timeout, "no message from " + to_string(ep_)
                                             + " within "
-                                            + millis_str(timeout));
+                                            + human_duration(timeout));
     read_done_ = false;
     if (read_err_) {
       on_failure(read_err_);
@@ -329,6 +332,57 @@ ws_client::connect(const endpoint& ep, const std::string& path,
   }
 }
 
+namespace {
+
+using string_request = http::request<http::string_body>;
+
+string_request make_request(const endpoint& ep, const std::string& method,
+                            const std::string& target,
+                            const std::string& body) {
+  string_request req;
+  req.method_string(method);
+  req.target(target);
+  req.version(11);
+  req.set(http::field::host, to_string(ep));
+  req.set(http::field::user_agent, "keel-client");
+  req.set(http::field::connection, "close");
+  if (!ep.token.empty())
+    req.set(http::field::authorization, "Bearer " + ep.token);
+  if (!body.empty()) {
+    req.set(http::field::content_type, "application/json");
+    req.body() = body;
+  }
+  req.prepare_payload();
+  return req;
+}
+
+/// Writes `req` and reads the response into `parser` by `deadline`; a
+/// timeout shows as beast::error::timeout.
+error_code exchange(net::io_context& ioc, beast::tcp_stream& stream,
+                    string_request& req,
+                    http::response_parser<http::string_body>& parser,
+                    clock_type::time_point deadline) {
+  beast::flat_buffer buf;
+  error_code err;
+  bool done = false;
+  stream.expires_at(deadline);
+  http::async_write(stream, req, [&](error_code e, size_t) {
+    err = e;
+    if (err) {
+      done = true;
+      return;
+    }
+    http::async_read(stream, buf, parser, [&](error_code e2, size_t) {
+      err = e2;
+      done = true;
+    });
+  });
+  finish_or_close(ioc, stream, done, err, deadline + 1s);
+  return err;
+}
+
+} // namespace
+
 caf::expected<http_response>
 http_request(const endpoint& ep, const std::string& method,
              const std::string& target, const std::string& body,
@@ -339,46 +393,15 @@ http_request(const endpoint& ep, const std::string& method,
     beast::tcp_stream stream{ioc};
     if (auto err = connect_tcp(ioc, stream, ep, deadline, timeout))
       return err;
-    http::request<http::string_body> req;
-    req.method_string(method);
-    req.target(target);
-    req.version(11);
-    req.set(http::field::host, to_string(ep));
-    req.set(http::field::user_agent, "keel-client");
-    req.set(http::field::connection, "close");
-    if (!ep.token.empty())
-      req.set(http::field::authorization, "Bearer " + ep.token);
-    if (!body.empty()) {
-      req.set(http::field::content_type, "application/json");
-      req.body() = body;
-    }
-    req.prepare_payload();
+    auto req = make_request(ep, method, target, body);
     http::response_parser<http::string_body> parser;
     parser.body_limit(max_message_bytes);
-    beast::flat_buffer buf;
-    error_code err;
-    bool done = false;
-    stream.expires_at(deadline);
-    http::async_write(stream, req, [&](error_code e, size_t) {
-      err = e;
-      if (err) {
-        done = true;
-        return;
-      }
-      http::async_read(stream, buf, parser, [&](error_code e2, size_t) {
-        err = e2;
-        done = true;
-      });
-    });
-    if (!run_until(ioc, done, deadline + 1s)) {
-      stream.socket().close(err);
-      drain(ioc);
-      err = beast::error::timeout;
-    }
+    auto err = exchange(ioc, stream, req, parser, deadline);
     if (err == beast::error::timeout)
       return caf::make_error(ec::timeout, to_string(ep) + " did not answer "
                                             + method + " " + target
-                                            + " within " + millis_str(timeout));
+                                            + " within "
+                                            + human_duration(timeout));
     if (err)
       return caf::make_error(ec::connection_failed,
                              method + " " + target + " on " + to_string(ep)

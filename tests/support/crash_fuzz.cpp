@@ -11,6 +11,7 @@
 #include <sstream>
 #include <thread>
 
+#include "keel/tools/json_fields.hpp"
 #include "keel/tools/process.hpp"
 #include "node_client.hpp"
 
@@ -34,17 +35,6 @@ bool transient(const std::string& code) {
          || code == "internal" || code == "timeout";
 }
 
-std::string str(const json& j, const char* key) {
-  auto i = j.find(key);
-  return i != j.end() && i->is_string() ? i->get<std::string>()
-                                        : std::string{};
-}
-
-uint64_t num(const json& j, const char* key) {
-  auto i = j.find(key);
-  return i != j.end() && i->is_number_unsigned() ? i->get<uint64_t>() : 0;
-}
-
 /// One log entry as history (and reply/error) frames show it.
 struct entry {
   uint64_t seq = 0;
@@ -66,8 +56,9 @@ struct entry {
 };
 
 entry entry_from_history(const json& j) {
-  return entry{num(j, "seq"),       str(j, "kind"), str(j, "client_id"),
-               num(j, "reply_to"), str(j, "text"), str(j, "code")};
+  return entry{json_number(j, {"seq"}),      json_string(j, "kind"),
+               json_string(j, "client_id"),  json_number(j, {"reply_to"}),
+               json_string(j, "text"),       json_string(j, "code")};
 }
 
 std::string to_string(const entry& e) {
@@ -284,11 +275,12 @@ private:
     if (ws_->send_text(json{{"type", type}, {"id", id}}.dump()))
       return false;
     json frame;
-    if (await([&](const json& j) { return str(j, "type") == "error"; }, frame,
-              10s)
+    if (await(
+          [&](const json& j) { return json_string(j, "type") == "error"; },
+          frame, 10s)
         != status::ok)
       return false;
-    return str(frame, "code") != "unknown_type";
+    return json_string(frame, "code") != "unknown_type";
   }
 
   bool new_generation(uint64_t g) {
@@ -456,8 +448,8 @@ private:
     auto& r = *report;
     auto body = r.contains("report") && r["report"].is_object() ? r["report"]
                                                                 : r;
-    stats_.recovered_inbox_messages += num(body, "inbox_messages");
-    stats_.recovered_outbox_messages += num(body, "outbox_messages");
+    stats_.recovered_inbox_messages += json_number(body, {"inbox_messages"});
+    stats_.recovered_outbox_messages += json_number(body, {"outbox_messages"});
     if (body.contains("problems") && body["problems"].is_array()
         && !body["problems"].empty()) {
       stats_.recovery_problems += body["problems"].size();
@@ -563,14 +555,14 @@ private:
   /// Records a live outcome frame; two different outcomes of one message
   /// are a duplicate reply the client saw.
   void observe(const json& frame) {
-    auto type = str(frame, "type");
+    auto type = json_string(frame, "type");
     if ((type != "reply" && type != "error") || !frame.contains("reply_to"))
       return;
-    auto thread = str(frame, "thread");
-    entry e{num(frame, "seq"),      type,
-            str(frame, "id"),       num(frame, "reply_to"),
-            type == "reply" ? str(frame, "text") : std::string{},
-            str(frame, "code")};
+    auto thread = json_string(frame, "thread");
+    entry e{json_number(frame, {"seq"}),      type,
+            json_string(frame, "id"),       json_number(frame, {"reply_to"}),
+            type == "reply" ? json_string(frame, "text") : std::string{},
+            json_string(frame, "code")};
     auto& rec = records_[thread];
     auto [i, added] = rec.observed_outcome_of.emplace(e.reply_to, e.seq);
     if (!added && i->second != e.seq) {
@@ -597,7 +589,8 @@ private:
       json page;
       auto st = await(
         [&](const json& j) {
-          return str(j, "type") == "history" && str(j, "id") == id;
+          return json_string(j, "type") == "history"
+                 && json_string(j, "id") == id;
         },
         page, std::chrono::milliseconds{op_timeout});
       if (st == status::failed && failures_.empty())
@@ -871,8 +864,8 @@ private:
   enum class op_status { done, died, failed, kill_now };
 
   bool answers(const op& x, const json& j) {
-    auto type = str(j, "type");
-    if (str(j, "id") != x.id)
+    auto type = json_string(j, "type");
+    if (json_string(j, "id") != x.id)
       return false;
     if (type == "error")
       return !j.contains("reply_to");
@@ -882,7 +875,7 @@ private:
       case op_kind::cancel:
         return type == "cancelled";
       default:
-        return type == "ack" && str(j, "thread") == x.thread;
+        return type == "ack" && json_string(j, "thread") == x.thread;
     }
   }
 
@@ -932,23 +925,24 @@ private:
                     + std::to_string(op_timeout.count()) + " s");
         return op_status::failed;
       }
-      auto type = str(frame, "type");
-      auto code = str(frame, "code");
+      auto type = json_string(frame, "type");
+      auto code = json_string(frame, "code");
       if (type == "error" && transient(code) && attempt < 5) {
         // The node says to send again later; back off a little.
         std::this_thread::sleep_for(100ms * (attempt + 1));
         continue;
       }
-      result = type == "error" ? "error " + code + ": " + str(frame, "message")
-                               : frame.dump();
+      result = type == "error"
+                 ? "error " + code + ": " + json_string(frame, "message")
+                 : frame.dump();
       return check_answer(x, frame, first) ? op_status::done
                                            : op_status::failed;
     }
   }
 
   bool check_answer(const op& x, const json& frame, bool first) {
-    auto type = str(frame, "type");
-    auto code = str(frame, "code");
+    auto type = json_string(frame, "type");
+    auto code = json_string(frame, "code");
     auto& rec = records_[x.thread];
     auto refused = [&](const std::string& what) {
       violation("`" + to_string(x) + "` " + what + ": " + frame.dump());
@@ -958,7 +952,7 @@ private:
       case op_kind::send: {
         if (type != "ack")
           return refused("was refused");
-        auto seq = num(frame, "seq");
+        auto seq = json_number(frame, {"seq"});
         if (frame.value("duplicate", false) && first)
           return refused("is new but was acknowledged as a duplicate");
         auto [it, added] = rec.acked.emplace(x.id, seq);
@@ -974,7 +968,7 @@ private:
       case op_kind::resend: {
         if (type != "ack")
           return refused("was refused");
-        auto seq = num(frame, "seq");
+        auto seq = json_number(frame, {"seq"});
         auto it = rec.acked.find(x.id);
         if (it == rec.acked.end())
           return refused("resends a message that was never acknowledged "
@@ -1005,7 +999,8 @@ private:
       case op_kind::spawn:
         if (type != "spawned")
           return refused("was refused");
-        if (str(frame, "child") != x.child || str(frame, "thread") != x.thread)
+        if (json_string(frame, "child") != x.child
+            || json_string(frame, "thread") != x.thread)
           return refused("answered for another parent or child");
         if (first && !frame.value("created", false))
           return refused("is the first spawn of this child but says "

@@ -1,10 +1,10 @@
 #pragma once
 
-// The seeded crash fuzzer (issue 5; seed 004, "Testing"): one generator of
-// operations and kill plans driven by a single std::mt19937_64, and a runner
-// that plays them against real keel-node processes, kills them (kill -9 at an
-// instant, or an armed kill point), restarts them and checks the contract
-// against its own record of acknowledgements, kept outside the node.
+// The seeded crash fuzzer: one generator of operations and kill plans driven by
+// a single std::mt19937_64, and a runner that plays them against real keel-node
+// processes, kills them (kill -9 at an instant, or an armed kill point),
+// restarts them and checks the contract against its own record of
+// acknowledgements, kept outside the node.
 //
 // The generator is header-only and needs no node (tests/unit checks that the
 // same seed gives the same plan); the runner is in crash_fuzz.cpp.

@@ -78,6 +78,8 @@
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
 
+#include "keel/tools/process.hpp"
+
 namespace keel::test {
 
 /// What the server does with one request (see the top of this file).
@@ -1094,13 +1096,10 @@ private:
   std::thread thread_;
 };
 
-/// A local port nothing listens on (bound, then released), for "connection
+/// A local port nothing listens on (free a moment ago), for "connection
 /// refused".
 inline uint16_t closed_port() {
-  detail::net::io_context ioc;
-  detail::tcp::acceptor acceptor{
-    ioc, {detail::net::ip::make_address("127.0.0.1"), 0}};
-  return acceptor.local_endpoint().port();
+  return free_port();
 }
 
 } // namespace keel::test

@@ -299,6 +299,49 @@ inline bool uses_rule_extensions(const std::string& path) {
   return false;
 }
 
+// What both servers offer: the process on its port, started in a
+// temporary folder of its own (removed after the process is killed).
+class server_process {
+public:
+  explicit server_process(const char* dir_name) : dir_{dir_name} {
+    // nop
+  }
+
+  server_process(const server_process&) = delete;
+  server_process& operator=(const server_process&) = delete;
+
+  uint16_t port() const {
+    return port_;
+  }
+
+  /// The OpenAI base URL, "http://127.0.0.1:PORT/v1".
+  std::string base_url() const {
+    return "http://127.0.0.1:" + std::to_string(port_) + "/v1";
+  }
+
+  /// True while the server runs.
+  bool running() {
+    return child_->running();
+  }
+
+  /// Everything the server printed so far (mock-llm: one line per request).
+  std::string log() const {
+    return child_->log();
+  }
+
+protected:
+  void adopt(started_server started) {
+    child_ = std::move(started.child);
+    port_ = started.port;
+  }
+
+  temp_dir dir_;
+
+private:
+  std::unique_ptr<child_process> child_;
+  uint16_t port_ = 0;
+};
+
 } // namespace npm_detail
 
 /// @dwmkerr/mock-llm with a rule file (see tests/mock-llm and
@@ -306,16 +349,17 @@ inline bool uses_rule_extensions(const std::string& path) {
 /// (response `headers`, `errorStatusWhenStreaming`) is served through
 /// tests/mock-llm/mock-llm-with-headers.cjs, which runs the same mock-llm
 /// code with them; other files by mock-llm's own binary.
-class mock_llm {
+class mock_llm : public npm_detail::server_process {
 public:
   /// Starts mock-llm with `rules`: a file name in tests/mock-llm
   /// ("ok.yaml") or a path. Throws std::runtime_error with the server's
   /// output if it does not come up.
   explicit mock_llm(std::string rules,
                     std::chrono::milliseconds timeout = std::chrono::seconds{30})
-    : rules_(mock_llm_rules(rules)),
+    : server_process("keel-mock-llm"),
+      rules_(mock_llm_rules(rules)),
       extended_(npm_detail::uses_rule_extensions(rules_)) {
-    auto started = npm_detail::start_server(
+    adopt(npm_detail::start_server(
       "mock-llm (" + rules_ + ")",
       [this](uint16_t port) {
         child_options opts;
@@ -348,25 +392,11 @@ public:
                                  std::chrono::milliseconds{500});
         return res && res->status == 200;
       },
-      timeout);
-    child_ = std::move(started.child);
-    port_ = started.port;
+      timeout));
   }
-
-  mock_llm(const mock_llm&) = delete;
-  mock_llm& operator=(const mock_llm&) = delete;
 
   /// Kills the server.
   ~mock_llm() = default;
-
-  uint16_t port() const {
-    return port_;
-  }
-
-  /// The OpenAI base URL, "http://127.0.0.1:PORT/v1".
-  std::string base_url() const {
-    return "http://127.0.0.1:" + std::to_string(port_) + "/v1";
-  }
 
   /// The rule file's path.
   const std::string& rules() const {
@@ -381,41 +411,29 @@ public:
   /// `DELETE /config`: the rules of the file again, and the request counts
   /// of `sequence` rules back to 0.
   void reset() {
-    auto res = http_call(port_, "DELETE", "/config");
+    auto res = http_call(port(), "DELETE", "/config");
     if (res.status != 200)
       throw std::runtime_error("mock-llm: DELETE /config answered "
                                + std::to_string(res.status));
   }
 
-  /// True while the server runs.
-  bool running() {
-    return child_->running();
-  }
-
-  /// Everything the server printed so far (one line per request).
-  std::string log() const {
-    return child_->log();
-  }
-
 private:
-  temp_dir dir_{"keel-mock-llm"};
   std::string rules_;
   bool extended_ = false;
-  std::unique_ptr<child_process> child_;
-  uint16_t port_ = 0;
 };
 
 /// @portkey-ai/gateway (`gateway --port=N --headless`). It listens on all
 /// interfaces (it has no option for the address) and needs no network
 /// beyond the upstreams its requests name. Route a request to an
 /// OpenAI-compatible upstream with the headers of route_to().
-class portkey_gateway {
+class portkey_gateway : public npm_detail::server_process {
 public:
   /// Starts the gateway. Throws std::runtime_error with its output if it
   /// does not come up.
   explicit portkey_gateway(std::chrono::milliseconds timeout
-                           = std::chrono::seconds{30}) {
-    auto started = npm_detail::start_server(
+                           = std::chrono::seconds{30})
+    : server_process("keel-portkey") {
+    adopt(npm_detail::start_server(
       "Portkey gateway",
       [this](uint16_t port) {
         child_options opts;
@@ -431,25 +449,11 @@ public:
         return res && res->status == 200
                && res->body.find("AI Gateway") != std::string::npos;
       },
-      timeout);
-    child_ = std::move(started.child);
-    port_ = started.port;
+      timeout));
   }
-
-  portkey_gateway(const portkey_gateway&) = delete;
-  portkey_gateway& operator=(const portkey_gateway&) = delete;
 
   /// Kills the gateway.
   ~portkey_gateway() = default;
-
-  uint16_t port() const {
-    return port_;
-  }
-
-  /// The OpenAI base URL, "http://127.0.0.1:PORT/v1".
-  std::string base_url() const {
-    return "http://127.0.0.1:" + std::to_string(port_) + "/v1";
-  }
 
   /// The request headers that make the gateway forward a request as is to
   /// the OpenAI-compatible API at `upstream_base_url` (e.g.
@@ -475,21 +479,6 @@ public:
     config.update(extra);
     return {{"x-portkey-config", config.dump()}};
   }
-
-  /// True while the gateway runs.
-  bool running() {
-    return child_->running();
-  }
-
-  /// Everything the gateway printed so far.
-  std::string log() const {
-    return child_->log();
-  }
-
-private:
-  temp_dir dir_{"keel-portkey"};
-  std::unique_ptr<child_process> child_;
-  uint16_t port_ = 0;
 };
 
 } // namespace keel::test

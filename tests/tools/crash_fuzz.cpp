@@ -1,4 +1,4 @@
-// keel-crash-fuzz: the seeded crash fuzzer (issue 5; seed 004, "Testing").
+// keel-crash-fuzz: the seeded crash fuzzer as a program.
 // Starts a keel-node, builds random agent trees, sends random traffic, kills
 // the node (kill -9 after the k-th acknowledgement, or an armed kill point
 // biased toward the interesting ones), restarts it and checks the contract
@@ -27,6 +27,7 @@
 #include <CLI/CLI.hpp>
 
 #include "crash_fuzz.hpp"
+#include "keel/tools/process.hpp"
 
 namespace {
 
@@ -34,25 +35,31 @@ namespace {
 std::string default_node_binary() {
   if (auto env = std::getenv("KEEL_NODE_BINARY"))
     return env;
-  char buf[4096];
-  auto n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  if (n <= 0)
+  auto self = keel::own_executable();
+  if (self.empty())
     return "keel-node";
-  std::string self{buf, static_cast<size_t>(n)};
-  auto dir = self.substr(0, self.rfind('/'));
-  return dir + "/../../nodes/keel-node";
+  return keel::sibling_path(self, "../../nodes/keel-node");
 }
 
-} // namespace
+/// How big the generated iterations and data folders are.
+void add_shape_options(CLI::App& app, keel::fuzz::generator_options& shape) {
+  app.add_option("--generation-length", shape.generation_length,
+                 "iterations per data folder (default 10)")
+    ->check(CLI::PositiveNumber);
+  app.add_option("--min-ops", shape.min_ops,
+                 "fewest operations an iteration (default 8)")
+    ->check(CLI::PositiveNumber);
+  app.add_option("--max-ops", shape.max_ops,
+                 "most operations an iteration (default 20)")
+    ->check(CLI::PositiveNumber);
+  app.add_option("--max-threads", shape.max_threads,
+                 "threads per data folder (default 32)")
+    ->check(CLI::PositiveNumber);
+}
 
-int main(int argc, char** argv) {
-  CLI::App app{"keel-crash-fuzz: kills keel-node at random instants and kill "
-               "points and checks that nothing acknowledged is lost or "
-               "answered twice"};
-  keel::fuzz::fuzz_options opts;
-  opts.seed = std::random_device{}();
-  uint64_t duration = 0;
-  uint64_t settle = static_cast<uint64_t>(opts.settle_timeout.count());
+/// The command line; `duration` and `settle` are in seconds.
+void add_options(CLI::App& app, keel::fuzz::fuzz_options& opts,
+                 uint64_t& duration, uint64_t& settle) {
   app.add_option("--seed", opts.seed, "seed of every choice (default: random, "
                                       "always printed)");
   app.add_option("--iterations", opts.iterations,
@@ -76,18 +83,7 @@ int main(int argc, char** argv) {
                  "stop gracefully and run keelctl verify every N iterations "
                  "(default 5)")
     ->check(CLI::PositiveNumber);
-  app.add_option("--generation-length", opts.shape.generation_length,
-                 "iterations per data folder (default 10)")
-    ->check(CLI::PositiveNumber);
-  app.add_option("--min-ops", opts.shape.min_ops,
-                 "fewest operations an iteration (default 8)")
-    ->check(CLI::PositiveNumber);
-  app.add_option("--max-ops", opts.shape.max_ops,
-                 "most operations an iteration (default 20)")
-    ->check(CLI::PositiveNumber);
-  app.add_option("--max-threads", opts.shape.max_threads,
-                 "threads per data folder (default 32)")
-    ->check(CLI::PositiveNumber);
+  add_shape_options(app, opts.shape);
   app.add_option("--provider-delay", opts.provider_delay,
                  "latency of the scripted provider (default 3ms)");
   app.add_option("--settle-timeout", settle,
@@ -100,32 +96,30 @@ int main(int argc, char** argv) {
                  "tests the fuzzer: corrupt its own record once (lost, "
                  "prefix or duplicate); the run must then fail")
     ->check(CLI::IsMember({"lost", "prefix", "duplicate"}));
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    auto code = app.exit(e);
-    return code == 0 ? 0 : 2;
-  }
+}
+
+/// Fills in the binaries and checks what the options cannot check alone;
+/// false after saying why.
+bool complete(keel::fuzz::fuzz_options& opts) {
   if (opts.shape.max_ops < opts.shape.min_ops) {
     std::cerr << "keel-crash-fuzz: --max-ops is below --min-ops\n";
-    return 2;
+    return false;
   }
-  opts.duration = std::chrono::seconds{duration};
-  opts.settle_timeout = std::chrono::seconds{settle};
   if (opts.node_binary.empty())
     opts.node_binary = default_node_binary();
   if (opts.keelctl_binary.empty())
-    opts.keelctl_binary = opts.node_binary.substr(
-                            0, opts.node_binary.rfind('/') + 1)
-                          + "keelctl";
+    opts.keelctl_binary = keel::sibling_path(opts.node_binary, "keelctl");
   if (::access(opts.node_binary.c_str(), X_OK) != 0) {
     std::cerr << "keel-crash-fuzz: no keel-node at " << opts.node_binary
               << " (use --node-binary)\n";
-    return 2;
+    return false;
   }
-  std::cerr << "keel-crash-fuzz: seed " << opts.seed << '\n';
-  keel::fuzz::fuzz_stats stats;
-  auto rc = keel::fuzz::run(opts, stats, argv[0]);
+  return true;
+}
+
+/// The figures as JSON on stdout (with --json), and the summary line.
+void report(const keel::fuzz::fuzz_options& opts,
+            const keel::fuzz::fuzz_stats& stats, int rc) {
   auto summary = keel::fuzz::to_json(stats);
   summary["seed"] = opts.seed;
   summary["passed"] = rc == 0;
@@ -139,5 +133,32 @@ int main(int argc, char** argv) {
             << stats.lost << " lost, " << stats.duplicates
             << " duplicates, " << stats.verify_runs << " verify runs, "
             << stats.seconds << " s\n";
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"keel-crash-fuzz: kills keel-node at random instants and kill "
+               "points and checks that nothing acknowledged is lost or "
+               "answered twice"};
+  keel::fuzz::fuzz_options opts;
+  opts.seed = std::random_device{}();
+  uint64_t duration = 0;
+  uint64_t settle = static_cast<uint64_t>(opts.settle_timeout.count());
+  add_options(app, opts, duration, settle);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    auto code = app.exit(e);
+    return code == 0 ? 0 : 2;
+  }
+  opts.duration = std::chrono::seconds{duration};
+  opts.settle_timeout = std::chrono::seconds{settle};
+  if (!complete(opts))
+    return 2;
+  std::cerr << "keel-crash-fuzz: seed " << opts.seed << '\n';
+  keel::fuzz::fuzz_stats stats;
+  auto rc = keel::fuzz::run(opts, stats, argv[0]);
+  report(opts, stats, rc);
   return rc;
 }

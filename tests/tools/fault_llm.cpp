@@ -32,40 +32,50 @@ int usage(const std::string& error) {
   return 2;
 }
 
-} // namespace
-
-int main(int argc, char** argv) {
-  using keel::test::fault_llm_server;
-  fault_llm_server::options opts;
-  std::string cert_file;
+/// Reads the command line into `opts` and `cert_file`; returns the usage
+/// error, if any.
+std::string parse_args(int argc, char** argv,
+                       keel::test::fault_llm_server::options& opts,
+                       std::string& cert_file) {
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (i + 1 >= argc)
-      return usage("missing value for " + arg);
+      return "missing value for " + arg;
     std::string value = argv[++i];
     std::string error;
     if (arg == "--port") {
       if (value.empty() || value.size() > 5
           || value.find_first_not_of("0123456789") != std::string::npos
           || std::stoul(value) > 65535)
-        return usage("--port needs a number in 0..65535");
+        return "--port needs a number in 0..65535";
       opts.port = static_cast<uint16_t>(std::stoul(value));
     } else if (arg == "--mode") {
       auto f = keel::test::parse_fault(value, &error);
       if (!f)
-        return usage(error);
+        return error;
       opts.fallback = std::move(*f);
     } else if (arg == "--sequence") {
       auto seq = keel::test::parse_fault_sequence(value, &error);
       if (!seq)
-        return usage(error);
+        return error;
       opts.script = std::move(*seq);
     } else if (arg == "--tls") {
       cert_file = value;
     } else {
-      return usage("unknown option " + arg);
+      return "unknown option " + arg;
     }
   }
+  return {};
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  using keel::test::fault_llm_server;
+  fault_llm_server::options opts;
+  std::string cert_file;
+  if (auto error = parse_args(argc, argv, opts, cert_file); !error.empty())
+    return usage(error);
   // Block the stop signals in every thread; main waits for them.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);

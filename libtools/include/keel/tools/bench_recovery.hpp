@@ -1,12 +1,12 @@
 #pragma once
 
-// The recovery benchmark of `keel-bench recovery` (issue 5): fills a fresh
-// data folder through the store API with threads as a node killed mid-work
-// leaves them (sessions mostly ACTIVE, short histories, some unanswered
-// messages, some children), then starts a real keel-node on it and times
-// its recovery: to the gateway listening, to the recovery report, each step
-// of the report, and to every pending message answered; then stops the node
-// and runs the oracle (`keelctl verify`) on the data.
+// The recovery benchmark of `keel-bench recovery`: fills a fresh data folder
+// through the store API with threads as a node killed mid-work leaves them
+// (sessions mostly ACTIVE, short histories, some unanswered messages, some
+// children), then starts a real keel-node on it and times its recovery: to the
+// gateway listening, to the recovery report, each step of the report, and to
+// every pending message answered; then stops the node and runs the oracle
+// (`keelctl verify`) on the data.
 
 #include <chrono>
 #include <cstdint>

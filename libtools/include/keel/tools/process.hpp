@@ -6,7 +6,7 @@
 // parent (PR_SET_PDEATHSIG) even if the parent aborts, and is always killed
 // (its whole group) when the object goes away. Plus the small helpers that
 // go with them: running a command to completion, a free port, polling with
-// a bound, a $PATH lookup.
+// a bound, a $PATH lookup, the paths of programs beside each other.
 
 #include <chrono>
 #include <cstdint>
@@ -46,6 +46,14 @@ bool poll_until(Pred ready, std::chrono::milliseconds timeout,
 /// The absolute path of `program` in $PATH (or `program` itself if it has a
 /// '/'); std::nullopt if there is no such executable.
 std::optional<std::string> find_in_path(const std::string& program);
+
+/// The path of this program's executable (from /proc/self/exe); "" when it
+/// cannot be read.
+std::string own_executable();
+
+/// The path of `name` in the folder of the file `path` ("a/b/keel-node" and
+/// "keelctl" give "a/b/keelctl"); `name` itself when `path` has no folder.
+std::string sibling_path(const std::string& path, const std::string& name);
 
 /// How to start a child_process.
 struct child_options {

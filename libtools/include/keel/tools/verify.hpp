@@ -1,8 +1,8 @@
 #pragma once
 
-// The invariant oracle (seed 004, "Recovery invariants"): checks the data of
-// a stopped node. `keelctl verify --data-dir DIR` runs it; the crash fuzzer
-// runs it after every crash, restart and clean stop.
+// The invariant oracle of crash recovery: checks the data of a stopped node.
+// `keelctl verify --data-dir DIR` runs it; the crash fuzzer runs it after every
+// crash, restart and clean stop.
 
 #include <cstdint>
 #include <string>
@@ -42,7 +42,7 @@ struct verify_report {
   }
 };
 
-/// Checks every invariant on `db` (seed 004's oracle, in Keel's terms):
+/// Checks every invariant on `db`:
 /// - no session is ACTIVE (a stopped node, after recovery or a clean stop);
 /// - every record parses and every session has a valid state;
 /// - the agent tree is consistent: every link's ends have sessions, every

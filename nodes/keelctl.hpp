@@ -1,0 +1,92 @@
+#pragma once
+
+// keelctl's pieces: the exit codes, the helpers every subcommand uses, and
+// one `add_X_command` per subcommand, which adds it to the command line and
+// returns what runs it once the command line is parsed.
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "keel/endpoint.hpp"
+#include "keel/error.hpp"
+#include "keel/store.hpp"
+#include "keel/tools/json_fields.hpp"
+
+namespace keelctl {
+
+using json = nlohmann::json;
+
+constexpr int exit_ok = 0;
+constexpr int exit_failed = 1;
+constexpr int exit_usage = 2;
+constexpr int exit_unreachable = 3;
+
+/// The global options --node (HOST:PORT) and --token, as given.
+struct node_args {
+  std::string address = "127.0.0.1:8080";
+  std::string token;
+};
+
+/// A subcommand and what runs it once the command line is parsed; `run`
+/// returns the exit code.
+struct command {
+  CLI::App* app = nullptr;
+  std::function<int()> run;
+};
+
+// -- helpers ------------------------------------------------------------------
+
+/// Prints `keelctl: MESSAGE` for a failure to reach or use the node at `ep`
+/// and returns its exit code.
+int fail(const keel::endpoint& ep, const caf::error& err);
+
+/// Prints `keelctl: MESSAGE` and returns `code`.
+int fail(const std::string& msg, int code = exit_failed);
+
+/// Calls `run` with the node's address and token; a bad address fails with
+/// `exit_usage`.
+int with_node(const node_args& node,
+              const std::function<int(const keel::endpoint&)>& run);
+
+/// Adds a subcommand that talks to a node; its help names the global
+/// options.
+CLI::App* add_node_command(CLI::App& app, const std::string& name,
+                           const std::string& description);
+
+/// The subcommand `cmd`, run with the node of `node` (see `with_node`).
+command node_command(CLI::App* cmd, const node_args& node,
+                     std::function<int(const keel::endpoint&)> run);
+
+using keel::json_number;
+using keel::json_string;
+
+/// A number of milliseconds at `path` (as `json_number`), as a duration.
+std::chrono::milliseconds millis_at(const json& j,
+                                    std::initializer_list<const char*> path);
+
+/// Prints an error frame's code and message; returns `exit_failed`.
+int print_error_frame(const json& body);
+
+/// Opens the data folder `dir` read-only and calls `run` with its store; a
+/// folder that cannot be opened fails with `exit_usage`.
+int with_data_dir(const std::string& dir,
+                  const std::function<int(keel::store&)>& run);
+
+// -- the subcommands ----------------------------------------------------------
+
+command add_send_command(CLI::App& app, const node_args& node);
+command add_history_command(CLI::App& app, const node_args& node);
+command add_status_command(CLI::App& app, const node_args& node);
+command add_tree_command(CLI::App& app, const node_args& node);
+command add_kill_command(CLI::App& app, const node_args& node);
+command add_providers_command(CLI::App& app, const node_args& node);
+command add_verify_command(CLI::App& app);
+command add_recovery_command(CLI::App& app, const node_args& node);
+
+} // namespace keelctl

@@ -1,0 +1,71 @@
+// The helpers every keelctl subcommand uses.
+
+#include <iostream>
+
+#include "keel/tools/data_dir.hpp"
+#include "keel/tools/ws_client.hpp"
+#include "keelctl.hpp"
+
+namespace keelctl {
+
+int fail(const keel::endpoint& ep, const caf::error& err) {
+  auto described = keel::describe_node_error(ep, err);
+  auto msg = keel::error_message(described);
+  std::cerr << "keelctl: " << (msg.empty() ? keel::render(described) : msg)
+            << '\n';
+  return described == keel::ec::connection_failed
+             || described == keel::ec::unauthorized
+           ? exit_unreachable
+           : exit_failed;
+}
+
+int fail(const std::string& msg, int code) {
+  std::cerr << "keelctl: " << msg << '\n';
+  return code;
+}
+
+int with_node(const node_args& node,
+              const std::function<int(const keel::endpoint&)>& run) {
+  auto ep = keel::parse_endpoint(node.address);
+  if (!ep) // defaults and env values bypass nothing: still checked here
+    return fail(keel::error_message(ep.error()), exit_usage);
+  ep->token = node.token;
+  return run(*ep);
+}
+
+CLI::App* add_node_command(CLI::App& app, const std::string& name,
+                           const std::string& description) {
+  auto cmd = app.add_subcommand(name, description);
+  cmd->footer("Every command also takes --node HOST:PORT (env KEEL_NODE, "
+              "default 127.0.0.1:8080) and --token TOKEN (env KEEL_TOKEN).");
+  return cmd;
+}
+
+command node_command(CLI::App* cmd, const node_args& node,
+                     std::function<int(const keel::endpoint&)> run) {
+  return {cmd, [&node, run = std::move(run)] { return with_node(node, run); }};
+}
+
+std::chrono::milliseconds millis_at(const json& j,
+                                    std::initializer_list<const char*> path) {
+  auto ms = static_cast<int64_t>(json_number(j, path));
+  return std::chrono::milliseconds{ms};
+}
+
+int print_error_frame(const json& body) {
+  auto code = json_string(body, "code");
+  auto message = json_string(body, "message");
+  std::cerr << "keelctl: error " << (code.empty() ? "(no code)" : code)
+            << (message.empty() ? "" : ": " + message) << '\n';
+  return exit_failed;
+}
+
+int with_data_dir(const std::string& dir,
+                  const std::function<int(keel::store&)>& run) {
+  auto db = keel::open_data_dir(dir);
+  if (!db)
+    return fail(keel::error_message(db.error()), exit_usage);
+  return run(**db);
+}
+
+} // namespace keelctl

@@ -1,0 +1,273 @@
+// keelctl status, tree, kill and providers: the subcommands that ask a
+// node's HTTP API (`tree --agents --data-dir` reads a data folder instead).
+
+#include <cstdio>
+#include <iostream>
+#include <vector>
+
+#include "keel/agent_tree.hpp"
+#include "keel/text.hpp"
+#include "keel/tools/data_dir.hpp"
+#include "keel/tools/ws_client.hpp"
+#include "keelctl.hpp"
+
+namespace keelctl {
+
+namespace {
+
+// -- status ---------------------------------------------------------------------
+
+/// One row of the status table: the label in a column of 13.
+void status_row(const char* label, const std::string& value) {
+  char head[24];
+  std::snprintf(head, sizeof(head), "%-13s", label);
+  std::cout << head << value << '\n';
+}
+
+int run_status(const keel::endpoint& ep, bool as_json) {
+  auto status = keel::api_call(ep, "GET", "/api/v1/status");
+  if (!status)
+    return fail(ep, status.error());
+  const auto& s = *status;
+  if (as_json) {
+    std::cout << s.dump(2) << '\n';
+    return exit_ok;
+  }
+  auto n = [&](std::initializer_list<const char*> path) {
+    return std::to_string(json_number(s, path));
+  };
+  std::string protocol = s.contains("protocol") ? s["protocol"].dump() : "?";
+  status_row("node", json_string(s, "node") + " (version "
+                       + json_string(s, "version") + ", protocol " + protocol
+                       + ")");
+  status_row("address", keel::to_string(ep));
+  status_row("uptime", keel::human_duration(millis_at(s, {"uptime_ms"})));
+  status_row("threads", n({"threads", "active"}) + " active, "
+                          + n({"threads", "stored"}) + " stored");
+  status_row("connections", n({"gateway", "connections_open"}) + " open, "
+                              + n({"gateway", "connections_total"})
+                              + " total");
+  status_row("frames", n({"gateway", "frames_in"}) + " in, "
+                         + n({"gateway", "frames_out"}) + " out, "
+                         + n({"gateway", "bad_frames"}) + " bad");
+  status_row("store", n({"store", "flushes"}) + " flushes, "
+                        + n({"store", "staged_operations"})
+                        + " staged operations, "
+                        + n({"store", "failed_flushes"}) + " failed flushes");
+  status_row("memory", keel::human_bytes(json_number(s, {"rss_bytes"}))
+                         + " RSS, "
+                         + keel::human_bytes(json_number(s, {"peak_rss_bytes"}))
+                         + " peak");
+  status_row("data dir", json_string(s, "data_dir"));
+  return exit_ok;
+}
+
+// -- tree -----------------------------------------------------------------------
+
+/// Prints one node of the supervision tree and, indented, its children.
+void print_tree(const json& node, const std::string& prefix, bool last,
+                bool root) {
+  std::string line = root ? "" : prefix + (last ? "`-- " : "|-- ");
+  line += json_string(node, "id");
+  if (line.size() < 32)
+    line.resize(32, ' ');
+  char cols[160];
+  std::snprintf(cols, sizeof(cols), " %-10s restarts %-4llu up %s",
+                json_string(node, "state").c_str(),
+                static_cast<unsigned long long>(
+                  json_number(node, {"restarts"})),
+                keel::human_duration(millis_at(node, {"uptime_ms"}))
+                  .c_str());
+  std::cout << line << cols;
+  auto exit = json_string(node, "last_exit");
+  if (!exit.empty())
+    std::cout << "  last exit: " << exit;
+  std::cout << '\n';
+  auto i = node.find("children");
+  if (i == node.end() || !i->is_array())
+    return;
+  auto child_prefix = root ? "" : prefix + (last ? "    " : "|   ");
+  for (size_t k = 0; k < i->size(); ++k)
+    print_tree((*i)[k], child_prefix, k + 1 == i->size(), false);
+}
+
+int run_tree(const keel::endpoint& ep, bool as_json) {
+  auto tree = keel::api_call(ep, "GET", "/api/v1/tree");
+  if (!tree)
+    return fail(ep, tree.error());
+  if (as_json)
+    std::cout << tree->dump(2) << '\n';
+  else if (auto i = tree->find("tree"); i != tree->end())
+    print_tree(*i, "", true, true);
+  return exit_ok;
+}
+
+int print_agents(const std::vector<keel::agent_info>& agents, bool as_json) {
+  if (as_json)
+    std::cout << keel::agents_to_json(agents).dump(2) << '\n';
+  else
+    std::cout << keel::render_agent_tree(agents);
+  return exit_ok;
+}
+
+int run_agents(const keel::endpoint& ep, const std::string& data_dir,
+               bool as_json) {
+  if (!data_dir.empty())
+    return with_data_dir(data_dir, [&](keel::store& db) {
+      auto agents = keel::read_agents(db);
+      if (!agents)
+        return fail(keel::error_message(agents.error()), exit_usage);
+      return print_agents(*agents, as_json);
+    });
+  auto res = keel::api_call(ep, "GET", "/api/v1/agents");
+  if (!res)
+    return fail(ep, res.error());
+  if (as_json) {
+    std::cout << res->dump(2) << '\n';
+    return exit_ok;
+  }
+  auto agents = keel::agents_from_json(*res);
+  if (!agents)
+    return fail(keel::error_message(agents.error()));
+  return print_agents(*agents, as_json);
+}
+
+// -- kill -----------------------------------------------------------------------
+
+int run_kill(const keel::endpoint& ep, const std::string& path,
+             const std::string& reason) {
+  json body{{"path", path}};
+  if (!reason.empty())
+    body["reason"] = reason;
+  auto res = keel::api_call(ep, "POST", "/api/v1/kill", body.dump());
+  if (!res)
+    return fail(ep, res.error());
+  std::cout << "killed " << json_string(*res, "path") << " ("
+            << json_string(*res, "reason") << ")\n";
+  return exit_ok;
+}
+
+// -- providers ------------------------------------------------------------------
+
+/// Prints one provider's health on one line.
+void print_provider(const json& p) {
+  char cols[200];
+  std::snprintf(cols, sizeof(cols),
+                "  %-20s %-9s breaker %-9s calls %-6llu failures %-6llu",
+                json_string(p, "provider").c_str(),
+                json_string(p, "status").c_str(),
+                json_string(p, "breaker").c_str(),
+                static_cast<unsigned long long>(json_number(p, {"calls"})),
+                static_cast<unsigned long long>(json_number(p, {"failures"})));
+  std::cout << cols;
+  auto remaining = millis_at(p, {"cooldown_remaining_ms"});
+  if (remaining.count() > 0)
+    std::cout << " cooldown " << keel::human_duration(remaining);
+  auto cls = json_string(p, "last_error_class");
+  if (!cls.empty())
+    std::cout << "\n    last error (" << cls
+              << "): " << json_string(p, "last_error");
+  std::cout << '\n';
+}
+
+int run_providers(const keel::endpoint& ep, bool as_json) {
+  auto res = keel::api_call(ep, "GET", "/api/v1/providers");
+  if (!res)
+    return fail(ep, res.error());
+  if (as_json) {
+    std::cout << res->dump(2) << '\n';
+    return exit_ok;
+  }
+  auto pools = res->find("pools");
+  if (pools == res->end() || !pools->is_array())
+    return exit_ok;
+  for (auto& pool : *pools) {
+    std::cout << "pool " << json_string(pool, "pool");
+    if (auto err = json_string(pool, "error"); !err.empty()) {
+      std::cout << ": unavailable (" << err << ")\n";
+      continue;
+    }
+    std::cout << '\n';
+    if (auto i = pool.find("providers"); i != pool.end() && i->is_array())
+      for (auto& p : *i)
+        print_provider(p);
+  }
+  return exit_ok;
+}
+
+/// The options of a subcommand that only prints: --json.
+struct print_args {
+  bool json = false;
+};
+
+} // namespace
+
+command add_status_command(CLI::App& app, const node_args& node) {
+  auto args = std::make_shared<print_args>();
+  auto cmd = add_node_command(app, "status", "Prints the node's status");
+  cmd->add_flag("--json", args->json, "Print the raw JSON");
+  return node_command(cmd, node, [args](const keel::endpoint& ep) {
+    return run_status(ep, args->json);
+  });
+}
+
+command add_tree_command(CLI::App& app, const node_args& node) {
+  struct tree_args {
+    bool json = false;
+    bool agents = false;
+    std::string data_dir;
+  };
+  auto args = std::make_shared<tree_args>();
+  auto cmd = add_node_command(
+    app, "tree",
+    "Prints the live supervision tree: each actor's state, restart count, "
+    "uptime and last exit reason; with --agents the agent tree instead");
+  cmd->add_flag("--json", args->json, "Print the raw JSON");
+  cmd->add_flag("--agents", args->agents,
+                "Print the agent tree: every root agent with its children "
+                "and their session states");
+  cmd
+    ->add_option("--data-dir", args->data_dir,
+                 "With --agents: read the agent tree from a node's data "
+                 "folder rather than ask the node")
+    ->type_name("DIR")
+    ->needs("--agents");
+  return node_command(cmd, node, [args](const keel::endpoint& ep) {
+    return args->agents ? run_agents(ep, args->data_dir, args->json)
+                        : run_tree(ep, args->json);
+  });
+}
+
+command add_kill_command(CLI::App& app, const node_args& node) {
+  struct kill_args {
+    std::string path;
+    std::string reason;
+  };
+  auto args = std::make_shared<kill_args>();
+  auto cmd = add_node_command(
+    app, "kill",
+    "Kills the actor at PATH (e.g. /persistence, /orchestrator, "
+    "/providers/default, /conversations/t42); its supervisor restarts it");
+  cmd->add_option("PATH", args->path, "The actor's path in the tree")
+    ->type_name("")
+    ->required();
+  cmd->add_option("--reason", args->reason,
+                  "The exit reason to use (default: killed)");
+  return node_command(cmd, node, [args](const keel::endpoint& ep) {
+    return run_kill(ep, args->path, args->reason);
+  });
+}
+
+command add_providers_command(CLI::App& app, const node_args& node) {
+  auto args = std::make_shared<print_args>();
+  auto cmd = add_node_command(
+    app, "providers",
+    "Prints the health of every provider of every pool: status, breaker, "
+    "cooldown, calls and the last error");
+  cmd->add_flag("--json", args->json, "Print the raw JSON");
+  return node_command(cmd, node, [args](const keel::endpoint& ep) {
+    return run_providers(ep, args->json);
+  });
+}
+
+} // namespace keelctl
