@@ -25,9 +25,7 @@
 namespace keel_bench {
 
 int fail_run(const caf::error& err) {
-  auto msg = keel::error_message(err);
-  std::cerr << "keel-bench: " << (msg.empty() ? keel::render(err) : msg)
-            << '\n';
+  std::cerr << "keel-bench: " << keel::readable_message(err) << '\n';
   bool unreachable = err == keel::ec::connection_failed
                      || err == keel::ec::unauthorized
                      || err == keel::ec::timeout;

@@ -10,9 +10,7 @@ namespace keelctl {
 
 int fail(const keel::endpoint& ep, const caf::error& err) {
   auto described = keel::describe_node_error(ep, err);
-  auto msg = keel::error_message(described);
-  std::cerr << "keelctl: " << (msg.empty() ? keel::render(described) : msg)
-            << '\n';
+  std::cerr << "keelctl: " << keel::readable_message(described) << '\n';
   return described == keel::ec::connection_failed
              || described == keel::ec::unauthorized
            ? exit_unreachable
