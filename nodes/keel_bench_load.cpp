@@ -38,22 +38,26 @@ void add_traffic_options(CLI::App& app, load_args& args) {
   app.add_option("--connections", load.connections, "WebSocket connections")
     ->check(CLI::Range(size_t{1}, size_t{100000}))
     ->capture_default_str();
-  app.add_option("--threads", load.threads,
-                 "Distinct threads, spread over the connections (at least "
-                 "--connections)")
+  app
+    .add_option("--threads", load.threads,
+                "Distinct threads, spread over the connections (at least "
+                "--connections)")
     ->check(CLI::Range(size_t{1}, size_t{10000000}))
     ->capture_default_str();
-  app.add_option("--rate", load.rate,
-                 "Target total rate in messages/s (default: flat out)")
+  app
+    .add_option("--rate", load.rate,
+                "Target total rate in messages/s (default: flat out)")
     ->check(CLI::PositiveNumber);
-  app.add_option("--window", load.window,
-                 "Flat out: messages in flight per connection (HTTP mode: "
-                 "calls in flight, 1 = sequential)")
+  app
+    .add_option("--window", load.window,
+                "Flat out: messages in flight per connection (HTTP mode: "
+                "calls in flight, 1 = sequential)")
     ->check(CLI::Range(size_t{1}, size_t{100000}))
     ->capture_default_str();
-  auto messages = app.add_option("--messages", load.messages,
-                                 "Send this many measured messages instead "
-                                 "of running for --duration")
+  auto messages = app
+                    .add_option("--messages", load.messages,
+                                "Send this many measured messages instead "
+                                "of running for --duration")
                     ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 40));
   keel::cli::add_duration(app, "--duration", load.duration,
                           "Length of the measured phase", false)
@@ -76,15 +80,17 @@ void add_traffic_options(CLI::App& app, load_args& args) {
 /// RocksDB's raw synced-write rate, measured before the load.
 void add_raw_options(CLI::App& app, load_args& args) {
   auto& raw = args.opts.raw_opts;
-  app.add_option("--raw-dir", raw.dir,
-                 "Folder for the raw RocksDB measurement (use the node's file "
-                 "system; a fresh subfolder is created and removed)")
+  app
+    .add_option("--raw-dir", raw.dir,
+                "Folder for the raw RocksDB measurement (use the node's file "
+                "system; a fresh subfolder is created and removed)")
     ->capture_default_str();
   keel::cli::add_duration(app, "--raw-duration", raw.duration,
                           "Length of the raw RocksDB measurement", false)
     ->default_str("3s");
-  app.add_option("--raw-value-bytes", raw.value_bytes,
-                 "Value size of the raw writes")
+  app
+    .add_option("--raw-value-bytes", raw.value_bytes,
+                "Value size of the raw writes")
     ->check(CLI::Range(size_t{1}, size_t{1} << 20))
     ->capture_default_str();
   app.add_flag("--no-raw", args.no_raw, "Skip the raw RocksDB measurement");
@@ -92,12 +98,14 @@ void add_raw_options(CLI::App& app, load_args& args) {
 
 void add_output_options(CLI::App& app, load_args& args) {
   app.add_flag("--json", args.output.json, "Print the report as JSON");
-  app.add_option("--json-out", args.output.json_out,
-                 "Also write the report as JSON to FILE")
+  app
+    .add_option("--json-out", args.output.json_out,
+                "Also write the report as JSON to FILE")
     ->type_name("FILE");
-  app.add_option("--row-out", args.output.row_out,
-                 "Append the report as a row of the results table in "
-                 "docs/benchmarks.md to FILE (header first if FILE is new)")
+  app
+    .add_option("--row-out", args.output.row_out,
+                "Append the report as a row of the results table in "
+                "docs/benchmarks.md to FILE (header first if FILE is new)")
     ->type_name("FILE");
   app.add_option("--label", args.label, "Scenario name for --row-out")
     ->default_str("flat out or paced");
@@ -110,18 +118,21 @@ void add_fault_options(CLI::App& app, load_args& args) {
     = keel::cli::add_duration(app, "--fault-at", args.fault_at,
                               "Inject a fault this long into the measured "
                               "phase and report the failover");
-  app.add_option("--kill-pid", fault.kill_pid,
-                 "The fault: SIGKILL to this process (e.g. the primary "
-                 "provider's server)")
+  app
+    .add_option("--kill-pid", fault.kill_pid,
+                "The fault: SIGKILL to this process (e.g. the primary "
+                "provider's server)")
     ->check(CLI::PositiveNumber)
     ->needs(args.fault_at_opt);
-  app.add_option("--fault-text", fault.text_suffix,
-                 "The fault: append TEXT to every message sent from then on "
-                 "(e.g. keel-fault-llm's [[fault:503]])")
+  app
+    .add_option("--fault-text", fault.text_suffix,
+                "The fault: append TEXT to every message sent from then on "
+                "(e.g. keel-fault-llm's [[fault:503]])")
     ->type_name("TEXT")
     ->needs(args.fault_at_opt);
-  app.add_option("--fallback-provider", fault.fallback_provider,
-                 "The provider whose replies show the node failed over")
+  app
+    .add_option("--fallback-provider", fault.fallback_provider,
+                "The provider whose replies show the node failed over")
     ->type_name("NAME")
     ->needs(args.fault_at_opt);
 }
@@ -137,14 +148,16 @@ void add_http_options(CLI::App& app, load_args& args) {
   // server from exhausting the usual limit of 1024 open files.
   server.max_concurrency = 512;
   args.http_opt
-    = app.add_option("--http", server.base_url,
-                     "HTTP mode: POST chat completions to this "
-                     "OpenAI-compatible base URL (e.g. "
-                     "http://127.0.0.1:4010/v1) instead of driving a node; "
-                     "--window is the calls in flight, --rate paces them")
+    = app
+        .add_option("--http", server.base_url,
+                    "HTTP mode: POST chat completions to this "
+                    "OpenAI-compatible base URL (e.g. "
+                    "http://127.0.0.1:4010/v1) instead of driving a node; "
+                    "--window is the calls in flight, --rate paces them")
         ->type_name("URL");
-  app.add_option("--header", args.headers,
-                 "HTTP mode: an extra request header (repeatable)")
+  app
+    .add_option("--header", args.headers,
+                "HTTP mode: an extra request header (repeatable)")
     ->type_name("'NAME: VALUE'")
     ->needs(args.http_opt);
   app.add_option("--model", server.model, "HTTP mode: the model to ask")
@@ -230,8 +243,9 @@ load_mode add_load_mode(CLI::App& app) {
   add_fault_options(app, *args);
   add_http_options(app, *args);
   return {[args] { check(*args); },
-          [args] { return *args->http_opt ? run_http(*args)
-                                          : run_node(*args); }};
+          [args] {
+            return *args->http_opt ? run_http(*args) : run_node(*args);
+          }};
 }
 
 } // namespace keel_bench

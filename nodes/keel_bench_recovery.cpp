@@ -26,23 +26,26 @@ std::string sibling_binary(const std::string& name) {
 }
 
 /// What the data folder holds: how many threads, and of what kind.
-void add_population_options(CLI::App& cmd,
-                            keel::bench::populate_options& pop) {
+void add_population_options(CLI::App& cmd, keel::bench::populate_options& pop) {
   auto fraction = CLI::Range(0.0, 1.0);
-  cmd.add_option("--pending-fraction", pop.pending_fraction,
-                 "Share of threads with an unanswered message")
+  cmd
+    .add_option("--pending-fraction", pop.pending_fraction,
+                "Share of threads with an unanswered message")
     ->check(fraction)
     ->capture_default_str();
-  cmd.add_option("--children-fraction", pop.children_fraction,
-                 "Share of threads that are children of another")
+  cmd
+    .add_option("--children-fraction", pop.children_fraction,
+                "Share of threads that are children of another")
     ->check(fraction)
     ->capture_default_str();
-  cmd.add_option("--active-fraction", pop.active_fraction,
-                 "Share of threads left ACTIVE (live when the node died)")
+  cmd
+    .add_option("--active-fraction", pop.active_fraction,
+                "Share of threads left ACTIVE (live when the node died)")
     ->check(fraction)
     ->capture_default_str();
-  cmd.add_option("--turns", pop.turns,
-                 "Answered exchanges per thread before the pending one")
+  cmd
+    .add_option("--turns", pop.turns,
+                "Answered exchanges per thread before the pending one")
     ->check(CLI::Range(0u, 1000u))
     ->capture_default_str();
   cmd.add_option("--user-bytes", pop.user_bytes, "Bytes of a message")
@@ -51,8 +54,9 @@ void add_population_options(CLI::App& cmd,
   cmd.add_option("--reply-bytes", pop.reply_bytes, "Bytes of a reply")
     ->check(CLI::Range(size_t{1}, size_t{1} << 20))
     ->capture_default_str();
-  cmd.add_option("--group-ops", pop.group_ops,
-                 "Operations per synced write group while populating")
+  cmd
+    .add_option("--group-ops", pop.group_ops,
+                "Operations per synced write group while populating")
     ->check(CLI::Range(size_t{1}, size_t{1} << 24))
     ->capture_default_str();
   cmd.add_option("--seed", pop.seed, "Seed of the random choices")
@@ -72,20 +76,23 @@ void add_node_options(CLI::App& cmd,
   cmd.add_option("--node-binary", opts.node_binary, "The keel-node to start")
     ->type_name("PATH")
     ->capture_default_str();
-  cmd.add_option("--keelctl-binary", opts.keelctl_binary,
-                 "The keelctl that verifies the data afterwards")
+  cmd
+    .add_option("--keelctl-binary", opts.keelctl_binary,
+                "The keelctl that verifies the data afterwards")
     ->type_name("PATH")
     ->capture_default_str();
 }
 
 void add_output_options(CLI::App& cmd, output_args& out) {
   cmd.add_flag("--json", out.json, "Print the report as JSON");
-  cmd.add_option("--json-out", out.json_out,
-                 "Also write the report as JSON to FILE")
+  cmd
+    .add_option("--json-out", out.json_out,
+                "Also write the report as JSON to FILE")
     ->type_name("FILE");
-  cmd.add_option("--row-out", out.row_out,
-                 "Append the report as a row of the recovery table in "
-                 "docs/reliability.md to FILE (header first if FILE is new)")
+  cmd
+    .add_option("--row-out", out.row_out,
+                "Append the report as a row of the recovery table in "
+                "docs/reliability.md to FILE (header first if FILE is new)")
     ->type_name("FILE");
 }
 
@@ -112,13 +119,15 @@ command add_recovery_command(CLI::App& app) {
                 "leaves them, starts keel-node on it and times its recovery "
                 "(then stops it and runs keelctl verify)");
   auto& opts = args->opts;
-  cmd->add_option("--threads", opts.populate.threads,
-                  "Threads (sessions) on disk")
+  cmd
+    ->add_option("--threads", opts.populate.threads,
+                 "Threads (sessions) on disk")
     ->required()
     ->check(CLI::Range(uint64_t{1}, uint64_t{10000000}));
-  cmd->add_option("--data-dir", opts.data_dir,
-                  "The node's data folder: must be empty or missing; left "
-                  "in place")
+  cmd
+    ->add_option("--data-dir", opts.data_dir,
+                 "The node's data folder: must be empty or missing; left "
+                 "in place")
     ->required()
     ->type_name("DIR");
   add_population_options(*cmd, opts.populate);

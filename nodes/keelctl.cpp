@@ -25,10 +25,10 @@ int main(int argc, char** argv) {
   node_args node;
   keel::cli::add_node_options(app, node.address, node.token);
   std::vector<command> commands{
-    add_send_command(app, node),      add_history_command(app, node),
-    add_status_command(app, node),    add_tree_command(app, node),
-    add_kill_command(app, node),      add_providers_command(app, node),
-    add_verify_command(app),          add_recovery_command(app, node),
+    add_send_command(app, node),   add_history_command(app, node),
+    add_status_command(app, node), add_tree_command(app, node),
+    add_kill_command(app, node),   add_providers_command(app, node),
+    add_verify_command(app),       add_recovery_command(app, node),
   };
   try {
     app.parse(argc, argv);

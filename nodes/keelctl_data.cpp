@@ -87,8 +87,9 @@ command add_verify_command(CLI::App& app) {
               "data folder (read-only; beside a running node its live "
               "threads show as ACTIVE): exit 0 if they all hold, 1 if any is "
               "violated, 2 if the data cannot be read");
-  cmd->add_option("--data-dir", args->data_dir,
-                  "The node's data folder (its database is in DIR/db)")
+  cmd
+    ->add_option("--data-dir", args->data_dir,
+                 "The node's data folder (its database is in DIR/db)")
     ->type_name("DIR")
     ->required();
   cmd->add_flag("--json", args->json, "Print the report as JSON");
@@ -106,9 +107,10 @@ command add_recovery_command(CLI::App& app, const node_args& node) {
     app, "recovery",
     "Prints what the last recovery on boot found and did: its steps with "
     "counts and durations, and the problems it met");
-  cmd->add_option("--data-dir", args->data_dir,
-                  "Read the report from a node's data folder rather than ask "
-                  "the node")
+  cmd
+    ->add_option("--data-dir", args->data_dir,
+                 "Read the report from a node's data folder rather than ask "
+                 "the node")
     ->type_name("DIR");
   cmd->add_flag("--json", args->json,
                 "Print the report as JSON (null if none has run)");

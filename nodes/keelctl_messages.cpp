@@ -50,8 +50,8 @@ public:
   /// exit code in `code`.
   std::optional<server_frame> next(int& code, const std::string& what) {
     for (;;) {
-      auto left = std::chrono::duration_cast<milliseconds>(deadline_
-                                                           - steady::now());
+      auto left
+        = std::chrono::duration_cast<milliseconds>(deadline_ - steady::now());
       if (left.count() <= 0) {
         code = fail(too_late(what));
         return std::nullopt;
@@ -90,7 +90,8 @@ private:
   steady::time_point deadline_;
 };
 
-// -- send -----------------------------------------------------------------------
+// -- send
+// -----------------------------------------------------------------------
 
 struct send_args {
   std::string thread;
@@ -115,8 +116,8 @@ bool outcome_in_page(const json& body, keel::seq_t seq, int& code) {
       return true;
     }
     if (entry->kind == keel::log_kind::error) {
-      code = print_error_frame(json{{"code", entry->code},
-                                    {"message", entry->text}});
+      code = print_error_frame(
+        json{{"code", entry->code}, {"message", entry->text}});
       return true;
     }
   }
@@ -139,8 +140,7 @@ std::optional<keel::seq_t> next_page_after(const json& body) {
 /// again; its outcome may already be in the history, so it looks there too.
 class send_run {
 public:
-  send_run(const keel::endpoint& ep, keel::ws_client& ws,
-           const send_args& args)
+  send_run(const keel::endpoint& ep, keel::ws_client& ws, const send_args& args)
     : ep_(ep),
       ws_(ws),
       args_(args),
@@ -168,8 +168,8 @@ private:
   std::string waiting_for() const {
     if (!acked_)
       return "ack";
-    return "reply (the message was acknowledged as seq "
-           + std::to_string(seq_) + ")";
+    return "reply (the message was acknowledged as seq " + std::to_string(seq_)
+           + ")";
   }
 
   /// Handles one frame; returns the exit code once the command is done.
@@ -218,8 +218,7 @@ private:
   /// fails.
   std::optional<int> request_history(keel::seq_t after) {
     if (auto err = ws_.send_text(keel::protocol::history_request_frame(
-          args_.thread, history_id_, after,
-          keel::protocol::max_history_limit)))
+          args_.thread, history_id_, after, keel::protocol::max_history_limit)))
       return fail(ep_, err);
     return std::nullopt;
   }
@@ -240,7 +239,8 @@ int run_send(const keel::endpoint& ep, const send_args& args) {
   return send_run{ep, **ws, args}.run();
 }
 
-// -- history --------------------------------------------------------------------
+// -- history
+// --------------------------------------------------------------------
 
 struct history_args {
   std::string thread;
@@ -320,7 +320,8 @@ std::optional<int> take_page(const json& body, const history_args& args,
 /// Prints the JSON, or says on stderr that there was nothing or more.
 void finish_history(const history_args& args, history_state& st) {
   if (args.json) {
-    std::cout << json{{"thread", args.thread}, {"entries", std::move(st.all)},
+    std::cout << json{{"thread", args.thread},
+                      {"entries", std::move(st.all)},
                       {"more", st.more}}
                    .dump(2)
               << '\n';
@@ -364,20 +365,23 @@ int run_history(const keel::endpoint& ep, const history_args& args) {
   return exit_ok;
 }
 
-// -- argument checks --------------------------------------------------------------
+// -- argument checks
+// --------------------------------------------------------------
 
 std::string check_thread(const std::string& str) {
   return keel::valid_thread_id(str)
            ? std::string{}
-           : "'" + str + "' is not a thread id (1 to 128 characters of "
-               "A-Z a-z 0-9 . _ : -)";
+           : "'" + str
+               + "' is not a thread id (1 to 128 characters of "
+                 "A-Z a-z 0-9 . _ : -)";
 }
 
 std::string check_client_id(const std::string& str) {
   return keel::valid_client_id(str)
            ? std::string{}
-           : "'" + str + "' is not a message id (1 to 128 printable ASCII "
-               "characters)";
+           : "'" + str
+               + "' is not a message id (1 to 128 printable ASCII "
+                 "characters)";
 }
 
 std::string check_text(const std::string& str) {
@@ -405,9 +409,10 @@ command add_send_command(CLI::App& app, const node_args& node) {
     ->type_name("")
     ->required()
     ->check(check_text);
-  cmd->add_option("--id", args->id,
-                  "The message id (resending an id is not processed "
-                  "twice; default: a random one)")
+  cmd
+    ->add_option("--id", args->id,
+                 "The message id (resending an id is not processed "
+                 "twice; default: a random one)")
     ->check(check_client_id);
   keel::cli::add_duration(*cmd, "--timeout", args->timeout,
                           "How long to wait for the reply", false)
@@ -421,8 +426,9 @@ command add_history_command(CLI::App& app, const node_args& node) {
   auto args = std::make_shared<history_args>();
   auto cmd = add_node_command(app, "history", "Prints a thread's history");
   add_thread_argument(*cmd, args->thread);
-  cmd->add_option("--after", args->after,
-                  "Only entries with a sequence number above N")
+  cmd
+    ->add_option("--after", args->after,
+                 "Only entries with a sequence number above N")
     ->type_name("N");
   cmd
     ->add_option_function<size_t>(

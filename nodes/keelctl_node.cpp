@@ -15,7 +15,8 @@ namespace keelctl {
 
 namespace {
 
-// -- status ---------------------------------------------------------------------
+// -- status
+// ---------------------------------------------------------------------
 
 /// One row of the status table: the label in a column of 13.
 void status_row(const char* label, const std::string& value) {
@@ -45,8 +46,7 @@ int run_status(const keel::endpoint& ep, bool as_json) {
   status_row("threads", n({"threads", "active"}) + " active, "
                           + n({"threads", "stored"}) + " stored");
   status_row("connections", n({"gateway", "connections_open"}) + " open, "
-                              + n({"gateway", "connections_total"})
-                              + " total");
+                              + n({"gateway", "connections_total"}) + " total");
   status_row("frames", n({"gateway", "frames_in"}) + " in, "
                          + n({"gateway", "frames_out"}) + " out, "
                          + n({"gateway", "bad_frames"}) + " bad");
@@ -62,7 +62,8 @@ int run_status(const keel::endpoint& ep, bool as_json) {
   return exit_ok;
 }
 
-// -- tree -----------------------------------------------------------------------
+// -- tree
+// -----------------------------------------------------------------------
 
 /// Prints one node of the supervision tree and, indented, its children.
 void print_tree(const json& node, const std::string& prefix, bool last,
@@ -72,12 +73,11 @@ void print_tree(const json& node, const std::string& prefix, bool last,
   if (line.size() < 32)
     line.resize(32, ' ');
   char cols[160];
-  std::snprintf(cols, sizeof(cols), " %-10s restarts %-4llu up %s",
-                json_string(node, "state").c_str(),
-                static_cast<unsigned long long>(
-                  json_number(node, {"restarts"})),
-                keel::human_duration(millis_at(node, {"uptime_ms"}))
-                  .c_str());
+  std::snprintf(
+    cols, sizeof(cols), " %-10s restarts %-4llu up %s",
+    json_string(node, "state").c_str(),
+    static_cast<unsigned long long>(json_number(node, {"restarts"})),
+    keel::human_duration(millis_at(node, {"uptime_ms"})).c_str());
   std::cout << line << cols;
   auto exit = json_string(node, "last_exit");
   if (!exit.empty())
@@ -132,7 +132,8 @@ int run_agents(const keel::endpoint& ep, const std::string& data_dir,
   return print_agents(*agents, as_json);
 }
 
-// -- kill -----------------------------------------------------------------------
+// -- kill
+// -----------------------------------------------------------------------
 
 int run_kill(const keel::endpoint& ep, const std::string& path,
              const std::string& reason) {
@@ -147,7 +148,8 @@ int run_kill(const keel::endpoint& ep, const std::string& path,
   return exit_ok;
 }
 
-// -- providers ------------------------------------------------------------------
+// -- providers
+// ------------------------------------------------------------------
 
 /// Prints one provider's health on one line.
 void print_provider(const json& p) {

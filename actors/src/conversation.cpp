@@ -72,9 +72,9 @@ outbox_entry make_outbox_entry(conversation_state& st, const std::string& to,
 // Runs before the outcome's log entry takes its seq: every outbox seq of a
 // commit stays below a seq the log keeps, so a reload (next_seq = last log
 // seq + 1) never hands one out again, even after the entry was delivered.
-void finish_commit(conversation_state& st, turn_commit& commit,
-                   log_kind kind, const std::string& text,
-                   const completion* reply, millis now) {
+void finish_commit(conversation_state& st, turn_commit& commit, log_kind kind,
+                   const std::string& text, const completion* reply,
+                   millis now) {
   auto& session = st.session;
   auto changed = [](const std::string& now, const std::string& before) {
     return !now.empty() && now != before;
@@ -95,8 +95,8 @@ void finish_commit(conversation_state& st, turn_commit& commit,
   if (!session.parent.empty())
     commit.outbox.push_back(make_outbox_entry(
       st, session.parent,
-      "[agent " + st.cfg.thread
-        + (kind == log_kind::error ? " failed] " : "] ") + text,
+      "[agent " + st.cfg.thread + (kind == log_kind::error ? " failed] " : "] ")
+        + text,
       now));
 }
 
@@ -157,9 +157,9 @@ conversation_state::new_children(const completion& reply) const {
   return result;
 }
 
-turn_commit conversation_state::make_reply_commit(const completion& reply,
-                                                  millis now,
-                                                  const spawn_outcomes& spawns) {
+turn_commit
+conversation_state::make_reply_commit(const completion& reply, millis now,
+                                      const spawn_outcomes& spawns) {
   auto& msg = inbox.front();
   turn_commit commit;
   commit.thread = cfg.thread;
@@ -230,10 +230,10 @@ caf::error conversation_state::refusal(const incoming_message& msg) const {
   if (!msg.from.empty() && !session_exists)
     return not_found();
   if (inbox.size() + accepting.size() >= cfg.max_inbox)
-    return caf::make_error(ec::overloaded,
-                           "thread '" + cfg.thread + "' already has "
-                             + std::to_string(cfg.max_inbox)
-                             + " unanswered messages");
+    return caf::make_error(ec::overloaded, "thread '" + cfg.thread
+                                             + "' already has "
+                                             + std::to_string(cfg.max_inbox)
+                                             + " unanswered messages");
   return caf::none;
 }
 
@@ -341,10 +341,9 @@ void retry_turn_later(self_ptr self, const std::string& what,
   auto& st = self->state;
   spdlog::warn("thread {}: {}: {}", st.cfg.thread, what, render(err));
   auto& msg = st.inbox.front();
-  publish(self, protocol::status_frame(st.cfg.thread, msg.client_id, msg.seq,
-                                       "retrying",
-                                       what + " (" + render(err)
-                                         + "); the turn runs again"));
+  publish(self, protocol::status_frame(
+                  st.cfg.thread, msg.client_id, msg.seq, "retrying",
+                  what + " (" + render(err) + "); the turn runs again"));
   self->delayed_send(self, st.cfg.commit_retry_delay, atom::drain_v);
   // The turn stays "running" until the retry so nothing overtakes it.
 }
@@ -375,8 +374,8 @@ void commit_turn(self_ptr self, turn_commit commit) {
 
 void fail_turn(self_ptr self, const std::string& code,
                const std::string& text) {
-  commit_turn(self, self->state.make_error_commit(code, text,
-                                                  wall_clock_millis()));
+  commit_turn(self,
+              self->state.make_error_commit(code, text, wall_clock_millis()));
 }
 
 void cancel_turn(self_ptr self) {
@@ -459,9 +458,8 @@ void spawn_then_commit(self_ptr self, completion reply) {
 void run_turn(self_ptr self) {
   auto& st = self->state;
   auto& msg = st.inbox.front();
-  publish(self,
-          protocol::status_frame(st.cfg.thread, msg.client_id, msg.seq,
-                                 "thinking"));
+  publish(self, protocol::status_frame(st.cfg.thread, msg.client_id, msg.seq,
+                                       "thinking"));
   auto providers = lookup<caf::actor>(self->system(), names::providers);
   if (!providers) {
     fail_turn(self, to_string(ec::provider_failed),
@@ -625,8 +623,8 @@ void answer_accept(self_ptr self, seq_t seq, Result&& result) {
 
 // Accept `seq` is durable (or was a duplicate, durable before): a new
 // message joins the inbox; its sender learns.
-void accepted(self_ptr self, seq_t seq, inbox_entry& entry,
-              bool wrote_session, accept_result& res) {
+void accepted(self_ptr self, seq_t seq, inbox_entry& entry, bool wrote_session,
+              accept_result& res) {
   auto& st = self->state;
   if (wrote_session) {
     st.session_exists = true;
@@ -652,8 +650,8 @@ void accept(self_ptr self, caf::typed_response_promise<accept_result> rp,
   request_component(self, names::persistence, st.cfg.storage_timeout,
                     atom::accept_v, req)
     .then(
-      [self, seq, entry = req.entry, wrote_session = req.create_session](
-        accept_result& res) mutable {
+      [self, seq, entry = req.entry,
+       wrote_session = req.create_session](accept_result& res) mutable {
         accepted(self, seq, entry, wrote_session, res);
       },
       [self, seq](caf::error& err) {
@@ -800,10 +798,9 @@ void idle_timer_fired(self_ptr self) {
 // at once that they must resend (a durable accept is then acknowledged as
 // a duplicate).
 void on_exit(self_ptr self, const caf::exit_msg& msg) {
-  auto err = caf::make_error(ec::unavailable,
-                             "the conversation of thread '"
-                               + self->state.cfg.thread
-                               + "' stopped; resend with the same id");
+  auto err = caf::make_error(
+    ec::unavailable, "the conversation of thread '" + self->state.cfg.thread
+                       + "' stopped; resend with the same id");
   self->state.fail_pending_accepts(err);
   self->state.answer_cancels(err);
   self->quit(msg.reason);

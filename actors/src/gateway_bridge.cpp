@@ -8,21 +8,21 @@
 
 #include "keel/agent_tree.hpp"
 #include "keel/json_codec.hpp"
-#include "keel/proc.hpp"
 #include "keel/lookup.hpp"
+#include "keel/proc.hpp"
 #include "keel/provider_pool.hpp"
 #include "keel/text.hpp"
 
 namespace keel {
 
 void subscription_table::subscribe(connection_id conn,
-                                     const std::string& thread) {
+                                   const std::string& thread) {
   subscribers[thread].insert(conn);
   subscriptions[conn].insert(thread);
 }
 
 void subscription_table::unsubscribe(connection_id conn,
-                                       const std::string& thread) {
+                                     const std::string& thread) {
   if (auto i = subscribers.find(thread); i != subscribers.end()) {
     i->second.erase(conn);
     if (i->second.empty())
@@ -59,10 +59,9 @@ memory_usage own_memory() {
 
 void send_error(self_ptr self, connection_id conn, const caf::error& err,
                 const std::string& id, const std::string& thread) {
-  self->state.cfg.server->send(conn,
-                               protocol::error_frame(error_code_name(err),
-                                                     readable_message(err), id,
-                                                     thread));
+  self->state.cfg.server->send(
+    conn, protocol::error_frame(error_code_name(err), readable_message(err), id,
+                                thread));
 }
 
 void on_send(self_ptr self, connection_id conn, protocol::client_frame& f) {
@@ -222,15 +221,15 @@ nlohmann::json to_json(const child_info& x) {
   nlohmann::json children = nlohmann::json::array();
   for (auto& child : x.children)
     children.push_back(to_json(child));
-  return {{"id", x.id},
-          {"state", x.state},
-          {"supervisor", x.supervisor},
-          {"restarts", x.restarts},
-          {"last_exit", x.last_exit},
-          {"uptime_ms",
-           std::chrono::duration_cast<std::chrono::milliseconds>(x.uptime)
-             .count()},
-          {"children", std::move(children)}};
+  return {
+    {"id", x.id},
+    {"state", x.state},
+    {"supervisor", x.supervisor},
+    {"restarts", x.restarts},
+    {"last_exit", x.last_exit},
+    {"uptime_ms",
+     std::chrono::duration_cast<std::chrono::milliseconds>(x.uptime).count()},
+    {"children", std::move(children)}};
 }
 
 // GET /api/v1/tree: the live supervision tree from the root down.
@@ -295,8 +294,7 @@ void on_providers(self_ptr self, uint64_t request, const std::string&) {
   for (auto& pool : pools)
     self
       ->request(providers, std::chrono::seconds{10}, atom::forward_v, pool,
-                caf::make_message(atom::forward_v,
-                                  std::string{router_child_id},
+                caf::make_message(atom::forward_v, std::string{router_child_id},
                                   caf::make_message(atom::health_v)))
       .then(
         [acc, done, pool](std::vector<provider_health_record>& records) {
@@ -461,27 +459,15 @@ void on_http(self_ptr self, uint64_t request, const std::string& method,
 void on_frame(self_ptr self, connection_id conn, protocol::client_frame& f) {
   using type = protocol::client_frame_type;
   switch (f.type) {
-    case type::send:
-      on_send(self, conn, f);
-      break;
-    case type::subscribe:
-      on_subscribe(self, conn, f, true);
-      break;
-    case type::unsubscribe:
-      on_subscribe(self, conn, f, false);
-      break;
-    case type::history:
-      on_history(self, conn, f);
-      break;
+    case type::send: on_send(self, conn, f); break;
+    case type::subscribe: on_subscribe(self, conn, f, true); break;
+    case type::unsubscribe: on_subscribe(self, conn, f, false); break;
+    case type::history: on_history(self, conn, f); break;
     case type::ping:
       self->state.cfg.server->send(conn, protocol::pong_frame(f.id));
       break;
-    case type::spawn:
-      on_spawn(self, conn, f);
-      break;
-    case type::cancel:
-      on_cancel(self, conn, f);
-      break;
+    case type::spawn: on_spawn(self, conn, f); break;
+    case type::cancel: on_cancel(self, conn, f); break;
   }
 }
 
@@ -497,8 +483,8 @@ void on_publish(self_ptr self, const thread_event& ev) {
 
 } // namespace
 
-gateway_bridge_actor::behavior_type
-gateway_bridge(self_ptr self, gateway_bridge_config cfg) {
+gateway_bridge_actor::behavior_type gateway_bridge(self_ptr self,
+                                                   gateway_bridge_config cfg) {
   self->state.cfg = std::move(cfg);
   return {
     [](atom::open, connection_id) {
@@ -544,10 +530,10 @@ void bridge_handler::on_frame(connection_id conn,
     return;
   }
   if (auto server = server_.lock())
-    server->send(conn, protocol::error_frame(
-                         to_string(ec::unavailable),
-                         "the gateway bridge is restarting; try again",
-                         frame.id, frame.thread));
+    server->send(
+      conn, protocol::error_frame(to_string(ec::unavailable),
+                                  "the gateway bridge is restarting; try again",
+                                  frame.id, frame.thread));
 }
 
 void bridge_handler::on_close(connection_id conn) {

@@ -85,10 +85,9 @@ child_spec gateway_child(const node_config& cfg,
 
 } // namespace
 
-caf::expected<supervisor_config> root_spec(const node_config& cfg,
-                                           std::shared_ptr<ws_server> server,
-                                           bool detached_persistence,
-                                           std::shared_ptr<http_io> io) {
+caf::expected<supervisor_config>
+root_spec(const node_config& cfg, std::shared_ptr<ws_server> server,
+          bool detached_persistence, std::shared_ptr<http_io> io) {
   auto providers_sup = providers_spec(cfg, std::move(io));
   if (!providers_sup)
     return providers_sup.error();
@@ -175,7 +174,7 @@ caf::error await_ready(caf::scoped_actor& self, const caf::actor& root) {
 } // namespace
 
 caf::expected<std::unique_ptr<node>> node::start(caf::actor_system& sys,
-                                                  const node_config& cfg) {
+                                                 const node_config& cfg) {
   std::error_code fs_err;
   std::filesystem::create_directories(cfg.data_dir, fs_err);
   if (fs_err)
@@ -253,13 +252,12 @@ int run_node(const node_config& cfg) {
   if (!started) {
     spdlog::error("cannot start node '{}': {}", cfg.name,
                   render(started.error()));
-    std::cerr << "keel-node: cannot start: " << render(started.error())
-              << '\n';
+    std::cerr << "keel-node: cannot start: " << render(started.error()) << '\n';
     return 1;
   }
   auto& n = **started;
-  std::cout << "keel-node: listening on " << cfg.gateway.host << ':'
-            << n.port() << std::endl;
+  std::cout << "keel-node: listening on " << cfg.gateway.host << ':' << n.port()
+            << std::endl;
   spdlog::info("node '{}' ready on {}:{} (data in {})", cfg.name,
                cfg.gateway.host, n.port(), cfg.data_dir);
   caf::scoped_actor self{sys};

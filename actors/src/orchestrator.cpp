@@ -87,8 +87,8 @@ void ensure_started(self_ptr self, const std::string& thread,
   }
   self->state.threads.emplace(thread, thread_entry{});
   self
-    ->request(sup, self->state.cfg.request_timeout, atom::start_child_v,
-              thread, caf::make_message())
+    ->request(sup, self->state.cfg.request_timeout, atom::start_child_v, thread,
+              caf::make_message())
     .then([done](const caf::actor&) { done(); },
           [thread, done](caf::error& err) {
             if (err != ec::conflict)
@@ -180,8 +180,7 @@ void stop_conversation(self_ptr self, const std::string& thread) {
     return;
   }
   self
-    ->request(sup, self->state.cfg.request_timeout, atom::stop_child_v,
-              thread)
+    ->request(sup, self->state.cfg.request_timeout, atom::stop_child_v, thread)
     .then([release](caf::ok_atom) { release(); },
           [release](caf::error&) { release(); });
 }
@@ -310,8 +309,7 @@ void cancel_tree(self_ptr self, const std::string& thread,
   }
   self->request(db, self->state.cfg.request_timeout, atom::subtree_v, thread)
     .then(
-      [self, thread, closed,
-       done](std::vector<std::string>& subtree) mutable {
+      [self, thread, closed, done](std::vector<std::string>& subtree) mutable {
         cancel_round(self, thread, closed, subtree, done);
       },
       [done](caf::error& err) { done(std::move(err)); });
@@ -376,8 +374,7 @@ void store_report(self_ptr self, const recovery_report& report) {
     self->request(db, self->state.cfg.request_timeout, caf::put_atom_v, report)
       .then([](caf::ok_atom) {},
             [](caf::error& err) {
-              spdlog::warn("cannot store the recovery report: {}",
-                           render(err));
+              spdlog::warn("cannot store the recovery report: {}", render(err));
             });
 }
 
@@ -451,8 +448,7 @@ caf::result<spawn_result> spawn(self_ptr self, const std::string& parent,
   auto rp = self->make_response_promise<spawn_result>();
   auto id = self->state.hold(rp);
   self
-    ->request(db, self->state.cfg.request_timeout, atom::spawn_v, parent,
-              child)
+    ->request(db, self->state.cfg.request_timeout, atom::spawn_v, parent, child)
     .then(
       [self, id](spawn_result& result) {
         // The link is durable; the spawn is not acknowledged yet.
@@ -515,15 +511,14 @@ void recover(self_ptr self) {
             // Pending work stays unanswered until a plan runs: retry.
             spdlog::error("cannot plan the recovery (retrying in 1 s): {}",
                           render(err));
-            self->delayed_send(self, std::chrono::seconds{1},
-                               atom::recover_v);
+            self->delayed_send(self, std::chrono::seconds{1}, atom::recover_v);
           });
 }
 
 } // namespace
 
-orchestrator_actor::behavior_type
-orchestrator(self_ptr self, orchestrator_config cfg) {
+orchestrator_actor::behavior_type orchestrator(self_ptr self,
+                                               orchestrator_config cfg) {
   self->state.cfg = std::move(cfg);
   if (self->state.cfg.recover_on_start)
     self->send(self, atom::recover_v);

@@ -136,8 +136,7 @@ persistence_state::accept(const accept_request& req) {
   return after_flush(*result);
 }
 
-caf::result<caf::ok_atom>
-persistence_state::commit(const turn_commit& commit) {
+caf::result<caf::ok_atom> persistence_state::commit(const turn_commit& commit) {
   db->stage_commit(commit);
   return after_flush(caf::ok_atom_v);
 }
@@ -165,8 +164,8 @@ persistence_state::put(const recovery_report& report) {
   return after_flush(caf::ok_atom_v);
 }
 
-caf::result<spawn_result>
-persistence_state::spawn(const std::string& parent, const std::string& child) {
+caf::result<spawn_result> persistence_state::spawn(const std::string& parent,
+                                                   const std::string& child) {
   auto parent_rec = db->session(parent);
   if (!parent_rec) {
     if (parent_rec.error() == ec::not_found)
@@ -264,8 +263,8 @@ persistence(persistence_actor::stateful_pointer<persistence_state> self,
     [self](atom::health) -> caf::result<std::vector<provider_health_record>> {
       return self->state.db->health();
     },
-    [self](atom::load, const std::string& thread)
-      -> caf::result<thread_snapshot> {
+    [self](atom::load,
+           const std::string& thread) -> caf::result<thread_snapshot> {
       return self->state.db->load_thread(thread);
     },
     [self](atom::history, const std::string& thread, seq_t after,

@@ -13,8 +13,7 @@ namespace keel {
 
 caf::message complete_message(completion_request req) {
   return caf::make_message(atom::forward_v, std::string{router_child_id},
-                           caf::make_message(atom::complete_v,
-                                             std::move(req)));
+                           caf::make_message(atom::complete_v, std::move(req)));
 }
 
 caf::expected<provider_pool_config> resolve_pool(const node_config& cfg,
@@ -57,8 +56,7 @@ std::string say_duration(milliseconds d) {
   if (ms < 60'000) {
     auto tenths = (ms + 50) / 100;
     return std::to_string(tenths / 10)
-           + (tenths % 10 != 0 ? "." + std::to_string(tenths % 10) : "")
-           + " s";
+           + (tenths % 10 != 0 ? "." + std::to_string(tenths % 10) : "") + " s";
   }
   return std::to_string((ms + 30'000) / 60'000) + " min";
 }
@@ -67,8 +65,7 @@ std::string say_duration(milliseconds d) {
 
 // -- worker -------------------------------------------------------------------
 
-void provider_worker_state::fail_pending(const std::string& why,
-                                         bool stopped) {
+void provider_worker_state::fail_pending(const std::string& why, bool stopped) {
   for (auto& [id, promise] : pending) {
     auto out = attempt_outcome::failed(error_class::unknown, why);
     out.worker_stopped = stopped;
@@ -332,8 +329,8 @@ void persist_health(router_ptr self, size_t i) {
     .then([](caf::ok_atom) {},
           [self, i](caf::error& err) {
             spdlog::warn("pool {}: cannot store the health of {}: {}",
-                         self->state.pool,
-                         self->state.chain[i].provider.name, render(err));
+                         self->state.pool, self->state.chain[i].provider.name,
+                         render(err));
           });
 }
 
@@ -350,16 +347,15 @@ caf::error final_error(const provider_router_state& st, const pool_call& call,
       return caf::make_error(ec::context_overflow, std::move(text));
     case error_class::invalid_request:
       return caf::make_error(ec::provider_rejected, std::move(text));
-    default:
-      return caf::make_error(ec::provider_failed, std::move(text));
+    default: return caf::make_error(ec::provider_failed, std::move(text));
   }
 }
 
 caf::error budget_used_up(const provider_router_state& st,
                           const pool_call& call) {
-  return final_error(st, call, "the retry budget of "
-                                 + std::to_string(call.budget.used())
-                                 + " attempts is used up");
+  return final_error(st, call,
+                     "the retry budget of " + std::to_string(call.budget.used())
+                       + " attempts is used up");
 }
 
 void finish(router_ptr self, uint64_t id, caf::error err) {
@@ -411,8 +407,9 @@ void record_failure(router_ptr self, pool_call& call,
   }
   if (out.partial)
     tell_thread(self, call, "stream_interrupted",
-                link.provider.name + " stopped mid-answer; the partial answer "
-                                     "is discarded");
+                link.provider.name
+                  + " stopped mid-answer; the partial answer "
+                    "is discarded");
 }
 
 // True if a retryable failure of class `cls` is retried on the same
@@ -549,10 +546,10 @@ void dispatch(router_ptr self, uint64_t id) {
   auto& call = i->second;
   skip_cooling_down(st, call, self->clock().now());
   if (call.link >= st.chain.size()) {
-    finish(self, id, final_error(st, call,
-                                 call.attempt == 0
-                                   ? "every provider is cooling down"
-                                   : "every provider failed"));
+    finish(self, id,
+           final_error(st, call,
+                       call.attempt == 0 ? "every provider is cooling down"
+                                         : "every provider failed"));
     return;
   }
   if (!call.budget.take()) {
@@ -566,10 +563,9 @@ void dispatch(router_ptr self, uint64_t id) {
 caf::result<completion> complete(router_ptr self, completion_request& req) {
   auto& st = self->state;
   auto id = st.next_id++;
-  auto budget = st.cfg.budget != 0
-                  ? st.cfg.budget
-                  : st.cfg.retry.max_attempts
-                      * static_cast<uint32_t>(st.chain.size());
+  auto budget = st.cfg.budget != 0 ? st.cfg.budget
+                                   : st.cfg.retry.max_attempts
+                                       * static_cast<uint32_t>(st.chain.size());
   pool_call call;
   call.promise = self->make_response_promise<completion>();
   call.request = std::move(req);
@@ -612,8 +608,8 @@ provider_router(router_ptr self, provider_pool_config cfg, caf::actor workers) {
   // rather than leaving their threads to the turn timeout.
   self->set_exit_handler([self](caf::exit_msg& msg) {
     self->state.fail_all(caf::make_error(
-      ec::provider_failed, "pool '" + self->state.pool + "' stopped: "
-                             + render(msg.reason)));
+      ec::provider_failed,
+      "pool '" + self->state.pool + "' stopped: " + render(msg.reason)));
     self->quit(msg.reason);
   });
   load_health(self);
@@ -636,9 +632,8 @@ supervisor_config pool_spec(const provider_pool_config& cfg,
   sup.name = "pool " + cfg.pool.name;
   sup.children.push_back(
     {router_child_id, std::nullopt, [cfg](caf::local_actor* parent) {
-       return caf::actor_cast<caf::actor>(
-         parent->spawn(provider_router, cfg,
-                       caf::actor_cast<caf::actor>(parent)));
+       return caf::actor_cast<caf::actor>(parent->spawn(
+         provider_router, cfg, caf::actor_cast<caf::actor>(parent)));
      }});
   for (auto& p : cfg.providers)
     sup.children.push_back(
@@ -657,8 +652,8 @@ bool needs_http(const node_config& cfg) {
   return false;
 }
 
-caf::expected<supervisor_config>
-providers_spec(const node_config& cfg, std::shared_ptr<http_io> io) {
+caf::expected<supervisor_config> providers_spec(const node_config& cfg,
+                                                std::shared_ptr<http_io> io) {
   supervisor_config sup;
   sup.name = "providers";
   for (auto& pool : cfg.pools) {

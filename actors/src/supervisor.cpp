@@ -133,8 +133,7 @@ caf::error validate(const supervisor_config& cfg) {
 
 supervisor_state::supervisor_state(self_ptr self)
   : self(self),
-    by_addr(
-      std::make_shared<std::unordered_map<caf::actor_addr, uint64_t>>()) {
+    by_addr(std::make_shared<std::unordered_map<caf::actor_addr, uint64_t>>()) {
   // nop
 }
 
@@ -151,10 +150,9 @@ caf::error supervisor_state::init(supervisor_config config) {
   for (auto& [order, child] : children) {
     if (!start(child)) {
       // As OTP: a child that cannot start fails the supervisor's start.
-      auto reason = caf::make_error(ec::shutdown, cfg.name + ": child '"
-                                                    + child.spec.id
-                                                    + "' failed to start: "
-                                                    + render(child.last_exit));
+      auto reason = caf::make_error(
+        ec::shutdown, cfg.name + ": child '" + child.spec.id
+                        + "' failed to start: " + render(child.last_exit));
       begin_shutdown(reason);
       return caf::none;
     }
@@ -234,10 +232,10 @@ void supervisor_state::decide(uint64_t order, caf::error reason) {
     return;
   auto& child = i->second;
   auto type = child.spec.restart;
-  bool restart = !shutting_down
-                 && (type == restart_type::permanent
-                     || (type == restart_type::transient
-                         && !is_normal_exit(reason)));
+  bool restart
+    = !shutting_down
+      && (type == restart_type::permanent
+          || (type == restart_type::transient && !is_normal_exit(reason)));
   if (!restart) {
     child.status = child_status::stopped;
     release_held(child, caf::make_error(ec::unavailable,
@@ -252,8 +250,8 @@ void supervisor_state::decide(uint64_t order, caf::error reason) {
                   "shutting down after child '{}' exited: {}",
                   cfg.name, cfg.max_restarts, to_millis(cfg.period),
                   child.spec.id, render(reason));
-    begin_shutdown(caf::make_error(ec::shutdown,
-                                   cfg.name + ": restart intensity exceeded"));
+    begin_shutdown(
+      caf::make_error(ec::shutdown, cfg.name + ": restart intensity exceeded"));
     return;
   }
   auto delay = backoff_delay(child, self->clock().now());
@@ -281,7 +279,7 @@ caf::timespan supervisor_state::backoff_delay(child_entry& child,
   if (now - child.started >= b.reset_after)
     child.next_delay = caf::timespan{0};
   auto base = child.next_delay > caf::timespan{0} ? child.next_delay
-                                                   : b.initial;
+                                                  : b.initial;
   base = std::min(base, b.max);
   auto next = static_cast<double>(base.count()) * b.multiplier;
   child.next_delay = next >= static_cast<double>(b.max.count())
@@ -300,8 +298,7 @@ void supervisor_state::schedule_restart(child_entry& child,
   child.status = child_status::restarting;
   if (delay > caf::timespan{0}) {
     child.timer = next_token++;
-    self->delayed_send(self, delay, atom::restart_v, child.order,
-                       child.timer);
+    self->delayed_send(self, delay, atom::restart_v, child.order, child.timer);
     return;
   }
   if (!start(child))
@@ -371,7 +368,8 @@ void supervisor_state::start_group() {
   }
 }
 
-// -- stopping ------------------------------------------------------------------
+// -- stopping
+// ------------------------------------------------------------------
 
 bool supervisor_state::begin_stop(child_entry& child) {
   if (!child.actor)
@@ -415,9 +413,9 @@ void supervisor_state::stopped(child_entry& child) {
   child.stop_waiters.clear();
   auto order = child.order;
   if (child.status == child_status::stopped)
-    release_held(child, caf::make_error(ec::unavailable,
-                                        "child '" + child.spec.id
-                                          + "' stopped"));
+    release_held(child,
+                 caf::make_error(ec::unavailable,
+                                 "child '" + child.spec.id + "' stopped"));
   if (child.remove_on_stop)
     erase(order);
   if (!plan)
@@ -535,8 +533,7 @@ void supervisor_state::erase(uint64_t order) {
 
 // -- held messages ----------------------------------------------------------
 
-void supervisor_state::release_held(child_entry& child,
-                                    const caf::error& why) {
+void supervisor_state::release_held(child_entry& child, const caf::error& why) {
   for (auto& msg : child.held)
     if (msg.mid.is_request() && msg.sender)
       msg.sender->enqueue(self->ctrl(), msg.mid.response_id(),
@@ -558,8 +555,8 @@ void supervisor_state::forward(const std::string& id, caf::message content) {
   auto rp = self->make_response_promise();
   auto child = find(id);
   if (child == nullptr) {
-    reject(rp, caf::make_error(ec::not_found, cfg.name + ": no child '" + id
-                                                + "'"));
+    reject(rp, caf::make_error(ec::not_found,
+                               cfg.name + ": no child '" + id + "'"));
     return;
   }
   bool hold = child->status == child_status::restarting
@@ -573,16 +570,15 @@ void supervisor_state::forward(const std::string& id, caf::message content) {
     return;
   }
   if (!hold) {
-    reject(rp, caf::make_error(ec::unavailable,
-                               "child '" + id + "' is "
-                                 + to_string(child->status)));
+    reject(rp, caf::make_error(ec::unavailable, "child '" + id + "' is "
+                                                  + to_string(child->status)));
     return;
   }
   if (child->held.size() >= child->spec.buffer) {
     reject(rp, caf::make_error(
-      ec::overloaded, "child " + id + " is restarting and its buffer of "
-                        + std::to_string(child->spec.buffer)
-                        + " messages is full"));
+                 ec::overloaded,
+                 "child " + id + " is restarting and its buffer of "
+                   + std::to_string(child->spec.buffer) + " messages is full"));
     return;
   }
   child->held.push_back(
@@ -655,16 +651,16 @@ void supervisor_state::kill(const std::string& path, caf::error reason,
   auto slash = path.find('/');
   auto id = path.substr(0, slash);
   auto child = find(id);
-  if (child == nullptr || (slash != std::string::npos
-                           && !child->spec.supervisor)) {
-    rp.deliver(caf::make_error(ec::not_found, cfg.name + ": no child at path '"
-                                                + path + "'"));
+  if (child == nullptr
+      || (slash != std::string::npos && !child->spec.supervisor)) {
+    rp.deliver(caf::make_error(ec::not_found,
+                               cfg.name + ": no child at path '" + path + "'"));
     return;
   }
   if (!child->actor) {
-    rp.deliver(caf::make_error(ec::unavailable,
-                               cfg.name + ": child at path '" + path
-                                 + "' is " + to_string(child->status)));
+    rp.deliver(caf::make_error(ec::unavailable, cfg.name + ": child at path '"
+                                                  + path + "' is "
+                                                  + to_string(child->status)));
     return;
   }
   if (slash == std::string::npos) {
@@ -681,8 +677,8 @@ void supervisor_state::kill(const std::string& path, caf::error reason,
             // Name the whole path, as the caller gave it.
             if (err.category() == error_category
                 && err.code() == static_cast<uint8_t>(ec::not_found))
-              err = caf::make_error(ec::not_found, name + ": no child at path '"
-                                                     + path + "'");
+              err = caf::make_error(ec::not_found,
+                                    name + ": no child at path '" + path + "'");
             rp.deliver(std::move(err));
           });
 }
@@ -691,13 +687,14 @@ caf::expected<caf::actor>
 supervisor_state::start_dynamic(const std::string& id,
                                 const caf::message& args) {
   if (!cfg.dynamic)
-    return caf::make_error(ec::conflict, cfg.name
-                                           + ": not a dynamic supervisor");
+    return caf::make_error(ec::conflict,
+                           cfg.name + ": not a dynamic supervisor");
   if (shutting_down)
     return caf::make_error(ec::unavailable, cfg.name + ": shutting down");
   if (id.empty() || id.find('/') != std::string::npos)
     return caf::make_error(ec::config_invalid,
-                           cfg.name + ": child id must be non-empty without '/'");
+                           cfg.name
+                             + ": child id must be non-empty without '/'");
   if (by_id.count(id) != 0)
     return caf::make_error(ec::conflict,
                            cfg.name + ": child '" + id + "' already exists");
@@ -722,8 +719,8 @@ void supervisor_state::terminate(const std::string& id,
                                  caf::response_promise rp) {
   auto child = find(id);
   if (child == nullptr) {
-    rp.deliver(caf::make_error(ec::not_found, cfg.name + ": no child '" + id
-                                                + "'"));
+    rp.deliver(
+      caf::make_error(ec::not_found, cfg.name + ": no child '" + id + "'"));
     return;
   }
   child->restart_pending = false;

@@ -46,18 +46,17 @@ caf::error invalid(const std::string& what) {
 // vocabulary (seeded by `head`), so that it compresses about like prose
 // rather than like a repeated phrase.
 std::string filler_text(const std::string& head, size_t bytes) {
-  static const char* const words[]
-    = {"the",     "agent",   "plan",     "step",    "result",  "tool",
-       "file",    "check",   "needs",    "update",  "before",  "after",
-       "error",   "retry",   "summary",  "report",  "with",    "from",
-       "data",    "value",   "first",    "second",  "then",    "because",
-       "should",  "could",   "would",    "test",    "build",   "deploy",
-       "review",  "change",  "request",  "answer",  "question", "context",
-       "model",   "token",   "limit",   "config",  "server",  "client",
-       "thread",  "message", "reply",   "parent",  "child",   "task",
-       "done",    "pending", "status",  "line",    "number",  "list",
-       "table",   "query",   "index",   "cache",   "memory",  "disk",
-       "network", "latency", "budget",  "cost"};
+  static const char* const words[] = {
+    "the",     "agent",   "plan",    "step",   "result",  "tool",    "file",
+    "check",   "needs",   "update",  "before", "after",   "error",   "retry",
+    "summary", "report",  "with",    "from",   "data",    "value",   "first",
+    "second",  "then",    "because", "should", "could",   "would",   "test",
+    "build",   "deploy",  "review",  "change", "request", "answer",  "question",
+    "context", "model",   "token",   "limit",  "config",  "server",  "client",
+    "thread",  "message", "reply",   "parent", "child",   "task",    "done",
+    "pending", "status",  "line",    "number", "list",    "table",   "query",
+    "index",   "cache",   "memory",  "disk",   "network", "latency", "budget",
+    "cost"};
   uint64_t x = std::hash<std::string>{}(head) | 1;
   std::string text = head;
   while (text.size() < bytes) {
@@ -189,8 +188,8 @@ private:
     commit.thread = rec.thread;
     commit.inbox_seq = user->seq;
     auto reply_seq = ++seq;
-    auto reply = filler_text("echo: answer " + std::to_string(turn + 1)
-                               + " in " + rec.thread + ":",
+    auto reply = filler_text("echo: answer " + std::to_string(turn + 1) + " in "
+                               + rec.thread + ":",
                              opts_.reply_bytes);
     commit.context.push_back(context_entry{user->seq, "user", user->text});
     commit.context.push_back(context_entry{reply_seq, "assistant", reply});
@@ -217,8 +216,8 @@ private:
     req.entry.client_id = rec.parent.empty()
                             ? "m" + std::to_string(turn + 1)
                             : agent_client_id(rec.parent, 1000 + turn);
-    req.entry.text = filler_text("message " + std::to_string(turn + 1)
-                                   + " to " + rec.thread + ":",
+    req.entry.text = filler_text("message " + std::to_string(turn + 1) + " to "
+                                   + rec.thread + ":",
                                  opts_.user_bytes);
     req.entry.accepted_at = at;
     auto res = db_.stage_accept(req);
@@ -400,8 +399,8 @@ caf::expected<recovery_report> await_report(node_process& node,
     }
     std::this_thread::sleep_for(std::chrono::milliseconds{20});
   }
-  return caf::make_error(ec::timeout, "no recovery report in time (last: "
-                                        + last + ")");
+  return caf::make_error(ec::timeout,
+                         "no recovery report in time (last: " + last + ")");
 }
 
 // Progress of one watched thread.
@@ -421,8 +420,7 @@ class outcome_watcher {
 public:
   static constexpr size_t window = 64;
 
-  outcome_watcher(ws_client& ws,
-                  const std::vector<expected_outcomes>& expected)
+  outcome_watcher(ws_client& ws, const std::vector<expected_outcomes>& expected)
     : ws_(ws), watches_(expected.size()), open_(expected.size()) {
     for (size_t i = 0; i < expected.size(); ++i) {
       watches_[i].expect = &expected[i];
@@ -445,8 +443,8 @@ public:
       while (next < open_.size() && in_flight < window) {
         auto i = open_[next++];
         if (auto err = ws_.send_text(protocol::history_request_frame(
-              watches_[i].expect->thread, std::to_string(i),
-              watches_[i].after, protocol::max_history_limit)))
+              watches_[i].expect->thread, std::to_string(i), watches_[i].after,
+              protocol::max_history_limit)))
           return err;
         ++in_flight;
       }
@@ -575,8 +573,8 @@ void run_oracle(const recovery_bench_options& opts,
                 recovery_bench_result& result) {
   auto start = steady::now();
   auto out = run_command({opts.keelctl_binary, "verify", "--data-dir",
-                                opts.data_dir, "--json"},
-                               std::chrono::minutes{15});
+                          opts.data_dir, "--json"},
+                         std::chrono::minutes{15});
   result.verify_ms = ms_since(start);
   // Exit 0: every invariant holds; 1: violations (both print the report).
   if (out.exit_code == 0 || out.exit_code == 1) {
@@ -647,8 +645,8 @@ start_and_recover(const recovery_bench_options& opts,
     = static_cast<double>(result.report.started_at - result.started_at);
   result.to_recovery_finished_ms
     = static_cast<double>(result.report.finished_at - result.started_at);
-  read_node_figures(node->pid(), node->address(),
-                    result.peak_rss_at_recovery, nullptr, nullptr);
+  read_node_figures(node->pid(), node->address(), result.peak_rss_at_recovery,
+                    nullptr, nullptr);
   return started_node{std::move(node), deadline};
 }
 
@@ -684,9 +682,8 @@ run_recovery_benchmark(const recovery_bench_options& opts) {
       + " pending messages to be answered");
   if (auto err = await_outcomes(ep, result.populated.expected,
                                 result.started_at, started->deadline, result))
-    return caf::make_error(ec::unavailable,
-                           "cannot read the node's histories: "
-                             + keel::render(err));
+    return caf::make_error(ec::unavailable, "cannot read the node's histories: "
+                                              + keel::render(err));
   read_node_figures(pid, ep, result.peak_rss_bytes, &result.rss_bytes,
                     &result.node_cpu_seconds);
   say("stopping keel-node");

@@ -16,17 +16,17 @@ double step_ms(const recovery_report& r, const std::string& name) {
   return -1;
 }
 
-const char* const step_names[] = {"read_sessions",    "rebuild_tree",
-                                  "suspend_active",   "scan_undelivered",
-                                  "resume_roots",     "resume_children"};
+const char* const step_names[] = {"read_sessions",  "rebuild_tree",
+                                  "suspend_active", "scan_undelivered",
+                                  "resume_roots",   "resume_children"};
 
 std::string verdict(const recovery_bench_result& x) {
   if (!x.verified)
     return "not run: " + x.verify_error;
   if (x.verify.value("ok", false))
     return "ok";
-  return std::to_string(x.verify.value("violations", nlohmann::json::array())
-                          .size())
+  return std::to_string(
+           x.verify.value("violations", nlohmann::json::array()).size())
          + " violations";
 }
 
@@ -97,31 +97,30 @@ std::string render(const recovery_bench_result& x) {
                      + " synced groups, " + human_bytes(p.disk_bytes)
                      + " on disk");
   row("load average", x.load_average + " (at the node's start)");
-  row("start -> store open", fixed(x.to_recovery_started_ms, 0)
-                               + " ms (the report's started_at)");
+  row("start -> store open",
+      fixed(x.to_recovery_started_ms, 0) + " ms (the report's started_at)");
   row("start -> listening", fixed(x.to_listening_ms, 0) + " ms");
   row("start -> recovered", fixed(x.to_recovery_finished_ms, 0) + " ms");
   for (auto& step : x.report.steps)
     row("  " + step.name, fixed(static_cast<double>(step.micros) / 1000, 1)
                             + " ms (" + std::to_string(step.count) + ")");
-  row("start -> answered", fixed(x.to_pending_answered_ms, 0)
-                             + " ms (every pending message)");
-  row("start -> quiet", fixed(x.to_quiet_ms, 0)
-                          + " ms (forwarded answers included)");
+  row("start -> answered",
+      fixed(x.to_pending_answered_ms, 0) + " ms (every pending message)");
+  row("start -> quiet",
+      fixed(x.to_quiet_ms, 0) + " ms (forwarded answers included)");
   row("outcomes", std::to_string(x.outcomes_seen) + " of "
                     + std::to_string(x.outcomes_expected) + " expected, "
                     + std::to_string(x.errors) + " errors, "
                     + std::to_string(x.duplicate_answers) + " duplicates"
                     + (x.all_answered ? "" : ", NOT ALL ANSWERED"));
-  row("node peak RSS", human_bytes(x.peak_rss_at_recovery)
-                         + " at the report, " + human_bytes(x.peak_rss_bytes)
-                         + " at the end (RSS " + human_bytes(x.rss_bytes)
-                         + ")");
+  row("node peak RSS", human_bytes(x.peak_rss_at_recovery) + " at the report, "
+                         + human_bytes(x.peak_rss_bytes) + " at the end (RSS "
+                         + human_bytes(x.rss_bytes) + ")");
   row("node CPU", fixed(x.node_cpu_seconds, 2) + " s (user + system)");
   row("clean stop", fixed(x.stop_ms, 0) + " ms, exit code "
                       + std::to_string(x.stop_exit_code));
-  row("keelctl verify", verdict(x) + " (" + fixed(x.verify_ms / 1000, 1)
-                          + " s)");
+  row("keelctl verify",
+      verdict(x) + " (" + fixed(x.verify_ms / 1000, 1) + " s)");
   for (auto& problem : x.report.problems)
     row("  problem", problem);
   row("result", x.clean() ? "clean" : "NOT CLEAN: see above");
@@ -142,7 +141,9 @@ std::string recovery_markdown_header() {
 }
 
 std::string recovery_markdown_row(const recovery_bench_result& x) {
-  auto ms = [](double v) { return v < 0 ? std::string{"-"} : fixed(v, 0) + " ms"; };
+  auto ms = [](double v) {
+    return v < 0 ? std::string{"-"} : fixed(v, 0) + " ms";
+  };
   std::string row = "| " + std::to_string(x.populated.threads) + " | "
                     + std::to_string(x.populated.pending) + " | "
                     + human_bytes(x.populated.disk_bytes) + " | "

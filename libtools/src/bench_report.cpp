@@ -134,17 +134,17 @@ std::string fault_what(const fault_options& f) {
 /// messages the fault touched.
 void render_recovery(std::ostream& out, const failover_result& x,
                      const fault_options& f) {
-  table_row(out, "failover", x.to_first_fallback >= 0
-                               ? fixed(x.to_first_fallback, 1)
-                                   + " ms from the fault to the first reply by "
-                                   + f.fallback_provider
-                               : "no reply by " + f.fallback_provider
-                                   + " after the fault");
-  table_row(out, "affected", std::to_string(x.affected)
-                               + " messages (outcome after the fault, sent "
-                                 "before the first fallback reply), "
-                               + std::to_string(x.affected_failed)
-                               + " of them failed");
+  table_row(out, "failover",
+            x.to_first_fallback >= 0
+              ? fixed(x.to_first_fallback, 1)
+                  + " ms from the fault to the first reply by "
+                  + f.fallback_provider
+              : "no reply by " + f.fallback_provider + " after the fault");
+  table_row(out, "affected",
+            std::to_string(x.affected)
+              + " messages (outcome after the fault, sent "
+                "before the first fallback reply), "
+              + std::to_string(x.affected_failed) + " of them failed");
   table_row(out, "  latency", latency_line(x.affected_latency));
   std::string list;
   for (auto& [ms, by] : x.affected_latencies)
@@ -157,8 +157,9 @@ void render_recovery(std::ostream& out, const failover_result& x,
 void render(std::ostream& out, const failover_result& x,
             const fault_options& f) {
   auto at = fixed(f.at ? f.at->count() / 1000.0 : 0.0, 1);
-  table_row(out, "fault", (x.injected ? "" : "NOT injected: ") + fault_what(f)
-                            + " at " + at + " s into the measured phase");
+  table_row(out, "fault",
+            (x.injected ? "" : "NOT injected: ") + fault_what(f) + " at " + at
+              + " s into the measured phase");
   if (!x.fault_error.empty())
     table_row(out, "fault error", x.fault_error);
   if (!x.injected)
@@ -183,10 +184,11 @@ std::string run_line(const load_options& o) {
 
 /// The messages, the checks, the throughput and the latencies.
 void render_counts(std::ostream& out, const load_result& l) {
-  table_row(out, "messages", "sent " + std::to_string(l.sent) + ", acked "
-                               + std::to_string(l.acked) + ", answered "
-                               + std::to_string(l.answered) + ", errors "
-                               + std::to_string(l.errors));
+  table_row(out, "messages",
+            "sent " + std::to_string(l.sent) + ", acked "
+              + std::to_string(l.acked) + ", answered "
+              + std::to_string(l.answered) + ", errors "
+              + std::to_string(l.errors));
   table_row(out, "checks",
             "missing acks " + std::to_string(l.missing_acks)
               + ", missing replies " + std::to_string(l.missing_replies)
@@ -211,11 +213,11 @@ void render_node(std::ostream& out, const node_figures& node,
   std::string flushes = std::to_string(node.store_flushes)
                         + " store flushes during the run";
   if (node.store_flushes > 0 && l.sent > 0)
-    flushes += " ("
-               + fixed(static_cast<double>(l.sent) / node.store_flushes, 2)
+    flushes += " (" + fixed(static_cast<double>(l.sent) / node.store_flushes, 2)
                + " msgs per flush)";
-  table_row(out, "node memory", "peak RSS " + human_bytes(node.peak_rss_bytes)
-                                  + ", RSS now " + human_bytes(node.rss_bytes));
+  table_row(out, "node memory",
+            "peak RSS " + human_bytes(node.peak_rss_bytes) + ", RSS now "
+              + human_bytes(node.rss_bytes));
   table_row(out, "node store", flushes);
 }
 
@@ -229,9 +231,10 @@ void render_raw(std::ostream& out, const report& x) {
               + std::to_string(x.raw.concurrency) + " writers, "
               + std::to_string(x.raw.value_bytes) + "-byte values, "
               + fixed(x.raw.seconds, 1) + " s)");
-  table_row(out, "durable ratio", fixed(x.durable_ratio(), 3)
-                                    + " (answered msgs/s / raw synced "
-                                      "writes/s)");
+  table_row(out, "durable ratio",
+            fixed(x.durable_ratio(), 3)
+              + " (answered msgs/s / raw synced "
+                "writes/s)");
 }
 
 } // namespace
@@ -241,9 +244,9 @@ std::string render(const report& x) {
   const auto& l = x.load;
   std::ostringstream out;
   table_row(out, "run", run_line(o));
-  table_row(out, "node", o.node.host + ":" + std::to_string(o.node.port)
-                           + (x.node.available ? " (" + x.node.name + ")"
-                                               : ""));
+  table_row(out, "node",
+            o.node.host + ":" + std::to_string(o.node.port)
+              + (x.node.available ? " (" + x.node.name + ")" : ""));
   render_counts(out, l);
   if (o.fault.at)
     render(out, l.failover, o.fault);
@@ -251,9 +254,10 @@ std::string render(const report& x) {
   render_raw(out, x);
   table_row(out, "client CPU",
             fixed(l.client_cpu_seconds, 2) + " s (keel-bench itself)");
-  table_row(out, "result", l.clean() ? "clean: every message got exactly one "
-                                       "ack and one reply, in order"
-                                     : "NOT CLEAN: see the checks above");
+  table_row(out, "result",
+            l.clean() ? "clean: every message got exactly one "
+                        "ack and one reply, in order"
+                      : "NOT CLEAN: see the checks above");
   sample_rows(out, l);
   return out.str();
 }
@@ -284,18 +288,19 @@ std::string utc_date() {
 std::string markdown_row(const report& x, const std::string& label) {
   const auto& o = x.load_opts;
   const auto& l = x.load;
-  std::string load = o.rate > 0 ? fixed(o.rate, 0) + " msg/s"
-                                : "flat out, window " + std::to_string(o.window);
+  std::string load = o.rate > 0
+                       ? fixed(o.rate, 0) + " msg/s"
+                       : "flat out, window " + std::to_string(o.window);
   auto cell = [](const std::string& str) { return " " + str + " |"; };
   std::string row = "|";
   row += cell(utc_date());
   row += cell(label);
-  row += cell(std::to_string(o.connections) + " / "
-              + std::to_string(o.threads));
+  row
+    += cell(std::to_string(o.connections) + " / " + std::to_string(o.threads));
   row += cell(load);
   row += cell(fixed(l.answered_per_second, 0));
-  row += cell(fixed(l.ack_latency.p50, 2) + " / "
-              + fixed(l.ack_latency.p99, 2));
+  row
+    += cell(fixed(l.ack_latency.p50, 2) + " / " + fixed(l.ack_latency.p99, 2));
   row += cell(fixed(l.reply_latency.p50, 2) + " / "
               + fixed(l.reply_latency.p99, 2));
   row += cell(x.node.available ? human_bytes(x.node.peak_rss_bytes) : "n/a");

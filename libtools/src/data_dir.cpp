@@ -76,8 +76,7 @@ private:
       bool child_last = k + 1 == x.children.size();
       auto i = by_thread_.find(id);
       if (i == by_thread_.end())
-        line(child_prefix + (child_last ? "`-- " : "|-- "), id,
-             "(no session)");
+        line(child_prefix + (child_last ? "`-- " : "|-- "), id, "(no session)");
       else if (printed_.count(id) > 0)
         line(child_prefix + (child_last ? "`-- " : "|-- "), id,
              "(shown above)");
@@ -97,9 +96,9 @@ caf::expected<std::unique_ptr<store>> open_data_dir(const std::string& dir) {
   namespace fs = std::filesystem;
   std::error_code err;
   if (!fs::is_directory(dir, err))
-    return caf::make_error(ec::storage_open_failed,
-                           "cannot open data folder " + dir
-                             + ": no such folder");
+    return caf::make_error(ec::storage_open_failed, "cannot open data folder "
+                                                      + dir
+                                                      + ": no such folder");
   // RocksDB's CURRENT file marks a database folder.
   for (auto candidate : {fs::path{dir} / "db", fs::path{dir}})
     if (fs::exists(candidate / "CURRENT", err)) {
@@ -108,9 +107,9 @@ caf::expected<std::unique_ptr<store>> open_data_dir(const std::string& dir) {
       opts.create_if_missing = false;
       return store::open(candidate.string(), opts);
     }
-  return caf::make_error(ec::storage_open_failed,
-                         "no database in " + dir + " (looked in " + dir
-                           + "/db and " + dir + ")");
+  return caf::make_error(ec::storage_open_failed, "no database in " + dir
+                                                    + " (looked in " + dir
+                                                    + "/db and " + dir + ")");
 }
 
 std::string render_agent_tree(const std::vector<agent_info>& agents) {
@@ -131,10 +130,10 @@ std::string format_utc(millis at) {
 }
 
 std::string render_recovery_report(const recovery_report& x) {
-  std::string out = "recovery at " + format_utc(x.started_at) + ", took "
-                    + human_duration(std::chrono::milliseconds{
-                      x.finished_at - x.started_at})
-                    + "\n";
+  std::string out
+    = "recovery at " + format_utc(x.started_at) + ", took "
+      + human_duration(std::chrono::milliseconds{x.finished_at - x.started_at})
+      + "\n";
   for (auto& step : x.steps) {
     char buf[128];
     std::snprintf(buf, sizeof(buf), "  %-20s %8llu %10.2f ms\n",
@@ -154,13 +153,12 @@ std::string render_recovery_report(const recovery_report& x) {
   row("suspended", std::to_string(x.suspended) + " (found ACTIVE)");
   row("inbox", plural(x.inbox_messages, "message", "messages") + " in "
                  + plural(x.inbox_threads, "thread", "threads"));
-  row("outbox", plural(x.outbox_messages, "message", "messages")
-                  + " re-sent");
+  row("outbox", plural(x.outbox_messages, "message", "messages") + " re-sent");
   row("resumed", plural(x.roots_resumed, "root", "roots") + ", "
                    + plural(x.children_resumed, "child", "children"));
   row("cancels finished", std::to_string(x.cancels_finished));
-  row("problems", x.problems.empty() ? "none"
-                                     : std::to_string(x.problems.size()));
+  row("problems",
+      x.problems.empty() ? "none" : std::to_string(x.problems.size()));
   for (auto& problem : x.problems)
     out += "  - " + problem + "\n";
   return out;
@@ -171,14 +169,10 @@ json to_json(const verify_report& x) {
   for (auto& v : x.violations)
     violations.push_back(
       json{{"rule", v.rule}, {"where", v.where}, {"what", v.what}});
-  return json{{"ok", x.ok()},
-              {"sessions", x.sessions},
-              {"links", x.links},
-              {"user_messages", x.user_messages},
-              {"answered", x.answered},
-              {"pending", x.pending},
-              {"outbox", x.outbox},
-              {"violations", std::move(violations)}};
+  return json{{"ok", x.ok()},           {"sessions", x.sessions},
+              {"links", x.links},       {"user_messages", x.user_messages},
+              {"answered", x.answered}, {"pending", x.pending},
+              {"outbox", x.outbox},     {"violations", std::move(violations)}};
 }
 
 std::string render_verify_report(const verify_report& x) {

@@ -183,9 +183,8 @@ caf::expected<http_load_result> run_http_load(const http_load_options& opts) {
     http_run run{opts};
     return run.run();
   } catch (const std::exception& ex) {
-    return caf::make_error(ec::unavailable,
-                           std::string{"HTTP load generator failed: "}
-                             + ex.what());
+    return caf::make_error(
+      ec::unavailable, std::string{"HTTP load generator failed: "} + ex.what());
   }
 }
 

@@ -4,8 +4,7 @@ namespace keel {
 
 std::string json_string(const nlohmann::json& j, const char* key) {
   auto i = j.find(key);
-  return i != j.end() && i->is_string() ? i->get<std::string>()
-                                        : std::string{};
+  return i != j.end() && i->is_string() ? i->get<std::string>() : std::string{};
 }
 
 uint64_t json_number(const nlohmann::json& j,

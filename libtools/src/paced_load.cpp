@@ -214,9 +214,9 @@ void paced_load::compute_throughput() {
   auto& n = counts();
   if (n.measured_answered == 0)
     return;
-  n.measured_seconds = std::chrono::duration<double>(last_measured_outcome_
-                                                     - measure_start_)
-                         .count();
+  n.measured_seconds
+    = std::chrono::duration<double>(last_measured_outcome_ - measure_start_)
+        .count();
   if (n.measured_seconds > 0)
     n.answered_per_second = n.measured_answered / n.measured_seconds;
 }

@@ -32,9 +32,8 @@ using clock_type = std::chrono::steady_clock;
 }
 
 // Our environment with `overrides` set, as "KEY=VALUE" strings.
-std::vector<std::string>
-merged_environment(const std::vector<std::pair<std::string, std::string>>&
-                     overrides) {
+std::vector<std::string> merged_environment(
+  const std::vector<std::pair<std::string, std::string>>& overrides) {
   std::vector<std::string> result;
   for (auto e = environ; e != nullptr && *e != nullptr; ++e) {
     std::string entry{*e};
@@ -231,8 +230,8 @@ child_process::child_process(child_options opts) : opts_(std::move(opts)) {
          err);
   }
   try {
-    pid_ = fork_exec(opts_, {null_fd, opts_.capture_stdout ? out[1] : log_fd,
-                             log_fd});
+    pid_ = fork_exec(opts_,
+                     {null_fd, opts_.capture_stdout ? out[1] : log_fd, log_fd});
   } catch (...) {
     for (auto fd : {out[0], out[1]})
       if (fd >= 0)
@@ -308,13 +307,12 @@ child_process::read_stdout_line(const std::string& marker,
   auto deadline = clock_type::now() + timeout;
   auto complete = [&] {
     auto at = text.find(marker);
-    return at != std::string::npos
-           && text.find('\n', at) != std::string::npos;
+    return at != std::string::npos && text.find('\n', at) != std::string::npos;
   };
   while (open && clock_type::now() < deadline && !complete())
     drain_fd(stdout_fd_, text,
-             std::min(deadline, clock_type::now()
-                                  + std::chrono::milliseconds{100}),
+             std::min(deadline,
+                      clock_type::now() + std::chrono::milliseconds{100}),
              open);
   ::close(stdout_fd_);
   stdout_fd_ = -1;

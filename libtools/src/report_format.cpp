@@ -45,8 +45,7 @@ nlohmann::json traffic_json(const traffic_options& o, size_t window) {
   };
 }
 
-void add_traffic_json(nlohmann::json& j, const traffic_result& x,
-                      bool clean) {
+void add_traffic_json(nlohmann::json& j, const traffic_result& x, bool clean) {
   j["clean"] = clean;
   j["measured_seconds"] = x.measured_seconds;
   j["answered_per_second"] = x.answered_per_second;

@@ -38,8 +38,7 @@ nlohmann::json traffic_json(const traffic_options& o, size_t window);
 /// Adds what both JSON reports show of a run's counts: `clean`,
 /// `measured_seconds`, `answered_per_second`, `client_cpu_seconds`,
 /// `error_samples`.
-void add_traffic_json(nlohmann::json& j, const traffic_result& x,
-                      bool clean);
+void add_traffic_json(nlohmann::json& j, const traffic_result& x, bool clean);
 
 /// The error samples, one row each.
 void sample_rows(std::ostream& out, const traffic_result& x);

@@ -41,9 +41,8 @@ node_figures node_figures_from(const nlohmann::json& before,
   node.peak_rss_bytes = json_number(after, {"peak_rss_bytes"});
   auto flushes_before = json_number(before, {"store", "flushes"});
   auto flushes_after = json_number(after, {"store", "flushes"});
-  node.store_flushes = flushes_after >= flushes_before
-                         ? flushes_after - flushes_before
-                         : 0;
+  node.store_flushes
+    = flushes_after >= flushes_before ? flushes_after - flushes_before : 0;
   return node;
 }
 

@@ -99,12 +99,11 @@ void check_orphans(checker& out, const tree_view& tree,
     if (rec.parent.empty() || link_set.count({rec.parent, thread}) > 0
         || linked_children.count(thread) > 0)
       continue;
-    out.add("orphan_child", link_where(rec.parent, thread),
-            thread + " names parent " + rec.parent
-              + " but the tree has no such link"
-              + (tree.known(rec.parent)
-                   ? ""
-                   : " and " + rec.parent + " has no session"));
+    out.add(
+      "orphan_child", link_where(rec.parent, thread),
+      thread + " names parent " + rec.parent + " but the tree has no such link"
+        + (tree.known(rec.parent) ? ""
+                                  : " and " + rec.parent + " has no session"));
   }
 }
 
@@ -228,8 +227,8 @@ void check_answers(checker& out, verify_report& report,
       if (x->client_id != user->client_id)
         out.add("client_id_mismatch", seq_where(idx.thread, x->seq),
                 std::string{to_string(x->kind)} + " to seq "
-                  + std::to_string(seq) + " carries client id "
-                  + x->client_id + ", the message has " + user->client_id);
+                  + std::to_string(seq) + " carries client id " + x->client_id
+                  + ", the message has " + user->client_id);
   }
 }
 
@@ -240,8 +239,7 @@ void check_outcomes(checker& out, const message_index& idx) {
       for (auto* x : list)
         out.add("outcome_without_message", seq_where(idx.thread, x->seq),
                 std::string{to_string(x->kind)} + " answers seq "
-                  + std::to_string(reply_to)
-                  + ", which is not a user message");
+                  + std::to_string(reply_to) + ", which is not a user message");
 }
 
 // Every inbox entry has its user message, with the same client id.
@@ -322,8 +320,8 @@ void check_outbox(checker& out, const std::vector<outbox_entry>& outbox,
     auto expected = agent_client_id(entry.from, entry.seq);
     if (entry.client_id != expected)
       out.add("client_id_mismatch", where,
-              "outbox entry has client id " + entry.client_id
-                + ", expected " + expected);
+              "outbox entry has client id " + entry.client_id + ", expected "
+                + expected);
   }
 }
 

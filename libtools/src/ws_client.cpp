@@ -134,14 +134,10 @@ caf::error upgrade_refused(const endpoint& ep,
   if (!res.body().empty())
     msg += ": " + body_message(res.body());
   switch (status) {
-    case 401:
-      return caf::make_error(ec::unauthorized, std::move(msg));
-    case 404:
-      return caf::make_error(ec::not_found, std::move(msg));
-    case 503:
-      return caf::make_error(ec::unavailable, std::move(msg));
-    default:
-      return caf::make_error(ec::protocol_violation, std::move(msg));
+    case 401: return caf::make_error(ec::unauthorized, std::move(msg));
+    case 404: return caf::make_error(ec::not_found, std::move(msg));
+    case 503: return caf::make_error(ec::unavailable, std::move(msg));
+    default: return caf::make_error(ec::protocol_violation, std::move(msg));
   }
 }
 
@@ -399,8 +395,7 @@ http_request(const endpoint& ep, const std::string& method,
     auto err = exchange(ioc, stream, req, parser, deadline);
     if (err == beast::error::timeout)
       return caf::make_error(ec::timeout, to_string(ep) + " did not answer "
-                                            + method + " " + target
-                                            + " within "
+                                            + method + " " + target + " within "
                                             + human_duration(timeout));
     if (err)
       return caf::make_error(ec::connection_failed,
@@ -433,8 +428,7 @@ caf::error describe_node_error(const endpoint& node, const caf::error& err) {
       reason[0] = static_cast<char>(
         std::tolower(static_cast<unsigned char>(reason[0])));
     return caf::make_error(ec::connection_failed,
-                           "cannot reach node at " + address + ": "
-                             + reason);
+                           "cannot reach node at " + address + ": " + reason);
   }
   if (err == ec::unauthorized)
     return caf::make_error(ec::unauthorized,
@@ -470,10 +464,9 @@ api_call(const endpoint& node, const std::string& method,
       return caf::make_error(code_from_name(j.value("code", "")),
                              j.value("message", what + " failed"));
     auto excerpt = res->body.substr(0, 200);
-    return caf::make_error(ec::unavailable,
-                           what + " answered HTTP "
-                             + std::to_string(res->status)
-                             + (excerpt.empty() ? "" : ": " + excerpt));
+    return caf::make_error(
+      ec::unavailable, what + " answered HTTP " + std::to_string(res->status)
+                         + (excerpt.empty() ? "" : ": " + excerpt));
   }
   if (j.is_discarded() || !j.is_object())
     return caf::make_error(ec::protocol_violation,

@@ -45,12 +45,10 @@ void connection::on_connect(beast::error_code ec) {
     return connect_failed(ec.message());
   beast::get_lowest_layer(ws_).socket().set_option(tcp::no_delay{true}, ec);
   beast::get_lowest_layer(ws_).expires_never();
-  websocket::stream_base::timeout timeouts{std::chrono::seconds{10},
-                                           websocket::stream_base::none(),
-                                           false};
+  websocket::stream_base::timeout timeouts{
+    std::chrono::seconds{10}, websocket::stream_base::none(), false};
   ws_.set_option(timeouts);
-  keel::detail::set_client_identity(ws_, "keel-bench",
-                                    run_.opts().node.token);
+  keel::detail::set_client_identity(ws_, "keel-bench", run_.opts().node.token);
   ws_.text(true);
   auto host = run_.opts().node.host + ":"
               + std::to_string(run_.opts().node.port);
@@ -62,8 +60,8 @@ void connection::on_handshake(beast::error_code ec) {
   if (ec) {
     if (res_.result() == http::status::unauthorized) {
       closed_ = true;
-      run_.on_connect_failed(caf::make_error(
-        ec::unauthorized, "the node refused the token (401)"));
+      run_.on_connect_failed(
+        caf::make_error(ec::unauthorized, "the node refused the token (401)"));
       return;
     }
     if (ec == websocket::error::upgrade_declined)
@@ -169,8 +167,8 @@ void connection::do_read() {
     if (ec)
       return on_read_failed(ec);
     auto data = buf_.cdata();
-    on_frame(std::string_view{static_cast<const char*>(data.data()),
-                              data.size()});
+    on_frame(
+      std::string_view{static_cast<const char*>(data.data()), data.size()});
     buf_.consume(buf_.size());
     do_read();
   });
@@ -227,17 +225,16 @@ void connection::on_outcome_frame(const std::string& type,
   // Outcome frames carry the answered message's client id in `id`.
   auto msg = find(body, "id");
   if (!msg)
-    return run_.on_stray(type + " for no message of this run: "
-                         + describe(body));
+    return run_.on_stray(type
+                         + " for no message of this run: " + describe(body));
   std::string_view provider;
   if (!is_error && run_.tracking()) {
     auto i = body.find("provider");
     if (i != body.end() && i->is_string())
       provider = i->get_ref<const std::string&>();
   }
-  auto first = run_.on_outcome(*msg, is_error,
-                               is_error ? describe(body) : std::string{}, now,
-                               provider);
+  auto first = run_.on_outcome(
+    *msg, is_error, is_error ? describe(body) : std::string{}, now, provider);
   if (first && in_flight_ > 0)
     --in_flight_;
   if (run_.flat_out())

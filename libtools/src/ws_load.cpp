@@ -98,9 +98,8 @@ std::vector<const message_state*> load_run::messages_by_send_time() const {
   for (auto& conn : conns_)
     for (auto& msg : conn->messages())
       all.push_back(&msg);
-  std::sort(all.begin(), all.end(), [](auto* a, auto* b) {
-    return a->sent_at < b->sent_at;
-  });
+  std::sort(all.begin(), all.end(),
+            [](auto* a, auto* b) { return a->sent_at < b->sent_at; });
   return all;
 }
 

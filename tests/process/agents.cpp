@@ -53,8 +53,9 @@ struct fixture {
   uint64_t send(const std::string& thread, const std::string& id,
                 const std::string& text) {
     CAF_REQUIRE(!ws->send_text(protocol::send_frame(thread, id, text)));
-    auto ack = receive_until(
-      *ws, [&](auto& j) { return j["type"] == "ack" && j["id"] == id; });
+    auto ack = receive_until(*ws, [&](auto& j) {
+      return j["type"] == "ack" && j["id"] == id;
+    });
     CAF_REQUIRE(ack);
     return (*ack)["seq"].get<uint64_t>();
   }
@@ -116,14 +117,15 @@ CAF_TEST(a spawned child answers and its reply reaches the parent) {
   send("p.c", "c1", "work item");
   // The child's reply arrives in the parent as a message, answered once.
   auto parent = history_until("p", [](const json& entries) {
-    return count_text(entries, "reply", "[agent p.c] answer to work item")
-           == 1;
+    return count_text(entries, "reply", "[agent p.c] answer to work item") == 1;
   });
-  CAF_CHECK_EQUAL(count_text(parent, "user", "[agent p.c] answer to work "
-                                             "item"),
+  CAF_CHECK_EQUAL(count_text(parent, "user",
+                             "[agent p.c] answer to work "
+                             "item"),
                   1u);
-  CAF_CHECK_EQUAL(count_text(parent, "reply", "answer to [agent p.c] answer "
-                                              "to work item"),
+  CAF_CHECK_EQUAL(count_text(parent, "reply",
+                             "answer to [agent p.c] answer "
+                             "to work item"),
                   1u);
   // The session records name the provider and model that answered.
   auto agents = api_call(node.address(), "GET", "/api/v1/agents");
@@ -132,9 +134,9 @@ CAF_TEST(a spawned child answers and its reply reaches the parent) {
     CAF_CHECK_EQUAL(agent["provider"], "agent-script");
     CAF_CHECK_EQUAL(agent["model"], "scripted");
   }
-  auto out = run_command({tool_binary("keelctl"), "tree", "--agents",
-                          "--node", node.address().host + ":"
-                                      + std::to_string(node.address().port)});
+  auto out = run_command(
+    {tool_binary("keelctl"), "tree", "--agents", "--node",
+     node.address().host + ":" + std::to_string(node.address().port)});
   CAF_CHECK_EQUAL(out.exit_code, 0);
   CAF_CHECK(out.out.find("p.c") != std::string::npos);
 }
@@ -144,18 +146,15 @@ CAF_TEST(the model spawns and messages a child through the agent tools) {
   auto child = history_until("q.helper", [](const json& entries) {
     return count_text(entries, "reply", "answer to [parent q]") == 1;
   });
-  CAF_CHECK_EQUAL(count_text(child, "user",
-                             "[parent q] summarize the report"),
+  CAF_CHECK_EQUAL(count_text(child, "user", "[parent q] summarize the report"),
                   1u);
   auto parent = history_until("q", [](const json& entries) {
     return count_text(entries, "reply", "answer to [agent q.helper]") == 1;
   });
-  CAF_CHECK_EQUAL(count_text(parent, "reply", "[spawned agent q.helper]"),
-                  1u);
+  CAF_CHECK_EQUAL(count_text(parent, "reply", "[spawned agent q.helper]"), 1u);
   send("q", "m2", "tell the helper");
   auto child2 = history_until("q.helper", [](const json& entries) {
-    return count_text(entries, "reply", "answer to [parent q] keep going")
-           == 1;
+    return count_text(entries, "reply", "answer to [parent q] keep going") == 1;
   });
   CAF_CHECK_EQUAL(count_text(child2, "user", "[parent q] keep going"), 1u);
   parent = history(("q"));
@@ -169,13 +168,11 @@ CAF_TEST(the model messages a child a client spawned while it ran) {
   CAF_CHECK_EQUAL(spawned["type"], "spawned");
   send("w", "m2", "tell the helper");
   auto child = history_until("w.helper", [](const json& entries) {
-    return count_text(entries, "reply", "answer to [parent w] keep going")
-           == 1;
+    return count_text(entries, "reply", "answer to [parent w] keep going") == 1;
   });
   CAF_CHECK_EQUAL(count_text(child, "user", "[parent w] keep going"), 1u);
-  CAF_CHECK_EQUAL(count_text(history("w"), "reply",
-                             "[message to agent w.helper]"),
-                  1u);
+  CAF_CHECK_EQUAL(
+    count_text(history("w"), "reply", "[message to agent w.helper]"), 1u);
 }
 
 CAF_TEST(a tool spawn of an id another thread holds is refused and noted) {
@@ -208,8 +205,7 @@ CAF_TEST(cancelling a parent cancels its children and answers pending work) {
   auto cancelled = request(protocol::cancel_frame("r", "x1"), "x1");
   CAF_REQUIRE_EQUAL(cancelled["type"], "cancelled");
   auto threads = cancelled["threads"].get<std::vector<std::string>>();
-  CAF_CHECK_EQUAL(threads,
-                  (std::vector<std::string>{"r", "r.a", "r.a.b"}));
+  CAF_CHECK_EQUAL(threads, (std::vector<std::string>{"r", "r.a", "r.a.b"}));
   // Every acknowledged message got exactly one outcome.
   auto log = history("r.a.b");
   size_t outcomes = 0;
@@ -223,7 +219,7 @@ CAF_TEST(cancelling a parent cancels its children and answers pending work) {
   CAF_CHECK_EQUAL(refused["code"], "thread_closed");
 }
 
-CAF_TEST(a restart after kill -9 recovers and reports what it did) {
+CAF_TEST(a restart after kill - 9 recovers and reports what it did) {
   send("k", "m1", "hello");
   auto spawned = request(protocol::spawn_frame("k", "k.c", "s1"), "s1");
   CAF_CHECK_EQUAL(spawned["type"], "spawned");
@@ -238,8 +234,8 @@ CAF_TEST(a restart after kill -9 recovers and reports what it did) {
   CAF_CHECK_EQUAL(count_text(child, "reply", "slow answer"), 1u);
   auto node_arg = node.address().host + ":"
                   + std::to_string(node.address().port);
-  auto out = run_command({tool_binary("keelctl"), "recovery", "--json",
-                          "--node", node_arg});
+  auto out = run_command(
+    {tool_binary("keelctl"), "recovery", "--json", "--node", node_arg});
   CAF_REQUIRE_EQUAL(out.exit_code, 0);
   auto report = json::parse(out.out);
   CAF_CHECK_GREATER_OR_EQUAL(report["suspended"].get<uint64_t>(), 1u);

@@ -29,7 +29,7 @@ std::string node_flag(const node_process& node) {
 
 } // namespace
 
-CAF_TEST(check-config accepts the shipped example and names bad keys) {
+CAF_TEST(check - config accepts the shipped example and names bad keys) {
   auto source = std::getenv("KEEL_SOURCE_DIR");
   CAF_REQUIRE(source != nullptr);
   auto ok = run_command({node_binary(), "--check-config",
@@ -51,8 +51,8 @@ CAF_TEST(keelctl sends and reads history and status) {
   temp_dir dir{"keel-cli"};
   node_process node{dir.str(), node_yaml(dir)};
   auto ctl = tool_binary("keelctl");
-  auto sent = run_command({ctl, "send", "--node", node_flag(node), "t1",
-                           "hello there"});
+  auto sent = run_command(
+    {ctl, "send", "--node", node_flag(node), "t1", "hello there"});
   CAF_CHECK_EQUAL(sent.exit_code, 0);
   CAF_CHECK(contains(sent.out, "echo: hello there"));
   auto hist = run_command({ctl, "history", "--node", node_flag(node), "t1"});
@@ -131,8 +131,8 @@ CAF_TEST(keelctl reads the data folder of a stopped node) {
   auto bad = run_command({ctl, "verify", "--data-dir", data, "--json"});
   CAF_CHECK_EQUAL(bad.exit_code, 1);
   CAF_CHECK(contains(bad.out, "\"rule\": \"active_session\""));
-  auto missing = run_command({ctl, "verify", "--data-dir", dir.str()
-                                                             + "/nowhere"});
+  auto missing
+    = run_command({ctl, "verify", "--data-dir", dir.str() + "/nowhere"});
   CAF_CHECK_EQUAL(missing.exit_code, 2);
   CAF_CHECK(contains(missing.err, "no such folder"));
   auto empty = run_command({ctl, "verify", "--data-dir", dir.str()});

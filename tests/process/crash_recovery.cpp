@@ -72,17 +72,16 @@ void client_loop(endpoint ep, int client, int round, ack_record& record,
 // Every acknowledged message must have exactly one outcome (reply or error)
 // in its thread's history. Returns the violations; empty when all hold.
 // Unanswered messages count as pending while `final` is false.
-std::vector<std::string> check_outcomes(const endpoint& ep,
-                                        ack_record& record, bool final,
-                                        bool& all_answered) {
+std::vector<std::string> check_outcomes(const endpoint& ep, ack_record& record,
+                                        bool final, bool& all_answered) {
   std::vector<std::string> violations;
   all_answered = true;
   auto ws = connect_client(ep);
   for (auto& [thread, ids] : record.acked) {
     auto entries = read_history(*ws, thread);
     CAF_REQUIRE(entries);
-    std::map<std::string, uint64_t> seq_of;      // client id -> user seq
-    std::map<uint64_t, int> outcomes;             // user seq -> outcomes
+    std::map<std::string, uint64_t> seq_of; // client id -> user seq
+    std::map<uint64_t, int> outcomes;       // user seq -> outcomes
     for (auto& e : *entries) {
       if (e["kind"] == "user")
         seq_of[e["client_id"]] = e["seq"];
@@ -111,7 +110,7 @@ std::vector<std::string> check_outcomes(const endpoint& ep,
 
 } // namespace
 
-CAF_TEST(kill -9 during traffic loses no acknowledged message) {
+CAF_TEST(kill - 9 during traffic loses no acknowledged message) {
   temp_dir dir{"keel-crash"};
   node_process node{dir.str(), node_yaml(dir)};
   ack_record record;

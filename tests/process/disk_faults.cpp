@@ -36,9 +36,9 @@ struct fixture {
   std::unique_ptr<ws_client> ws = connect_client(node.address());
 
   json disk(bool fail, bool no_space) {
-    auto res = api_call(node.address(), "POST", "/api/v1/chaos/disk",
-                        json{{"fail_writes", fail}, {"no_space", no_space}}
-                          .dump());
+    auto res
+      = api_call(node.address(), "POST", "/api/v1/chaos/disk",
+                 json{{"fail_writes", fail}, {"no_space", no_space}}.dump());
     CAF_REQUIRE(res);
     return *res;
   }
@@ -115,8 +115,7 @@ CAF_TEST(a failed commit tells the thread and the turn is retried) {
     != std::string::npos);
   disk(false, false);
   auto reply = receive_until(
-    *ws, [](auto& j) { return j["type"] == "reply" && j["id"] == "m1"; },
-    20s);
+    *ws, [](auto& j) { return j["type"] == "reply" && j["id"] == "m1"; }, 20s);
   CAF_REQUIRE(reply);
   CAF_CHECK_EQUAL((*reply)["text"], "slow answer");
   CAF_CHECK_EQUAL(outcomes_for(history("u"), seq), 1u);

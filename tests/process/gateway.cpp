@@ -26,12 +26,14 @@ struct fixture {
 
 // Expects an error frame with `code`, then proves the connection still works.
 void expect_error_and_alive(ws_client& client, const std::string& code) {
-  auto err = receive_until(client, [](auto& j) { return j["type"] == "error"; });
+  auto err = receive_until(client,
+                           [](auto& j) { return j["type"] == "error"; });
   CAF_REQUIRE(err);
   CAF_CHECK_EQUAL((*err)["code"], code);
   CAF_CHECK(!(*err)["message"].get<std::string>().empty());
   CAF_REQUIRE(!client.send_text(protocol::ping_frame("alive")));
-  auto pong = receive_until(client, [](auto& j) { return j["type"] == "pong"; });
+  auto pong = receive_until(client,
+                            [](auto& j) { return j["type"] == "pong"; });
   CAF_REQUIRE(pong);
   CAF_CHECK_EQUAL((*pong)["id"], "alive");
 }
@@ -53,15 +55,15 @@ CAF_TEST(a message is acknowledged then answered) {
   CAF_REQUIRE(ack);
   CAF_CHECK_EQUAL((*ack)["id"], "m1");
   CAF_CHECK_EQUAL((*ack)["seq"], 1);
-  auto reply
-    = receive_until(*client, [](auto& j) { return j["type"] == "reply"; });
+  auto reply = receive_until(*client,
+                             [](auto& j) { return j["type"] == "reply"; });
   CAF_REQUIRE(reply);
   CAF_CHECK_EQUAL((*reply)["text"], "echo: hi");
   CAF_CHECK_EQUAL((*reply)["id"], "m1");
-  CAF_REQUIRE(!client->send_text(
-    protocol::history_request_frame("t1", "h1", 0, 10)));
-  auto hist
-    = receive_until(*client, [](auto& j) { return j["type"] == "history"; });
+  CAF_REQUIRE(
+    !client->send_text(protocol::history_request_frame("t1", "h1", 0, 10)));
+  auto hist = receive_until(*client,
+                            [](auto& j) { return j["type"] == "history"; });
   CAF_REQUIRE(hist);
   CAF_CHECK_EQUAL((*hist)["entries"].size(), 2u);
 }
@@ -69,19 +71,20 @@ CAF_TEST(a message is acknowledged then answered) {
 CAF_TEST(a subscriber sees the events of messages other clients send) {
   auto watcher = connect_client(node.address());
   CAF_REQUIRE(!watcher->send_text(protocol::subscribe_frame("shared", "s1")));
-  auto confirmed = receive_until(
-    *watcher, [](auto& j) { return j["type"] == "subscribed"; });
+  auto confirmed = receive_until(*watcher, [](auto& j) {
+    return j["type"] == "subscribed";
+  });
   CAF_REQUIRE(confirmed);
   CAF_CHECK_EQUAL((*confirmed)["subscribed"], true);
   auto sender = connect_client(node.address());
   CAF_REQUIRE(!sender->send_text(protocol::send_frame("shared", "m1", "hey")));
-  auto reply
-    = receive_until(*watcher, [](auto& j) { return j["type"] == "reply"; });
+  auto reply = receive_until(*watcher,
+                             [](auto& j) { return j["type"] == "reply"; });
   CAF_REQUIRE(reply);
   CAF_CHECK_EQUAL((*reply)["text"], "echo: hey");
   CAF_REQUIRE(!watcher->send_text(protocol::unsubscribe_frame("shared", "s2")));
-  auto left = receive_until(
-    *watcher, [](auto& j) { return j["type"] == "subscribed"; });
+  auto left = receive_until(*watcher,
+                            [](auto& j) { return j["type"] == "subscribed"; });
   CAF_REQUIRE(left);
   CAF_CHECK_EQUAL((*left)["subscribed"], false);
 }
@@ -89,8 +92,8 @@ CAF_TEST(a subscriber sees the events of messages other clients send) {
 CAF_TEST(subscriptions survive a restart of the gateway bridge) {
   auto watcher = connect_client(node.address());
   CAF_REQUIRE(!watcher->send_text(protocol::subscribe_frame("kept", "s1")));
-  CAF_REQUIRE(receive_until(
-    *watcher, [](auto& j) { return j["type"] == "subscribed"; }));
+  CAF_REQUIRE(
+    receive_until(*watcher, [](auto& j) { return j["type"] == "subscribed"; }));
   auto killed = api_call(node.address(), "POST", "/api/v1/kill",
                          R"({"path":"/gateway","reason":"test"})");
   CAF_REQUIRE(killed);
@@ -100,13 +103,14 @@ CAF_TEST(subscriptions survive a restart of the gateway bridge) {
     CAF_REQUIRE(std::chrono::steady_clock::now() < deadline);
   auto sender = connect_client(node.address());
   CAF_REQUIRE(!sender->send_text(protocol::send_frame("kept", "m1", "still")));
-  auto reply
-    = receive_until(*watcher, [](auto& j) { return j["type"] == "reply"; });
+  auto reply = receive_until(*watcher,
+                             [](auto& j) { return j["type"] == "reply"; });
   CAF_REQUIRE(reply);
   CAF_CHECK_EQUAL((*reply)["text"], "echo: still");
 }
 
-CAF_TEST(every kind of bad frame gets an error and the connection stays usable) {
+CAF_TEST(
+  every kind of bad frame gets an error and the connection stays usable) {
   auto client = connect_client(node.address());
   struct bad_case {
     std::string payload;
@@ -119,8 +123,8 @@ CAF_TEST(every kind of bad frame gets an error and the connection stays usable) 
     {R"({"type":"send","thread":"t","text":"x"})", "missing_field"},
     {R"({"type":"send","thread":42,"id":"a","text":"x"})", "wrong_type"},
     {R"({"type":"send","thread":"bad/id","id":"a","text":"x"})", "bad_value"},
-    {R"({"type":"send","thread":"t","id":"a","text":")"
-       + std::string(2000, 'x') + R"("})",
+    {R"({"type":"send","thread":"t","id":"a","text":")" + std::string(2000, 'x')
+       + R"("})",
      "too_large"},
     {R"({"type":"send","thread":"t","id":"a","text":"\udc00"})",
      "invalid_utf8"},
@@ -147,7 +151,8 @@ CAF_TEST(an oversized frame closes the connection with 1009) {
   CAF_CHECK(receive_until(*other, [](auto& j) { return j["type"] == "pong"; }));
 }
 
-CAF_TEST(invalid UTF-8 in a text frame closes with 1007 as RFC 6455 requires) {
+CAF_TEST(invalid UTF
+         - 8 in a text frame closes with 1007 as RFC 6455 requires) {
   auto client = connect_client(node.address());
   CAF_REQUIRE(!client->send_text("{\"type\":\"ping\",\"id\":\"\xff\xfe\"}"));
   auto next = client->receive();
@@ -159,8 +164,7 @@ CAF_TEST_FIXTURE_SCOPE_END()
 
 CAF_TEST(a configured token refuses upgrades without it) {
   temp_dir dir{"keel-gw-token"};
-  node_process node{dir.str(),
-                    node_yaml(dir, "  token: s3cret\n")};
+  node_process node{dir.str(), node_yaml(dir, "  token: s3cret\n")};
   auto ep = node.address();
   CAF_CHECK_EQUAL(ep.token, "s3cret");
   auto good = ws_client::connect(ep);

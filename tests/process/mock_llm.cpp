@@ -28,11 +28,10 @@ nlohmann::json json_at(const std::string& body, const std::string& pointer) {
 
 } // namespace
 
-CAF_TEST(mock-llm answers a chat completion plain and streamed) {
+CAF_TEST(mock - llm answers a chat completion plain and streamed) {
   mock_llm mock{"ok.yaml"};
   CAF_CHECK(!mock.extended());
-  auto res = http_call(mock.port(), "POST", completions,
-                       chat_request("hello"));
+  auto res = http_call(mock.port(), "POST", completions, chat_request("hello"));
   CAF_CHECK_EQUAL(res.status, 200u);
   CAF_CHECK_EQUAL(completion_text(res.body), "echo: hello");
   CAF_CHECK_EQUAL(json_at(res.body, "/usage/total_tokens"), 8);
@@ -44,13 +43,12 @@ CAF_TEST(mock-llm answers a chat completion plain and streamed) {
   // "echo: hello there" in chunks of 8 characters, then [DONE].
   CAF_REQUIRE_EQUAL(events.size(), 4u);
   CAF_CHECK_EQUAL(events.back(), "[DONE]");
-  CAF_CHECK_EQUAL(json_at(events[0], "/choices/0/delta/role"),
-                  "assistant");
+  CAF_CHECK_EQUAL(json_at(events[0], "/choices/0/delta/role"), "assistant");
   CAF_CHECK_EQUAL(json_at(events[2], "/choices/0/finish_reason"), "stop");
   CAF_CHECK_EQUAL(completion_text(streamed.body), "echo: hello there");
 }
 
-CAF_TEST(a rate limit answers 429 with Retry-After plain and streamed) {
+CAF_TEST(a rate limit answers 429 with Retry - After plain and streamed) {
   mock_llm mock{"error-429-rate-limit.yaml"};
   CAF_CHECK(mock.extended());
   for (auto stream : {false, true}) {
@@ -76,7 +74,7 @@ CAF_TEST(a flaky mock fails twice then answers until it is reset) {
   CAF_CHECK_EQUAL(status(), 503u);
 }
 
-CAF_TEST(portkey in front of mock-llm passes answers and errors through) {
+CAF_TEST(portkey in front of mock - llm passes answers and errors through) {
   mock_llm mock{"scenarios.yaml"};
   portkey_gateway portkey;
   auto route = portkey_gateway::route_to(mock.base_url());
@@ -86,20 +84,17 @@ CAF_TEST(portkey in front of mock-llm passes answers and errors through) {
   CAF_CHECK_EQUAL(res.header("x-portkey-provider"), "openai");
   CAF_CHECK_EQUAL(completion_text(res.body), "echo: via portkey");
   auto streamed = http_call(portkey.port(), "POST", completions,
-                            chat_request("streamed via portkey", true),
-                            route);
+                            chat_request("streamed via portkey", true), route);
   CAF_CHECK_EQUAL(streamed.status, 200u);
   auto events = sse_data(streamed.body);
   CAF_REQUIRE(!events.empty());
   CAF_CHECK_EQUAL(events.back(), "[DONE]");
-  CAF_CHECK_EQUAL(completion_text(streamed.body),
-                  "echo: streamed via portkey");
+  CAF_CHECK_EQUAL(completion_text(streamed.body), "echo: streamed via portkey");
   auto limited = http_call(portkey.port(), "POST", completions,
                            chat_request("[mock:429]"), route);
   CAF_CHECK_EQUAL(limited.status, 429u);
   CAF_CHECK_EQUAL(limited.header("retry-after"), "2");
-  CAF_CHECK_EQUAL(json_at(limited.body, "/error/code"),
-                  "rate_limit_exceeded");
+  CAF_CHECK_EQUAL(json_at(limited.body, "/error/code"), "rate_limit_exceeded");
   CAF_CHECK(mock.running());
   CAF_CHECK(portkey.running());
 }

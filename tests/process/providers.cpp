@@ -65,9 +65,8 @@ struct turn {
 turn run_turn(ws_client& client, const std::string& thread,
               const std::string& id, const std::string& text) {
   CAF_REQUIRE(!client.send_text(protocol::subscribe_frame(thread, "s-" + id)));
-  CAF_REQUIRE(receive_until(client, [](auto& j) {
-    return j["type"] == "subscribed";
-  }));
+  CAF_REQUIRE(
+    receive_until(client, [](auto& j) { return j["type"] == "subscribed"; }));
   CAF_REQUIRE(!client.send_text(protocol::send_frame(thread, id, text)));
   turn result;
   auto outcome = receive_until(
@@ -112,9 +111,8 @@ CAF_TEST(answers come over the openai wire protocol plain and streamed) {
   mock_llm mock{"scenarios.yaml"};
   for (bool stream : {false, true}) {
     temp_dir dir{"keel-providers"};
-    node_process node{dir.str(),
-                      node_yaml(dir, openai("gpt", mock.base_url(), stream),
-                                "gpt")};
+    node_process node{
+      dir.str(), node_yaml(dir, openai("gpt", mock.base_url(), stream), "gpt")};
     auto client = connect_client(node.address());
     auto t = run_turn(*client, "t", "m1", "hello there");
     CAF_CHECK_EQUAL(t.outcome["type"], "reply");
@@ -142,9 +140,9 @@ CAF_TEST(answers come over the openai wire protocol plain and streamed) {
     // tool calls; the llm_client suite covers streamed ones).
     auto tool = run_turn(*client, "t", "m3", "[mock:tool] weather?");
     CAF_CHECK_EQUAL(tool.outcome["type"], "reply");
-    CAF_CHECK_NOT_EQUAL(tool.outcome["text"].get<std::string>().find(
-                          "[tool call get_weather"),
-                        std::string::npos);
+    CAF_CHECK_NOT_EQUAL(
+      tool.outcome["text"].get<std::string>().find("[tool call get_weather"),
+      std::string::npos);
   }
 }
 
@@ -179,12 +177,11 @@ CAF_TEST(every error class of the api fails over or is retried as it should) {
   mock_llm primary{"scenarios.yaml"};
   mock_llm fallback{"ok.yaml"};
   temp_dir dir{"keel-providers"};
-  node_process node{dir.str(),
-                    node_yaml(dir,
-                              openai("primary", primary.base_url(), true)
-                                + openai("fallback", fallback.base_url(),
-                                         false),
-                              "primary, fallback", no_cooldowns)};
+  node_process node{
+    dir.str(), node_yaml(dir,
+                         openai("primary", primary.base_url(), true)
+                           + openai("fallback", fallback.base_url(), false),
+                         "primary, fallback", no_cooldowns)};
   auto client = connect_client(node.address());
   struct expectation {
     std::string tag;
@@ -193,9 +190,7 @@ CAF_TEST(every error class of the api fails over or is retried as it should) {
   // Retryable classes first: auth, billing and model_not_found open the
   // breaker, and a provider with an open breaker is not retried.
   for (auto& [tag, retried] :
-       std::vector<expectation>{{"429", true},
-                                {"500", true},
-                                {"503", true}}) {
+       std::vector<expectation>{{"429", true}, {"500", true}, {"503", true}}) {
     CAF_MESSAGE("[mock:" << tag << "]");
     auto text = "[mock:" + tag + "] hi";
     auto t = run_turn(*client, "t-" + tag, "m", text);
@@ -237,11 +232,10 @@ CAF_TEST(transport faults fail over and the thread hears of a cut stream) {
   auto timeouts = "    first_byte_timeout: 500ms\n    total_timeout: 1s\n";
   auto dead = "http://127.0.0.1:" + std::to_string(closed_port());
   node_process node{
-    dir.str(),
-    node_yaml(dir,
-              openai("faulty", faulty.base_url(), true, timeouts)
-                + openai("fallback", fallback.base_url(), false),
-              "faulty, fallback", no_cooldowns)};
+    dir.str(), node_yaml(dir,
+                         openai("faulty", faulty.base_url(), true, timeouts)
+                           + openai("fallback", fallback.base_url(), false),
+                         "faulty, fallback", no_cooldowns)};
   auto client = connect_client(node.address());
   enum cut_t { whole, cut, either };
   struct expectation {
@@ -276,20 +270,19 @@ CAF_TEST(transport faults fail over and the thread hears of a cut stream) {
   // A refused connection: a provider on a closed port.
   node.stop();
   temp_dir dir2{"keel-providers"};
-  node_process node2{dir2.str(),
-                     node_yaml(dir2,
-                               openai("dead", dead, false)
-                                 + openai("fallback", fallback.base_url(),
-                                          false),
-                               "dead, fallback", no_cooldowns)};
+  node_process node2{
+    dir2.str(), node_yaml(dir2,
+                          openai("dead", dead, false)
+                            + openai("fallback", fallback.base_url(), false),
+                          "dead, fallback", no_cooldowns)};
   auto client2 = connect_client(node2.address());
   auto t = run_turn(*client2, "t", "m1", "anyone there");
   CAF_CHECK_EQUAL(t.outcome["provider"], "fallback");
   auto health = provider_health(node2.address());
   CAF_CHECK_EQUAL(health["dead"]["last_error_class"], "unknown");
-  CAF_CHECK_NOT_EQUAL(health["dead"]["last_error"].get<std::string>().find(
-                        "refused"),
-                      std::string::npos);
+  CAF_CHECK_NOT_EQUAL(
+    health["dead"]["last_error"].get<std::string>().find("refused"),
+    std::string::npos);
 }
 
 CAF_TEST(with no provider left the thread gets a descriptive error) {
@@ -322,12 +315,11 @@ CAF_TEST(cooldowns survive a kill of the node and keelctl shows them) {
   mock_llm primary{"scenarios.yaml"};
   mock_llm fallback{"ok.yaml"};
   temp_dir dir{"keel-providers"};
-  node_process node{dir.str(),
-                    node_yaml(dir,
-                              openai("primary", primary.base_url(), false)
-                                + openai("fallback", fallback.base_url(),
-                                         false),
-                              "primary, fallback")};
+  node_process node{
+    dir.str(), node_yaml(dir,
+                         openai("primary", primary.base_url(), false)
+                           + openai("fallback", fallback.base_url(), false),
+                         "primary, fallback")};
   auto client = connect_client(node.address());
   auto t = run_turn(*client, "t", "m1", "[mock:401] hi");
   CAF_CHECK_EQUAL(t.outcome["provider"], "fallback");

@@ -100,7 +100,6 @@ const nlohmann::json* child(const nlohmann::json& parent,
   return nullptr;
 }
 
-
 /// Waits until every acknowledged message has exactly one outcome (reply or
 /// error) in its thread; fails naming any lost, doubly answered or (after
 /// 60 s) unanswered message. Returns the error entries per thread.
@@ -220,8 +219,7 @@ CAF_TEST(killing one conversation leaves every other thread untouched) {
   for (int round = 0; round < 5; ++round) {
     CAF_REQUIRE(log.wait_for(log.count + 40, 60s));
     CAF_CHECK_EQUAL(
-      keelctl_kill(node, "/conversations/c0-t" + std::to_string(round % 4)),
-      0);
+      keelctl_kill(node, "/conversations/c0-t" + std::to_string(round % 4)), 0);
   }
   CAF_REQUIRE(log.wait_for(log.count + 40, 60s));
   load.stop();

@@ -56,9 +56,9 @@ struct entry {
 };
 
 entry entry_from_history(const json& j) {
-  return entry{json_number(j, {"seq"}),      json_string(j, "kind"),
-               json_string(j, "client_id"),  json_number(j, {"reply_to"}),
-               json_string(j, "text"),       json_string(j, "code")};
+  return entry{json_number(j, {"seq"}),     json_string(j, "kind"),
+               json_string(j, "client_id"), json_number(j, {"reply_to"}),
+               json_string(j, "text"),      json_string(j, "code")};
 }
 
 std::string to_string(const entry& e) {
@@ -162,8 +162,8 @@ private:
   }
 
   int finish(clock_type::time_point started) {
-    stats_.seconds = std::chrono::duration<double>(clock_type::now() - started)
-                       .count();
+    stats_.seconds
+      = std::chrono::duration<double>(clock_type::now() - started).count();
     if (failures_.empty())
       return 0;
     report_failure();
@@ -184,7 +184,8 @@ private:
         out << "  " << i << ". " << to_string(plan_->ops[i]) << "  "
             << (i < op_results_.size() && !op_results_[i].empty()
                   ? op_results_[i]
-                  : i == next_op_ ? "(sent, no answer)" : "(not run)")
+                : i == next_op_ ? "(sent, no answer)"
+                                : "(not run)")
             << "\n";
     }
     out << "violations:\n";
@@ -205,13 +206,13 @@ private:
   std::string replay_command() const {
     std::ostringstream cmd;
     cmd << argv0_ << " --seed " << opts_.seed << " --iterations "
-        << current_index_ + 1
-        << " --node-binary " << opts_.node_binary << " --keelctl-binary "
-        << opts_.keelctl_binary << " --verify-every " << opts_.verify_every
-        << " --generation-length " << opts_.shape.generation_length
-        << " --min-ops " << opts_.shape.min_ops << " --max-ops "
-        << opts_.shape.max_ops << " --max-threads " << opts_.shape.max_threads
-        << " --provider-delay " << opts_.provider_delay;
+        << current_index_ + 1 << " --node-binary " << opts_.node_binary
+        << " --keelctl-binary " << opts_.keelctl_binary << " --verify-every "
+        << opts_.verify_every << " --generation-length "
+        << opts_.shape.generation_length << " --min-ops " << opts_.shape.min_ops
+        << " --max-ops " << opts_.shape.max_ops << " --max-threads "
+        << opts_.shape.max_threads << " --provider-delay "
+        << opts_.provider_delay;
     return cmd.str();
   }
 
@@ -234,9 +235,9 @@ private:
 
   bool setup() {
     if (opts_.work_dir.empty()) {
-      auto pattern = (std::filesystem::temp_directory_path()
-                      / "keel-crash-fuzz-XXXXXX")
-                       .string();
+      auto pattern
+        = (std::filesystem::temp_directory_path() / "keel-crash-fuzz-XXXXXX")
+            .string();
       if (::mkdtemp(pattern.data()) == nullptr) {
         violation("cannot create a work dir " + pattern);
         return false;
@@ -251,8 +252,7 @@ private:
     auto help = run_command({opts_.node_binary, "--help"}, 30s);
     stats_.kill_points_available = help.out.find("--kill-at")
                                    != std::string::npos;
-    auto verify = run_command({opts_.keelctl_binary, "verify", "--help"},
-                                    30s);
+    auto verify = run_command({opts_.keelctl_binary, "verify", "--help"}, 30s);
     stats_.verify_available = verify.exit_code == 0
                               && verify.out.find("--data-dir")
                                    != std::string::npos;
@@ -275,9 +275,8 @@ private:
     if (ws_->send_text(json{{"type", type}, {"id", id}}.dump()))
       return false;
     json frame;
-    if (await(
-          [&](const json& j) { return json_string(j, "type") == "error"; },
-          frame, 10s)
+    if (await([&](const json& j) { return json_string(j, "type") == "error"; },
+              frame, 10s)
         != status::ok)
       return false;
     return json_string(frame, "code") != "unknown_type";
@@ -298,10 +297,9 @@ private:
     try {
       ::unsetenv("KEEL_KILL_AT");
       node_ = std::make_unique<node_process>(
-        gen_dir_, test::slow_echo_yaml("fuzz-" + std::to_string(g),
-                                       gen_dir_ + "/data",
-                                       opts_.provider_delay,
-                                       "logging:\n  level: warn\n"),
+        gen_dir_,
+        test::slow_echo_yaml("fuzz-" + std::to_string(g), gen_dir_ + "/data",
+                             opts_.provider_delay, "logging:\n  level: warn\n"),
         opts_.node_binary);
     } catch (const std::exception& e) {
       violation(std::string{"a fresh node did not start: "} + e.what());
@@ -432,8 +430,8 @@ private:
     ++stats_.kill_points_fired[name];
     if (during_boot)
       ++stats_.boot_deaths;
-    crash_ += (crash_.empty() ? "" : "; ") + std::string{"kill point "}
-              + line + (during_boot ? " during boot" : "") + " at op "
+    crash_ += (crash_.empty() ? "" : "; ") + std::string{"kill point "} + line
+              + (during_boot ? " during boot" : "") + " at op "
               + std::to_string(next_op_);
     crashed_since_report_ = true;
     return true;
@@ -467,9 +465,8 @@ private:
     if (!stats_.verify_available || verified_)
       return true; // Nothing changed since the last verify.
     auto data = gen_dir_ + "/data";
-    auto result = run_command({opts_.keelctl_binary, "verify",
-                                     "--data-dir", data},
-                                    120s);
+    auto result
+      = run_command({opts_.keelctl_binary, "verify", "--data-dir", data}, 120s);
     ++stats_.verify_runs;
     if (opts_.verbose)
       say("keelctl verify --data-dir " + data + ": exit "
@@ -559,8 +556,10 @@ private:
     if ((type != "reply" && type != "error") || !frame.contains("reply_to"))
       return;
     auto thread = json_string(frame, "thread");
-    entry e{json_number(frame, {"seq"}),      type,
-            json_string(frame, "id"),       json_number(frame, {"reply_to"}),
+    entry e{json_number(frame, {"seq"}),
+            type,
+            json_string(frame, "id"),
+            json_number(frame, {"reply_to"}),
             type == "reply" ? json_string(frame, "text") : std::string{},
             json_string(frame, "code")};
     auto& rec = records_[thread];
@@ -570,8 +569,7 @@ private:
       violation("DUPLICATE: " + thread + " message #"
                 + std::to_string(e.reply_to) + " (" + e.client_id
                 + ") was answered twice on the wire: #"
-                + std::to_string(i->second) + " and #"
-                + std::to_string(e.seq));
+                + std::to_string(i->second) + " and #" + std::to_string(e.seq));
     }
     rec.observed[e.seq] = e;
   }
@@ -583,8 +581,8 @@ private:
                   std::vector<entry>& out) {
     for (;;) {
       auto id = "h" + std::to_string(++history_requests_);
-      if (ws_->send_text(protocol::history_request_frame(thread, id, after,
-                                                         1000)))
+      if (ws_->send_text(
+            protocol::history_request_frame(thread, id, after, 1000)))
         return status::died;
       json page;
       auto st = await(
@@ -677,9 +675,9 @@ private:
         auto [it, added] = user_seq.emplace(e.client_id, e.seq);
         if (!added) {
           ++stats_.duplicates;
-          violation("DUPLICATE: " + thread + " stored client id "
-                    + e.client_id + " twice: #" + std::to_string(it->second)
-                    + " and #" + std::to_string(e.seq));
+          violation("DUPLICATE: " + thread + " stored client id " + e.client_id
+                    + " twice: #" + std::to_string(it->second) + " and #"
+                    + std::to_string(e.seq));
         }
       } else if (e.is_outcome()) {
         outcomes[e.reply_to].push_back(e.seq);
@@ -695,20 +693,18 @@ private:
                   + ", which is no user message of the thread");
       if (seqs.size() > 1) {
         ++stats_.duplicates;
-        violation("DUPLICATE: " + thread + " message #"
-                  + std::to_string(reply_to) + " has "
-                  + std::to_string(seqs.size()) + " outcomes (#"
-                  + std::to_string(seqs[0]) + ", #" + std::to_string(seqs[1])
-                  + ")");
+        violation(
+          "DUPLICATE: " + thread + " message #" + std::to_string(reply_to)
+          + " has " + std::to_string(seqs.size()) + " outcomes (#"
+          + std::to_string(seqs[0]) + ", #" + std::to_string(seqs[1]) + ")");
       }
     }
     for (auto& [client_id, seq] : user_seq) {
       if (outcomes.count(seq) == 0) {
         pending = true;
         if (final)
-          violation("UNANSWERED: " + thread + " message #"
-                    + std::to_string(seq) + " (" + client_id
-                    + ") has no outcome after "
+          violation("UNANSWERED: " + thread + " message #" + std::to_string(seq)
+                    + " (" + client_id + ") has no outcome after "
                     + std::to_string(opts_.settle_timeout.count()) + " s");
       }
     }
@@ -801,8 +797,8 @@ private:
       }
       if (!out->is_outcome()) {
         violation(model.parent + ": forwarded message " + to_string(fwd)
-                  + " is followed in " + child + "'s log by "
-                  + to_string(*out) + ", not by an outcome");
+                  + " is followed in " + child + "'s log by " + to_string(*out)
+                  + ", not by an outcome");
         continue;
       }
       if (!forwarded.insert(out->seq).second) {
@@ -870,23 +866,17 @@ private:
     if (type == "error")
       return !j.contains("reply_to");
     switch (x.kind) {
-      case op_kind::spawn:
-        return type == "spawned";
-      case op_kind::cancel:
-        return type == "cancelled";
-      default:
-        return type == "ack" && json_string(j, "thread") == x.thread;
+      case op_kind::spawn: return type == "spawned";
+      case op_kind::cancel: return type == "cancelled";
+      default: return type == "ack" && json_string(j, "thread") == x.thread;
     }
   }
 
   std::string request(const op& x) {
     switch (x.kind) {
-      case op_kind::spawn:
-        return spawn_request(x);
-      case op_kind::cancel:
-        return cancel_request(x);
-      default:
-        return protocol::send_frame(x.thread, x.id, x.text);
+      case op_kind::spawn: return spawn_request(x);
+      case op_kind::cancel: return cancel_request(x);
+      default: return protocol::send_frame(x.thread, x.id, x.text);
     }
   }
 
@@ -1040,7 +1030,8 @@ private:
       collect_subtree(c, out);
   }
 
-  // -- one iteration ------------------------------------------------------------
+  // -- one iteration
+  // ------------------------------------------------------------
 
   /// How one life of the node (start to death) within an iteration ended.
   enum class life_end { settled, crashed, failed };
@@ -1098,10 +1089,8 @@ private:
     auto kill_after = life == 0 && !plan.kill.at_point ? plan.kill.after_acks
                                                        : 0;
     switch (execute_ops(plan, kill_after)) {
-      case op_status::failed:
-        return life_end::failed;
-      case op_status::died:
-        return died(false, "during operations");
+      case op_status::failed: return life_end::failed;
+      case op_status::died: return died(false, "during operations");
       case op_status::kill_now:
         if (plan.kill.snapshot_before_kill) {
           auto st = refresh_logs();
@@ -1113,8 +1102,7 @@ private:
               + std::to_string(next_op_ - 1) + ")");
         ++stats_.kill9_instant;
         return life_end::crashed;
-      case op_status::done:
-        break;
+      case op_status::done: break;
     }
     auto settled = settle();
     if (settled != status::ok)
@@ -1174,8 +1162,8 @@ private:
         + std::to_string(plan.ops.size()) + " ops, "
         + (crash_.empty() ? std::string{"no crash"} : crash_) + "; "
         + std::to_string(stats_.acked) + " acked, "
-        + std::to_string(stats_.kills) + " kills so far ("
-        + std::to_string(ms) + " ms)");
+        + std::to_string(stats_.kills) + " kills so far (" + std::to_string(ms)
+        + " ms)");
     plan_ = nullptr;
     return true;
   }

@@ -54,16 +54,11 @@ enum class op_kind : uint8_t {
 
 inline const char* to_string(op_kind x) {
   switch (x) {
-    case op_kind::send:
-      return "send";
-    case op_kind::resend:
-      return "resend";
-    case op_kind::send_closed:
-      return "send-closed";
-    case op_kind::spawn:
-      return "spawn";
-    default:
-      return "cancel";
+    case op_kind::send: return "send";
+    case op_kind::resend: return "resend";
+    case op_kind::send_closed: return "send-closed";
+    case op_kind::spawn: return "spawn";
+    default: return "cancel";
   }
 }
 
@@ -114,19 +109,18 @@ inline std::string kill_at_spec(kill_point point, double probability,
                                 uint64_t seed) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%g", probability);
-  return std::string{to_string(point)} + ":" + buf + ":"
-         + std::to_string(seed);
+  return std::string{to_string(point)} + ":" + buf + ":" + std::to_string(seed);
 }
 
 /// One line, e.g. `kill -9 after ack 7` or `kill point batch_written:0.5:9`.
 inline std::string to_string(const kill_plan& x) {
-  auto result = x.at_point ? "kill point "
-                               + kill_at_spec(x.point, x.probability,
-                                              x.node_seed)
-                           : "kill -9 after ack " + std::to_string(x.after_acks)
-                               + (x.snapshot_before_kill ? " (histories read "
-                                                           "first)"
-                                                         : "");
+  auto result = x.at_point
+                  ? "kill point "
+                      + kill_at_spec(x.point, x.probability, x.node_seed)
+                  : "kill -9 after ack " + std::to_string(x.after_acks)
+                      + (x.snapshot_before_kill ? " (histories read "
+                                                  "first)"
+                                                : "");
   if (x.recovery_crash)
     result += ", then kill point "
               + kill_at_spec(x.recovery_point, x.recovery_probability,
@@ -296,8 +290,7 @@ private:
       case kill_point::batch_written:
         // Reached several times a turn: often fire later.
         return draw_from({1.0, 0.5, 0.2, 0.1, 0.05}, uniform(0, 4));
-      default:
-        return draw_from({1.0, 0.5, 0.34}, uniform(0, 2));
+      default: return draw_from({1.0, 0.5, 0.34}, uniform(0, 2));
     }
   }
 
@@ -418,12 +411,9 @@ private:
     while (x >= weights[choice])
       x -= weights[choice++];
     switch (choice) {
-      case 0:
-        return new_message(plan, k, new_root());
-      case 1:
-        return new_message(plan, k, pick(open));
-      case 2:
-        return new_message(plan, k, pick(children));
+      case 0: return new_message(plan, k, new_root());
+      case 1: return new_message(plan, k, pick(open));
+      case 2: return new_message(plan, k, pick(children));
       case 3: {
         // Prefer the newest possible parents: deeper trees.
         auto& parent = chance(50) ? parents.back() : pick(parents);

@@ -66,8 +66,8 @@ enum class op_kind : uint8_t {
 };
 
 inline const char* to_string(op_kind x) {
-  static constexpr const char* names[] = {"route",  "resend",  "spawn",
-                                          "cancel", "kill",    "advance",
+  static constexpr const char* names[] = {"route",  "resend", "spawn",
+                                          "cancel", "kill",   "advance",
                                           "crash",  "restart"};
   return names[static_cast<size_t>(x)];
 }
@@ -134,8 +134,7 @@ inline std::string thread_prefix(uint64_t seed) {
 /// outcomes, so it is printed and replayed as it is.
 class generator {
 public:
-  explicit generator(uint64_t seed)
-    : rng_(seed), prefix_(thread_prefix(seed)) {
+  explicit generator(uint64_t seed) : rng_(seed), prefix_(thread_prefix(seed)) {
     // nop
   }
 
@@ -184,9 +183,9 @@ private:
 
   std::string text(const std::string& id) {
     static const std::vector<std::string> kinds
-      = {"hello",        "hello",         "hello",       words::later,
-         words::slow1,   words::slow8,    words::spawn_a, words::spawn_b,
-         words::fail,    words::bad,      words::crash};
+      = {"hello",      "hello",      "hello",        words::later,
+         words::slow1, words::slow8, words::spawn_a, words::spawn_b,
+         words::fail,  words::bad,   words::crash};
     return any(kinds) + " " + id;
   }
 
@@ -197,14 +196,17 @@ private:
   // start those with pending work again.
   std::string kill_path() {
     if (chance(50))
-      return "conversations/"
-             + (chance(30) ? any(tool_children_) : thread());
-    std::vector<std::string> paths
-      = {"orchestrator",      "orchestrator",
-         "persistence",       "providers/default",
-         "providers/default", "providers/default/router",
-         "providers/default/router", "providers/default/script",
-         "providers/default/script", "conversations"};
+      return "conversations/" + (chance(30) ? any(tool_children_) : thread());
+    std::vector<std::string> paths = {"orchestrator",
+                                      "orchestrator",
+                                      "persistence",
+                                      "providers/default",
+                                      "providers/default",
+                                      "providers/default/router",
+                                      "providers/default/router",
+                                      "providers/default/script",
+                                      "providers/default/script",
+                                      "conversations"};
     return any(paths);
   }
 
@@ -274,8 +276,7 @@ inline node_config sim_config(const std::string& data_dir) {
     s.delay = delay;
     return s;
   };
-  auto failing = [&](std::string match, std::string fail,
-                     caf::timespan delay) {
+  auto failing = [&](std::string match, std::string fail, caf::timespan delay) {
     auto s = step(std::move(match), "", delay);
     s.fail = std::move(fail);
     return s;
@@ -429,8 +430,7 @@ struct run_report {
   /// the final histories.
   std::string describe() const {
     std::ostringstream out;
-    out << "seed " << seed << ": " << violations.size()
-        << " violation(s)\n";
+    out << "seed " << seed << ": " << violations.size() << " violation(s)\n";
     for (auto& v : violations)
       out << "  VIOLATION " << v << '\n';
     out << "operations:\n";
@@ -465,8 +465,8 @@ struct run_report {
           << "):\n";
       for (auto& e : log)
         out << "    " << e.seq << ' ' << keel::to_string(e.kind) << ' '
-            << e.client_id << ' ' << e.reply_to << " \""
-            << e.text.substr(0, 60) << "\"\n";
+            << e.client_id << ' ' << e.reply_to << " \"" << e.text.substr(0, 60)
+            << "\"\n";
     }
     out << "replay: KEEL_SIM_SEED=" << seed
         << " keel-unit-test -s '^crash_sim$'\n";
@@ -508,8 +508,7 @@ inline void check_history(const std::string& thread,
     auto u = users.find(e.reply_to);
     if (u == users.end()) {
       out.push_back("outcome answers a message: " + where + " answers seq "
-                    + std::to_string(e.reply_to)
-                    + ", no earlier user message");
+                    + std::to_string(e.reply_to) + ", no earlier user message");
       continue;
     }
     if (u->second->client_id != e.client_id)
@@ -613,8 +612,7 @@ inline void check_tree(run_report& rep) {
                                              : to_string(s->second.state)));
     }
     for (size_t i = results[c].answered_during + 1; i < ops.size(); ++i)
-      if (is_route(ops[i]) && closed.count(ops[i].thread) > 0
-          && results[i].ok)
+      if (is_route(ops[i]) && closed.count(ops[i].thread) > 0 && results[i].ok)
         out.push_back("cancelled stays closed: #" + std::to_string(i) + " "
                       + ops[i].thread + "/" + ops[i].arg
                       + " acknowledged after #" + std::to_string(c)
@@ -625,8 +623,7 @@ inline void check_tree(run_report& rep) {
   // client is told so, and the recovery finishes it at the next boot.
   std::set<std::string> interrupted;
   for (size_t c = 0; c < ops.size(); ++c)
-    if (ops[c].kind == op_kind::cancel && results[c].answered
-        && !results[c].ok)
+    if (ops[c].kind == op_kind::cancel && results[c].answered && !results[c].ok)
       interrupted.insert(ops[c].thread);
   for (auto& [t, s] : sessions) {
     if (s.state == session_state::closed)
@@ -654,11 +651,11 @@ inline void check_tree(run_report& rep) {
     auto s = sessions.find(ops[i].arg);
     if (s == sessions.end() || s->second.parent != ops[i].thread)
       out.push_back("a spawned child stays under its parent: #"
-                    + std::to_string(i) + " spawned " + ops[i].arg
-                    + " under " + ops[i].thread + "; its session names "
-                    + (s == sessions.end() ? std::string{"nothing"}
-                                           : "parent '" + s->second.parent
-                                               + "'"));
+                    + std::to_string(i) + " spawned " + ops[i].arg + " under "
+                    + ops[i].thread + "; its session names "
+                    + (s == sessions.end()
+                         ? std::string{"nothing"}
+                         : "parent '" + s->second.parent + "'"));
   }
 }
 
@@ -680,8 +677,7 @@ check_forwarding(run_report& rep,
       if (e.kind == log_kind::user)
         continue;
       auto id = agent_client_id(t, e.seq - 1);
-      if (received[s.parent].count(id) == 0
-          && dead.count({t, e.seq - 1}) == 0)
+      if (received[s.parent].count(id) == 0 && dead.count({t, e.seq - 1}) == 0)
         rep.violations.push_back("a child's outcome reaches its parent: " + t
                                  + "/" + std::to_string(e.seq) + " (" + id
                                  + ") is neither in " + s.parent
@@ -761,22 +757,16 @@ private:
                             x.arg);
         break;
       case op_kind::cancel:
-        issue<std::vector<std::string>>(i, names::orchestrator,
-                                        atom::cancel_v, x.thread);
+        issue<std::vector<std::string>>(i, names::orchestrator, atom::cancel_v,
+                                        x.thread);
         break;
       case op_kind::kill:
         issue<caf::ok_atom>(i, names::root, atom::kill_child_v, x.arg,
                             caf::make_error(ec::killed, "simulation"));
         break;
-      case op_kind::advance:
-        pass_time(x.delay);
-        break;
-      case op_kind::crash:
-        crash();
-        break;
-      case op_kind::restart:
-        restart();
-        break;
+      case op_kind::advance: pass_time(x.delay); break;
+      case op_kind::crash: crash(); break;
+      case op_kind::restart: restart(); break;
     }
     if (x.steps == 0) {
       consume_messages();
@@ -847,9 +837,9 @@ private:
   // The registry keeps a name's first actor (`put` does not replace it):
   // names of a dead tree must go before the next one starts.
   void forget_names() {
-    for (auto name : {names::root, names::persistence, names::providers,
-                      names::conversations, names::orchestrator,
-                      names::gateway})
+    for (auto name :
+         {names::root, names::persistence, names::providers,
+          names::conversations, names::orchestrator, names::gateway})
       sys.registry().erase(name);
   }
 
@@ -891,8 +881,8 @@ private:
                              std::forward<Ts>(xs)...);
     consume_messages();
     hdl.receive(on_result, [&](caf::error& err) {
-      rep.violations.push_back(std::string{"persistence answers "} + what
-                               + ": " + render(err));
+      rep.violations.push_back(std::string{"persistence answers "} + what + ": "
+                               + render(err));
     });
   }
 
@@ -919,12 +909,15 @@ inline void simulation::check_live(run_report& rep) {
                   + to_string(rep.ops[i]) + " got no answer");
   }
   // Settled: nothing left in any inbox or outbox of the run's threads.
-  ask(rep, "inboxes", [&](std::vector<std::string>& threads) {
-    for (auto& t : threads)
-      if (ours(t))
-        out.push_back("nothing pending after settling: " + t
-                      + " has inbox entries");
-  }, atom::inboxes_v);
+  ask(
+    rep, "inboxes",
+    [&](std::vector<std::string>& threads) {
+      for (auto& t : threads)
+        if (ours(t))
+          out.push_back("nothing pending after settling: " + t
+                        + " has inbox entries");
+    },
+    atom::inboxes_v);
   // The run's threads: those it routed to or spawned, and their children
   // from the tree, breadth first. (Reading every session of the batch would
   // cost more and more as the batch grows.)
@@ -940,16 +933,19 @@ inline void simulation::check_live(run_report& rep) {
     todo.pop_back();
     if (!seen.insert(t).second)
       continue;
-    ask(rep, "load", [&](thread_snapshot& snap) {
-      for (auto& e : snap.outbox)
-        out.push_back("messages between threads are delivered: " + e.from
-                      + "/" + std::to_string(e.seq) + " for " + e.to
-                      + " is still in the outbox");
-      if (!snap.exists)
-        return;
-      rep.sessions.emplace(t, snap.session);
-      todo.insert(todo.end(), snap.children.begin(), snap.children.end());
-    }, atom::load_v, t);
+    ask(
+      rep, "load",
+      [&](thread_snapshot& snap) {
+        for (auto& e : snap.outbox)
+          out.push_back("messages between threads are delivered: " + e.from
+                        + "/" + std::to_string(e.seq) + " for " + e.to
+                        + " is still in the outbox");
+        if (!snap.exists)
+          return;
+        rep.sessions.emplace(t, snap.session);
+        todo.insert(todo.end(), snap.children.begin(), snap.children.end());
+      },
+      atom::load_v, t);
   }
   for (auto& t : seen)
     if (rep.sessions.count(t) > 0)

@@ -229,8 +229,7 @@ struct tls_identity {
 /// "localhost" and 127.0.0.1 with libcrypto; throws on failure.
 inline tls_identity make_self_signed_identity() {
   auto fail = [](const char* what) {
-    throw std::runtime_error(std::string{"make_self_signed_identity: "}
-                             + what);
+    throw std::runtime_error(std::string{"make_self_signed_identity: "} + what);
   };
   std::unique_ptr<EVP_PKEY, decltype(&EVP_PKEY_free)> key{EVP_EC_gen("P-256"),
                                                           EVP_PKEY_free};
@@ -279,8 +278,8 @@ inline tls_identity make_self_signed_identity() {
     return std::string(data, static_cast<size_t>(len));
   };
   tls_identity result;
-  result.cert_pem = to_pem(
-    [&](BIO* bio) { return PEM_write_bio_X509(bio, cert.get()); });
+  result.cert_pem
+    = to_pem([&](BIO* bio) { return PEM_write_bio_X509(bio, cert.get()); });
   result.key_pem = to_pem([&](BIO* bio) {
     return PEM_write_bio_PrivateKey(bio, key.get(), nullptr, nullptr, 0,
                                     nullptr, nullptr);
@@ -377,9 +376,8 @@ inline std::string chunk(std::string_view data) {
 
 inline std::string reason_phrase(int status) {
   auto reason = http::obsolete_reason(static_cast<http::status>(status));
-  return reason.empty() || reason == "<unknown-status>"
-           ? std::string{"Status"}
-           : std::string{reason};
+  return reason.empty() || reason == "<unknown-status>" ? std::string{"Status"}
+                                                        : std::string{reason};
 }
 
 /// Splits `text` into words, each keeping its following spaces.
@@ -431,8 +429,7 @@ public:
           return result;
         }
         break;
-      default:
-        break;
+      default: break;
     }
     if (stream_)
       add_stream(result);
@@ -465,9 +462,8 @@ private:
 
   void add_plain(response_plan& plan, int status,
                  const std::string& body) const {
-    plan.pieces.emplace_back(f_.drip, header(status, "application/json",
-                                             body.size())
-                                        + body);
+    plan.pieces.emplace_back(
+      f_.drip, header(status, "application/json", body.size()) + body);
   }
 
   void add_answer(response_plan& plan) const {
@@ -531,20 +527,18 @@ private:
     } else {
       json msg = {{"role", "assistant"}, {"content", text_}};
       if (f_.tool)
-        msg["tool_calls"]
-          = json::array({{{"id", "call_1"},
-                          {"type", "function"},
-                          {"function",
-                           {{"name", tool_name}, {"arguments", tool_args}}}}});
+        msg["tool_calls"] = json::array(
+          {{{"id", "call_1"},
+            {"type", "function"},
+            {"function", {{"name", tool_name}, {"arguments", tool_args}}}}});
       j = {{"id", "chatcmpl-1"},
            {"object", "chat.completion"},
            {"created", 0},
            {"model", model_},
-           {"choices",
-            json::array({{{"index", 0},
-                          {"message", msg},
-                          {"finish_reason",
-                           f_.tool ? "tool_calls" : "stop"}}})},
+           {"choices", json::array({{{"index", 0},
+                                     {"message", msg},
+                                     {"finish_reason",
+                                      f_.tool ? "tool_calls" : "stop"}}})},
            {"usage", {{"prompt_tokens", 10}, {"completion_tokens", 10}}}};
     }
     return j.dump();
@@ -559,7 +553,8 @@ private:
           type = anthropic_ ? "authentication_error" : "invalid_api_key";
           break;
         case 403: type = "permission_error"; break;
-        case 404: type = anthropic_ ? "not_found_error" : "model_not_found";
+        case 404:
+          type = anthropic_ ? "not_found_error" : "model_not_found";
           break;
         case 429:
           type = anthropic_ ? "rate_limit_error" : "rate_limit_exceeded";
@@ -611,34 +606,33 @@ private:
     auto error_type = f_.error_type.empty() ? std::string{"overloaded_error"}
                                             : f_.error_type;
     // Arguments in three pieces: clients must join them.
-    std::vector<std::string> arg_pieces
-      = {R"({"ci)", R"(ty":)", R"("Paris"})"};
+    std::vector<std::string> arg_pieces = {R"({"ci)", R"(ty":)", R"("Paris"})"};
     if (anthropic_) {
-      result.push_back(sse(
-        "message_start",
-        {{"type", "message_start"},
-         {"message",
-          {{"id", "msg_1"},
-           {"type", "message"},
-           {"role", "assistant"},
-           {"model", model_},
-           {"content", json::array()},
-           {"stop_reason", nullptr},
-           {"usage", {{"input_tokens", 10}, {"output_tokens", 1}}}}}}));
-      result.push_back(sse("content_block_start",
-                           {{"type", "content_block_start"},
-                            {"index", 0},
-                            {"content_block",
-                             {{"type", "text"}, {"text", ""}}}}));
+      result.push_back(
+        sse("message_start",
+            {{"type", "message_start"},
+             {"message",
+              {{"id", "msg_1"},
+               {"type", "message"},
+               {"role", "assistant"},
+               {"model", model_},
+               {"content", json::array()},
+               {"stop_reason", nullptr},
+               {"usage", {{"input_tokens", 10}, {"output_tokens", 1}}}}}}));
+      result.push_back(
+        sse("content_block_start",
+            {{"type", "content_block_start"},
+             {"index", 0},
+             {"content_block", {{"type", "text"}, {"text", ""}}}}));
       result.push_back(sse("ping", {{"type", "ping"}}));
       for (size_t i = 0; i < pieces.size(); ++i) {
         if (i == 1 && f_.what == fault::kind::malformed)
           result.push_back("event: content_block_delta\ndata: {\"type\":\n\n");
         if (i == 1 && f_.what == fault::kind::sse_error)
-          result.push_back(
-            sse("error", {{"type", "error"},
-                          {"error", {{"type", error_type},
-                                     {"message", "Overloaded"}}}}));
+          result.push_back(sse(
+            "error",
+            {{"type", "error"},
+             {"error", {{"type", error_type}, {"message", "Overloaded"}}}}));
         result.push_back(
           sse("content_block_delta",
               {{"type", "content_block_delta"},
@@ -648,31 +642,30 @@ private:
       result.push_back(sse("content_block_stop",
                            {{"type", "content_block_stop"}, {"index", 0}}));
       if (f_.tool) {
-        result.push_back(sse("content_block_start",
-                             {{"type", "content_block_start"},
-                              {"index", 1},
-                              {"content_block",
-                               {{"type", "tool_use"},
-                                {"id", "toolu_1"},
-                                {"name", tool_name},
-                                {"input", json::object()}}}}));
+        result.push_back(
+          sse("content_block_start", {{"type", "content_block_start"},
+                                      {"index", 1},
+                                      {"content_block",
+                                       {{"type", "tool_use"},
+                                        {"id", "toolu_1"},
+                                        {"name", tool_name},
+                                        {"input", json::object()}}}}));
         for (auto& part : arg_pieces)
-          result.push_back(sse("content_block_delta",
-                               {{"type", "content_block_delta"},
-                                {"index", 1},
-                                {"delta",
-                                 {{"type", "input_json_delta"},
-                                  {"partial_json", part}}}}));
+          result.push_back(
+            sse("content_block_delta",
+                {{"type", "content_block_delta"},
+                 {"index", 1},
+                 {"delta",
+                  {{"type", "input_json_delta"}, {"partial_json", part}}}}));
         result.push_back(sse("content_block_stop",
                              {{"type", "content_block_stop"}, {"index", 1}}));
       }
-      result.push_back(
-        sse("message_delta",
-            {{"type", "message_delta"},
-             {"delta",
-              {{"stop_reason", f_.tool ? "tool_use" : "end_turn"},
-               {"stop_sequence", nullptr}}},
-             {"usage", {{"output_tokens", 10}}}}));
+      result.push_back(sse(
+        "message_delta", {{"type", "message_delta"},
+                          {"delta",
+                           {{"stop_reason", f_.tool ? "tool_use" : "end_turn"},
+                            {"stop_sequence", nullptr}}},
+                          {"usage", {{"output_tokens", 10}}}}));
       result.push_back(sse("message_stop", {{"type", "message_stop"}}));
       return result;
     }
@@ -686,32 +679,33 @@ private:
                                  {"delta", std::move(delta)},
                                  {"finish_reason", std::move(finish)}}})}};
     };
-    result.push_back(
-      sse(nullptr, chunk_json({{"role", "assistant"}, {"content", ""}},
-                              nullptr)));
+    result.push_back(sse(
+      nullptr, chunk_json({{"role", "assistant"}, {"content", ""}}, nullptr)));
     // A comment line, as proxies send to keep connections open.
     result.push_back(": keep-alive\n\n");
     for (size_t i = 0; i < pieces.size(); ++i) {
       if (i == 1 && f_.what == fault::kind::malformed)
         result.push_back("data: {\"choices\":[{\"delta\":\n\n");
       if (i == 1 && f_.what == fault::kind::sse_error)
-        result.push_back(sse(nullptr, {{"error",
-                                        {{"message", "The server is overloaded"},
-                                         {"type", error_type},
-                                         {"code", nullptr}}}}));
+        result.push_back(
+          sse(nullptr, {{"error",
+                         {{"message", "The server is overloaded"},
+                          {"type", error_type},
+                          {"code", nullptr}}}}));
       result.push_back(
         sse(nullptr, chunk_json({{"content", pieces[i]}}, nullptr)));
     }
     if (f_.tool) {
-      result.push_back(sse(
-        nullptr, chunk_json({{"tool_calls",
-                              json::array({{{"index", 0},
-                                            {"id", "call_1"},
-                                            {"type", "function"},
-                                            {"function",
-                                             {{"name", tool_name},
-                                              {"arguments", ""}}}}})}},
-                            nullptr)));
+      result.push_back(
+        sse(nullptr,
+            chunk_json(
+              {{"tool_calls",
+                json::array(
+                  {{{"index", 0},
+                    {"id", "call_1"},
+                    {"type", "function"},
+                    {"function", {{"name", tool_name}, {"arguments", ""}}}}})}},
+              nullptr)));
       for (auto& part : arg_pieces)
         result.push_back(sse(
           nullptr,
@@ -741,8 +735,7 @@ inline std::optional<fault> directive_in(const std::string& text) {
   auto end = text.find("]]", start);
   if (end == std::string::npos)
     return std::nullopt;
-  return parse_fault(
-    std::string_view{text}.substr(start + 8, end - start - 8));
+  return parse_fault(std::string_view{text}.substr(start + 8, end - start - 8));
 }
 
 /// The text of the last user message of a request body.
@@ -790,11 +783,12 @@ public:
     if constexpr (std::is_same_v<Stream, tcp::socket>) {
       read();
     } else {
-      stream_.async_handshake(ssl::stream_base::server,
-                              [self = this->shared_from_this()](error_code err) {
-                                if (!err)
-                                  self->read();
-                              });
+      stream_.async_handshake(
+        ssl::stream_base::server,
+        [self = this->shared_from_this()](error_code err) {
+          if (!err)
+            self->read();
+        });
     }
   }
 
@@ -807,8 +801,7 @@ private:
     parser_.emplace();
     parser_->body_limit(64 * 1024 * 1024);
     http::async_read(stream_, buffer_, *parser_,
-                     [self = this->shared_from_this()](error_code err,
-                                                       size_t) {
+                     [self = this->shared_from_this()](error_code err, size_t) {
                        self->on_request(err);
                      });
   }
@@ -879,8 +872,7 @@ private:
   void write_piece() {
     auto& piece = plan_.pieces[next_piece_].second;
     net::async_write(stream_, net::buffer(piece),
-                     [self = this->shared_from_this()](error_code err,
-                                                       size_t) {
+                     [self = this->shared_from_this()](error_code err, size_t) {
                        if (err)
                          return;
                        ++self->next_piece_;
@@ -996,8 +988,8 @@ public:
 
   /// "http://127.0.0.1:PORT" (or https).
   std::string base_url() const {
-    return std::string{tls_ ? "https" : "http"} + "://127.0.0.1:"
-           + std::to_string(port_);
+    return std::string{tls_ ? "https" : "http"}
+           + "://127.0.0.1:" + std::to_string(port_);
   }
 
   /// Appends to the script.
@@ -1049,7 +1041,7 @@ public:
 
   /// Waits until at least `n` requests arrived; false on timeout.
   bool wait_requests(size_t n, std::chrono::milliseconds timeout
-                                 = std::chrono::seconds{10}) {
+                               = std::chrono::seconds{10}) {
     std::unique_lock<std::mutex> guard{state_.mtx};
     return state_.cv.wait_for(guard, timeout,
                               [&] { return state_.recorded.size() >= n; });
@@ -1057,7 +1049,7 @@ public:
 
   /// Waits until exactly `n` requests are in flight; false on timeout.
   bool wait_in_flight(size_t n, std::chrono::milliseconds timeout
-                                  = std::chrono::seconds{10}) {
+                                = std::chrono::seconds{10}) {
     std::unique_lock<std::mutex> guard{state_.mtx};
     return state_.cv.wait_for(guard, timeout,
                               [&] { return state_.in_flight == n; });
@@ -1065,25 +1057,24 @@ public:
 
 private:
   void accept() {
-    acceptor_.async_accept([this](detail::error_code err,
-                                  detail::tcp::socket socket) {
-      if (err == detail::net::error::operation_aborted)
-        return;
-      if (!err) {
-        state_.accepted();
-        if (tls_ctx_)
-          std::make_shared<detail::fault_session<
-            detail::ssl::stream<detail::tcp::socket>>>(state_,
-                                                       std::move(socket),
-                                                       *tls_ctx_)
-            ->start();
-        else
-          std::make_shared<detail::fault_session<detail::tcp::socket>>(
-            state_, std::move(socket))
-            ->start();
-      }
-      accept();
-    });
+    acceptor_.async_accept(
+      [this](detail::error_code err, detail::tcp::socket socket) {
+        if (err == detail::net::error::operation_aborted)
+          return;
+        if (!err) {
+          state_.accepted();
+          if (tls_ctx_)
+            std::make_shared<
+              detail::fault_session<detail::ssl::stream<detail::tcp::socket>>>(
+              state_, std::move(socket), *tls_ctx_)
+              ->start();
+          else
+            std::make_shared<detail::fault_session<detail::tcp::socket>>(
+              state_, std::move(socket))
+              ->start();
+        }
+        accept();
+      });
   }
 
   // Declared first: destroyed after the sessions that use it.

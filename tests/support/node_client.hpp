@@ -21,10 +21,9 @@ namespace keel::test {
 /// A node config on 127.0.0.1 (free port) with data in `data_dir`, whose
 /// default pool is a scripted provider answering "answer to {input}" after
 /// `delay` (so kills land mid-turn too); `extra` is appended as is.
-inline std::string slow_echo_yaml(const std::string& name,
-                                  const std::string& data_dir,
-                                  const std::string& delay,
-                                  const std::string& extra = {}) {
+inline std::string
+slow_echo_yaml(const std::string& name, const std::string& data_dir,
+               const std::string& delay, const std::string& extra = {}) {
   return "node:\n  name: " + name + "\n  data_dir: " + data_dir
          + "\ngateway:\n  port: 0\n"
            "providers:\n"
@@ -41,8 +40,8 @@ inline std::string slow_echo_yaml(const std::string& name,
 /// returns an empty string when every invariant holds, else the exit code
 /// and the violations it printed.
 inline std::string data_violations(const std::string& data_dir) {
-  auto res = run_command({tool_binary("keelctl"), "verify", "--data-dir",
-                          data_dir});
+  auto res
+    = run_command({tool_binary("keelctl"), "verify", "--data-dir", data_dir});
   if (res.exit_code == 0)
     return {};
   return "keelctl verify exited with " + std::to_string(res.exit_code) + ":\n"

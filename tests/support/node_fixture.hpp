@@ -152,8 +152,9 @@ public:
   /// Events published for `thread`, parsed, in order.
   std::vector<nlohmann::json> events(const std::string& thread) {
     std::vector<nlohmann::json> result;
-    for (auto& ev : deref<gateway_bridge_actor::stateful_base<event_sink_state>>(sink)
-                      .state.events)
+    for (auto& ev :
+         deref<gateway_bridge_actor::stateful_base<event_sink_state>>(sink)
+           .state.events)
       if (ev.thread == thread)
         result.push_back(nlohmann::json::parse(ev.frame));
     return result;

@@ -275,12 +275,11 @@ start_server(const std::string& what,
     auto log = child->log();
     auto port_taken = log.find("EADDRINUSE") != std::string::npos;
     if (!port_taken || attempt == attempts)
-      throw std::runtime_error(
-        what + (up ? " exited" : " did not answer")
-        + " on port " + std::to_string(port) + " (log " + log_path
-        + "):\n" + log);
-    std::ofstream{log_path, std::ios::app}
-      << "\n[npm_server: port " << port << " was taken, retrying]\n";
+      throw std::runtime_error(what + (up ? " exited" : " did not answer")
+                               + " on port " + std::to_string(port) + " (log "
+                               + log_path + "):\n" + log);
+    std::ofstream{log_path, std::ios::app} << "\n[npm_server: port " << port
+                                           << " was taken, retrying]\n";
   }
 }
 
@@ -354,8 +353,8 @@ public:
   /// Starts mock-llm with `rules`: a file name in tests/mock-llm
   /// ("ok.yaml") or a path. Throws std::runtime_error with the server's
   /// output if it does not come up.
-  explicit mock_llm(std::string rules,
-                    std::chrono::milliseconds timeout = std::chrono::seconds{30})
+  explicit mock_llm(std::string rules, std::chrono::milliseconds timeout
+                                       = std::chrono::seconds{30})
     : server_process("keel-mock-llm"),
       rules_(mock_llm_rules(rules)),
       extended_(npm_detail::uses_rule_extensions(rules_)) {
@@ -367,10 +366,10 @@ public:
           auto node = find_in_path("node");
           if (!node)
             throw std::runtime_error("node is not in PATH: run scripts/setup");
-          opts.argv = {*node,
-                       keel_source_dir()
-                         + "/tests/mock-llm/mock-llm-with-headers.cjs",
-                       "--config", rules_};
+          opts.argv
+            = {*node,
+               keel_source_dir() + "/tests/mock-llm/mock-llm-with-headers.cjs",
+               "--config", rules_};
         } else {
           opts.argv = {npm_bin("mock-llm"), "--config", rules_};
         }
@@ -469,10 +468,10 @@ public:
 
   /// The same route as one `x-portkey-config` header, with `extra` merged
   /// into the config (e.g. {"retry": {"attempts": 3}}).
-  static http_fields route_config(const std::string& upstream_base_url,
-                                  const nlohmann::json& extra
-                                  = nlohmann::json::object(),
-                                  const std::string& api_key = "sk-mock") {
+  static http_fields
+  route_config(const std::string& upstream_base_url,
+               const nlohmann::json& extra = nlohmann::json::object(),
+               const std::string& api_key = "sk-mock") {
     nlohmann::json config{{"provider", "openai"},
                           {"api_key", api_key},
                           {"custom_host", upstream_base_url}};

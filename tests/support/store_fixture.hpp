@@ -60,10 +60,9 @@ inline session_record make_session(const std::string& thread,
   return rec;
 }
 
-inline accept_request make_accept(const std::string& thread, seq_t seq,
-                                  const std::string& client_id,
-                                  const std::string& text,
-                                  bool create = false) {
+inline accept_request
+make_accept(const std::string& thread, seq_t seq, const std::string& client_id,
+            const std::string& text, bool create = false) {
   accept_request req;
   req.thread = thread;
   req.create_session = create;

@@ -43,25 +43,30 @@ std::string default_node_binary() {
 
 /// How big the generated iterations and data folders are.
 void add_shape_options(CLI::App& app, keel::fuzz::generator_options& shape) {
-  app.add_option("--generation-length", shape.generation_length,
-                 "iterations per data folder (default 10)")
+  app
+    .add_option("--generation-length", shape.generation_length,
+                "iterations per data folder (default 10)")
     ->check(CLI::PositiveNumber);
-  app.add_option("--min-ops", shape.min_ops,
-                 "fewest operations an iteration (default 8)")
+  app
+    .add_option("--min-ops", shape.min_ops,
+                "fewest operations an iteration (default 8)")
     ->check(CLI::PositiveNumber);
-  app.add_option("--max-ops", shape.max_ops,
-                 "most operations an iteration (default 20)")
+  app
+    .add_option("--max-ops", shape.max_ops,
+                "most operations an iteration (default 20)")
     ->check(CLI::PositiveNumber);
-  app.add_option("--max-threads", shape.max_threads,
-                 "threads per data folder (default 32)")
+  app
+    .add_option("--max-threads", shape.max_threads,
+                "threads per data folder (default 32)")
     ->check(CLI::PositiveNumber);
 }
 
 /// The command line; `duration` and `settle` are in seconds.
 void add_options(CLI::App& app, keel::fuzz::fuzz_options& opts,
                  uint64_t& duration, uint64_t& settle) {
-  app.add_option("--seed", opts.seed, "seed of every choice (default: random, "
-                                      "always printed)");
+  app.add_option("--seed", opts.seed,
+                 "seed of every choice (default: random, "
+                 "always printed)");
   app.add_option("--iterations", opts.iterations,
                  "crash/restart cycles (default 20)");
   app.add_option("--duration", duration,
@@ -77,11 +82,11 @@ void add_options(CLI::App& app, keel::fuzz::fuzz_options& opts,
                  "where the data folders go (default: a temp folder, removed "
                  "after a passing run)");
   app.add_flag("--json", opts.json, "print the figures as JSON on stdout");
-  app.add_flag("--verbose", opts.verbose,
-               "print every iteration's operations");
-  app.add_option("--verify-every", opts.verify_every,
-                 "stop gracefully and run keelctl verify every N iterations "
-                 "(default 5)")
+  app.add_flag("--verbose", opts.verbose, "print every iteration's operations");
+  app
+    .add_option("--verify-every", opts.verify_every,
+                "stop gracefully and run keelctl verify every N iterations "
+                "(default 5)")
     ->check(CLI::PositiveNumber);
   add_shape_options(app, opts.shape);
   app.add_option("--provider-delay", opts.provider_delay,
@@ -92,9 +97,10 @@ void add_options(CLI::App& app, keel::fuzz::fuzz_options& opts,
   app.add_flag("--require-all", opts.require_all,
                "fail unless spawn, cancel, keelctl verify and every kill "
                "point were exercised");
-  app.add_option("--sabotage", opts.sabotage,
-                 "tests the fuzzer: corrupt its own record once (lost, "
-                 "prefix or duplicate); the run must then fail")
+  app
+    .add_option("--sabotage", opts.sabotage,
+                "tests the fuzzer: corrupt its own record once (lost, "
+                "prefix or duplicate); the run must then fail")
     ->check(CLI::IsMember({"lost", "prefix", "duplicate"}));
 }
 
@@ -126,13 +132,12 @@ void report(const keel::fuzz::fuzz_options& opts,
   if (opts.json)
     std::cout << summary.dump(2) << std::endl;
   std::cerr << "keel-crash-fuzz: seed " << opts.seed << ": "
-            << (rc == 0 ? "PASSED" : "FAILED") << "; "
-            << stats.iterations << " iterations, " << stats.kills
-            << " kills (" << stats.kills_survived << " survived), "
-            << stats.acked << " acked, " << stats.answered << " answered, "
-            << stats.lost << " lost, " << stats.duplicates
-            << " duplicates, " << stats.verify_runs << " verify runs, "
-            << stats.seconds << " s\n";
+            << (rc == 0 ? "PASSED" : "FAILED") << "; " << stats.iterations
+            << " iterations, " << stats.kills << " kills ("
+            << stats.kills_survived << " survived), " << stats.acked
+            << " acked, " << stats.answered << " answered, " << stats.lost
+            << " lost, " << stats.duplicates << " duplicates, "
+            << stats.verify_runs << " verify runs, " << stats.seconds << " s\n";
 }
 
 } // namespace

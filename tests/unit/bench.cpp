@@ -77,15 +77,13 @@ public:
     reply.kind = log_kind::reply;
     reply.client_id = frame.id;
     reply.text = "echo: " + frame.text;
-    reply.provider = frame.text.find("[fail]") == std::string::npos
-                       ? "primary"
-                       : "fallback";
+    reply.provider
+      = frame.text.find("[fail]") == std::string::npos ? "primary" : "fallback";
     server->send(conn,
                  protocol::ack_frame(frame.thread, frame.id, reply.seq, false));
     switch (mode_) {
       case answer_mode::normal:
-      case answer_mode::tag_provider:
-        break;
+      case answer_mode::tag_provider: break;
       case answer_mode::error:
         reply.kind = log_kind::error;
         reply.code = "provider_failed";
@@ -201,7 +199,8 @@ CAF_TEST(readable sizes and durations) {
   CAF_CHECK_EQUAL(human_bytes(512), "512 B");
   CAF_CHECK_EQUAL(human_bytes(3 * 1024 * 1024 / 2), "1.5 MiB");
   CAF_CHECK_EQUAL(human_duration(std::chrono::milliseconds{850}), "850 ms");
-  CAF_CHECK_EQUAL(human_duration(std::chrono::milliseconds{3'723'000}), "1h 2m 3s");
+  CAF_CHECK_EQUAL(human_duration(std::chrono::milliseconds{3'723'000}),
+                  "1h 2m 3s");
   CAF_CHECK_EQUAL(human_duration(std::chrono::milliseconds{60'000}), "1m 0s");
   CAF_CHECK_EQUAL(human_duration(std::chrono::milliseconds{1500}), "1.5s");
   CAF_CHECK_EQUAL(human_duration(std::chrono::milliseconds{2000}), "2s");
@@ -218,9 +217,9 @@ CAF_TEST(an unreachable node fails the load with a clear message) {
   auto res = bench::run_load(opts);
   CAF_REQUIRE(!res);
   CAF_CHECK_EQUAL(res.error(), ec::connection_failed);
-  CAF_CHECK_EQUAL(error_message(res.error()),
-                  "cannot reach node at 127.0.0.1:" + std::to_string(opts.node.port)
-                    + ": connection refused");
+  CAF_CHECK_EQUAL(error_message(res.error()), "cannot reach node at 127.0.0.1:"
+                                                + std::to_string(opts.node.port)
+                                                + ": connection refused");
 }
 
 CAF_TEST_FIXTURE_SCOPE(bench_load_tests, fixture)
@@ -280,7 +279,7 @@ CAF_TEST(replies out of thread order are detected) {
   CAF_CHECK(!res->clean());
 }
 
-CAF_TEST(a fault mid-run is timed up to the first fallback reply) {
+CAF_TEST(a fault mid - run is timed up to the first fallback reply) {
   start(answer_mode::tag_provider);
   auto opts = load(1, 1, 20, 1);
   // At once: the first message is already out, every later one carries the
@@ -403,7 +402,8 @@ CAF_TEST(an HTTP server that refuses or cannot be reached fails the run) {
   CAF_CHECK_EQUAL(res.error(), ec::connection_failed);
 }
 
-// -- the recovery benchmark's populate step ------------------------------------
+// -- the recovery benchmark's populate step
+// ------------------------------------
 
 namespace {
 
@@ -510,19 +510,18 @@ CAF_TEST(populate writes threads as a crashed node leaves them) {
 
 CAF_TEST(populate is deterministic and wants a fresh folder) {
   test::temp_dir tmp{"keel-populate"};
-  auto first = bench::populate_crashed_store(
-    small_population(tmp.str() + "/a"));
-  auto second = bench::populate_crashed_store(
-    small_population(tmp.str() + "/b"));
+  auto first
+    = bench::populate_crashed_store(small_population(tmp.str() + "/a"));
+  auto second
+    = bench::populate_crashed_store(small_population(tmp.str() + "/b"));
   CAF_REQUIRE(first && second);
   CAF_REQUIRE_EQUAL(first->expected.size(), second->expected.size());
   for (size_t i = 0; i < first->expected.size(); ++i) {
     CAF_CHECK_EQUAL(first->expected[i].thread, second->expected[i].thread);
-    CAF_CHECK_EQUAL(first->expected[i].outcomes,
-                    second->expected[i].outcomes);
+    CAF_CHECK_EQUAL(first->expected[i].outcomes, second->expected[i].outcomes);
   }
-  auto again = bench::populate_crashed_store(
-    small_population(tmp.str() + "/a"));
+  auto again
+    = bench::populate_crashed_store(small_population(tmp.str() + "/a"));
   CAF_REQUIRE(!again);
   CAF_CHECK_EQUAL(again.error(), ec::config_invalid);
   // One thread stays a root whatever the fractions say.

@@ -20,8 +20,8 @@ using env_map = std::map<std::string, std::string>;
 
 /// An environment holding exactly `vars`.
 env_lookup fake_env(env_map vars) {
-  return [vars{std::move(vars)}](const std::string& name)
-           -> std::optional<std::string> {
+  return [vars{std::move(vars)}](
+           const std::string& name) -> std::optional<std::string> {
     if (auto i = vars.find(name); i != vars.end())
       return i->second;
     return std::nullopt;
@@ -54,7 +54,9 @@ std::string outcome(const caf::expected<T>& x) {
 std::filesystem::path source_dir() {
   if (auto dir = std::getenv("KEEL_SOURCE_DIR"))
     return dir;
-  return std::filesystem::path{__FILE__}.parent_path().parent_path()
+  return std::filesystem::path{__FILE__}
+    .parent_path()
+    .parent_path()
     .parent_path();
 }
 
@@ -377,8 +379,9 @@ CAF_TEST(unknown keys are errors with a suggestion when close) {
                            "    modle: x\n"),
                   "node.yaml:4: providers[0].modle: unknown key (did you mean "
                   "model?)");
-  CAF_CHECK_EQUAL(error_of("providers:\n  - name: a\n    kind: scripted\n"
-                           "    script:\n      - reply: x\n        dealy: 1s\n"),
+  CAF_CHECK_EQUAL(error_of(
+                    "providers:\n  - name: a\n    kind: scripted\n"
+                    "    script:\n      - reply: x\n        dealy: 1s\n"),
                   "node.yaml:6: providers[0].script[0].dealy: unknown key "
                   "(did you mean delay?)");
 }
@@ -529,8 +532,8 @@ CAF_TEST(parse_duration requires a unit) {
   CAF_CHECK_EQUAL(parse_duration("5s"), caf::timespan{5s});
   CAF_CHECK_EQUAL(parse_duration("2m"), caf::timespan{2min});
   CAF_CHECK_EQUAL(parse_duration("1h"), caf::timespan{1h});
-  for (auto bad : {"", "5", "s", "-1s", "1.5s", "5 s", "5sec", "5S", "1d",
-                   "9999999999h"})
+  for (auto bad :
+       {"", "5", "s", "-1s", "1.5s", "5 s", "5sec", "5S", "1d", "9999999999h"})
     CAF_CHECK_EQUAL(parse_duration(bad), std::nullopt);
 }
 
@@ -564,8 +567,9 @@ CAF_TEST(durations must have a unit and be positive where required) {
                   "node.yaml:2: threads.turn_timeout: expected a positive "
                   "duration such as \"250ms\", \"5s\", \"2m\" or \"1h\", got "
                   "\"0ms\"");
-  CAF_CHECK_EQUAL(error_of("providers:\n  - name: s\n    kind: scripted\n"
-                           "    script:\n      - reply: x\n        delay: -5s\n"),
+  CAF_CHECK_EQUAL(error_of(
+                    "providers:\n  - name: s\n    kind: scripted\n"
+                    "    script:\n      - reply: x\n        delay: -5s\n"),
                   "node.yaml:6: providers[0].script[0].delay: expected a "
                   "duration such as \"250ms\", \"5s\", \"2m\" or \"1h\", got "
                   "\"-5s\"");
@@ -587,12 +591,11 @@ CAF_TEST(names and strings are checked) {
                     + std::string(60, 'a') + "...\"");
   CAF_CHECK(parse("node:\n  name: " + std::string(64, 'a') + "\n"));
   // Shortened values are cut between characters, not inside one.
-  CAF_CHECK_EQUAL(error_of("logging:\n  level: " + std::string(59, 'x')
-                           + "\xC3\xA9\n"),
-                  "node.yaml:2: logging.level: unknown value \""
-                    + std::string(59, 'x')
-                    + "...\" (expected trace, debug, info, warn, error or "
-                      "off)");
+  CAF_CHECK_EQUAL(
+    error_of("logging:\n  level: " + std::string(59, 'x') + "\xC3\xA9\n"),
+    "node.yaml:2: logging.level: unknown value \"" + std::string(59, 'x')
+      + "...\" (expected trace, debug, info, warn, error or "
+        "off)");
   CAF_CHECK_EQUAL(error_of("node:\n  data_dir: ''\n"),
                   "node.yaml:2: node.data_dir: expected a non-empty folder "
                   "path, got \"\"");
@@ -834,13 +837,13 @@ CAF_TEST(strategies are checked) {
                   "of one_for_one, one_for_all or rest_for_one, got a list");
   // The dynamic supervisor has no choice, even when written as the default.
   for (auto value : {"one_for_one", "one_for_all", ""})
-    CAF_CHECK_EQUAL(supervision_error(
-                      std::string{"  conversations:\n    max_restarts: 1\n"
-                                  "    strategy: "}
-                      + value + "\n"),
-                    "node.yaml:4: supervision.conversations.strategy: "
-                    "conversations is a dynamic supervisor; its strategy is "
-                    "always one_for_one (remove this key)");
+    CAF_CHECK_EQUAL(
+      supervision_error(std::string{"  conversations:\n    max_restarts: 1\n"
+                                    "    strategy: "}
+                        + value + "\n"),
+      "node.yaml:4: supervision.conversations.strategy: "
+      "conversations is a dynamic supervisor; its strategy is "
+      "always one_for_one (remove this key)");
 }
 
 CAF_TEST(intensity shutdown and buffer are checked) {
@@ -858,8 +861,7 @@ CAF_TEST(intensity shutdown and buffer are checked) {
   CAF_CHECK_EQUAL(supervision_error("  conversations:\n    period: 5\n"),
                   std::string{"node.yaml:3: supervision.conversations.period: "
                               "expected a positive duration "}
-                    + duration_examples
-                    + ", got \"5\" (a unit is required)");
+                    + duration_examples + ", got \"5\" (a unit is required)");
   CAF_CHECK_EQUAL(supervision_error("  root:\n    shutdown_timeout: 0ms\n"),
                   std::string{"node.yaml:3: supervision.root.shutdown_timeout: "
                               "expected a positive duration "}
@@ -891,22 +893,22 @@ CAF_TEST(backoff values are checked) {
                   std::string{"node.yaml:4: supervision.root.backoff."
                               "reset_after: expected a positive duration "}
                     + duration_examples + ", got \"0s\"");
-  for (auto bad : {"2x", "abc", "0.5", "-2", "nan", "inf", ".inf", "1,5",
-                   "\"\""})
-    CAF_CHECK_EQUAL(backoff_error(std::string{"      multiplier: "} + bad
-                                  + "\n"),
-                    "node.yaml:4: supervision.root.backoff.multiplier: "
-                    "expected a number >= 1, got "
-                      + (std::string_view{bad} == "\"\""
-                           ? std::string{"\"\""}
-                           : "\"" + std::string{bad} + "\""));
+  for (auto bad :
+       {"2x", "abc", "0.5", "-2", "nan", "inf", ".inf", "1,5", "\"\""})
+    CAF_CHECK_EQUAL(
+      backoff_error(std::string{"      multiplier: "} + bad + "\n"),
+      "node.yaml:4: supervision.root.backoff.multiplier: "
+      "expected a number >= 1, got "
+        + (std::string_view{bad} == "\"\"" ? std::string{"\"\""}
+                                           : "\"" + std::string{bad} + "\""));
   CAF_CHECK_EQUAL(backoff_error("      multiplier: {x: 1}\n"),
                   "node.yaml:4: supervision.root.backoff.multiplier: expected "
                   "a number >= 1, got a mapping");
   for (auto bad : {"1.5", "-0.1", "20%", "1.0.0"})
     CAF_CHECK_EQUAL(backoff_error(std::string{"      jitter: "} + bad + "\n"),
                     "node.yaml:4: supervision.root.backoff.jitter: expected a "
-                    "number in 0..1, got \"" + std::string{bad} + "\"");
+                    "number in 0..1, got \""
+                      + std::string{bad} + "\"");
   CAF_CHECK_EQUAL(error_of("supervision:\n  root:\n    backoff:\n"
                            "      jitter: ${J}\n",
                            {{"J", "2"}}),
@@ -937,7 +939,8 @@ CAF_TEST(backoff max must be at least backoff initial) {
 // -- environment expansion ----------------------------------------------------
 
 CAF_TEST(env references expand in values) {
-  auto cfg = parse(R"(node:
+  auto cfg = parse(
+    R"(node:
   name: ${NAME}
   data_dir: ${HOME_DIR}/keel-${NAME}
 gateway:
@@ -948,10 +951,7 @@ threads:
   system_prompt: "costs $$5, not ${PRICE:-$1}; $HOME stays"
   idle_timeout: ${IDLE:-1m}
 )",
-                   {{"NAME", "n1"},
-                    {"HOME_DIR", "/srv"},
-                    {"HOST", ""},
-                    {"IDLE", "90s"}});
+    {{"NAME", "n1"}, {"HOME_DIR", "/srv"}, {"HOST", ""}, {"IDLE", "90s"}});
   CAF_REQUIRE(cfg);
   CAF_CHECK_EQUAL(cfg->name, "n1");
   CAF_CHECK_EQUAL(cfg->data_dir, "/srv/keel-n1");
@@ -959,8 +959,7 @@ threads:
   CAF_CHECK_EQUAL(cfg->gateway.token, "");
   // Like the shell, :- also takes the default when the variable is empty.
   CAF_CHECK_EQUAL(cfg->gateway.host, "localhost");
-  CAF_CHECK_EQUAL(cfg->threads.system_prompt,
-                  "costs $5, not $1; $HOME stays");
+  CAF_CHECK_EQUAL(cfg->threads.system_prompt, "costs $5, not $1; $HOME stays");
   CAF_CHECK_EQUAL(cfg->threads.idle_timeout, caf::timespan{90s});
 }
 
@@ -1023,8 +1022,9 @@ CAF_TEST(an unreadable file names the path and the reason) {
   CAF_REQUIRE(!res);
   CAF_CHECK_EQUAL(res.error(), ec::config_unreadable);
   CAF_CHECK_EQUAL(error_message(res.error()),
-                  missing + ": cannot read the file: No such file or "
-                            "directory");
+                  missing
+                    + ": cannot read the file: No such file or "
+                      "directory");
   auto dir = tmp.path().string();
   res = load_config_file(dir, fake_env({}));
   CAF_REQUIRE(!res);
@@ -1052,8 +1052,9 @@ CAF_TEST(a loaded file names itself in errors and in source) {
   CAF_REQUIRE(!res);
   CAF_CHECK_EQUAL(res.error(), ec::config_invalid);
   CAF_CHECK_EQUAL(error_message(res.error()),
-                  path + ":2: gateway.port: expected an integer in 0..65535, "
-                         "got \"x\"");
+                  path
+                    + ":2: gateway.port: expected an integer in 0..65535, "
+                      "got \"x\"");
 }
 
 CAF_TEST(config default yaml is the embedded default) {
@@ -1094,8 +1095,7 @@ CAF_TEST(config example yaml sets every section) {
   CAF_CHECK_EQUAL(gpt->headers.size(), 1u);
   auto cloud = cfg->find_pool("cloud");
   CAF_REQUIRE(cloud != nullptr);
-  CAF_CHECK_EQUAL(cloud->breaker.cooldowns.get(error_class::rate_limit),
-                  30s);
+  CAF_CHECK_EQUAL(cloud->breaker.cooldowns.get(error_class::rate_limit), 30s);
 }
 
 CAF_TEST(http providers take their endpoint timeouts and limits) {
@@ -1113,13 +1113,15 @@ CAF_TEST(http providers take their endpoint timeouts and limits) {
                    "    first_byte_timeout: 2s\n"
                    "    total_timeout: 10s\n"
                    "    max_concurrency: 8\n"
-                   "    ca_file: " + ca_file + "\n"
-                   "    stream: false\n"
-                   "    max_tokens: 77\n"
-                   "  - name: claude\n"
-                   "    kind: anthropic\n"
-                   "    base_url: https://api.anthropic.com\n"
-                   "    model: c\n",
+                   "    ca_file: "
+                     + ca_file
+                     + "\n"
+                       "    stream: false\n"
+                       "    max_tokens: 77\n"
+                       "  - name: claude\n"
+                       "    kind: anthropic\n"
+                       "    base_url: https://api.anthropic.com\n"
+                       "    model: c\n",
                    {{"KEY", "sk-1"}});
   CAF_REQUIRE(cfg);
   auto& gpt = cfg->providers[0];

@@ -105,10 +105,9 @@ CAF_TEST(the orchestrator routes each thread to its own conversation) {
   CAF_REQUIRE(send("a", "2", "again a"));
   CAF_CHECK_EQUAL(active_conversations(), 2u);
   CAF_CHECK_NOT_EQUAL(conversation_of("a"), conversation_of("b"));
-  CAF_CHECK_EQUAL(texts(history("a")),
-                  (std::vector<std::string>{"user:to a", "reply:re: to a",
-                                            "user:again a",
-                                            "reply:re: again a"}));
+  CAF_CHECK_EQUAL(texts(history("a")), (std::vector<std::string>{
+                                         "user:to a", "reply:re: to a",
+                                         "user:again a", "reply:re: again a"}));
   CAF_CHECK_EQUAL(texts(history("b")),
                   (std::vector<std::string>{"user:to b", "reply:re: to b"}));
 }
@@ -130,9 +129,9 @@ CAF_TEST(messages of one thread are answered in order) {
       replies.push_back(e.text);
       reply_to.push_back(e.reply_to);
     }
-  CAF_CHECK_EQUAL(replies, (std::vector<std::string>{"re: m1", "re: m2",
-                                                     "re: m3", "re: m4",
-                                                     "re: m5"}));
+  CAF_CHECK_EQUAL(replies,
+                  (std::vector<std::string>{"re: m1", "re: m2", "re: m3",
+                                            "re: m4", "re: m5"}));
   CAF_CHECK_EQUAL(reply_to, (std::vector<seq_t>{1, 2, 3, 4, 5}));
 }
 
@@ -157,8 +156,7 @@ CAF_TEST(an idle thread passivates and comes back with its state) {
   session.receive(
     [&](thread_snapshot& snap) {
       CAF_CHECK(snap.exists);
-      CAF_CHECK_EQUAL(std::string{to_string(snap.session.state)},
-                      "SUSPENDED");
+      CAF_CHECK_EQUAL(std::string{to_string(snap.session.state)}, "SUSPENDED");
       CAF_CHECK_EQUAL(snap.context.size(), 2u);
       CAF_CHECK_EQUAL(snap.next_seq, 3u);
     },
@@ -234,10 +232,9 @@ CAF_TEST(a message sent while persistence restarts waits for it) {
   advance(std::chrono::seconds{1});
   pending.receive([](accept_result& res) { CAF_CHECK_EQUAL(res.seq, 3u); },
                   [](caf::error& err) { CAF_FAIL(render(err)); });
-  CAF_CHECK_EQUAL(texts(history("t")),
-                  (std::vector<std::string>{"user:before", "reply:re: before",
-                                            "user:during",
-                                            "reply:re: during"}));
+  CAF_CHECK_EQUAL(texts(history("t")), (std::vector<std::string>{
+                                         "user:before", "reply:re: before",
+                                         "user:during", "reply:re: during"}));
 }
 
 CAF_TEST_FIXTURE_SCOPE_END()
@@ -267,9 +264,9 @@ CAF_TEST(a crashing provider worker fails only its request and is restarted) {
   CAF_REQUIRE_EQUAL(log.size(), 4u);
   CAF_CHECK_EQUAL(log[1].kind, log_kind::error);
   CAF_CHECK_EQUAL(log[3].text, "re: back to normal");
-  CAF_CHECK_EQUAL(texts(history("u")),
-                  (std::vector<std::string>{"user:other thread",
-                                            "reply:re: other thread"}));
+  CAF_CHECK_EQUAL(
+    texts(history("u")),
+    (std::vector<std::string>{"user:other thread", "reply:re: other thread"}));
 }
 
 CAF_TEST_FIXTURE_SCOPE_END()
@@ -282,9 +279,9 @@ CAF_TEST(unanswered messages are answered after a restart of the node) {
   stop();
   start();
   advance(11s);
-  CAF_CHECK_EQUAL(texts(history("t")),
-                  (std::vector<std::string>{"user:pending",
-                                            "reply:slow: pending"}));
+  CAF_CHECK_EQUAL(
+    texts(history("t")),
+    (std::vector<std::string>{"user:pending", "reply:slow: pending"}));
 }
 
 CAF_TEST(a restart resumes more pending threads than one batch starts) {
@@ -303,7 +300,7 @@ CAF_TEST(a restart resumes more pending threads than one batch starts) {
   CAF_CHECK_EQUAL(answered, threads);
 }
 
-CAF_TEST(a conversation killed mid-turn re-runs the turn once) {
+CAF_TEST(a conversation killed mid - turn re - runs the turn once) {
   CAF_REQUIRE(send("t", "1", "work"));
   auto before = conversation_of("t");
   kill("conversations/t");

@@ -86,9 +86,7 @@ CAF_TEST(plans follow the model) {
           CAF_CHECK(sent[x.thread].count(x.id) == 1);
           ++acks;
           break;
-        case op_kind::send_closed:
-          CAF_CHECK(closed[x.thread]);
-          break;
+        case op_kind::send_closed: CAF_CHECK(closed[x.thread]); break;
         case op_kind::spawn:
           CAF_CHECK(!closed[x.thread]);
           CAF_CHECK(closed.count(x.child) == 0);

@@ -67,9 +67,10 @@ struct coverage {
       auto& r = rep.results[i];
       auto name = std::string{to_string(x.kind)};
       if (x.kind == op_kind::kill)
-        name += " " + (x.arg.rfind("conversations/", 0) == 0
-                         ? std::string{"conversations/THREAD"}
-                         : x.arg);
+        name += " "
+                + (x.arg.rfind("conversations/", 0) == 0
+                     ? std::string{"conversations/THREAD"}
+                     : x.arg);
       ++counts[name];
       if (r.answered)
         ++counts[name + (r.ok ? " ok" : " error " + r.error)];
@@ -100,8 +101,7 @@ struct seed_range {
 
 seed_range part_of_run(uint64_t part) {
   if (auto one = env_text("KEEL_SIM_SEED"); !one.empty())
-    return {std::strtoull(one.c_str(), nullptr, 10), part == 0 ? 1u : 0u,
-            true};
+    return {std::strtoull(one.c_str(), nullptr, 10), part == 0 ? 1u : 0u, true};
   auto first = env_number("KEEL_SIM_FIRST", 1);
   auto count = env_number("KEEL_SIM_SEEDS", 2000);
   auto begin = count * part / parts;
@@ -127,11 +127,9 @@ void run_part(uint64_t part) {
     for (auto& rep : run_batch(seed, n)) {
       cov.add(rep);
       if (print_hashes)
-        std::cout << "seed " << rep.seed << " trace " << rep.trace_hash
-                  << '\n';
+        std::cout << "seed " << rep.seed << " trace " << rep.trace_hash << '\n';
       if (single)
-        std::cout << rep.describe() << "trace hash " << rep.trace_hash
-                  << '\n';
+        std::cout << rep.describe() << "trace hash " << rep.trace_hash << '\n';
       if (!rep.ok()) {
         if (failed.size() < 3 && !single)
           std::cout << rep.describe();
@@ -139,9 +137,9 @@ void run_part(uint64_t part) {
       }
     }
   }
-  auto secs = std::chrono::duration<double>(std::chrono::steady_clock::now()
-                                            - start)
-                .count();
+  auto secs
+    = std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+        .count();
   std::ostringstream summary;
   summary << "crash_sim: seeds " << first << " to " << first + count - 1
           << " in " << secs << " s (" << (secs > 0 ? count / secs : 0.0)
@@ -160,31 +158,30 @@ void run_part(uint64_t part) {
   // operation and kill landing.
   CAF_CHECK_GREATER(cov["acks"], count);
   CAF_CHECK_GREATER(cov["agent messages"], count);
-  for (auto what : {"route ok", "resend ok", "spawn ok", "cancel ok",
-                    "crash", "restart", "kill orchestrator ok",
-                    "kill persistence ok", "kill providers/default ok",
-                    "kill providers/default/router ok",
-                    "kill providers/default/script ok",
-                    "kill conversations/THREAD ok"})
+  for (auto what :
+       {"route ok", "resend ok", "spawn ok", "cancel ok", "crash", "restart",
+        "kill orchestrator ok", "kill persistence ok",
+        "kill providers/default ok", "kill providers/default/router ok",
+        "kill providers/default/script ok", "kill conversations/THREAD ok"})
     if (cov[what] == 0)
       CAF_FAIL("no run covered: " << what);
 }
 
 } // namespace
 
-CAF_TEST(every seed keeps the contract: first quarter) {
+CAF_TEST(every seed keeps the contract : first quarter) {
   run_part(0);
 }
 
-CAF_TEST(every seed keeps the contract: second quarter) {
+CAF_TEST(every seed keeps the contract : second quarter) {
   run_part(1);
 }
 
-CAF_TEST(every seed keeps the contract: third quarter) {
+CAF_TEST(every seed keeps the contract : third quarter) {
   run_part(2);
 }
 
-CAF_TEST(every seed keeps the contract: fourth quarter) {
+CAF_TEST(every seed keeps the contract : fourth quarter) {
   run_part(3);
 }
 
@@ -195,8 +192,9 @@ CAF_TEST(the same seed gives the same trace alone and in a batch) {
     auto alone = run_seed(in_batch.seed);
     CAF_CHECK_EQUAL(alone.trace_hash, in_batch.trace_hash);
     if (alone.trace_hash != in_batch.trace_hash)
-      CAF_MESSAGE("alone:\n" << alone.describe() << "in a batch:\n"
-                              << in_batch.describe());
+      CAF_MESSAGE("alone:\n"
+                  << alone.describe() << "in a batch:\n"
+                  << in_batch.describe());
   }
   auto again = run_batch(40, 8);
   for (size_t i = 0; i < batch.size(); ++i)

@@ -26,7 +26,8 @@ namespace {
 // every record also in its default form (where the encoding omits fields).
 
 session_record full_session() {
-  return {"t1", "p0", "default", "gpt-x", "openai-1", session_state::active,
+  return {"t1",          "p0",          "default",
+          "gpt-x",       "openai-1",    session_state::active,
           1700000000123, 1700000000456, "opaque \"state\"\n\xc3\xa9"};
 }
 
@@ -63,8 +64,8 @@ context_entry full_context() {
 }
 
 provider_health_record full_health() {
-  return {"default", "p1",  "down", "open", 3,  "timeout",
-          "transient", 100, 200,    10,     4};
+  return {"default",   "p1", "down", "open", 3, "timeout",
+          "transient", 100,  200,    10,     4};
 }
 
 recovery_step full_step() {
@@ -174,8 +175,7 @@ CAF_TEST(every record encodes as before and reads back) {
                R"(keel::session_record("", "", "", "", "", SUSPENDED, 0, 0,)"
                R"( ""))",
                "0000000000010000000000000000000000000000000000");
-  check_pinned(full_link(),
-               R"({"child":"p.c","created_at":42,"parent":"p"})",
+  check_pinned(full_link(), R"({"child":"p.c","created_at":42,"parent":"p"})",
                R"(keel::tree_link("p", "p.c", 42))",
                "017003702e63000000000000002a");
   check_pinned(full_outbox(),
@@ -343,27 +343,18 @@ CAF_TEST(the named readers are the decoders) {
 }
 
 CAF_TEST(session_record decode errors) {
-  check_error<session_record>(
-    R"({)",
-    "record is not valid JSON");
-  check_error<session_record>(
-    R"([])",
-    "session record: not a JSON object");
-  check_error<session_record>(
-    R"(42)",
-    "session record: not a JSON object");
+  check_error<session_record>(R"({)", "record is not valid JSON");
+  check_error<session_record>(R"([])", "session record: not a JSON object");
+  check_error<session_record>(R"(42)", "session record: not a JSON object");
   check_decodes<session_record>(
     R"({"thread":"t","parent":"","pool":"p","model":"","state":"ACTIVE",)"
     R"("created_at":1,"provider_state":""})");
+  check_error<session_record>(R"({})",
+                              "session record: missing field 'thread'");
+  check_error<session_record>(R"({"thread":"t"})",
+                              "session record: missing field 'parent'");
   check_error<session_record>(
-    R"({})",
-    "session record: missing field 'thread'");
-  check_error<session_record>(
-    R"({"thread":"t"})",
-    "session record: missing field 'parent'");
-  check_error<session_record>(
-    R"({"thread":1})",
-    "session record: field 'thread' has the wrong type");
+    R"({"thread":1})", "session record: field 'thread' has the wrong type");
   check_error<session_record>(
     R"({"thread":"t","parent":"","pool":"p","model":"","state":"BOGUS",)"
     R"("created_at":1,"provider_state":""})",
@@ -399,15 +390,11 @@ CAF_TEST(session_record decode errors) {
 }
 
 CAF_TEST(tree_link decode errors) {
-  check_error<tree_link>(
-    R"({"parent":"p","child":"c"})",
-    "tree link: missing field 'created_at'");
-  check_error<tree_link>(
-    R"({"parent":"p","child":3,"created_at":1})",
-    "tree link: field 'child' has the wrong type");
-  check_error<tree_link>(
-    R"("x")",
-    "tree link: not a JSON object");
+  check_error<tree_link>(R"({"parent":"p","child":"c"})",
+                         "tree link: missing field 'created_at'");
+  check_error<tree_link>(R"({"parent":"p","child":3,"created_at":1})",
+                         "tree link: field 'child' has the wrong type");
+  check_error<tree_link>(R"("x")", "tree link: not a JSON object");
 }
 
 CAF_TEST(outbox_entry decode errors) {
@@ -418,9 +405,7 @@ CAF_TEST(outbox_entry decode errors) {
     R"({"from":"p","seq":"1","to":"c","client_id":"x","text":"y",)"
     R"("created_at":1})",
     "outbox entry: field 'seq' has the wrong type");
-  check_error<outbox_entry>(
-    R"(null)",
-    "outbox entry: not a JSON object");
+  check_error<outbox_entry>(R"(null)", "outbox entry: not a JSON object");
 }
 
 CAF_TEST(dead_letter decode errors) {
@@ -439,9 +424,8 @@ CAF_TEST(dead_letter decode errors) {
 }
 
 CAF_TEST(inbox_entry decode errors) {
-  check_error<inbox_entry>(
-    R"({"seq":1,"client_id":"c","text":"t"})",
-    "inbox entry: missing field 'accepted_at'");
+  check_error<inbox_entry>(R"({"seq":1,"client_id":"c","text":"t"})",
+                           "inbox entry: missing field 'accepted_at'");
   check_decodes<inbox_entry>(
     R"({"seq":-1,"client_id":"c","text":"t","accepted_at":1})");
   check_decodes<inbox_entry>(
@@ -458,9 +442,8 @@ CAF_TEST(log_entry decode errors) {
   check_error<log_entry>(
     R"({"seq":"1","kind":"user","client_id":"c","text":"t","at":1})",
     "log entry: field 'seq' has the wrong type");
-  check_error<log_entry>(
-    R"({"seq":1,"client_id":"c","text":"t","at":1})",
-    "log entry: missing field 'kind'");
+  check_error<log_entry>(R"({"seq":1,"client_id":"c","text":"t","at":1})",
+                         "log entry: missing field 'kind'");
   check_error<log_entry>(
     R"({"seq":1,"kind":"shout","client_id":"c","text":"t","at":1})",
     "log entry: field 'kind' has unknown value 'shout'");
@@ -470,18 +453,14 @@ CAF_TEST(log_entry decode errors) {
   check_error<log_entry>(
     R"({"seq":1,"kind":false,"client_id":"c","text":"t","at":1})",
     "log entry: field 'kind' has the wrong type");
-  check_error<log_entry>(
-    R"([1,2])",
-    "log entry: not a JSON object");
+  check_error<log_entry>(R"([1,2])", "log entry: not a JSON object");
 }
 
 CAF_TEST(context_entry decode errors) {
-  check_error<context_entry>(
-    R"({"seq":1,"role":"user"})",
-    "context entry: missing field 'content'");
-  check_error<context_entry>(
-    R"({"seq":1,"role":[],"content":""})",
-    "context entry: field 'role' has the wrong type");
+  check_error<context_entry>(R"({"seq":1,"role":"user"})",
+                             "context entry: missing field 'content'");
+  check_error<context_entry>(R"({"seq":1,"role":[],"content":""})",
+                             "context entry: field 'role' has the wrong type");
 }
 
 CAF_TEST(provider_health_record decode errors) {
@@ -504,12 +483,10 @@ CAF_TEST(provider_health_record decode errors) {
 CAF_TEST(recovery_report decode errors) {
   check_decodes<recovery_report>(
     R"({"started_at":1,"finished_at":2,"steps":[]})");
-  check_error<recovery_report>(
-    R"({"started_at":1,"finished_at":2})",
-    "recovery report: missing field 'steps'");
-  check_error<recovery_report>(
-    R"({"started_at":1,"steps":[]})",
-    "recovery report: missing field 'finished_at'");
+  check_error<recovery_report>(R"({"started_at":1,"finished_at":2})",
+                               "recovery report: missing field 'steps'");
+  check_error<recovery_report>(R"({"started_at":1,"steps":[]})",
+                               "recovery report: missing field 'finished_at'");
   check_error<recovery_report>(
     R"({"started_at":1,"finished_at":2,"steps":{}})",
     "recovery report: field 'steps' has the wrong type");
@@ -570,7 +547,8 @@ CAF_TEST(agent list decode errors) {
   check_agents(R"({"agents":[{"thread":"x"}]})",
                "agents[0]: agent: missing field 'parent'");
   check_agents(R"({"agents":[{"thread":"x","parent":"","state":"ACTIVE",)"
-               R"("children":[]}]})", "");
+               R"("children":[]}]})",
+               "");
   check_agents(R"({"agents":[{"thread":"x","parent":"","state":"ACTIVE",)"
                R"("children":[]},{"thread":"x","parent":"",)"
                R"("state":"ACTIVE"}]})",
@@ -590,12 +568,8 @@ CAF_TEST(agent list decode errors) {
   check_agents(R"({"agents":[{"thread":"x","parent":"","state":"ACTIVE",)"
                R"("pool":1}]})",
                "agents[0]: agent: missing field 'children'");
-  check_agents(R"({"agents":[7]})",
-               "agents[0]: agent: not a JSON object");
-  check_agents(R"({"agents":{}})",
-               "the agents answer has no 'agents' array");
-  check_agents(R"([])",
-               "the agents answer has no 'agents' array");
-  check_agents(R"({})",
-               "the agents answer has no 'agents' array");
+  check_agents(R"({"agents":[7]})", "agents[0]: agent: not a JSON object");
+  check_agents(R"({"agents":{}})", "the agents answer has no 'agents' array");
+  check_agents(R"([])", "the agents answer has no 'agents' array");
+  check_agents(R"({})", "the agents answer has no 'agents' array");
 }

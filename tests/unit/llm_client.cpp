@@ -83,7 +83,7 @@ completion_request ask(std::string text) {
 }
 
 provider_config http_provider(const std::string& kind, const std::string& url,
-                         bool stream) {
+                              bool stream) {
   provider_config cfg;
   cfg.name = "p1";
   cfg.kind = kind;
@@ -134,8 +134,7 @@ struct fixture {
     return *ep;
   }
 
-  std::shared_ptr<llm_endpoint> endpoint(const std::string& kind,
-                                         bool stream) {
+  std::shared_ptr<llm_endpoint> endpoint(const std::string& kind, bool stream) {
     return endpoint(http_provider(kind, server->base_url(), stream));
   }
 
@@ -227,8 +226,8 @@ CAF_TEST(openai request bodies carry system prompt and context roles) {
                  {3, "error", "provider failed"},
                  {4, "system", "note"},
                  {5, "user", "q2"}};
-  auto body = json::parse(
-    wire::request_body(wire::api::openai, "gpt", req, 77, true));
+  auto body
+    = json::parse(wire::request_body(wire::api::openai, "gpt", req, 77, true));
   CAF_CHECK_EQUAL(body["model"], "gpt");
   CAF_CHECK_EQUAL(body["max_tokens"], 77);
   CAF_CHECK_EQUAL(body["stream"], true);
@@ -251,12 +250,9 @@ CAF_TEST(openai request bodies carry system prompt and context roles) {
 CAF_TEST(anthropic request bodies move system text and merge turns) {
   completion_request req;
   req.system_prompt = "sys";
-  req.context = {{1, "user", "q1"},
-                 {2, "error", "provider failed"},
-                 {3, "user", "q2"},
-                 {4, "assistant", ""},
-                 {5, "system", "note"},
-                 {6, "assistant", "a2"}};
+  req.context = {{1, "user", "q1"},     {2, "error", "provider failed"},
+                 {3, "user", "q2"},     {4, "assistant", ""},
+                 {5, "system", "note"}, {6, "assistant", "a2"}};
   auto body = json::parse(
     wire::request_body(wire::api::anthropic, "claude", req, 5, false));
   CAF_CHECK_EQUAL(body["model"], "claude");
@@ -339,9 +335,9 @@ CAF_TEST(unusable plain answers say what was wrong) {
 }
 
 CAF_TEST(error summaries take the provider message) {
-  CAF_CHECK_EQUAL(wire::error_summary(
-                    R"({"error":{"message":"Rate limit","type":"x"}})"),
-                  "Rate limit");
+  CAF_CHECK_EQUAL(
+    wire::error_summary(R"({"error":{"message":"Rate limit","type":"x"}})"),
+    "Rate limit");
   CAF_CHECK_EQUAL(wire::error_summary(
                     R"({"type":"error","error":{"type":"overloaded_error",)"
                     R"("message":"Overloaded"}})"),
@@ -382,20 +378,23 @@ CAF_TEST(sse parsing survives any split of the stream) {
     {"crlf", "data: a\r\n\r\ndata: b\r\n\r\n", {{"", "a"}, {"", "b"}}},
     {"cr", "data: a\r\rdata: b\r\r", {{"", "a"}, {"", "b"}}},
     {"comments and keep-alives",
-     ": keep-alive\n\n:ping\ndata: x\n: mid\n\n", {{"", "x"}}},
-    {"multi-line data", "data: l1\ndata: l2\ndata:\n\n",
-     {{"", "l1\nl2\n"}}},
+     ": keep-alive\n\n:ping\ndata: x\n: mid\n\n",
+     {{"", "x"}}},
+    {"multi-line data", "data: l1\ndata: l2\ndata:\n\n", {{"", "l1\nl2\n"}}},
     {"no space after colon", "data:tight\n\n", {{"", "tight"}}},
     {"event names",
      "event: message_start\ndata: {}\n\nevent: ping\ndata: p\n\n",
      {{"message_start", "{}"}, {"ping", "p"}}},
-    {"event without data is dropped", "event: lonely\n\ndata: d\n\n",
+    {"event without data is dropped",
+     "event: lonely\n\ndata: d\n\n",
      {{"", "d"}}},
     {"id and retry ignored", "id: 7\nretry: 10\ndata: d\n\n", {{"", "d"}}},
-    {"unterminated last event", "data: a\n\ndata: [DONE]",
+    {"unterminated last event",
+     "data: a\n\ndata: [DONE]",
      {{"", "a"}, {"", "[DONE]"}}},
     {"done with single newline", "data: [DONE]\n", {{"", "[DONE]"}}},
-    {"openai", "data: {\"x\":1}\n\ndata: [DONE]\n\n",
+    {"openai",
+     "data: {\"x\":1}\n\ndata: [DONE]\n\n",
      {{"", "{\"x\":1}"}, {"", "[DONE]"}}},
   };
   for (auto& r : rows) {
@@ -426,24 +425,26 @@ CAF_TEST(openai streams decode into deltas and accumulated tool calls) {
     return result;
   };
   CAF_CHECK(feed(R"({"model":"m1","choices":[{"delta":{"role":"assistant",
-    "content":""}}]})") == step::more);
-  CAF_CHECK(feed(R"({"choices":[{"delta":{"content":"Hel"}}]})")
+    "content":""}}]})")
             == step::more);
-  CAF_CHECK(feed(R"({"choices":[{"delta":{"content":"lo"}}]})")
-            == step::more);
+  CAF_CHECK(feed(R"({"choices":[{"delta":{"content":"Hel"}}]})") == step::more);
+  CAF_CHECK(feed(R"({"choices":[{"delta":{"content":"lo"}}]})") == step::more);
   CAF_CHECK(feed(R"({"choices":[{"delta":{"tool_calls":[{"index":0,
     "id":"c1","function":{"name":"f","arguments":""}},{"index":1,"id":"c2",
-    "function":{"name":"g","arguments":"{"}}]}}]})") == step::more);
+    "function":{"name":"g","arguments":"{"}}]}}]})")
+            == step::more);
   CAF_CHECK(feed(R"({"choices":[{"delta":{"tool_calls":[{"index":0,
-    "function":{"arguments":"{\"a\""}}]}}]})") == step::more);
+    "function":{"arguments":"{\"a\""}}]}}]})")
+            == step::more);
   CAF_CHECK(feed(R"({"choices":[{"delta":{"tool_calls":[{"index":1,
-    "function":{"arguments":"}"}}]}}]})") == step::more);
+    "function":{"arguments":"}"}}]}}]})")
+            == step::more);
   CAF_CHECK(feed(R"({"choices":[{"delta":{"tool_calls":[{"index":0,
-    "function":{"arguments":":1}"}}]}}]})") == step::more);
+    "function":{"arguments":":1}"}}]}}]})")
+            == step::more);
   CAF_CHECK(feed(R"({"choices":[{"delta":{},"finish_reason":"tool_calls"}]})")
             == step::more);
-  CAF_CHECK(feed(R"({"choices":[],"usage":{"total_tokens":3}})")
-            == step::more);
+  CAF_CHECK(feed(R"({"choices":[],"usage":{"total_tokens":3}})") == step::more);
   CAF_CHECK(feed("[DONE]") == step::done);
   CAF_CHECK_EQUAL(deltas, std::vector<std::string>({"Hel", "lo"}));
   auto& c = dec.result();
@@ -469,37 +470,42 @@ CAF_TEST(anthropic streams decode into deltas and tool input) {
     return result;
   };
   CAF_CHECK(feed("message_start", R"({"type":"message_start","message":
-    {"model":"claude-x","content":[]}})") == step::more);
-  CAF_CHECK(feed("content_block_start", R"({"type":"content_block_start",
-    "index":0,"content_block":{"type":"text","text":""}})") == step::more);
-  CAF_CHECK(feed("ping", R"({"type":"ping"})") == step::more);
-  CAF_CHECK(feed("content_block_delta", R"({"type":"content_block_delta",
-    "index":0,"delta":{"type":"text_delta","text":"Hi"}})") == step::more);
-  CAF_CHECK(feed("content_block_stop",
-                 R"({"type":"content_block_stop","index":0})")
+    {"model":"claude-x","content":[]}})")
             == step::more);
   CAF_CHECK(feed("content_block_start", R"({"type":"content_block_start",
+    "index":0,"content_block":{"type":"text","text":""}})")
+            == step::more);
+  CAF_CHECK(feed("ping", R"({"type":"ping"})") == step::more);
+  CAF_CHECK(feed("content_block_delta", R"({"type":"content_block_delta",
+    "index":0,"delta":{"type":"text_delta","text":"Hi"}})")
+            == step::more);
+  CAF_CHECK(
+    feed("content_block_stop", R"({"type":"content_block_stop","index":0})")
+    == step::more);
+  CAF_CHECK(feed("content_block_start", R"({"type":"content_block_start",
     "index":1,"content_block":{"type":"tool_use","id":"tu1","name":"f",
-    "input":{}}})") == step::more);
+    "input":{}}})")
+            == step::more);
   CAF_CHECK(feed("content_block_delta", R"({"type":"content_block_delta",
     "index":1,"delta":{"type":"input_json_delta","partial_json":"{\"a\":"}})")
             == step::more);
   CAF_CHECK(feed("content_block_delta", R"({"type":"content_block_delta",
     "index":1,"delta":{"type":"input_json_delta","partial_json":"2}"}})")
             == step::more);
-  CAF_CHECK(feed("content_block_stop",
-                 R"({"type":"content_block_stop","index":1})")
-            == step::more);
+  CAF_CHECK(
+    feed("content_block_stop", R"({"type":"content_block_stop","index":1})")
+    == step::more);
   CAF_CHECK(feed("content_block_start", R"({"type":"content_block_start",
     "index":2,"content_block":{"type":"tool_use","id":"tu2","name":"g",
-    "input":{}}})") == step::more);
-  CAF_CHECK(feed("content_block_stop",
-                 R"({"type":"content_block_stop","index":2})")
+    "input":{}}})")
             == step::more);
+  CAF_CHECK(
+    feed("content_block_stop", R"({"type":"content_block_stop","index":2})")
+    == step::more);
   CAF_CHECK(feed("message_delta", R"({"type":"message_delta","delta":
-    {"stop_reason":"tool_use"}})") == step::more);
-  CAF_CHECK(feed("message_stop", R"({"type":"message_stop"})")
-            == step::done);
+    {"stop_reason":"tool_use"}})")
+            == step::more);
+  CAF_CHECK(feed("message_stop", R"({"type":"message_stop"})") == step::done);
   auto& c = dec.result();
   CAF_CHECK_EQUAL(text, "Hi");
   CAF_CHECK_EQUAL(c.text, "Hi");
@@ -527,8 +533,9 @@ CAF_TEST(stream errors and garbage fail the decoder) {
   }
   {
     wire::stream_decoder dec{wire::api::openai};
-    CAF_CHECK(dec.on_event("", R"({"error":{"message":"Rate limit reached",)"
-                               R"("type":"rate_limit_exceeded"}})",
+    CAF_CHECK(dec.on_event("",
+                           R"({"error":{"message":"Rate limit reached",)"
+                           R"("type":"rate_limit_exceeded"}})",
                            delta)
               == step::failed);
     CAF_CHECK(dec.provider_error());
@@ -646,9 +653,8 @@ CAF_TEST(openai streamed calls deliver deltas in order) {
   auto p = run(*ep, "one two three four");
   CAF_REQUIRE(p->ok());
   CAF_CHECK_EQUAL(p->ok()->text, "echo: one two three four");
-  CAF_CHECK_EQUAL(p->deltas, std::vector<std::string>({"echo: ", "one ",
-                                                       "two ", "three ",
-                                                       "four"}));
+  CAF_CHECK_EQUAL(p->deltas, std::vector<std::string>(
+                               {"echo: ", "one ", "two ", "three ", "four"}));
   CAF_CHECK_EQUAL(p->joined(), p->ok()->text);
   auto req = server->last_request();
   CAF_CHECK_EQUAL(req.headers.count("authorization"), 0u);
@@ -665,8 +671,8 @@ CAF_TEST(anthropic calls plain and streamed) {
     CAF_CHECK_EQUAL(p->ok()->text, "echo: alpha beta");
     CAF_CHECK_EQUAL(p->ok()->finish_reason, "stop");
     if (stream)
-      CAF_CHECK_EQUAL(p->deltas, std::vector<std::string>({"echo: ", "alpha ",
-                                                           "beta"}));
+      CAF_CHECK_EQUAL(p->deltas,
+                      std::vector<std::string>({"echo: ", "alpha ", "beta"}));
     else
       CAF_CHECK(p->deltas.empty());
     auto req = server->last_request();
@@ -696,16 +702,15 @@ CAF_TEST(tool calls arrive in both apis and both modes) {
       CAF_CHECK_EQUAL(c.finish_reason, "tool_calls");
       CAF_REQUIRE_EQUAL(c.tool_calls.size(), 1u);
       CAF_CHECK_EQUAL(c.tool_calls[0].name, "get_weather");
-      CAF_CHECK_EQUAL(c.tool_calls[0].id, std::string{kind} == "openai"
-                                            ? "call_1"
-                                            : "toolu_1");
+      CAF_CHECK_EQUAL(c.tool_calls[0].id,
+                      std::string{kind} == "openai" ? "call_1" : "toolu_1");
       CAF_CHECK_EQUAL(json::parse(c.tool_calls[0].arguments),
                       json::parse(tool_args));
     }
   }
 }
 
-CAF_TEST(sequential calls reuse one keep-alive connection) {
+CAF_TEST(sequential calls reuse one keep - alive connection) {
   for (auto stream : {false, true}) {
     auto before = server->connections();
     auto ep = endpoint("openai", stream);
@@ -762,7 +767,7 @@ CAF_TEST(refused connections fail as connect_refused) {
   CAF_CHECK(!f.failure.status);
 }
 
-CAF_TEST(connections reset mid-answer fail as reset) {
+CAF_TEST(connections reset mid - answer fail as reset) {
   for (auto stream : {false, true}) {
     CAF_MESSAGE("stream " << stream);
     auto ep = endpoint("openai", stream);
@@ -828,9 +833,8 @@ CAF_TEST(streams cut before their terminal event fail as partial) {
     CAF_CHECK(f.partial);
     CAF_CHECK(!p->deltas.empty());
     CAF_CHECK_EQUAL(transport_name(f.failure.transport), "reset");
-    CAF_CHECK(contains(f.message, std::string{kind} == "openai"
-                                    ? "[DONE]"
-                                    : "message_stop"));
+    CAF_CHECK(contains(
+      f.message, std::string{kind} == "openai" ? "[DONE]" : "message_stop"));
   }
   // A plain answer short of its Content-Length.
   auto ep = endpoint("openai", false);
@@ -955,9 +959,9 @@ CAF_TEST(https verifies the server certificate) {
     for (auto stream : {false, true}) {
       CAF_MESSAGE(host << " stream " << stream);
       auto cfg = http_provider("anthropic",
-                          std::string{"https://"} + host + ":"
-                            + std::to_string(server->port()),
-                          stream);
+                               std::string{"https://"} + host + ":"
+                                 + std::to_string(server->port()),
+                               stream);
       cfg.ca_file = ca_file;
       auto trusted = endpoint(cfg);
       CAF_CHECK_EQUAL(run_ok(*trusted, "secure").text, "echo: secure");

@@ -22,8 +22,9 @@ client_frame decode_ok(std::string_view text,
                        const decode_limits& lim = limits()) {
   auto result = decode_client_frame(text, lim);
   if (auto err = std::get_if<frame_error>(&result))
-    CAF_FAIL("expected a valid frame for " << std::string{text} << ", got " << err->code
-                                           << ": " << err->message);
+    CAF_FAIL("expected a valid frame for " << std::string{text} << ", got "
+                                           << err->code << ": "
+                                           << err->message);
   return std::get<client_frame>(std::move(result));
 }
 
@@ -104,9 +105,8 @@ CAF_TEST(history frames round trip and default their paging) {
     R"({"type":"history","thread":"t1","after":18446744073709551615,"limit":1000})");
   CAF_CHECK_EQUAL(big.after, 18446744073709551615u);
   CAF_CHECK_EQUAL(big.limit, 1000u);
-  CAF_CHECK_EQUAL(decode_ok(R"({"type":"history","thread":"t","limit":1})")
-                    .limit,
-                  1u);
+  CAF_CHECK_EQUAL(
+    decode_ok(R"({"type":"history","thread":"t","limit":1})").limit, 1u);
 }
 
 CAF_TEST(ping frames round trip) {
@@ -180,8 +180,9 @@ CAF_TEST(text up to the limit is accepted) {
   auto f = decode_ok(send_frame("t", "m", std::string(10, 'a')), lim);
   CAF_CHECK_EQUAL(f.text.size(), 10u);
   // The limit counts bytes of UTF-8, not characters.
-  auto e = decode_err(send_frame("t", "m", "\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9"
-                                           "\xc3\xa9\xc3\xa9"),
+  auto e = decode_err(send_frame("t", "m",
+                                 "\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9"
+                                 "\xc3\xa9\xc3\xa9"),
                       lim);
   CAF_CHECK_EQUAL(e.code, "too_large");
 }
@@ -203,8 +204,8 @@ CAF_TEST(malformed json is bad_json) {
 }
 
 CAF_TEST(non objects are bad_frame) {
-  for (auto text : {"[]", "42", R"("ping")", "null", "true",
-                    R"([{"type":"ping"}])"}) {
+  for (auto text :
+       {"[]", "42", R"("ping")", "null", "true", R"([{"type":"ping"}])"}) {
     auto e = decode_err(text);
     CAF_CHECK_EQUAL(e.code, "bad_frame");
     CAF_CHECK_EQUAL(e.message, "frame must be a JSON object");
@@ -331,7 +332,8 @@ CAF_TEST(invalid utf8 is invalid_utf8) {
     CAF_CHECK_EQUAL(decode_err(text).code, "invalid_utf8");
   }
   // A proper surrogate pair is fine.
-  auto f = decode_ok(R"({"type":"send","thread":"t","id":"m","text":"\ud83d\ude00"})");
+  auto f = decode_ok(
+    R"({"type":"send","thread":"t","id":"m","text":"\ud83d\ude00"})");
   CAF_CHECK_EQUAL(f.text, "\xf0\x9f\x98\x80");
   CAF_CHECK(valid_utf8(f.text));
 }
@@ -356,13 +358,15 @@ CAF_TEST(deep nesting neither crashes nor blocks decoding) {
   CAF_CHECK_EQUAL(f.id, "p");
 }
 
-// -- server frames --------------------------------------------------------------
+// -- server frames
+// --------------------------------------------------------------
 
 CAF_TEST(hello frames name the protocol version and node) {
   auto j = server(hello_frame("node-a"), "hello");
   CAF_CHECK_EQUAL(j["protocol"].get<int>(), 1);
   CAF_CHECK_EQUAL(j["node"].get<std::string>(), "node-a");
-  CAF_CHECK_EQUAL(hello_frame("n"), R"({"type":"hello","protocol":1,"node":"n"})");
+  CAF_CHECK_EQUAL(hello_frame("n"),
+                  R"({"type":"hello","protocol":1,"node":"n"})");
 }
 
 CAF_TEST(ack frames) {
@@ -371,9 +375,9 @@ CAF_TEST(ack frames) {
   CAF_CHECK_EQUAL(j["id"].get<std::string>(), "m1");
   CAF_CHECK_EQUAL(j["seq"].get<uint64_t>(), 7u);
   CAF_CHECK_EQUAL(j["duplicate"].get<bool>(), false);
-  CAF_CHECK_EQUAL(server(ack_frame("t1", "m1", 7, true), "ack")["duplicate"]
-                    .get<bool>(),
-                  true);
+  CAF_CHECK_EQUAL(
+    server(ack_frame("t1", "m1", 7, true), "ack")["duplicate"].get<bool>(),
+    true);
   CAF_CHECK_EQUAL(ack_frame("t", "m", 18446744073709551615u, false),
                   R"({"type":"ack","thread":"t","id":"m",)"
                   R"("seq":18446744073709551615,"duplicate":false})");
@@ -413,18 +417,16 @@ CAF_TEST(error outcomes) {
   CAF_CHECK_EQUAL(j["id"].get<std::string>(), "m2");
   // An error entry without a code still gets one.
   entry.code.clear();
-  CAF_CHECK_EQUAL(server(outcome_frame("t1", entry), "error")["code"]
-                    .get<std::string>(),
-                  "turn_failed");
+  CAF_CHECK_EQUAL(
+    server(outcome_frame("t1", entry), "error")["code"].get<std::string>(),
+    "turn_failed");
 }
 
 CAF_TEST(error frames) {
-  auto j = server(error_frame("bad_value", "field 'limit' must be ...", "h1",
-                              "t1"),
-                  "error");
+  auto j = server(
+    error_frame("bad_value", "field 'limit' must be ...", "h1", "t1"), "error");
   CAF_CHECK_EQUAL(j["code"].get<std::string>(), "bad_value");
-  CAF_CHECK_EQUAL(j["message"].get<std::string>(),
-                  "field 'limit' must be ...");
+  CAF_CHECK_EQUAL(j["message"].get<std::string>(), "field 'limit' must be ...");
   CAF_CHECK_EQUAL(j["id"].get<std::string>(), "h1");
   CAF_CHECK_EQUAL(j["thread"].get<std::string>(), "t1");
   auto bare = server(error_frame("bad_json", "malformed JSON"), "error");

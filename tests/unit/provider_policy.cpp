@@ -121,8 +121,8 @@ CAF_TEST(classification by table) {
     {"text rate limit", text("Rate limit reached for requests"),
      error_class::rate_limit},
     {"text quota exceeded", text("quota exceeded"), error_class::rate_limit},
-    {"text model does not exist",
-     text("The model `gpt-9` does not exist"), error_class::model_not_found},
+    {"text model does not exist", text("The model `gpt-9` does not exist"),
+     error_class::model_not_found},
     {"text unclassified with status", http(418, "rate limit"),
      error_class::invalid_request},
     {"cause timeout",
@@ -133,11 +133,10 @@ CAF_TEST(classification by table) {
      with_causes(provider_failure{},
                  {"wrapper", "401 Unauthorized", "Rate limit"}),
      error_class::auth},
-    {"own class beats causes",
-     with_causes(http(503), {"invalid api key"}), error_class::overloaded},
+    {"own class beats causes", with_causes(http(503), {"invalid api key"}),
+     error_class::overloaded},
     {"cause beyond depth 5 ignored",
-     with_causes(provider_failure{},
-                 {"a", "b", "c", "d", "e", "overloaded"}),
+     with_causes(provider_failure{}, {"a", "b", "c", "d", "e", "overloaded"}),
      error_class::unknown},
     {"cause at depth 5 used",
      with_causes(provider_failure{}, {"a", "b", "c", "d", "overloaded"}),
@@ -179,8 +178,7 @@ CAF_TEST(retry after http date) {
   CAF_CHECK_EQUAL(
     parse_retry_after("Tue, 20 Oct 2015 07:28:00 GMT", now)->count(), 0);
   CAF_CHECK_EQUAL(
-    parse_retry_after("Thu, 22 Oct 2015 07:28:00 GMT", now)->count(),
-    86400000);
+    parse_retry_after("Thu, 22 Oct 2015 07:28:00 GMT", now)->count(), 86400000);
   CAF_CHECK_EQUAL(
     parse_retry_after("Tue, 01 Mar 2016 00:00:00 GMT",
                       system_clock::time_point{seconds{1456790400 - 86400}})

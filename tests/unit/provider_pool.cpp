@@ -25,9 +25,9 @@ scripted_step reply(std::string text, caf::timespan delay = {}) {
   return step;
 }
 
-scripted_step failure(std::string cls,
-                      std::optional<std::chrono::milliseconds> retry_after
-                      = std::nullopt) {
+scripted_step
+failure(std::string cls,
+        std::optional<std::chrono::milliseconds> retry_after = std::nullopt) {
   scripted_step step;
   step.fail = std::move(cls);
   step.retry_after = retry_after;
@@ -128,8 +128,9 @@ bool contains(const std::string& haystack, const std::string& needle) {
 } // namespace
 
 CAF_TEST(transient failures are retried with exponential backoff) {
-  fixture f{pool_config_of({scripted(
-    "a", {failure("overloaded"), failure("overloaded"), reply("ok {input}")})})};
+  fixture f{
+    pool_config_of({scripted("a", {failure("overloaded"), failure("overloaded"),
+                                   reply("ok {input}")})})};
   f.post("t", "1", "hi");
   CAF_CHECK_EQUAL(f.history("t").size(), 1u);
   CAF_CHECK(contains(f.detail("t", "retrying_provider"), "in 1 s"));

@@ -818,8 +818,8 @@ CAF_TEST(the listing reads return everything in key order) {
   CAF_CHECK_EQUAL((*links)[1].child, "t1.x.kid");
   CAF_CHECK_EQUAL(value_or(db->children("t1"), std::vector<std::string>{}),
                   (std::vector<std::string>{"t1.a", "t1.x.kid"}));
-  CAF_CHECK(value_or(db->children("t1.x"), std::vector<std::string>{"?"})
-              .empty());
+  CAF_CHECK(
+    value_or(db->children("t1.x"), std::vector<std::string>{"?"}).empty());
   auto outbox = db->outbox();
   CAF_REQUIRE_EQUAL(outcome(outbox), "none");
   CAF_REQUIRE_EQUAL(outbox->size(), 2u);
@@ -897,7 +897,7 @@ CAF_TEST(lenient reads list corrupt records and return the rest) {
                   "client_ids t1/c9: not a sequence number");
 }
 
-CAF_TEST(a read-only store reads beside a writer and refuses every write) {
+CAF_TEST(a read - only store reads beside a writer and refuses every write) {
   accept(make_accept("t1", 1, "c1", "hello", true));
   spawn("t1", "t1.a");
   flush();
@@ -913,8 +913,9 @@ CAF_TEST(a read-only store reads beside a writer and refuses every write) {
   auto snapshot = reader.load_thread("t1");
   CAF_REQUIRE_EQUAL(outcome(snapshot), "none");
   CAF_CHECK_EQUAL(snapshot->inbox.size(), 1u);
-  auto read_only = "the database in " + dir + " is open read-only: cannot "
-                                              "write";
+  auto read_only = "the database in " + dir
+                   + " is open read-only: cannot "
+                     "write";
   auto accepted = reader.stage_accept(make_accept("t1", 2, "c2", "x"));
   CAF_CHECK_EQUAL(error_of(accepted), ec::storage_io);
   CAF_CHECK_EQUAL(message_of(accepted), read_only);
@@ -945,10 +946,10 @@ CAF_TEST(a read-only store reads beside a writer and refuses every write) {
 CAF_TEST(an older database without the outbox opens read-only and for writing) {
   close();
   // The column families of a build before the outbox existed.
-  std::vector<std::string> old_families{"default", "sessions", "tree",
-                                        "inbox",   "context",  "log",
-                                        "health",  "dead_letters",
-                                        "meta",    "client_ids"};
+  std::vector<std::string> old_families{"default",   "sessions",     "tree",
+                                        "inbox",     "context",      "log",
+                                        "health",    "dead_letters", "meta",
+                                        "client_ids"};
   auto old_dir = (tmp.path() / "old").string();
   {
     rocksdb::Options opts;
@@ -959,11 +960,11 @@ CAF_TEST(an older database without the outbox opens read-only and for writing) {
       descriptors.emplace_back(name, rocksdb::ColumnFamilyOptions{});
     std::vector<rocksdb::ColumnFamilyHandle*> handles;
     rocksdb::DB* raw = nullptr;
-    auto status = rocksdb::DB::Open(opts, old_dir, descriptors, &handles,
-                                    &raw);
+    auto status = rocksdb::DB::Open(opts, old_dir, descriptors, &handles, &raw);
     CAF_REQUIRE_EQUAL(status.ToString(), "OK");
-    CAF_CHECK(raw->Put(rocksdb::WriteOptions{}, handles[1], "t1",
-                       encode(make_session("t1")))
+    CAF_CHECK(raw
+                ->Put(rocksdb::WriteOptions{}, handles[1], "t1",
+                      encode(make_session("t1")))
                 .ok());
     for (auto* handle : handles)
       raw->DestroyColumnFamilyHandle(handle);
@@ -981,9 +982,8 @@ CAF_TEST(an older database without the outbox opens read-only and for writing) {
   CAF_CHECK(snapshot->outbox.empty());
   reader->reset();
   std::vector<std::string> names;
-  CAF_REQUIRE(rocksdb::DB::ListColumnFamilies(rocksdb::Options{}, old_dir,
-                                              &names)
-                .ok());
+  CAF_REQUIRE(
+    rocksdb::DB::ListColumnFamilies(rocksdb::Options{}, old_dir, &names).ok());
   CAF_CHECK(std::find(names.begin(), names.end(), "outbox") == names.end());
   // Opening for writing adds the new family.
   auto writer = store::open(old_dir);
@@ -996,9 +996,8 @@ CAF_TEST(an older database without the outbox opens read-only and for writing) {
     return commit;
   }());
   CAF_CHECK_EQUAL(render((*writer)->flush()), "none");
-  CAF_CHECK_EQUAL(value_or((*writer)->outbox(), std::vector<outbox_entry>{})
-                    .size(),
-                  1u);
+  CAF_CHECK_EQUAL(
+    value_or((*writer)->outbox(), std::vector<outbox_entry>{}).size(), 1u);
 }
 
 CAF_TEST(a recovery report survives the meta round trip) {
@@ -1030,8 +1029,8 @@ CAF_TEST(a recovery report survives the meta round trip) {
   CAF_CHECK_EQUAL(back->cancels_finished, 1u);
   // Counters a report of an older build lacks read as 0; a bad step names
   // itself.
-  auto minimal = decode<recovery_report>(
-    R"({"started_at":1,"finished_at":2,"steps":[]})");
+  auto minimal
+    = decode<recovery_report>(R"({"started_at":1,"finished_at":2,"steps":[]})");
   CAF_REQUIRE_EQUAL(outcome(minimal), "none");
   CAF_CHECK_EQUAL(minimal->cancels_finished, 0u);
   auto bad_step = decode<recovery_report>(

@@ -107,8 +107,8 @@ struct fixture : test_coordinator_fixture<system_config> {
     return ptr != nullptr ? to_string(ptr->status) : "absent";
   }
 
-  void crash(const caf::actor& hdl, caf::error reason
-                                    = caf::make_error(ec::turn_failed)) {
+  void crash(const caf::actor& hdl,
+             caf::error reason = caf::make_error(ec::turn_failed)) {
     CAF_REQUIRE(hdl);
     self->send_exit(hdl, std::move(reason));
     consume_messages();
@@ -124,15 +124,15 @@ struct fixture : test_coordinator_fixture<system_config> {
   std::shared_ptr<std::optional<caf::error>> watch(const caf::actor& hdl) {
     auto result = std::make_shared<std::optional<caf::error>>();
     // Kept referenced: an unreferenced actor would be collected.
-    watchers.push_back(sys.spawn([hdl, result](caf::event_based_actor* w)
-                                   -> caf::behavior {
-      w->monitor(hdl);
-      w->set_down_handler([w, result](caf::down_msg& msg) {
-        *result = msg.reason;
-        w->quit();
-      });
-      return {[](int) {}};
-    }));
+    watchers.push_back(
+      sys.spawn([hdl, result](caf::event_based_actor* w) -> caf::behavior {
+        w->monitor(hdl);
+        w->set_down_handler([w, result](caf::down_msg& msg) {
+          *result = msg.reason;
+          w->quit();
+        });
+        return {[](int) {}};
+      }));
     consume_messages();
     return result;
   }
@@ -207,8 +207,8 @@ CAF_TEST(one_for_one restarts only the failed child) {
   CAF_CHECK_EQUAL(state_of(sup).find("a")->restarts, 0u);
 }
 
-CAF_TEST(one_for_all restarts all children in order after stopping the rest
-           in reverse order) {
+CAF_TEST(one_for_all restarts all children in order after stopping the rest in
+           reverse order) {
   auto sup = spawn_sup(config(restart_strategy::one_for_all,
                               {worker_spec("a", log), worker_spec("b", log),
                                worker_spec("c", log)}));
@@ -217,8 +217,8 @@ CAF_TEST(one_for_all restarts all children in order after stopping the rest
   auto c = child_id(sup, "c");
   take_log();
   crash(child(sup, "b"));
-  CAF_CHECK_EQUAL(take_log(), (strings{"stop:b", "stop:c", "stop:a",
-                                       "start:a", "start:b", "start:c"}));
+  CAF_CHECK_EQUAL(take_log(), (strings{"stop:b", "stop:c", "stop:a", "start:a",
+                                       "start:b", "start:c"}));
   for (auto [id, old] : {std::pair{"a", a}, {"b", b}, {"c", c}}) {
     CAF_CHECK_NOT_EQUAL(child_id(sup, id), old);
     CAF_CHECK_EQUAL(status(sup, id), "running");
@@ -234,8 +234,8 @@ CAF_TEST(rest_for_one restarts the failed child and those started after it) {
   auto c = child_id(sup, "c");
   take_log();
   crash(child(sup, "b"));
-  CAF_CHECK_EQUAL(take_log(), (strings{"stop:b", "stop:d", "stop:c",
-                                       "start:b", "start:c", "start:d"}));
+  CAF_CHECK_EQUAL(take_log(), (strings{"stop:b", "stop:d", "stop:c", "start:b",
+                                       "start:c", "start:d"}));
   CAF_CHECK_EQUAL(child_id(sup, "a"), a);
   CAF_CHECK_NOT_EQUAL(child_id(sup, "b"), b);
   CAF_CHECK_NOT_EQUAL(child_id(sup, "c"), c);
@@ -243,13 +243,13 @@ CAF_TEST(rest_for_one restarts the failed child and those started after it) {
 }
 
 CAF_TEST(restart types decide after normal and abnormal exits) {
-  auto sup = spawn_sup(config(
-    restart_strategy::one_for_one,
-    {worker_spec("p", log, restart_type::permanent),
-     worker_spec("t", log, restart_type::transient),
-     worker_spec("u", log, restart_type::transient),
-     worker_spec("s", log, restart_type::transient),
-     worker_spec("x", log, restart_type::temporary)}));
+  auto sup
+    = spawn_sup(config(restart_strategy::one_for_one,
+                       {worker_spec("p", log, restart_type::permanent),
+                        worker_spec("t", log, restart_type::transient),
+                        worker_spec("u", log, restart_type::transient),
+                        worker_spec("s", log, restart_type::transient),
+                        worker_spec("x", log, restart_type::temporary)}));
   auto p = child_id(sup, "p");
   quit_normally(child(sup, "p"));
   CAF_CHECK_NOT_EQUAL(child_id(sup, "p"), p);
@@ -269,20 +269,19 @@ CAF_TEST(restart types decide after normal and abnormal exits) {
   auto ids = strings{};
   for (auto& info : tree(sup))
     ids.push_back(info.id + "=" + info.state);
-  CAF_CHECK_EQUAL(ids, (strings{"p=running", "t=stopped", "u=running",
-                                "s=stopped"}));
+  CAF_CHECK_EQUAL(
+    ids, (strings{"p=running", "t=stopped", "u=running", "s=stopped"}));
   CAF_CHECK(is_normal_exit(caf::exit_reason::normal));
   CAF_CHECK(is_normal_exit(caf::make_error(ec::shutdown, "ctx")));
   CAF_CHECK(!is_normal_exit(caf::make_error(ec::killed)));
   CAF_CHECK(!is_normal_exit(caf::exit_reason::kill));
 }
 
-CAF_TEST(exceeding the intensity stops the children in reverse order and
-           exits with shutdown) {
-  auto sup = spawn_sup(config(restart_strategy::one_for_one,
-                              {worker_spec("a", log), worker_spec("b", log),
-                               worker_spec("c", log)},
-                              2));
+CAF_TEST(exceeding the intensity stops the children in reverse order and exits
+           with shutdown) {
+  auto sup = spawn_sup(config(
+    restart_strategy::one_for_one,
+    {worker_spec("a", log), worker_spec("b", log), worker_spec("c", log)}, 2));
   auto exited = watch(sup);
   crash(child(sup, "b"));
   advance_time(6s); // The first restart leaves the 5 s window.
@@ -301,10 +300,11 @@ CAF_TEST(a child supervisor giving up escalates through two levels) {
   auto mid_cfg = config(restart_strategy::one_for_one, {worker_spec("w", log)},
                         0);
   mid_cfg.name = "mid";
-  auto root_cfg = config(restart_strategy::one_for_one,
-                         {worker_spec("a", log), supervisor_spec("mid", mid_cfg),
-                          worker_spec("z", log)},
-                         1);
+  auto root_cfg
+    = config(restart_strategy::one_for_one,
+             {worker_spec("a", log), supervisor_spec("mid", mid_cfg),
+              worker_spec("z", log)},
+             1);
   root_cfg.name = "root";
   auto root = spawn_sup(root_cfg);
   auto exited = watch(root);
@@ -327,15 +327,16 @@ CAF_TEST(a child supervisor giving up escalates through two levels) {
   crash(child(mid2, "w"));
   CAF_CHECK_EQUAL(take_log(), (strings{"stop:w", "stop:z", "stop:a"}));
   CAF_REQUIRE(exited->has_value());
-  CAF_CHECK_EQUAL(render(**exited), "shutdown: root: restart intensity exceeded");
+  CAF_CHECK_EQUAL(render(**exited),
+                  "shutdown: root: restart intensity exceeded");
 }
 
 CAF_TEST(a child that ignores shutdown is killed exactly at its timeout) {
   auto slow = worker_spec("b", log, restart_type::permanent, true);
   slow.shutdown = shutdown_spec::with_timeout(1s);
-  auto sup = spawn_sup(config(restart_strategy::one_for_one,
-                              {worker_spec("a", log), slow,
-                               worker_spec("c", log)}));
+  auto sup
+    = spawn_sup(config(restart_strategy::one_for_one,
+                       {worker_spec("a", log), slow, worker_spec("c", log)}));
   auto exited = watch(sup);
   take_log();
   self->send_exit(sup, caf::exit_reason::user_shutdown);
@@ -355,14 +356,14 @@ CAF_TEST(a child that ignores shutdown is killed exactly at its timeout) {
 CAF_TEST(brutal_kill kills at once and never reaches the supervisor) {
   auto brutal = worker_spec("b", log, restart_type::permanent, true);
   brutal.shutdown = shutdown_spec::brutal();
-  auto sup = spawn_sup(config(restart_strategy::one_for_all,
-                              {worker_spec("a", log), brutal,
-                               worker_spec("c", log)}));
+  auto sup
+    = spawn_sup(config(restart_strategy::one_for_all,
+                       {worker_spec("a", log), brutal, worker_spec("c", log)}));
   take_log();
   // one_for_all stops b (brutally) as part of the group restart.
   crash(child(sup, "c"));
-  CAF_CHECK_EQUAL(take_log(), (strings{"stop:c", "stop:b", "stop:a",
-                                       "start:a", "start:b", "start:c"}));
+  CAF_CHECK_EQUAL(take_log(), (strings{"stop:c", "stop:b", "stop:a", "start:a",
+                                       "start:b", "start:c"}));
   // CAF's untrappable kill sent straight to a child does not propagate to
   // the supervisor, which only monitors it.
   auto b = child_id(sup, "b");
@@ -397,8 +398,8 @@ CAF_TEST(backoff delays grow and are capped and reset after a stable period) {
     CAF_CHECK_EQUAL(status(sup, "b"), "restarting");
     delays.push_back(time_to_restart(sup, "b"));
   }
-  CAF_CHECK_EQUAL(delays, (std::vector<caf::timespan>{100ms, 200ms, 400ms,
-                                                      400ms}));
+  CAF_CHECK_EQUAL(delays,
+                  (std::vector<caf::timespan>{100ms, 200ms, 400ms, 400ms}));
   advance_time(10s);
   consume_messages();
   crash(child(sup, "b"));
@@ -480,10 +481,9 @@ CAF_TEST(held requests fail when the child does not come back) {
   auto spec = worker_spec("b", log);
   spec.backoff.initial = 100ms;
   spec.backoff.jitter = 0;
-  auto sup = spawn_sup(config(restart_strategy::one_for_one,
-                              {spec, worker_spec("t", log,
-                                                 restart_type::transient)},
-                              100));
+  auto sup = spawn_sup(
+    config(restart_strategy::one_for_one,
+           {spec, worker_spec("t", log, restart_type::transient)}, 100));
   crash(child(sup, "b"));
   auto r1 = self->request(sup, caf::infinite, atom::forward_v, std::string{"b"},
                           caf::make_message(std::string{"one"}));
@@ -498,15 +498,16 @@ CAF_TEST(held requests fail when the child does not come back) {
 }
 
 CAF_TEST(forwarding to unknown or stopped children fails clearly) {
-  auto sup = spawn_sup(config(restart_strategy::one_for_one,
-                              {worker_spec("t", log, restart_type::transient)}));
+  auto sup
+    = spawn_sup(config(restart_strategy::one_for_one,
+                       {worker_spec("t", log, restart_type::transient)}));
   auto res = ask<std::string>(sup, atom::forward_v, std::string{"nope"},
-                 caf::make_message(std::string{"x"}));
+                              caf::make_message(std::string{"x"}));
   CAF_REQUIRE(!res);
   CAF_CHECK_EQUAL(render(res.error()), "not_found: test: no child 'nope'");
   quit_normally(child(sup, "t"));
   res = ask<std::string>(sup, atom::forward_v, std::string{"t"},
-            caf::make_message(std::string{"x"}));
+                         caf::make_message(std::string{"x"}));
   CAF_REQUIRE(!res);
   CAF_CHECK_EQUAL(render(res.error()), "unavailable: child 't' is stopped");
 }
@@ -533,8 +534,9 @@ CAF_TEST(which_children describes the tree and kill_child walks paths) {
   auto y = child_id(providers, "y");
   CAF_CHECK_EQUAL(t[1].children[1].actor_id, y);
   // Kill by path (default reason: killed); y comes back.
-  auto res = ask<caf::ok_atom>(sup, atom::kill_child_v, std::string{"providers/y"},
-                 caf::make_error(ec::killed));
+  auto res = ask<caf::ok_atom>(sup, atom::kill_child_v,
+                               std::string{"providers/y"},
+                               caf::make_error(ec::killed));
   CAF_REQUIRE(res);
   consume_messages();
   CAF_CHECK_NOT_EQUAL(child_id(providers, "y"), y);
@@ -544,18 +546,18 @@ CAF_TEST(which_children describes the tree and kill_child walks paths) {
   CAF_CHECK_EQUAL(t[1].children[1].uptime, caf::timespan{0});
   // Unknown paths are named in the error.
   res = ask<caf::ok_atom>(sup, atom::kill_child_v, std::string{"providers/z"},
-            caf::make_error(ec::killed));
+                          caf::make_error(ec::killed));
   CAF_REQUIRE(!res);
   CAF_CHECK_EQUAL(render(res.error()),
                   "not_found: test: no child at path 'providers/z'");
   res = ask<caf::ok_atom>(sup, atom::kill_child_v, std::string{"persistence/q"},
-            caf::make_error(ec::killed));
+                          caf::make_error(ec::killed));
   CAF_REQUIRE(!res);
   CAF_CHECK_EQUAL(render(res.error()),
                   "not_found: test: no child at path 'persistence/q'");
   // Killing the supervisor child restarts it with fresh children.
   res = ask<caf::ok_atom>(sup, atom::kill_child_v, std::string{"providers"},
-            caf::make_error(ec::killed));
+                          caf::make_error(ec::killed));
   CAF_REQUIRE(res);
   consume_messages();
   CAF_CHECK_NOT_EQUAL(child(sup, "providers"), providers);

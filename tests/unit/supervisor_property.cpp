@@ -316,15 +316,15 @@ CAF_TEST(random trees keep OTP invariants under random crashes) {
     log->clear();
     auto root = sys.spawn(supervisor, make_config(tree, log));
     bool root_exited = false;
-    keep.push_back(sys.spawn([root, &root_exited](caf::event_based_actor* w)
-                               -> caf::behavior {
-      w->monitor(root);
-      w->set_down_handler([w, &root_exited](caf::down_msg&) {
-        root_exited = true;
-        w->quit();
-      });
-      return {[](int) {}};
-    }));
+    keep.push_back(sys.spawn(
+      [root, &root_exited](caf::event_based_actor* w) -> caf::behavior {
+        w->monitor(root);
+        w->set_down_handler([w, &root_exited](caf::down_msg&) {
+          root_exited = true;
+          w->quit();
+        });
+        return {[](int) {}};
+      }));
     consume_messages();
     std::ostringstream ops;
     std::map<caf::actor_id, std::set<std::string>> gone_temporaries;
@@ -341,8 +341,8 @@ CAF_TEST(random trees keep OTP invariants under random crashes) {
           workers.push_back(p);
       if (workers.empty() || rng() % 5 == 0) {
         auto d = caf::timespan{std::chrono::milliseconds(rng() % 6000)};
-        ops << " advance(" << std::chrono::duration_cast<
-                                std::chrono::milliseconds>(d).count()
+        ops << " advance("
+            << std::chrono::duration_cast<std::chrono::milliseconds>(d).count()
             << "ms)";
         advance_time(d);
         consume_messages();
@@ -409,8 +409,8 @@ CAF_TEST(random trees keep OTP invariants under random crashes) {
     keep.clear();
   }
   spdlog::set_level(level);
-  CAF_MESSAGE(seeds << " seeds checked: " << crashes << " exits, "
-                     << root_exits << " roots gave up");
+  CAF_MESSAGE(seeds << " seeds checked: " << crashes << " exits, " << root_exits
+                    << " roots gave up");
 }
 
 CAF_TEST_FIXTURE_SCOPE_END()

@@ -128,9 +128,9 @@ CAF_TEST(corrupt records are named by key and hide nothing else) {
   for (auto& v : report.violations)
     rules.push_back(v.rule + " " + v.where);
   // p's reply is unreadable, so its message counts as lost.
-  CAF_CHECK_EQUAL(rules, (strings{"bad_record q", "bad_record p/p.x",
-                                  "bad_record p/2", "lost_message p/1",
-                                  "lost_message p.a/1"}));
+  CAF_CHECK_EQUAL(rules,
+                  (strings{"bad_record q", "bad_record p/p.x", "bad_record p/2",
+                           "lost_message p/1", "lost_message p.a/1"}));
   CAF_CHECK_EQUAL(report.violations[0].what,
                   "corrupt record in sessions: record is not valid JSON");
   CAF_CHECK_EQUAL(report.violations[2].what,
@@ -284,7 +284,7 @@ CAF_TEST(an outbox entry must target a thread with a session) {
   CAF_CHECK_EQUAL(what(), "message to ghost, which has no session");
 }
 
-CAF_TEST(the folder of a node is checked through a read-only store) {
+CAF_TEST(the folder of a node is checked through a read - only store) {
   auto rec = make_session("q");
   db->stage_session(rec);
   flush();
@@ -300,14 +300,13 @@ CAF_TEST(the folder of a node is checked through a read-only store) {
   auto j = to_json(*report);
   CAF_CHECK(j["ok"] == false);
   CAF_CHECK(j["violations"][0]["rule"] == "active_session");
-  CAF_CHECK_EQUAL(message_of(open_data_dir((tmp.path() / "db").string()
-                                           + "/nothing")),
-                  "cannot open data folder " + tmp.str()
-                    + "/db/nothing: no such folder");
+  CAF_CHECK_EQUAL(
+    message_of(open_data_dir((tmp.path() / "db").string() + "/nothing")),
+    "cannot open data folder " + tmp.str() + "/db/nothing: no such folder");
   temp_dir empty;
   CAF_CHECK_EQUAL(message_of(open_data_dir(empty.str())),
-                  "no database in " + empty.str() + " (looked in "
-                    + empty.str() + "/db and " + empty.str() + ")");
+                  "no database in " + empty.str() + " (looked in " + empty.str()
+                    + "/db and " + empty.str() + ")");
 }
 
 CAF_TEST(the agent tree renders roots with their children) {
@@ -325,8 +324,7 @@ CAF_TEST(the agent tree renders roots with their children) {
                   "4 agents, 2 roots\n");
   auto back = agents_from_json(agents_to_json(*agents));
   CAF_REQUIRE_EQUAL(outcome(back), "none");
-  CAF_CHECK_EQUAL(agents_to_json(*back).dump(),
-                  agents_to_json(*agents).dump());
+  CAF_CHECK_EQUAL(agents_to_json(*back).dump(), agents_to_json(*agents).dump());
   CAF_CHECK_EQUAL(message_of(agents_from_json(
                     nlohmann::json::parse(R"({"agents":[{"thread":"x"}]})"))),
                   "agents[0]: agent: missing field 'parent'");

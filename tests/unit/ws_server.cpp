@@ -221,7 +221,8 @@ CAF_TEST(clients receive hello and the handler sees open and close once) {
   CAF_CHECK_EQUAL(server->stats().connections_open, 1u);
   CAF_CHECK_EQUAL(server->stats().connections_total, 1u);
   client->close();
-  CAF_REQUIRE(handler->wait([&](auto& h) { return h.closed_.count(conn) > 0; }));
+  CAF_REQUIRE(
+    handler->wait([&](auto& h) { return h.closed_.count(conn) > 0; }));
   CAF_CHECK_EQUAL(handler->closes(conn), 1);
   CAF_CHECK_EQUAL(server->stats().connections_open, 0u);
   // Sending to a closed connection is silently dropped.
@@ -237,8 +238,8 @@ CAF_TEST(valid frames reach the handler which can answer synchronously) {
   CAF_CHECK_EQUAL(ack["thread"].get<std::string>(), "t1");
   CAF_CHECK_EQUAL(ack["id"].get<std::string>(), "m1");
   CAF_REQUIRE(!client->send_text(protocol::subscribe_frame("t1", "s1")));
-  CAF_REQUIRE(!client->send_text(protocol::history_request_frame("t1", "h1",
-                                                                 0, 10)));
+  CAF_REQUIRE(
+    !client->send_text(protocol::history_request_frame("t1", "h1", 0, 10)));
   CAF_REQUIRE(handler->wait([](auto& h) { return h.frames_.size() == 3; }));
   auto frames = handler->frames();
   CAF_CHECK(frames[0].type == protocol::client_frame_type::send);
@@ -330,8 +331,8 @@ CAF_TEST(every bad frame gets an error frame and the connection stays usable) {
     check_ping(*client, "after-" + std::to_string(++n));
   }
   // Errors carry the id and thread of the refused frame.
-  CAF_REQUIRE(!client->send_text(
-    R"({"type":"send","thread":"t1","id":"m7","text":""})"));
+  CAF_REQUIRE(
+    !client->send_text(R"({"type":"send","thread":"t1","id":"m7","text":""})"));
   auto err = receive(*client, "error");
   CAF_CHECK_EQUAL(err["code"].get<std::string>(), "bad_value");
   CAF_CHECK_EQUAL(err["id"].get<std::string>(), "m7");
@@ -360,7 +361,8 @@ CAF_TEST(an oversized frame closes the connection with 1009) {
     protocol::send_frame("t1", "m1", std::string(5000, 'x'))));
   CAF_CHECK_EQUAL(wait_closed(*client),
                   static_cast<uint16_t>(websocket::close_code::too_big));
-  CAF_REQUIRE(handler->wait([&](auto& h) { return h.closed_.count(conn) > 0; }));
+  CAF_REQUIRE(
+    handler->wait([&](auto& h) { return h.closed_.count(conn) > 0; }));
   CAF_CHECK(handler->frames().empty());
   // Others are not affected.
   auto other = connect();
@@ -425,8 +427,7 @@ CAF_TEST(api requests the node never answers get 504) {
   auto res = http_request(ep(), "GET", "/api/v1/never", {}, 30s);
   CAF_REQUIRE(res);
   CAF_CHECK_EQUAL(res->status, 504u);
-  CAF_CHECK_EQUAL(json::parse(res->body)["code"].get<std::string>(),
-                  "timeout");
+  CAF_CHECK_EQUAL(json::parse(res->body)["code"].get<std::string>(), "timeout");
   uint64_t req = 0;
   CAF_REQUIRE(handler->wait([&](auto& h) {
     if (h.deferred_.empty())
@@ -445,8 +446,8 @@ CAF_TEST(http keep alive serves several requests on one connection) {
   start();
   net::io_context ioc;
   beast::tcp_stream stream{ioc};
-  stream.connect(tcp::endpoint{net::ip::make_address("127.0.0.1"),
-                               server->port()});
+  stream.connect(
+    tcp::endpoint{net::ip::make_address("127.0.0.1"), server->port()});
   stream.expires_after(event_timeout);
   beast::flat_buffer buf;
   for (int i = 0; i < 3; ++i) {
@@ -470,8 +471,8 @@ CAF_TEST(hundreds of connections at once) {
   CAF_CHECK_EQUAL(server->stats().connections_open, n);
   // Every connection is served while all of them are open.
   for (size_t i = 0; i < n; ++i)
-    CAF_REQUIRE(!clients[i]->send_text(
-      protocol::ping_frame("p" + std::to_string(i))));
+    CAF_REQUIRE(
+      !clients[i]->send_text(protocol::ping_frame("p" + std::to_string(i))));
   for (size_t i = 0; i < n; ++i) {
     auto pong = receive(*clients[i], "pong");
     CAF_CHECK_EQUAL(pong["id"].get<std::string>(), "p" + std::to_string(i));
@@ -598,8 +599,8 @@ CAF_TEST(binding a busy port fails with the address) {
   auto second = ws_server::start(busy, handler, "other");
   CAF_REQUIRE(!second);
   CAF_CHECK(second.error() == ec::connection_failed);
-  CAF_CHECK(error_message(second.error()).find(
-              "127.0.0.1:" + std::to_string(server->port()))
+  CAF_CHECK(error_message(second.error())
+              .find("127.0.0.1:" + std::to_string(server->port()))
             != std::string::npos);
 }
 

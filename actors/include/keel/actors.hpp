@@ -15,8 +15,8 @@
 #include <caf/type_id.hpp>
 #include <caf/typed_actor.hpp>
 
-#include "keel/protocol.hpp"
 #include "keel/completion.hpp"
+#include "keel/protocol.hpp"
 #include "keel/types.hpp"
 #include "keel/ws_server.hpp"
 
@@ -71,84 +71,83 @@ struct child_info {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, child_info& x) {
-  return f(caf::meta::type_name("keel::child_info"), x.id, x.state,
-           x.restarts, x.last_exit, x.uptime, x.supervisor, x.actor_id,
-           x.children);
+  return f(caf::meta::type_name("keel::child_info"), x.id, x.state, x.restarts,
+           x.last_exit, x.uptime, x.supervisor, x.actor_id, x.children);
 }
 
 } // namespace keel
 
 CAF_BEGIN_TYPE_ID_BLOCK(keel, caf::first_custom_type_id)
 
-  CAF_ADD_ATOM(keel, keel::atom, accept, "accept")
-  CAF_ADD_ATOM(keel, keel::atom, commit, "commit")
-  CAF_ADD_ATOM(keel, keel::atom, load, "load")
-  CAF_ADD_ATOM(keel, keel::atom, history, "history")
-  CAF_ADD_ATOM(keel, keel::atom, inboxes, "inboxes")
-  CAF_ADD_ATOM(keel, keel::atom, flush, "flush")
-  CAF_ADD_ATOM(keel, keel::atom, stats, "stats")
-  CAF_ADD_ATOM(keel, keel::atom, complete, "complete")
-  CAF_ADD_ATOM(keel, keel::atom, deliver, "deliver")
-  CAF_ADD_ATOM(keel, keel::atom, route, "route")
-  CAF_ADD_ATOM(keel, keel::atom, passivate, "passivate")
-  CAF_ADD_ATOM(keel, keel::atom, drain, "drain")
-  CAF_ADD_ATOM(keel, keel::atom, idle, "idle")
-  CAF_ADD_ATOM(keel, keel::atom, recover, "recover")
-  CAF_ADD_ATOM(keel, keel::atom, frame, "frame")
-  CAF_ADD_ATOM(keel, keel::atom, open, "open")
-  CAF_ADD_ATOM(keel, keel::atom, closed, "closed")
-  CAF_ADD_ATOM(keel, keel::atom, http, "http")
-  CAF_ADD_ATOM(keel, keel::atom, publish, "publish")
-  CAF_ADD_ATOM(keel, keel::atom, status, "status")
-  CAF_ADD_ATOM(keel, keel::atom, turn_done, "turn_done")
-  CAF_ADD_ATOM(keel, keel::atom, children, "children")
-  CAF_ADD_ATOM(keel, keel::atom, kill_child, "killchild")
-  CAF_ADD_ATOM(keel, keel::atom, start_child, "startchild")
-  CAF_ADD_ATOM(keel, keel::atom, stop_child, "stopchild")
-  CAF_ADD_ATOM(keel, keel::atom, forward, "forward")
-  CAF_ADD_ATOM(keel, keel::atom, restart, "restart")
-  CAF_ADD_ATOM(keel, keel::atom, stop_timer, "stoptimer")
-  CAF_ADD_ATOM(keel, keel::atom, started, "started")
-  CAF_ADD_ATOM(keel, keel::atom, health, "health")
-  CAF_ADD_ATOM(keel, keel::atom, attempt, "attempt")
-  CAF_ADD_ATOM(keel, keel::atom, retry, "retry")
-  CAF_ADD_ATOM(keel, keel::atom, spawn, "spawn")
-  CAF_ADD_ATOM(keel, keel::atom, cancel, "cancel")
-  CAF_ADD_ATOM(keel, keel::atom, agents, "agents")
-  CAF_ADD_ATOM(keel, keel::atom, subtree, "subtree")
-  CAF_ADD_ATOM(keel, keel::atom, report, "report")
-  CAF_ADD_ATOM(keel, keel::atom, redeliver, "redeliver")
+CAF_ADD_ATOM(keel, keel::atom, accept, "accept")
+CAF_ADD_ATOM(keel, keel::atom, commit, "commit")
+CAF_ADD_ATOM(keel, keel::atom, load, "load")
+CAF_ADD_ATOM(keel, keel::atom, history, "history")
+CAF_ADD_ATOM(keel, keel::atom, inboxes, "inboxes")
+CAF_ADD_ATOM(keel, keel::atom, flush, "flush")
+CAF_ADD_ATOM(keel, keel::atom, stats, "stats")
+CAF_ADD_ATOM(keel, keel::atom, complete, "complete")
+CAF_ADD_ATOM(keel, keel::atom, deliver, "deliver")
+CAF_ADD_ATOM(keel, keel::atom, route, "route")
+CAF_ADD_ATOM(keel, keel::atom, passivate, "passivate")
+CAF_ADD_ATOM(keel, keel::atom, drain, "drain")
+CAF_ADD_ATOM(keel, keel::atom, idle, "idle")
+CAF_ADD_ATOM(keel, keel::atom, recover, "recover")
+CAF_ADD_ATOM(keel, keel::atom, frame, "frame")
+CAF_ADD_ATOM(keel, keel::atom, open, "open")
+CAF_ADD_ATOM(keel, keel::atom, closed, "closed")
+CAF_ADD_ATOM(keel, keel::atom, http, "http")
+CAF_ADD_ATOM(keel, keel::atom, publish, "publish")
+CAF_ADD_ATOM(keel, keel::atom, status, "status")
+CAF_ADD_ATOM(keel, keel::atom, turn_done, "turn_done")
+CAF_ADD_ATOM(keel, keel::atom, children, "children")
+CAF_ADD_ATOM(keel, keel::atom, kill_child, "killchild")
+CAF_ADD_ATOM(keel, keel::atom, start_child, "startchild")
+CAF_ADD_ATOM(keel, keel::atom, stop_child, "stopchild")
+CAF_ADD_ATOM(keel, keel::atom, forward, "forward")
+CAF_ADD_ATOM(keel, keel::atom, restart, "restart")
+CAF_ADD_ATOM(keel, keel::atom, stop_timer, "stoptimer")
+CAF_ADD_ATOM(keel, keel::atom, started, "started")
+CAF_ADD_ATOM(keel, keel::atom, health, "health")
+CAF_ADD_ATOM(keel, keel::atom, attempt, "attempt")
+CAF_ADD_ATOM(keel, keel::atom, retry, "retry")
+CAF_ADD_ATOM(keel, keel::atom, spawn, "spawn")
+CAF_ADD_ATOM(keel, keel::atom, cancel, "cancel")
+CAF_ADD_ATOM(keel, keel::atom, agents, "agents")
+CAF_ADD_ATOM(keel, keel::atom, subtree, "subtree")
+CAF_ADD_ATOM(keel, keel::atom, report, "report")
+CAF_ADD_ATOM(keel, keel::atom, redeliver, "redeliver")
 
-  CAF_ADD_TYPE_ID(keel, (keel::session_record))
-  CAF_ADD_TYPE_ID(keel, (keel::inbox_entry))
-  CAF_ADD_TYPE_ID(keel, (keel::log_entry))
-  CAF_ADD_TYPE_ID(keel, (keel::context_entry))
-  CAF_ADD_TYPE_ID(keel, (keel::thread_snapshot))
-  CAF_ADD_TYPE_ID(keel, (keel::accept_request))
-  CAF_ADD_TYPE_ID(keel, (keel::accept_result))
-  CAF_ADD_TYPE_ID(keel, (keel::turn_commit))
-  CAF_ADD_TYPE_ID(keel, (keel::history_page))
-  CAF_ADD_TYPE_ID(keel, (keel::thread_event))
-  CAF_ADD_TYPE_ID(keel, (keel::completion_request))
-  CAF_ADD_TYPE_ID(keel, (keel::completion))
-  CAF_ADD_TYPE_ID(keel, (keel::protocol::client_frame))
-  CAF_ADD_TYPE_ID(keel, (keel::persistence_stats))
-  CAF_ADD_TYPE_ID(keel, (std::vector<std::string>))
-  CAF_ADD_TYPE_ID(keel, (keel::child_info))
-  CAF_ADD_TYPE_ID(keel, (std::vector<keel::child_info>))
-  CAF_ADD_TYPE_ID(keel, (keel::provider_health_record))
-  CAF_ADD_TYPE_ID(keel, (std::vector<keel::provider_health_record>))
-  CAF_ADD_TYPE_ID(keel, (keel::attempt_request))
-  CAF_ADD_TYPE_ID(keel, (keel::attempt_outcome))
-  CAF_ADD_TYPE_ID(keel, (keel::tree_link))
-  CAF_ADD_TYPE_ID(keel, (std::vector<keel::tree_link>))
-  CAF_ADD_TYPE_ID(keel, (keel::outbox_entry))
-  CAF_ADD_TYPE_ID(keel, (keel::spawn_request))
-  CAF_ADD_TYPE_ID(keel, (keel::spawn_result))
-  CAF_ADD_TYPE_ID(keel, (keel::recovery_step))
-  CAF_ADD_TYPE_ID(keel, (keel::recovery_report))
-  CAF_ADD_TYPE_ID(keel, (keel::recovery_plan))
-  CAF_ADD_TYPE_ID(keel, (std::vector<keel::session_record>))
+CAF_ADD_TYPE_ID(keel, (keel::session_record))
+CAF_ADD_TYPE_ID(keel, (keel::inbox_entry))
+CAF_ADD_TYPE_ID(keel, (keel::log_entry))
+CAF_ADD_TYPE_ID(keel, (keel::context_entry))
+CAF_ADD_TYPE_ID(keel, (keel::thread_snapshot))
+CAF_ADD_TYPE_ID(keel, (keel::accept_request))
+CAF_ADD_TYPE_ID(keel, (keel::accept_result))
+CAF_ADD_TYPE_ID(keel, (keel::turn_commit))
+CAF_ADD_TYPE_ID(keel, (keel::history_page))
+CAF_ADD_TYPE_ID(keel, (keel::thread_event))
+CAF_ADD_TYPE_ID(keel, (keel::completion_request))
+CAF_ADD_TYPE_ID(keel, (keel::completion))
+CAF_ADD_TYPE_ID(keel, (keel::protocol::client_frame))
+CAF_ADD_TYPE_ID(keel, (keel::persistence_stats))
+CAF_ADD_TYPE_ID(keel, (std::vector<std::string>) )
+CAF_ADD_TYPE_ID(keel, (keel::child_info))
+CAF_ADD_TYPE_ID(keel, (std::vector<keel::child_info>) )
+CAF_ADD_TYPE_ID(keel, (keel::provider_health_record))
+CAF_ADD_TYPE_ID(keel, (std::vector<keel::provider_health_record>) )
+CAF_ADD_TYPE_ID(keel, (keel::attempt_request))
+CAF_ADD_TYPE_ID(keel, (keel::attempt_outcome))
+CAF_ADD_TYPE_ID(keel, (keel::tree_link))
+CAF_ADD_TYPE_ID(keel, (std::vector<keel::tree_link>) )
+CAF_ADD_TYPE_ID(keel, (keel::outbox_entry))
+CAF_ADD_TYPE_ID(keel, (keel::spawn_request))
+CAF_ADD_TYPE_ID(keel, (keel::spawn_result))
+CAF_ADD_TYPE_ID(keel, (keel::recovery_step))
+CAF_ADD_TYPE_ID(keel, (keel::recovery_report))
+CAF_ADD_TYPE_ID(keel, (keel::recovery_plan))
+CAF_ADD_TYPE_ID(keel, (std::vector<keel::session_record>) )
 
 CAF_END_TYPE_ID_BLOCK(keel)
 
@@ -181,12 +180,12 @@ using supervisor_actor = caf::typed_actor<
   // Sends an exit with the given reason to the child at a '/'-separated
   // path relative to this supervisor ("persistence", "providers/default");
   // not_found naming the path if there is none.
-  caf::replies_to<atom::kill_child, std::string, caf::error>::with<
-    caf::ok_atom>,
+  caf::replies_to<atom::kill_child, std::string,
+                  caf::error>::with<caf::ok_atom>,
   // Dynamic supervisors: starts a child (id, arguments of the start
   // function); answers its first incarnation.
-  caf::replies_to<atom::start_child, std::string, caf::message>::with<
-    caf::actor>,
+  caf::replies_to<atom::start_child, std::string,
+                  caf::message>::with<caf::actor>,
   // Stops a child (its shutdown spec applies) and answers once it is gone;
   // a dynamic supervisor forgets it, a static one keeps it stopped.
   caf::replies_to<atom::stop_child, std::string>::with<caf::ok_atom>,
@@ -216,16 +215,15 @@ using persistence_actor = caf::typed_actor<
   // Loads what a conversation needs to resume a thread.
   caf::replies_to<atom::load, std::string>::with<thread_snapshot>,
   // Reads a page of a thread's history: thread, after, limit.
-  caf::replies_to<atom::history, std::string, seq_t, uint64_t>::with<
-    history_page>,
+  caf::replies_to<atom::history, std::string, seq_t,
+                  uint64_t>::with<history_page>,
   // Lists threads with unanswered inbox entries.
   caf::replies_to<atom::inboxes>::with<std::vector<std::string>>,
   // Spawns a child agent (parent, child): writes the child's session (the
   // parent's pool) and its tree link; answers once synced.
   caf::replies_to<atom::spawn, std::string, std::string>::with<spawn_result>,
   // Moves an undeliverable outbox entry to the dead letters, with a reason.
-  caf::replies_to<caf::put_atom, outbox_entry, std::string>::with<
-    caf::ok_atom>,
+  caf::replies_to<caf::put_atom, outbox_entry, std::string>::with<caf::ok_atom>,
   // Lists a thread and its descendants, parents before children.
   caf::replies_to<atom::subtree, std::string>::with<std::vector<std::string>>,
   // Reads every session record and tree link (the agent tree).
@@ -270,8 +268,8 @@ using provider_worker_actor = caf::typed_actor<
 using conversation_actor = caf::typed_actor<
   // Accepts a message (client id, text, the orchestrator's route sequence
   // number); answers once it is durable.
-  caf::replies_to<atom::accept, std::string, std::string, uint64_t>::with<
-    accept_result>,
+  caf::replies_to<atom::accept, std::string, std::string,
+                  uint64_t>::with<accept_result>,
   // Accepts a message from another thread (its outbox entry, route
   // sequence number); the outbox entry is removed in the same write.
   caf::replies_to<atom::deliver, outbox_entry, uint64_t>::with<accept_result>,
@@ -292,8 +290,8 @@ using conversation_actor = caf::typed_actor<
 /// conversations supervisor, starting it on demand); never waits on I/O.
 using orchestrator_actor = caf::typed_actor<
   // Routes a message (thread, client id, text); answers once durable.
-  caf::replies_to<atom::route, std::string, std::string, std::string>::with<
-    accept_result>,
+  caf::replies_to<atom::route, std::string, std::string,
+                  std::string>::with<accept_result>,
   // A conversation asks to passivate, naming the route sequence number of
   // the last message it received; answers true if nothing was routed to it
   // since (the orchestrator then stops it through its supervisor).

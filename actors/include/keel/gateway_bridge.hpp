@@ -64,9 +64,9 @@ struct gateway_bridge_state {
 };
 
 /// Bridges the WebSocket server and the actors.
-gateway_bridge_actor::behavior_type
-gateway_bridge(gateway_bridge_actor::stateful_pointer<gateway_bridge_state> self,
-               gateway_bridge_config cfg);
+gateway_bridge_actor::behavior_type gateway_bridge(
+  gateway_bridge_actor::stateful_pointer<gateway_bridge_state> self,
+  gateway_bridge_config cfg);
 
 /// The `gateway_handler` the server calls on its I/O threads: forwards
 /// everything to the current gateway bridge (found by name, so a restarted

@@ -41,8 +41,8 @@ inline std::string root_child_id(caf::atom_value name) {
 /// incarnation with the original sender. The answer comes back to `self`
 /// either way; with no root running, the request fails at once.
 template <class Self, class... Ts>
-auto request_component(Self* self, caf::atom_value name,
-                       caf::timespan timeout, Ts&&... xs) {
+auto request_component(Self* self, caf::atom_value name, caf::timespan timeout,
+                       Ts&&... xs) {
   auto& registry = self->system().registry();
   auto current = caf::actor_cast<caf::actor>(registry.get(name));
   if (current)

@@ -20,10 +20,9 @@ namespace keel {
 /// demand), the orchestrator and, if `server` is set, the gateway bridge,
 /// with the `supervision.root`, `.providers` and `.conversations` settings.
 /// All are registered under `keel::names`.
-caf::expected<supervisor_config> root_spec(const node_config& cfg,
-                                           std::shared_ptr<ws_server> server,
-                                           bool detached_persistence,
-                                           std::shared_ptr<http_io> io);
+caf::expected<supervisor_config>
+root_spec(const node_config& cfg, std::shared_ptr<ws_server> server,
+          bool detached_persistence, std::shared_ptr<http_io> io);
 
 /// A running node: the supervision tree and the gateway server.
 class node {

@@ -1,14 +1,15 @@
 #pragma once
 
-#include <functional>
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include <caf/system_messages.hpp>
+#include <caf/make_message.hpp>
 #include <caf/result.hpp>
+#include <caf/system_messages.hpp>
 #include <caf/typed_event_based_actor.hpp>
 #include <caf/typed_response_promise.hpp>
 

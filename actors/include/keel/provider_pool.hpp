@@ -78,10 +78,9 @@ struct provider_worker_state {
 };
 
 /// A worker making calls to the provider `cfg` (HTTP kinds on `io`).
-provider_worker_actor::behavior_type
-provider_worker(provider_worker_actor::stateful_pointer<provider_worker_state>
-                  self,
-                provider_config cfg, std::shared_ptr<http_io> io);
+provider_worker_actor::behavior_type provider_worker(
+  provider_worker_actor::stateful_pointer<provider_worker_state> self,
+  provider_config cfg, std::shared_ptr<http_io> io);
 
 // -- router -------------------------------------------------------------------
 
@@ -150,10 +149,9 @@ struct provider_router_state {
 };
 
 /// The router of pool `cfg`; `workers` is its pool supervisor.
-provider_router_actor::behavior_type
-provider_router(provider_router_actor::stateful_pointer<provider_router_state>
-                  self,
-                provider_pool_config cfg, caf::actor workers);
+provider_router_actor::behavior_type provider_router(
+  provider_router_actor::stateful_pointer<provider_router_state> self,
+  provider_pool_config cfg, caf::actor workers);
 
 // -- supervisors --------------------------------------------------------------
 
@@ -166,8 +164,8 @@ supervisor_config pool_spec(const provider_pool_config& cfg,
 /// configured pool, named after the pool. HTTP providers share `io` (may be
 /// null when no provider speaks HTTP). Fails with `ec::config_invalid` if a
 /// pool names an unknown provider.
-caf::expected<supervisor_config>
-providers_spec(const node_config& cfg, std::shared_ptr<http_io> io);
+caf::expected<supervisor_config> providers_spec(const node_config& cfg,
+                                                std::shared_ptr<http_io> io);
 
 /// Returns whether any configured provider speaks HTTP (then the node needs
 /// an `http_io`).

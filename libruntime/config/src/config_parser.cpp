@@ -24,31 +24,35 @@ using strict_yaml::strings;
 
 // -- the schema's names -------------------------------------------------------
 
-constexpr const char* top_level_keys[] = {"node",    "gateway",
-                                          "providers", "pools",
-                                          "threads", "supervision",
+constexpr const char* top_level_keys[] = {"node",    "gateway", "providers",
+                                          "pools",   "threads", "supervision",
                                           "logging", "storage"};
 
 constexpr const char* provider_kinds[] = {"echo", "scripted", "openai",
                                           "anthropic"};
 
-constexpr const char* http_provider_keys[] = {
-  "base_url",   "api_key",            "headers",       "connect_timeout",
-  "first_byte_timeout", "total_timeout", "max_concurrency", "ca_file",
-  "stream",     "max_tokens"};
+constexpr const char* http_provider_keys[] = {"base_url",
+                                              "api_key",
+                                              "headers",
+                                              "connect_timeout",
+                                              "first_byte_timeout",
+                                              "total_timeout",
+                                              "max_concurrency",
+                                              "ca_file",
+                                              "stream",
+                                              "max_tokens"};
 
-constexpr const char* retry_keys[] = {"base_delay", "multiplier",
-                                      "max_delay",  "jitter",
+constexpr const char* retry_keys[] = {"base_delay",      "multiplier",
+                                      "max_delay",       "jitter",
                                       "retry_after_cap", "budget"};
 
 constexpr const char* breaker_keys[] = {"failure_threshold", "probe_lead",
                                         "probe_timeout"};
 
-constexpr const char* failure_classes[] = {
-  "auth",           "rate_limit",       "billing",
-  "timeout",        "overloaded",       "model_not_found",
-  "context_overflow", "invalid_request", "format",
-  "unknown"};
+constexpr const char* failure_classes[]
+  = {"auth",       "rate_limit",      "billing",          "timeout",
+     "overloaded", "model_not_found", "context_overflow", "invalid_request",
+     "format",     "unknown"};
 
 constexpr const char* log_levels[] = {"trace", "debug", "info",
                                       "warn",  "error", "off"};
@@ -91,10 +95,10 @@ private:
   /// Reads the list at `path` (see `read_list`) with the member
   /// `read_item(item, item_path)` for each item.
   template <class T, class Self>
-  std::vector<T> read_each(const YAML::Node& node, const std::string& path,
-                           const std::string& expected,
-                           T (Self::*read_item)(const YAML::Node&,
-                                                const std::string&)) {
+  std::vector<T>
+  read_each(const YAML::Node& node, const std::string& path,
+            const std::string& expected,
+            T (Self::*read_item)(const YAML::Node&, const std::string&)) {
     std::vector<T> result;
     auto items = read_list(node, path, expected);
     for (size_t i = 0; i < items.size(); ++i)
@@ -168,10 +172,10 @@ node_config parser::run(const YAML::Node& root) {
   // Mappings are read key by key over the defaults.
   if (auto m = section(top, "node", {"name", "data_dir"}))
     read_node(*m, cfg);
-  if (auto m = section(top, "gateway",
-                       {"host", "port", "token", "max_frame_bytes",
-                        "max_text_bytes", "max_connections",
-                        "max_queued_frames", "io_threads"}))
+  if (auto m
+      = section(top, "gateway",
+                {"host", "port", "token", "max_frame_bytes", "max_text_bytes",
+                 "max_connections", "max_queued_frames", "io_threads"}))
     read_gateway(*m, cfg.gateway);
   read_providers(top, cfg);
   read_pools(top, cfg);
@@ -235,8 +239,8 @@ void parser::read_gateway(const map_reader& m, gateway_config& cfg) {
     cfg.max_queued_frames = static_cast<size_t>(
       read_int(*x, m.path("max_queued_frames"), 1, no_limit));
   if (auto x = m.get("io_threads"))
-    cfg.io_threads = static_cast<size_t>(
-      read_int(*x, m.path("io_threads"), 1, 64));
+    cfg.io_threads
+      = static_cast<size_t>(read_int(*x, m.path("io_threads"), 1, 64));
 }
 
 // -- providers ----------------------------------------------------------------
@@ -317,8 +321,7 @@ void parser::read_headers(const YAML::Node& node, const std::string& path,
                           std::map<std::string, std::string>& cfg) {
   if (!node.IsMap())
     fail(line_of(node), path,
-         "expected a mapping of header names to values, got "
-           + describe(node));
+         "expected a mapping of header names to values, got " + describe(node));
   for (auto kv : node) {
     auto name = read_name(kv.first, path);
     cfg[name] = read_string(kv.second, path + "." + name);
@@ -334,8 +337,8 @@ void parser::read_http_limits(const map_reader& m, provider_config& cfg) {
   if (auto x = m.get("total_timeout"))
     cfg.total_timeout = read_millis(*x, m.path("total_timeout"), true);
   if (auto x = m.get("max_concurrency"))
-    cfg.max_concurrency = static_cast<size_t>(
-      read_int(*x, m.path("max_concurrency"), 1, 100000));
+    cfg.max_concurrency
+      = static_cast<size_t>(read_int(*x, m.path("max_concurrency"), 1, 100000));
   if (auto x = m.get("ca_file")) {
     cfg.ca_file = read_string(*x, m.path("ca_file"));
     if (!cfg.ca_file.empty() && !std::ifstream{cfg.ca_file})
@@ -345,13 +348,16 @@ void parser::read_http_limits(const map_reader& m, provider_config& cfg) {
   if (auto x = m.get("stream"))
     cfg.stream = read_bool(*x, m.path("stream"));
   if (auto x = m.get("max_tokens"))
-    cfg.max_tokens = static_cast<uint32_t>(
-      read_int(*x, m.path("max_tokens"), 1, 1'000'000));
+    cfg.max_tokens
+      = static_cast<uint32_t>(read_int(*x, m.path("max_tokens"), 1, 1'000'000));
 }
 
 scripted_step parser::read_step(const YAML::Node& node,
                                 const std::string& path) {
-  map_reader m{*this, node, path, line_of(node),
+  map_reader m{*this,
+               node,
+               path,
+               line_of(node),
                {"match", "reply", "delay", "fail", "retry_after", "crash",
                 "tool"}};
   scripted_step result;
@@ -381,8 +387,7 @@ scripted_step parser::read_step(const YAML::Node& node,
   auto outcomes = int{has_reply} + int{!result.fail.empty()}
                   + int{result.crash};
   if (outcomes == 0)
-    fail(m.line(), path,
-         "a step needs one of reply, fail or crash: true");
+    fail(m.line(), path, "a step needs one of reply, fail or crash: true");
   if (outcomes > 1)
     fail(m.line(), path,
          "a step takes only one of reply, fail and crash: true");
@@ -415,9 +420,11 @@ void parser::read_pools(const map_reader& top, node_config& cfg) {
   }
 }
 
-pool_config parser::read_pool(const YAML::Node& node,
-                              const std::string& path) {
-  map_reader m{*this, node, path, line_of(node),
+pool_config parser::read_pool(const YAML::Node& node, const std::string& path) {
+  map_reader m{*this,
+               node,
+               path,
+               line_of(node),
                {"name", "chain", "max_attempts", "retry", "breaker",
                 "cooldowns", "timeout_max_tokens_factor"}};
   pool_config result;
@@ -431,8 +438,8 @@ pool_config parser::read_pool(const YAML::Node& node,
     fail(line_of(chain), chain_path,
          "expected a non-empty list of provider names, got an empty list");
   if (auto x = m.get("max_attempts"))
-    result.retry.max_attempts = static_cast<uint32_t>(
-      read_int(*x, m.path("max_attempts"), 1, 100));
+    result.retry.max_attempts
+      = static_cast<uint32_t>(read_int(*x, m.path("max_attempts"), 1, 100));
   if (auto r = section(m, "retry", strings(retry_keys)))
     read_retry(*r, result);
   if (auto b = section(m, "breaker", strings(breaker_keys)))
@@ -440,8 +447,8 @@ pool_config parser::read_pool(const YAML::Node& node,
   if (auto c = section(m, "cooldowns", strings(failure_classes)))
     read_cooldowns(*c, result.breaker.cooldowns);
   if (auto x = m.get("timeout_max_tokens_factor"))
-    result.timeout_max_tokens_factor = read_number(
-      *x, m.path("timeout_max_tokens_factor"), 0.01, 1.0);
+    result.timeout_max_tokens_factor
+      = read_number(*x, m.path("timeout_max_tokens_factor"), 0.01, 1.0);
   return result;
 }
 
@@ -458,8 +465,8 @@ void parser::read_retry(const map_reader& m, pool_config& cfg) {
   if (auto x = m.get("retry_after_cap"))
     r.retry_after_cap = read_millis(*x, m.path("retry_after_cap"), false);
   if (auto x = m.get("budget"))
-    cfg.budget = static_cast<uint32_t>(read_int(*x, m.path("budget"), 1,
-                                                10000));
+    cfg.budget
+      = static_cast<uint32_t>(read_int(*x, m.path("budget"), 1, 10000));
   if (r.max_delay < r.base_delay)
     fail_below(m.line("max_delay"), m.path("max_delay"), m.path("base_delay"),
                r.base_delay, r.max_delay);
@@ -493,8 +500,8 @@ void parser::read_threads(const map_reader& m, thread_defaults& cfg) {
     cfg.pool = read_name(*x, m.path("pool"));
   }
   if (auto x = m.get("max_inbox"))
-    cfg.max_inbox = static_cast<size_t>(
-      read_int(*x, m.path("max_inbox"), 1, no_limit));
+    cfg.max_inbox
+      = static_cast<size_t>(read_int(*x, m.path("max_inbox"), 1, no_limit));
   if (auto x = m.get("turn_timeout"))
     cfg.turn_timeout = read_duration(*x, m.path("turn_timeout"), true);
 }
@@ -706,17 +713,17 @@ caf::expected<node_config> parse_config(const std::string& yaml,
   } catch (const std::exception& ex) {
     // yaml-cpp may throw while walking odd documents; still one line.
     return caf::make_error(ec::config_invalid,
-                           source + ": cannot read the configuration: "
-                             + ex.what());
+                           source
+                             + ": cannot read the configuration: " + ex.what());
   }
 }
 
 caf::expected<node_config> load_config_file(const std::string& path,
                                             const env_lookup& env) {
   auto unreadable = [&path] {
-    return caf::make_error(ec::config_unreadable,
-                           path + ": cannot read the file: "
-                             + std::strerror(errno));
+    return caf::make_error(ec::config_unreadable, path
+                                                    + ": cannot read the file: "
+                                                    + std::strerror(errno));
   };
   errno = 0;
   auto file = std::fopen(path.c_str(), "rb");

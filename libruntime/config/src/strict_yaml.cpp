@@ -24,8 +24,8 @@ size_t edit_distance(std::string_view a, std::string_view b) {
   for (size_t i = 1; i <= a.size(); ++i)
     for (size_t j = 1; j <= b.size(); ++j) {
       auto cost = a[i - 1] == b[j - 1] ? 0u : 1u;
-      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1,
-                          d[i - 1][j - 1] + cost});
+      d[i][j]
+        = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
       if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
         d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
     }
@@ -126,8 +126,7 @@ map_reader::map_reader(reader& r, const YAML::Node& node, std::string path,
   for (auto kv : node) {
     auto key_line = line_of(kv.first);
     if (!kv.first.IsScalar())
-      r.fail(key_line, path_,
-             "expected a key name, got " + describe(kv.first));
+      r.fail(key_line, path_, "expected a key name, got " + describe(kv.first));
     auto key = kv.first.Scalar();
     auto key_path = this->path(key);
     if (!contains(known, key))
@@ -194,8 +193,7 @@ std::string reader::read_string(const YAML::Node& node,
   return scalar(node, path, "a string");
 }
 
-std::string reader::read_name(const YAML::Node& node,
-                              const std::string& path) {
+std::string reader::read_name(const YAML::Node& node, const std::string& path) {
   auto result = scalar(node, path, "a non-empty name");
   if (result.empty())
     bad_value(node, path, result, "a non-empty name");
@@ -205,8 +203,8 @@ std::string reader::read_name(const YAML::Node& node,
 int64_t reader::read_int(const YAML::Node& node, const std::string& path,
                          int64_t lo, int64_t hi) {
   auto expected = hi == no_limit ? "an integer >= " + std::to_string(lo)
-                                 : "an integer in " + std::to_string(lo)
-                                     + ".." + std::to_string(hi);
+                                 : "an integer in " + std::to_string(lo) + ".."
+                                     + std::to_string(hi);
   auto text = scalar(node, path, expected);
   std::string_view digits = text;
   bool negative = !digits.empty() && digits.front() == '-';
@@ -306,7 +304,7 @@ std::vector<YAML::Node> reader::read_list(const YAML::Node& node,
 }
 
 YAML::Node reader::required(const map_reader& m, const std::string& key,
-                           const std::string& expected) const {
+                            const std::string& expected) const {
   auto node = m.get(key);
   if (!node)
     fail(m.line(key), m.path(key),

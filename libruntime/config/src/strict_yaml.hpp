@@ -148,17 +148,16 @@ public:
   std::string read_name(const YAML::Node& node, const std::string& path);
 
   /// Reads an integer in `lo..hi`; `hi == no_limit` means no upper bound.
-  int64_t read_int(const YAML::Node& node, const std::string& path,
-                   int64_t lo, int64_t hi);
+  int64_t read_int(const YAML::Node& node, const std::string& path, int64_t lo,
+                   int64_t hi);
 
   /// Reads a finite decimal number (an integer or a fraction such as `1.5`)
   /// in `lo..hi`; `hi` infinite means no upper bound.
-  double read_number(const YAML::Node& node, const std::string& path,
-                     double lo, double hi);
+  double read_number(const YAML::Node& node, const std::string& path, double lo,
+                     double hi);
 
   /// Reads a byte size (see `parse_size`) of at least `lo`.
-  size_t read_size(const YAML::Node& node, const std::string& path,
-                   size_t lo);
+  size_t read_size(const YAML::Node& node, const std::string& path, size_t lo);
 
   /// Reads a duration (see `parse_duration`), above zero if `positive`.
   caf::timespan read_duration(const YAML::Node& node, const std::string& path,
@@ -166,8 +165,7 @@ public:
 
   /// `read_duration` in whole milliseconds.
   std::chrono::milliseconds read_millis(const YAML::Node& node,
-                                        const std::string& path,
-                                        bool positive);
+                                        const std::string& path, bool positive);
 
   bool read_bool(const YAML::Node& node, const std::string& path);
 

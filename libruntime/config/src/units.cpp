@@ -19,12 +19,8 @@ struct unit {
 /// Duration units in nanoseconds, largest first: `render_duration` takes
 /// the first one that divides the value, and `ns` divides every value.
 constexpr unit duration_units[] = {
-  {"h", 3'600'000'000'000},
-  {"m", 60'000'000'000},
-  {"s", 1'000'000'000},
-  {"ms", 1'000'000},
-  {"us", 1'000},
-  {"ns", 1},
+  {"h", 3'600'000'000'000}, {"m", 60'000'000'000}, {"s", 1'000'000'000},
+  {"ms", 1'000'000},        {"us", 1'000},         {"ns", 1},
 };
 
 /// Size units in bytes; a plain integer counts bytes.
@@ -47,9 +43,8 @@ split_number(std::string_view str) {
 /// Parses "COUNTUNIT" with a unit from `units` into a count of the base
 /// unit; `std::nullopt` for anything else or when it exceeds `limit`.
 template <size_t N>
-std::optional<uint64_t> parse_with_unit(std::string_view str,
-                                        const unit (&units)[N],
-                                        uint64_t limit) {
+std::optional<uint64_t>
+parse_with_unit(std::string_view str, const unit (&units)[N], uint64_t limit) {
   auto [digits, suffix] = split_number(str);
   auto count = parse_digits(digits);
   if (!count)

@@ -26,8 +26,7 @@ caf::error unknown_value(const char* name, const std::string& value) {
 }
 
 caf::error in_context(const std::string& what, const caf::error& err) {
-  return caf::make_error(ec::storage_corrupt,
-                         what + ": " + error_message(err));
+  return caf::make_error(ec::storage_corrupt, what + ": " + error_message(err));
 }
 
 void record_name_reader::take(const caf::meta::type_name_t& x) {
@@ -175,9 +174,11 @@ template caf::expected<dead_letter> decode<dead_letter>(std::string_view);
 template caf::expected<inbox_entry> decode<inbox_entry>(std::string_view);
 template caf::expected<log_entry> decode<log_entry>(std::string_view);
 template caf::expected<context_entry> decode<context_entry>(std::string_view);
-template caf::expected<provider_health_record> decode<provider_health_record>(std::string_view);
+template caf::expected<provider_health_record>
+  decode<provider_health_record>(std::string_view);
 template caf::expected<recovery_step> decode<recovery_step>(std::string_view);
-template caf::expected<recovery_report> decode<recovery_report>(std::string_view);
+template caf::expected<recovery_report>
+  decode<recovery_report>(std::string_view);
 template caf::expected<agent_info> decode<agent_info>(std::string_view);
 
 } // namespace keel

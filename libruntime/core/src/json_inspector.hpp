@@ -41,14 +41,14 @@ struct vector_of<std::vector<T>> {
 /// True for values stored as a JSON object of their own: the records with an
 /// `inspect` overload (every class but strings and vectors).
 template <class T>
-constexpr bool is_record = std::is_class_v<T>
-                           && !std::is_same_v<T, std::string>
-                           && !vector_of<T>::is_vector;
+constexpr bool is_record
+  = std::is_class_v<
+      T> && !std::is_same_v<T, std::string> && !vector_of<T>::is_vector;
 
 /// True for vectors of records (stored as arrays of objects).
 template <class T>
 constexpr bool is_record_vector
-  = vector_of<T>::is_vector && is_record<typename vector_of<T>::element>;
+  = vector_of<T>::is_vector&& is_record<typename vector_of<T>::element>;
 
 /// Parses the stored name of an enum value (the inverse of its `to_string`).
 inline std::optional<session_state> parse_name(const std::string& str,
@@ -321,9 +321,9 @@ caf::expected<T> read_record(const json& in, const std::string& what) {
   if (!in.is_object())
     return caf::make_error(ec::storage_corrupt, what + ": not a JSON object");
   T result;
-  for (auto current : {json_reader::required_fields,
-                       json_reader::optional_fields,
-                       json_reader::nested_values}) {
+  for (auto current :
+       {json_reader::required_fields, json_reader::optional_fields,
+        json_reader::nested_values}) {
     json_reader reader{in, current};
     if (auto err = inspect(reader, result))
       return in_context(what, err);

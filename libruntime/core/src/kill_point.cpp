@@ -10,7 +10,6 @@
 #include <random>
 #include <unistd.h>
 
-
 namespace keel {
 
 namespace {
@@ -18,9 +17,8 @@ namespace {
 constexpr size_t point_count = 7;
 
 constexpr std::array<const char*, point_count> point_names{
-  "session_created",   "session_written", "provider_call",
-  "call_completed",    "message_enqueued", "tree_link_written",
-  "batch_written",
+  "session_created",  "session_written",   "provider_call", "call_completed",
+  "message_enqueued", "tree_link_written", "batch_written",
 };
 
 std::array<std::atomic<uint64_t>, point_count> hits{};
@@ -39,9 +37,8 @@ std::mt19937_64 draw_engine;
                          "keel: kill point %s fired (hit %llu)\n",
                          to_string(point),
                          static_cast<unsigned long long>(hit));
-  if (n > 0)
-    [[maybe_unused]] auto written = ::write(STDERR_FILENO, line,
-                                            static_cast<size_t>(n));
+  if (n > 0) [[maybe_unused]]
+    auto written = ::write(STDERR_FILENO, line, static_cast<size_t>(n));
   ::raise(SIGKILL);
   std::_Exit(137); // Unreachable: SIGKILL cannot be caught.
 }
@@ -70,9 +67,9 @@ caf::expected<kill_point> parse_kill_point(std::string_view name) {
   std::string known;
   for (auto n : point_names)
     known += (known.empty() ? "" : ", ") + std::string{n};
-  return caf::make_error(ec::config_invalid,
-                         "unknown kill point '" + std::string{name}
-                           + "' (known: " + known + ")");
+  return caf::make_error(ec::config_invalid, "unknown kill point '"
+                                               + std::string{name}
+                                               + "' (known: " + known + ")");
 }
 
 caf::expected<kill_point_arming>

@@ -20,9 +20,8 @@ caf::error init_logging(const std::string& level_name,
     spdlog::drop("keel");
     spdlog::set_default_logger(logger);
   } catch (const spdlog::spdlog_ex& e) {
-    return caf::make_error(ec::config_invalid,
-                           "logging.file: cannot open '" + file
-                             + "': " + e.what());
+    return caf::make_error(ec::config_invalid, "logging.file: cannot open '"
+                                                 + file + "': " + e.what());
   }
   spdlog::set_level(level);
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");

@@ -36,8 +36,7 @@ caf::expected<memory_usage> read_memory_usage(int pid) {
   std::string line;
   // Lines look like "VmRSS:	   12345 kB".
   auto kib = [](const std::string& line) {
-    return std::strtoull(line.c_str() + line.find(':') + 1, nullptr, 10)
-           * 1024;
+    return std::strtoull(line.c_str() + line.find(':') + 1, nullptr, 10) * 1024;
   };
   while (std::getline(in, line)) {
     if (line.rfind("VmRSS:", 0) == 0) {

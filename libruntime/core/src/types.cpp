@@ -14,8 +14,8 @@ const char* to_string(session_state x) {
 }
 
 std::optional<session_state> parse_session_state(const std::string& str) {
-  for (auto x : {session_state::active, session_state::suspended,
-                 session_state::closed})
+  for (auto x :
+       {session_state::active, session_state::suspended, session_state::closed})
     if (str == to_string(x))
       return x;
   return std::nullopt;

@@ -339,8 +339,10 @@ public:
     opts.idle_timeout = 120s;
     opts.keep_alive_pings = true;
     ws_.set_option(opts);
-    ws_.set_option(websocket::stream_base::decorator(
-      [](websocket::response_type& res) { res.set(http::field::server, "keel"); }));
+    ws_.set_option(
+      websocket::stream_base::decorator([](websocket::response_type& res) {
+        res.set(http::field::server, "keel");
+      }));
     ws_.read_message_max(srv_->cfg().max_frame_bytes);
     ws_.text(true);
     req_ = std::move(req);
@@ -456,8 +458,7 @@ private:
                                     "JSON text frames"));
     } else {
       auto data = buf_.data();
-      std::string_view text{static_cast<const char*>(data.data()),
-                            data.size()};
+      std::string_view text{static_cast<const char*>(data.data()), data.size()};
       auto result = protocol::decode_client_frame(text, srv_->limits());
       if (auto frame = std::get_if<protocol::client_frame>(&result)) {
         if (frame->type == protocol::client_frame_type::ping) {
@@ -467,8 +468,8 @@ private:
             srv_->handler().on_frame(id_, std::move(*frame));
           } catch (const std::exception& e) {
             enqueue(protocol::error_frame(
-              "internal", std::string{"the node failed to handle a frame: "}
-                            + e.what()));
+              "internal",
+              std::string{"the node failed to handle a frame: "} + e.what()));
           }
         }
       } else {
@@ -528,7 +529,9 @@ std::string json_error(const char* code, const std::string& message) {
 class http_session : public std::enable_shared_from_this<http_session> {
 public:
   http_session(server_impl* srv, connection_id id, tcp::socket&& socket)
-    : srv_(srv), id_(id), ex_(socket.get_executor()),
+    : srv_(srv),
+      id_(id),
+      ex_(socket.get_executor()),
       stream_(std::move(socket)) {
     // nop
   }
@@ -589,10 +592,10 @@ private:
     if (err == http::error::body_limit) {
       keep_alive_ = false;
       reply(http::status::payload_too_large, "application/json",
-            json_error("too_large", "request body exceeds "
-                                      + std::to_string(
-                                        srv_->cfg().max_frame_bytes)
-                                      + " bytes"));
+            json_error("too_large",
+                       "request body exceeds "
+                         + std::to_string(srv_->cfg().max_frame_bytes)
+                         + " bytes"));
       return;
     }
     if (err) {
@@ -675,8 +678,7 @@ private:
                               std::string{req.target()}, req.body());
     } catch (const std::exception& e) {
       if (srv_->remove_request(id))
-        deliver(id, 500, "application/json",
-                json_error("internal", e.what()));
+        deliver(id, 500, "application/json", json_error("internal", e.what()));
     }
   }
 
@@ -685,14 +687,14 @@ private:
     if (!timer_)
       timer_ = std::make_unique<net::steady_timer>(stream_.get_executor());
     timer_->expires_after(api_timeout);
-    timer_->async_wait([self = shared_from_this(),
-                        id = pending_](error_code err) {
-      if (err || self->pending_ != id || !self->srv_->remove_request(id))
-        return;
-      self->pending_ = 0;
-      self->reply(http::status::gateway_timeout, "application/json",
-                  json_error("timeout", "the node did not answer in time"));
-    });
+    timer_->async_wait(
+      [self = shared_from_this(), id = pending_](error_code err) {
+        if (err || self->pending_ != id || !self->srv_->remove_request(id))
+          return;
+        self->pending_ = 0;
+        self->reply(http::status::gateway_timeout, "application/json",
+                    json_error("timeout", "the node did not answer in time"));
+      });
   }
 
   void not_found(std::string_view path) {
@@ -797,8 +799,7 @@ void server_impl::launch() {
           break;
         } catch (const std::exception& e) {
           // A handler threw past every boundary: keep serving.
-          std::cerr << "keel gateway: I/O thread caught: " << e.what()
-                    << '\n';
+          std::cerr << "keel gateway: I/O thread caught: " << e.what() << '\n';
         }
       }
       std::lock_guard<std::mutex> guard{stop_mtx_};
@@ -868,11 +869,11 @@ void server_impl::respond(uint64_t request, unsigned status,
   if (!session)
     return;
   auto ex = session->executor();
-  net::dispatch(ex, [s = std::move(session), request, status,
-                     ct = std::move(content_type),
-                     b = std::move(body)]() mutable {
-    s->deliver(request, status, std::move(ct), std::move(b));
-  });
+  net::dispatch(ex,
+                [s = std::move(session), request, status,
+                 ct = std::move(content_type), b = std::move(body)]() mutable {
+                  s->deliver(request, status, std::move(ct), std::move(b));
+                });
 }
 
 void server_impl::stop() {
@@ -899,8 +900,7 @@ void server_impl::stop() {
   }
   for (auto& s : ws) {
     net::post(s->executor(), [s] {
-      s->start_close(websocket::close_code::going_away,
-                     "server shutting down");
+      s->start_close(websocket::close_code::going_away, "server shutting down");
     });
   }
   for (auto& s : http)

@@ -10,9 +10,9 @@ namespace keel {
 namespace {
 
 constexpr const char* error_class_names[] = {
-  "auth",           "rate_limit",       "billing",         "timeout",
-  "overloaded",     "model_not_found",  "context_overflow", "invalid_request",
-  "format",         "unknown",
+  "auth",       "rate_limit",      "billing",          "timeout",
+  "overloaded", "model_not_found", "context_overflow", "invalid_request",
+  "format",     "unknown",
 };
 
 static_assert(sizeof(error_class_names) / sizeof(error_class_names[0])
@@ -44,10 +44,10 @@ bool billing_marker(const std::string& lower) {
 }
 
 bool context_marker(const std::string& lower) {
-  return contains_any(lower, {"context_length_exceeded", "prompt is too long",
-                              "maximum context length",
-                              "context length exceeded",
-                              "context window exceeded"});
+  return contains_any(lower,
+                      {"context_length_exceeded", "prompt is too long",
+                       "maximum context length", "context length exceeded",
+                       "context window exceeded"});
 }
 
 bool overloaded_marker(const std::string& lower) {
@@ -57,16 +57,11 @@ bool overloaded_marker(const std::string& lower) {
 std::optional<error_class> classify_status(int status) {
   switch (status) {
     case 401:
-    case 403:
-      return error_class::auth;
-    case 402:
-      return error_class::billing;
-    case 404:
-      return error_class::model_not_found;
-    case 408:
-      return error_class::timeout;
-    case 429:
-      return error_class::rate_limit;
+    case 403: return error_class::auth;
+    case 402: return error_class::billing;
+    case 404: return error_class::model_not_found;
+    case 408: return error_class::timeout;
+    case 429: return error_class::rate_limit;
     case 500:
     case 502:
     case 503:
@@ -76,8 +71,7 @@ std::optional<error_class> classify_status(int status) {
       // A timeout rather than an overload: both are retryable, and a
       // timeout's cooldown is the shorter.
       return error_class::timeout;
-    default:
-      return std::nullopt;
+    default: return std::nullopt;
   }
 }
 
@@ -102,9 +96,9 @@ error_class classify_text(std::string_view text) {
     return error_class::billing;
   if (context_marker(lower))
     return error_class::context_overflow;
-  if (contains_any(lower, {"invalid api key", "invalid_api_key",
-                           "incorrect api key", "unauthorized",
-                           "authentication", "forbidden"}))
+  if (contains_any(lower,
+                   {"invalid api key", "invalid_api_key", "incorrect api key",
+                    "unauthorized", "authentication", "forbidden"}))
     return error_class::auth;
   // A plain "quota exceeded" is almost always a per-minute quota, so it is a
   // rate limit; the unrecoverable kind is OpenAI's `insufficient_quota`,
@@ -117,8 +111,8 @@ error_class classify_text(std::string_view text) {
           && lower.find("does not exist") != std::string::npos))
     return error_class::model_not_found;
   if (overloaded_marker(lower)
-      || contains_any(lower, {"over capacity", "service unavailable",
-                              "bad gateway"}))
+      || contains_any(lower,
+                      {"over capacity", "service unavailable", "bad gateway"}))
     return error_class::overloaded;
   if (contains_any(lower,
                    {"timed out", "timeout", "etimedout", "deadline exceeded"}))
@@ -214,11 +208,11 @@ bool parse_digits(std::string_view str, size_t pos, size_t len, int& out) {
 // Parses an IMF-fixdate, e.g. "Sun, 06 Nov 1994 08:49:37 GMT".
 std::optional<std::chrono::system_clock::time_point>
 parse_imf_fixdate(std::string_view str) {
-  static constexpr std::string_view days[]
-    = {"Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"};
-  static constexpr std::string_view months[]
-    = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
-       "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+  static constexpr std::string_view days[] = {"Mon", "Tue", "Wed", "Thu",
+                                              "Fri", "Sat", "Sun"};
+  static constexpr std::string_view months[] = {"Jan", "Feb", "Mar", "Apr",
+                                                "May", "Jun", "Jul", "Aug",
+                                                "Sep", "Oct", "Nov", "Dec"};
   if (str.size() != 29 || str.substr(3, 2) != ", " || str[7] != ' '
       || str[11] != ' ' || str[16] != ' ' || str[19] != ':' || str[22] != ':'
       || str.substr(25) != " GMT")
@@ -226,8 +220,8 @@ parse_imf_fixdate(std::string_view str) {
   if (std::find(std::begin(days), std::end(days), str.substr(0, 3))
       == std::end(days))
     return std::nullopt;
-  auto month_it
-    = std::find(std::begin(months), std::end(months), str.substr(8, 3));
+  auto month_it = std::find(std::begin(months), std::end(months),
+                            str.substr(8, 3));
   if (month_it == std::end(months))
     return std::nullopt;
   auto month = static_cast<unsigned>(month_it - std::begin(months)) + 1;
@@ -236,8 +230,8 @@ parse_imf_fixdate(std::string_view str) {
       || !parse_digits(str, 17, 2, hour) || !parse_digits(str, 20, 2, minute)
       || !parse_digits(str, 23, 2, second))
     return std::nullopt;
-  static constexpr int month_days[]
-    = {31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+  static constexpr int month_days[] = {31, 29, 31, 30, 31, 30,
+                                       31, 31, 30, 31, 30, 31};
   bool leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
   int max_day = month == 2 && !leap ? 28 : month_days[month - 1];
   // RFC 7231 allows second 60 (a leap second).
@@ -283,8 +277,8 @@ next_delay(const retry_policy& policy, uint32_t attempt,
            std::optional<std::chrono::milliseconds> retry_after,
            std::mt19937_64& rng) {
   using std::chrono::milliseconds;
-  auto max_ms = static_cast<double>(std::max(policy.max_delay.count(),
-                                             milliseconds::rep{0}));
+  auto max_ms = static_cast<double>(
+    std::max(policy.max_delay.count(), milliseconds::rep{0}));
   auto exponent = attempt > 0 ? attempt - 1 : 0;
   auto multiplier = std::max(policy.multiplier, 1.0);
   // Capping before the jitter keeps pow() far from overflow.
@@ -311,10 +305,8 @@ bool retryable(error_class x) {
     case error_class::rate_limit:
     case error_class::timeout:
     case error_class::overloaded:
-    case error_class::unknown:
-      return true;
-    default:
-      return false;
+    case error_class::unknown: return true;
+    default: return false;
   }
 }
 
@@ -331,20 +323,13 @@ bool fatal_for_provider(error_class x) {
 std::chrono::milliseconds default_cooldown(error_class x) {
   using namespace std::chrono;
   switch (x) {
-    case error_class::auth:
-      return minutes{10};
-    case error_class::rate_limit:
-      return minutes{1};
-    case error_class::billing:
-      return minutes{30};
-    case error_class::timeout:
-      return seconds{30};
-    case error_class::overloaded:
-      return minutes{2};
-    case error_class::model_not_found:
-      return hours{1};
-    case error_class::unknown:
-      return seconds{30};
+    case error_class::auth: return minutes{10};
+    case error_class::rate_limit: return minutes{1};
+    case error_class::billing: return minutes{30};
+    case error_class::timeout: return seconds{30};
+    case error_class::overloaded: return minutes{2};
+    case error_class::model_not_found: return hours{1};
+    case error_class::unknown: return seconds{30};
     default: // format, context_overflow, invalid_request: no cooldown
       return milliseconds{0};
   }
@@ -359,18 +344,15 @@ cooldown_table::cooldown_table() {
 
 const char* to_string(health_status x) {
   switch (x) {
-    case health_status::healthy:
-      return "healthy";
-    case health_status::degraded:
-      return "degraded";
-    default:
-      return "down";
+    case health_status::healthy: return "healthy";
+    case health_status::degraded: return "degraded";
+    default: return "down";
   }
 }
 
 std::optional<health_status> parse_health_status(std::string_view str) {
-  for (auto x : {health_status::healthy, health_status::degraded,
-                 health_status::down})
+  for (auto x :
+       {health_status::healthy, health_status::degraded, health_status::down})
     if (str == to_string(x))
       return x;
   return std::nullopt;
@@ -378,12 +360,9 @@ std::optional<health_status> parse_health_status(std::string_view str) {
 
 const char* to_string(breaker_state x) {
   switch (x) {
-    case breaker_state::closed:
-      return "closed";
-    case breaker_state::open:
-      return "open";
-    default:
-      return "half_open";
+    case breaker_state::closed: return "closed";
+    case breaker_state::open: return "open";
+    default: return "half_open";
   }
 }
 
@@ -404,8 +383,7 @@ circuit_breaker::time_point circuit_breaker::probe_at() const {
 
 bool circuit_breaker::admit(time_point now) {
   switch (state_) {
-    case breaker_state::closed:
-      return true;
+    case breaker_state::closed: return true;
     case breaker_state::open:
       if (now < probe_at())
         return false;
@@ -477,8 +455,8 @@ void circuit_breaker::restore(const provider_health& rec) {
   probe_started_.reset();
   if (rec.status == health_status::down) {
     state_ = breaker_state::open;
-    cooldown_ = cfg_.cooldowns.get(
-      rec.last_error_class.value_or(error_class::unknown));
+    cooldown_
+      = cfg_.cooldowns.get(rec.last_error_class.value_or(error_class::unknown));
   } else {
     state_ = breaker_state::closed;
     cooldown_ = std::chrono::milliseconds{0};

@@ -20,8 +20,7 @@ bool valid_agent_name(const std::string& name) {
 }
 
 caf::error bad_call(const tool_call& call, const std::string& what) {
-  return caf::make_error(ec::bad_frame,
-                         "tool call " + call.name + ": " + what);
+  return caf::make_error(ec::bad_frame, "tool call " + call.name + ": " + what);
 }
 
 } // namespace
@@ -72,8 +71,8 @@ parse_agent_tool_call(const tool_call& call, const std::string& parent) {
     return bad_call(call, "missing string field 'name'");
   auto name_str = name->get<std::string>();
   if (!valid_agent_name(name_str))
-    return bad_call(call, "name '" + name_str
-                            + "' must be 1 to 32 of [A-Za-z0-9_-]");
+    return bad_call(call,
+                    "name '" + name_str + "' must be 1 to 32 of [A-Za-z0-9_-]");
   action.child = child_thread_id(parent, name_str);
   if (!valid_thread_id(action.child))
     return bad_call(call, "the child id '" + action.child

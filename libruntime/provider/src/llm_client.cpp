@@ -346,18 +346,19 @@ public:
         self->succeed(std::move(self->decoder_.result()));
         return;
       }
-      self->fail(self->failure(transport_error::other,
-                         "call to " + self->host()
-                           + " cancelled: the HTTP client is shutting down"));
+      self->fail(
+        self->failure(transport_error::other,
+                      "call to " + self->host()
+                        + " cancelled: the HTTP client is shutting down"));
     });
   }
 
   /// Fails a call that never got going (the client is shut down). Runs on
   /// the caller's thread: nothing else knows the call yet.
   void reject() {
-    deliver(failure(transport_error::other,
-                    "call to " + host()
-                      + " refused: the HTTP client is shut down"));
+    deliver(
+      failure(transport_error::other,
+              "call to " + host() + " refused: the HTTP client is shut down"));
   }
 
 private:
@@ -421,22 +422,19 @@ private:
     auto total = clock_type::now() >= deadline_;
     std::string what;
     switch (phase_) {
-      case phase::finished:
-        return;
-      case phase::finishing:
-        succeed(std::move(decoder_.result()));
-        return;
+      case phase::finished: return;
+      case phase::finishing: succeed(std::move(decoder_.result())); return;
       case phase::queued:
         what = "no free slot for " + host() + " within the total timeout of "
                + human_duration(cfg.total_timeout) + " (max_concurrency "
                + std::to_string(cfg.max_concurrency) + ")";
         break;
       case phase::connecting:
-        what = total ? "connecting to " + host()
-                         + " exceeded the total timeout of "
-                         + human_duration(cfg.total_timeout)
-                     : "connecting to " + host() + " timed out after "
-                         + human_duration(cfg.connect_timeout);
+        what = total
+                 ? "connecting to " + host() + " exceeded the total timeout of "
+                     + human_duration(cfg.total_timeout)
+                 : "connecting to " + host() + " timed out after "
+                     + human_duration(cfg.connect_timeout);
         break;
       case phase::sending:
         what = "sending the request to " + host()
@@ -444,12 +442,12 @@ private:
                + human_duration(cfg.total_timeout);
         break;
       case phase::waiting:
-        what = total ? "no answer from " + host()
-                         + " within the total timeout of "
-                         + human_duration(cfg.total_timeout)
-                     : "no answer from " + host() + " within "
-                         + human_duration(cfg.first_byte_timeout)
-                         + " of sending the request";
+        what = total
+                 ? "no answer from " + host() + " within the total timeout of "
+                     + human_duration(cfg.total_timeout)
+                 : "no answer from " + host() + " within "
+                     + human_duration(cfg.first_byte_timeout)
+                     + " of sending the request";
         break;
       case phase::reading:
         what = "the answer from " + host()
@@ -500,8 +498,8 @@ private:
     if (phase_ != phase::connecting)
       return;
     if (err) {
-      fail(failure(err, "cannot resolve " + ep_->url().host + ": "
-                          + err.message()));
+      fail(failure(err,
+                   "cannot resolve " + ep_->url().host + ": " + err.message()));
       return;
     }
     endpoints_.assign(results.begin(), results.end());
@@ -509,11 +507,11 @@ private:
   }
 
   void connect_to_endpoints() {
-    net::async_connect(conn_->socket(), endpoints_,
-                       bind([self = shared_from_this()](
-                              error_code err, const tcp::endpoint&) {
-                         self->on_connect(err);
-                       }));
+    net::async_connect(
+      conn_->socket(), endpoints_,
+      bind([self = shared_from_this()](error_code err, const tcp::endpoint&) {
+        self->on_connect(err);
+      }));
   }
 
   void on_connect(error_code err) {
@@ -548,12 +546,10 @@ private:
     if (phase_ != phase::connecting)
       return;
     if (err) {
-      auto what = "TLS handshake with " + host() + " failed: "
-                  + err.message();
+      auto what = "TLS handshake with " + host() + " failed: " + err.message();
       auto verify = SSL_get_verify_result(conn_->tls->native_handle());
       if (verify != X509_V_OK)
-        what += std::string{" ("} + X509_verify_cert_error_string(verify)
-                + ")";
+        what += std::string{" ("} + X509_verify_cert_error_string(verify) + ")";
       fail(failure(err, std::move(what)));
       return;
     }
@@ -582,11 +578,10 @@ private:
     parser_.emplace();
     parser_->body_limit(max_body_bytes);
     conn_->with_stream([this](auto& stream) {
-      http::async_write(stream, req_,
-                        bind([self = shared_from_this()](error_code err,
-                                                         size_t) {
-                          self->on_write(err);
-                        }));
+      http::async_write(
+        stream, req_, bind([self = shared_from_this()](error_code err, size_t) {
+          self->on_write(err);
+        }));
     });
   }
 
@@ -598,8 +593,8 @@ private:
         retry_fresh();
         return;
       }
-      fail(failure(err, "sending the request to " + host() + " failed: "
-                          + err.message()));
+      fail(failure(err, "sending the request to " + host()
+                          + " failed: " + err.message()));
       return;
     }
     phase_ = phase::waiting;
@@ -609,11 +604,11 @@ private:
 
   void read() {
     conn_->with_stream([this](auto& stream) {
-      http::async_read_some(stream, conn_->buffer, *parser_,
-                            bind([self = shared_from_this()](error_code err,
-                                                             size_t) {
-                              self->on_read(err);
-                            }));
+      http::async_read_some(
+        stream, conn_->buffer, *parser_,
+        bind([self = shared_from_this()](error_code err, size_t) {
+          self->on_read(err);
+        }));
     });
   }
 
@@ -735,8 +730,8 @@ private:
     }
     if (!header_seen_) {
       auto what = parser_->got_some()
-                    ? "the answer from " + host() + " broke off: "
-                        + err.message()
+                    ? "the answer from " + host()
+                        + " broke off: " + err.message()
                     : host() + " closed the connection without answering: "
                         + err.message();
       fail(failure(err, std::move(what)));
@@ -943,12 +938,10 @@ private:
   result_handler on_done_;
 };
 
-void endpoint_impl::complete(const completion_request& req,
-                             uint32_t max_tokens, delta_handler on_delta,
-                             result_handler on_done) {
+void endpoint_impl::complete(const completion_request& req, uint32_t max_tokens,
+                             delta_handler on_delta, result_handler on_done) {
   auto body = wire::request_body(api_, cfg_.model, req,
-                                 max_tokens > 0 ? max_tokens
-                                                : cfg_.max_tokens,
+                                 max_tokens > 0 ? max_tokens : cfg_.max_tokens,
                                  cfg_.stream);
   auto c = std::make_shared<call>(shared_from_this(), std::move(body),
                                   std::move(on_delta), std::move(on_done));
@@ -1085,36 +1078,34 @@ make_endpoint(http_io& io, const provider_config& cfg) {
   auto url = wire::parse_base_url(cfg.base_url, api);
   if (!url)
     return caf::make_error(ec::config_invalid,
-                           key("base_url") + ": "
-                             + error_message(url.error()));
+                           key("base_url") + ": " + error_message(url.error()));
   std::unique_ptr<ssl::context> tls_ctx;
   if (url->tls) {
     error_code err;
     tls_ctx = std::make_unique<ssl::context>(ssl::context::tls_client);
     tls_ctx->set_options(ssl::context::default_workarounds
                            | ssl::context::no_sslv2 | ssl::context::no_sslv3
-                           | ssl::context::no_tlsv1
-                           | ssl::context::no_tlsv1_1,
+                           | ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1,
                          err);
     tls_ctx->set_verify_mode(ssl::verify_peer, err);
     if (!cfg.ca_file.empty()) {
       tls_ctx->load_verify_file(cfg.ca_file, err);
       if (err)
         return caf::make_error(ec::config_invalid,
-                               key("ca_file") + ": cannot load '"
-                                 + cfg.ca_file + "': " + err.message());
+                               key("ca_file") + ": cannot load '" + cfg.ca_file
+                                 + "': " + err.message());
     } else {
       tls_ctx->set_default_verify_paths(err);
       if (err)
-        return caf::make_error(ec::config_invalid,
-                               key("ca_file") + ": cannot load the "
-                                 "system's CA store: " + err.message());
+        return caf::make_error(ec::config_invalid, key("ca_file")
+                                                     + ": cannot load the "
+                                                       "system's CA store: "
+                                                     + err.message());
     }
   }
   auto& impl = io.get_impl();
   auto ep = std::make_shared<endpoint_impl>(
-    impl.shared_from_this(), cfg, api,
-    std::move(*url), std::move(tls_ctx));
+    impl.shared_from_this(), cfg, api, std::move(*url), std::move(tls_ctx));
   if (!impl.add(ep))
     return caf::make_error(ec::unavailable, "the HTTP client is shut down");
   return std::shared_ptr<llm_endpoint>{std::move(ep)};

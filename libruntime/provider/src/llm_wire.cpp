@@ -3,8 +3,8 @@
 #include <nlohmann/json.hpp>
 
 #include "keel/agent_tools.hpp"
-#include "keel/error.hpp"
 #include "keel/endpoint.hpp"
+#include "keel/error.hpp"
 
 namespace keel::wire {
 
@@ -22,8 +22,7 @@ bool starts_with(std::string_view str, std::string_view prefix) {
 
 bool ends_with(std::string_view str, std::string_view suffix) {
   return str.size() >= suffix.size()
-         && str.compare(str.size() - suffix.size(), suffix.size(), suffix)
-              == 0;
+         && str.compare(str.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 /// The start of `text` on one line, for messages.
@@ -86,8 +85,7 @@ const std::string* typed_member(const json& obj, const char* key,
 
 int64_t int_member(const json& obj, const char* key, int64_t fallback) {
   auto x = member(obj, key);
-  return x != nullptr && x->is_number_integer() ? x->get<int64_t>()
-                                                : fallback;
+  return x != nullptr && x->is_number_integer() ? x->get<int64_t>() : fallback;
 }
 
 bool parse_openai(const json& j, completion& out, std::string& error) {
@@ -283,7 +281,8 @@ std::string request_body(api kind, const std::string& model,
       } else if ((entry.role == "user" || entry.role == "assistant")
                  && !entry.content.empty()) {
         if (!messages.empty() && messages.back()["role"] == entry.role)
-          messages.back()["content"].get_ref<std::string&>()
+          messages.back()["content"]
+            .get_ref<std::string&>()
             .append("\n\n")
             .append(entry.content);
         else
@@ -402,8 +401,7 @@ stream_decoder::step stream_decoder::on_event(std::string_view event,
     return fail_parse("a stream event is not valid JSON (" + why
                       + "): " + excerpt(data));
   if (!j.is_object())
-    return fail_parse("a stream event is not a JSON object: "
-                      + excerpt(data));
+    return fail_parse("a stream event is not a JSON object: " + excerpt(data));
   try {
     return kind_ == api::openai ? openai_event(j, data, delta)
                                 : anthropic_event(event, j, data, delta);
@@ -474,10 +472,9 @@ stream_decoder::step stream_decoder::openai_event(const json& j,
   return step::more;
 }
 
-stream_decoder::step stream_decoder::anthropic_event(std::string_view event,
-                                                     const json& j,
-                                                     std::string_view data,
-                                                     std::string& delta) {
+stream_decoder::step
+stream_decoder::anthropic_event(std::string_view event, const json& j,
+                                std::string_view data, std::string& delta) {
   auto type_ptr = string_member(j, "type");
   std::string_view type = type_ptr != nullptr ? std::string_view{*type_ptr}
                                               : event;

@@ -33,8 +33,7 @@ public:
     return name_;
   }
 
-  provider_outcome complete(const completion_request& req,
-                            uint32_t) override {
+  provider_outcome complete(const completion_request& req, uint32_t) override {
     provider_outcome out;
     out.reply.text = "echo: " + last_user_text(req.context);
     out.reply.provider = name_;
@@ -85,14 +84,13 @@ public:
       out.what = provider_outcome::kind::crash;
     } else if (!step->fail.empty()) {
       out.what = provider_outcome::kind::failure;
-      out.failure = parse_error_class(step->fail).value_or(
-        error_class::unknown);
+      out.failure
+        = parse_error_class(step->fail).value_or(error_class::unknown);
       out.message = name_ + ": scripted failure (" + step->fail + ")";
       out.retry_after = step->retry_after;
     } else {
       out.reply.text = replace_all(replace_all(step->reply, "{input}", input),
-                                   "{max_tokens}",
-                                   std::to_string(max_tokens));
+                                   "{max_tokens}", std::to_string(max_tokens));
       out.reply.provider = name_;
       out.reply.model = model_;
       out.reply.finish_reason = "stop";
@@ -102,8 +100,8 @@ public:
         auto args = replace_all(step->tool_arguments, "{input}",
                                 quoted.substr(1, quoted.size() - 2));
         out.reply.tool_calls.push_back(
-          tool_call{"call_" + std::to_string(next_call_id_++),
-                    step->tool_name, std::move(args)});
+          tool_call{"call_" + std::to_string(next_call_id_++), step->tool_name,
+                    std::move(args)});
         out.reply.finish_reason = "tool_calls";
       }
     }

@@ -47,11 +47,11 @@ public:
                                                         dbg);
   }
 
-  rocksdb::IOStatus
-  PositionedAppend(const rocksdb::Slice& data, uint64_t offset,
-                   const rocksdb::IOOptions& opts,
-                   const rocksdb::DataVerificationInfo& info,
-                   rocksdb::IODebugContext* dbg) override {
+  rocksdb::IOStatus PositionedAppend(const rocksdb::Slice& data,
+                                     uint64_t offset,
+                                     const rocksdb::IOOptions& opts,
+                                     const rocksdb::DataVerificationInfo& info,
+                                     rocksdb::IODebugContext* dbg) override {
     if (faults_->fail_writes)
       return injected_error(*faults_);
     return FSWritableFileOwnerWrapper::PositionedAppend(data, offset, opts,
@@ -86,8 +86,7 @@ public:
   ReopenWritableFile(const std::string& name, const rocksdb::FileOptions& opts,
                      std::unique_ptr<rocksdb::FSWritableFile>* result,
                      rocksdb::IODebugContext* dbg) override {
-    return wrap(target()->ReopenWritableFile(name, opts, result, dbg),
-                result);
+    return wrap(target()->ReopenWritableFile(name, opts, result, dbg), result);
   }
 
   rocksdb::IOStatus

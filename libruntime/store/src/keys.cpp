@@ -44,8 +44,8 @@ std::string health_key(const std::string& pool, const std::string& provider) {
 namespace {
 
 bool has_seq_keys(size_t cf) {
-  return cf == cf_inbox || cf == cf_context || cf == cf_log
-         || cf == cf_outbox || cf == cf_dead_letters;
+  return cf == cf_inbox || cf == cf_context || cf == cf_log || cf == cf_outbox
+         || cf == cf_dead_letters;
 }
 
 } // namespace

@@ -72,9 +72,9 @@ void run_writers(rocksdb::DB& db, const raw_write_options& opts,
   race.stop = true;
   for (auto& t : writers)
     t.join();
-  result.seconds = std::chrono::duration<double>(
-                     std::chrono::steady_clock::now() - start)
-                     .count();
+  result.seconds
+    = std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+        .count();
   for (auto n : counts)
     result.writes += n;
 }
@@ -119,8 +119,8 @@ measure_raw_synced_writes(const raw_write_options& opts) {
   result.path = path;
   result.concurrency = opts.concurrency;
   result.value_bytes = opts.value_bytes;
-  result.writes_per_second
-    = result.seconds > 0 ? result.writes / result.seconds : 0;
+  result.writes_per_second = result.seconds > 0 ? result.writes / result.seconds
+                                                : 0;
   return result;
 }
 

@@ -7,13 +7,11 @@ namespace keel::store_backend {
 // Records under `thread/seq`: the seq must agree.
 namespace {
 
-std::optional<std::string> seq_mismatch(const rocksdb::Slice& key,
-                                        seq_t seq) {
+std::optional<std::string> seq_mismatch(const rocksdb::Slice& key, seq_t seq) {
   std::string_view str{key.data(), key.size()};
   auto slash = str.find('/');
-  auto key_seq_value = slash == std::string_view::npos
-                         ? std::nullopt
-                         : key_seq(key, slash + 1);
+  auto key_seq_value
+    = slash == std::string_view::npos ? std::nullopt : key_seq(key, slash + 1);
   if (!key_seq_value)
     return "key is not thread/seq";
   if (*key_seq_value != seq)

@@ -36,8 +36,8 @@ std::optional<std::string> key_mismatch(const rocksdb::Slice& key,
 /// Decodes the value stored under `key` into `out`; returns what is wrong
 /// instead if it cannot be decoded or does not belong under its key.
 template <class T>
-std::optional<std::string> read_record(const rocksdb::Slice& key,
-                                       const rocksdb::Slice& value, T& out) {
+std::optional<std::string>
+read_record(const rocksdb::Slice& key, const rocksdb::Slice& value, T& out) {
   auto result = decode<T>(std::string_view{value.data(), value.size()});
   if (!result)
     return error_message(result.error());
@@ -49,8 +49,8 @@ std::optional<std::string> read_record(const rocksdb::Slice& key,
 
 /// Decodes the value stored under `key` in `cf`; errors name both.
 template <class T>
-caf::expected<T> decode_at(size_t cf, const rocksdb::Slice& key,
-                           const rocksdb::Slice& value) {
+caf::expected<T>
+decode_at(size_t cf, const rocksdb::Slice& key, const rocksdb::Slice& value) {
   T result;
   if (auto why = read_record(key, value, result))
     return corrupt(cf, key, *why);

@@ -63,8 +63,7 @@ caf::error rebuild_tree(store& db, const sessions_by_thread& sessions,
   for (auto& link : *links) {
     linked.emplace(link.parent, link.child);
     if (sessions.count(link.parent) == 0 || sessions.count(link.child) == 0)
-      report.problems.push_back("tree link " + link.parent + " -> "
-                                + link.child
+      report.problems.push_back("tree link " + link.parent + " -> " + link.child
                                 + " names a thread without a session");
   }
   for (auto& [thread, rec] : sessions) {
@@ -188,23 +187,18 @@ caf::expected<recovery_plan> plan_recovery(store& db, bool boot) {
 }
 
 std::string describe(const recovery_report& r) {
-  std::string result = "recovery: " + std::to_string(r.sessions)
-                       + " sessions (" + std::to_string(r.roots)
-                       + " roots), " + std::to_string(r.links)
-                       + " tree links, " + std::to_string(r.suspended)
-                       + " ACTIVE marked SUSPENDED, "
-                       + std::to_string(r.inbox_messages)
-                       + " unanswered messages in "
-                       + std::to_string(r.inbox_threads) + " threads, "
-                       + std::to_string(r.outbox_messages)
-                       + " undelivered messages between threads, "
-                       + std::to_string(r.roots_resumed) + " roots and "
-                       + std::to_string(r.children_resumed)
-                       + " children resumed, "
-                       + std::to_string(r.cancels_finished)
-                       + " cancels finished; "
-                       + human_duration(std::chrono::milliseconds{
-                         r.finished_at - r.started_at});
+  std::string result
+    = "recovery: " + std::to_string(r.sessions) + " sessions ("
+      + std::to_string(r.roots) + " roots), " + std::to_string(r.links)
+      + " tree links, " + std::to_string(r.suspended)
+      + " ACTIVE marked SUSPENDED, " + std::to_string(r.inbox_messages)
+      + " unanswered messages in " + std::to_string(r.inbox_threads)
+      + " threads, " + std::to_string(r.outbox_messages)
+      + " undelivered messages between threads, "
+      + std::to_string(r.roots_resumed) + " roots and "
+      + std::to_string(r.children_resumed) + " children resumed, "
+      + std::to_string(r.cancels_finished) + " cancels finished; "
+      + human_duration(std::chrono::milliseconds{r.finished_at - r.started_at});
   for (auto& step : r.steps)
     result += "; " + step.name + " " + std::to_string(step.count) + " in "
               + std::to_string(step.micros) + " us";

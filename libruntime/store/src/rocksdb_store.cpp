@@ -12,8 +12,8 @@
 
 namespace keel {
 
-const std::vector<std::string> column_families{
-  store_backend::cf_names.begin(), store_backend::cf_names.end()};
+const std::vector<std::string> column_families{store_backend::cf_names.begin(),
+                                               store_backend::cf_names.end()};
 
 store::~store() {
   // nop
@@ -32,9 +32,9 @@ caf::expected<std::unique_ptr<store>> store::open(const std::string& dir,
     } else if (!std::filesystem::is_directory(dir, err)) {
       // RocksDB would create the folder before noticing the database is
       // missing.
-      return caf::make_error(ec::storage_open_failed,
-                             "cannot open database in " + dir
-                               + ": no such folder");
+      return caf::make_error(ec::storage_open_failed, "cannot open database in "
+                                                        + dir
+                                                        + ": no such folder");
     }
     auto result = std::make_unique<store_backend::rocksdb_store>(dir, opts);
     if (auto err = result->open_db(opts.read_only))
@@ -42,8 +42,7 @@ caf::expected<std::unique_ptr<store>> store::open(const std::string& dir,
     return std::unique_ptr<store>{std::move(result)};
   } catch (const std::exception& ex) {
     return caf::make_error(ec::storage_open_failed,
-                           "cannot open database in " + dir + ": "
-                             + ex.what());
+                           "cannot open database in " + dir + ": " + ex.what());
   }
 }
 
@@ -75,11 +74,11 @@ caf::error rocksdb_store::open_db(bool read_only) {
     return std::move(descriptors.error());
   rocksdb::DB* db = nullptr;
   handles_.clear();
-  auto status = read_only ? rocksdb::DB::OpenForReadOnly(options, dir_,
-                                                         *descriptors,
-                                                         &handles_, &db)
-                          : rocksdb::DB::Open(options, dir_, *descriptors,
-                                              &handles_, &db);
+  auto status = read_only
+                  ? rocksdb::DB::OpenForReadOnly(options, dir_, *descriptors,
+                                                 &handles_, &db)
+                  : rocksdb::DB::Open(options, dir_, *descriptors, &handles_,
+                                      &db);
   if (!status.ok())
     return open_failed(status);
   db_ = db;
@@ -121,8 +120,7 @@ rocksdb_store::families_to_open(const rocksdb::Options& options,
     descriptors.erase(std::remove_if(descriptors.begin(), descriptors.end(),
                                      [&](auto& x) {
                                        return std::find(existing.begin(),
-                                                        existing.end(),
-                                                        x.name)
+                                                        existing.end(), x.name)
                                               == existing.end();
                                      }),
                       descriptors.end());
@@ -262,9 +260,9 @@ caf::error rocksdb_store::ensure_readable() {
 }
 
 caf::error rocksdb_store::open_failed(const rocksdb::Status& status) {
-  return caf::make_error(ec::storage_open_failed,
-                         "cannot open database in " + dir_ + ": "
-                           + status.ToString());
+  return caf::make_error(ec::storage_open_failed, "cannot open database in "
+                                                    + dir_ + ": "
+                                                    + status.ToString());
 }
 
 caf::error rocksdb_store::read_failed(size_t cf,
@@ -286,8 +284,7 @@ std::unique_ptr<rocksdb::Iterator>
 rocksdb_store::new_iterator(size_t cf, const rocksdb::ReadOptions& ropts) {
   if (cf_[cf] == nullptr)
     return std::unique_ptr<rocksdb::Iterator>{rocksdb::NewEmptyIterator()};
-  return std::unique_ptr<rocksdb::Iterator>{db_->NewIterator(ropts,
-                                                             cf_[cf])};
+  return std::unique_ptr<rocksdb::Iterator>{db_->NewIterator(ropts, cf_[cf])};
 }
 
 rocksdb::Status rocksdb_store::get(size_t cf, const std::string& key,

@@ -74,9 +74,8 @@ public:
 
   caf::expected<thread_dump> dump_thread(const std::string& thread) override;
 
-  caf::expected<thread_dump>
-  dump_thread(const std::string& thread,
-              std::vector<bad_record>& bad) override;
+  caf::expected<thread_dump> dump_thread(const std::string& thread,
+                                         std::vector<bad_record>& bad) override;
 
   caf::expected<std::vector<provider_health_record>> health() override;
 
@@ -84,8 +83,7 @@ public:
 
   // -- staged writes ----------------------------------------------------------
 
-  caf::expected<accept_result>
-  stage_accept(const accept_request& req) override;
+  caf::expected<accept_result> stage_accept(const accept_request& req) override;
 
   void stage_commit(const turn_commit& commit) override;
 
@@ -157,8 +155,8 @@ private:
   // Calls `fn(key, value)` for each key of `cf` in [lower, upper); an empty
   // bound is open.
   template <class Fn>
-  caf::error scan(size_t cf, const std::string& lower,
-                  const std::string& upper, Fn fn);
+  caf::error
+  scan(size_t cf, const std::string& lower, const std::string& upper, Fn fn);
 
   // An iterator over `cf`; an empty one for a column family the database
   // lacks (read-only open of an older build's database).
@@ -180,8 +178,8 @@ private:
 
   // Returns every record of `cf` (see `collect`).
   template <class T>
-  caf::expected<std::vector<T>> collect_all(size_t cf,
-                                            std::vector<bad_record>* bad);
+  caf::expected<std::vector<T>>
+  collect_all(size_t cf, std::vector<bad_record>* bad);
 
   caf::expected<thread_dump> dump(const std::string& thread,
                                   std::vector<bad_record>* bad);

@@ -14,19 +14,19 @@ template <class T>
 caf::error rocksdb_store::collect(size_t cf, const std::string& lower,
                                   const std::string& upper, std::vector<T>& out,
                                   std::vector<bad_record>* bad) {
-  return scan(cf, lower, upper,
-              [&](const rocksdb::Slice& key, const rocksdb::Slice& val) {
-                T x;
-                auto why = read_record(key, val, x);
-                if (!why)
-                  out.emplace_back(std::move(x));
-                else if (bad != nullptr)
-                  bad->push_back(bad_record{cf_names[cf],
-                                            printable_key(cf, key), *why});
-                else
-                  return scan_result{corrupt(cf, key, *why)};
-                return scan_result{};
-              });
+  return scan(
+    cf, lower, upper,
+    [&](const rocksdb::Slice& key, const rocksdb::Slice& val) {
+      T x;
+      auto why = read_record(key, val, x);
+      if (!why)
+        out.emplace_back(std::move(x));
+      else if (bad != nullptr)
+        bad->push_back(bad_record{cf_names[cf], printable_key(cf, key), *why});
+      else
+        return scan_result{corrupt(cf, key, *why)};
+      return scan_result{};
+    });
 }
 
 template <class T>
@@ -67,8 +67,8 @@ caf::expected<thread_dump> rocksdb_store::dump(const std::string& thread,
                                            printable_key(cf_client_ids, key),
                                            "not a sequence number"});
                else
-                 return scan_result{corrupt(cf_client_ids, key,
-                                            "not a sequence number")};
+                 return scan_result{
+                   corrupt(cf_client_ids, key, "not a sequence number")};
                return scan_result{};
              });
   if (err)
@@ -131,8 +131,8 @@ rocksdb_store::load_thread(const std::string& thread) {
   return result;
 }
 
-caf::expected<history_page>
-rocksdb_store::history(const std::string& thread, seq_t after, size_t limit) {
+caf::expected<history_page> rocksdb_store::history(const std::string& thread,
+                                                   seq_t after, size_t limit) {
   if (auto err = ensure_readable())
     return err;
   history_page result;
@@ -247,20 +247,18 @@ rocksdb_store::inbox_counts() {
   if (auto err = ensure_readable())
     return err;
   std::vector<std::pair<std::string, uint64_t>> result;
-  auto err = scan(cf_inbox, {}, {},
-                  [&](const rocksdb::Slice& key, const rocksdb::Slice&) {
-                    std::string_view str{key.data(), key.size()};
-                    auto slash = str.find('/');
-                    if (slash == std::string_view::npos
-                        || !key_seq(key, slash + 1))
-                      return scan_result{
-                        corrupt(cf_inbox, key, "key is not thread/seq")};
-                    auto thread = str.substr(0, slash);
-                    if (result.empty() || result.back().first != thread)
-                      result.emplace_back(std::string{thread}, 0);
-                    ++result.back().second;
-                    return scan_result{};
-                  });
+  auto err = scan(
+    cf_inbox, {}, {}, [&](const rocksdb::Slice& key, const rocksdb::Slice&) {
+      std::string_view str{key.data(), key.size()};
+      auto slash = str.find('/');
+      if (slash == std::string_view::npos || !key_seq(key, slash + 1))
+        return scan_result{corrupt(cf_inbox, key, "key is not thread/seq")};
+      auto thread = str.substr(0, slash);
+      if (result.empty() || result.back().first != thread)
+        result.emplace_back(std::string{thread}, 0);
+      ++result.back().second;
+      return scan_result{};
+    });
   if (err)
     return err;
   return result;

@@ -191,8 +191,8 @@ caf::error rocksdb_store::stage_new_message(const accept_request& req,
       session_value = encode(*session);
   } catch (const std::exception& ex) {
     return caf::make_error(ec::storage_io, "cannot encode the message "
-                                             + printable_key(cf_log, key)
-                                             + ": " + ex.what());
+                                             + printable_key(cf_log, key) + ": "
+                                             + ex.what());
   }
   batch_put(cf_inbox, key, inbox_value);
   batch_put(cf_log, key, log_value);
@@ -239,9 +239,8 @@ void rocksdb_store::stage_commit(const turn_commit& commit) {
       outbox.emplace_back(seq_key(x.from, x.seq), encode(x));
   } catch (const std::exception& ex) {
     poison("cannot encode the commit of "
-             + printable_key(cf_inbox,
-                             seq_key(commit.thread, commit.inbox_seq))
-             + ": " + ex.what());
+           + printable_key(cf_inbox, seq_key(commit.thread, commit.inbox_seq))
+           + ": " + ex.what());
     return;
   }
   batch_delete(cf_inbox, seq_key(commit.thread, commit.inbox_seq));
@@ -277,8 +276,8 @@ rocksdb_store::stage_spawn(const spawn_request& req) {
     session_value = encode(req.child);
     link_value = encode(req.link);
   } catch (const std::exception& ex) {
-    return caf::make_error(ec::storage_io, "cannot encode the spawn of "
-                                             + child + ": " + ex.what());
+    return caf::make_error(ec::storage_io, "cannot encode the spawn of " + child
+                                             + ": " + ex.what());
   }
   batch_put(cf_sessions, child, session_value);
   batch_put(cf_tree, tree_key(parent, child), link_value);
@@ -321,9 +320,9 @@ rocksdb_store::check_spawn(const spawn_request& req) {
   const auto& other = (*existing)->parent;
   if (other == parent)
     return std::optional<spawn_result>{spawn_result{parent, child, false}};
-  return refuse(ec::conflict, other.empty() ? "the thread exists as a root"
-                                            : "the thread exists under "
-                                                + other);
+  return refuse(ec::conflict, other.empty()
+                                ? "the thread exists as a root"
+                                : "the thread exists under " + other);
 }
 
 void rocksdb_store::stage_dead_letter(const outbox_entry& entry,

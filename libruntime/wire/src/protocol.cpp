@@ -21,8 +21,8 @@ using json = nlohmann::json;
 // bytes with U+FFFD, so the output is always valid JSON.
 void append_string(std::string& out, std::string_view str) {
   if (!valid_utf8(str)) {
-    out += json(std::string{str}).dump(-1, ' ', false,
-                                       json::error_handler_t::replace);
+    out += json(std::string{str})
+             .dump(-1, ' ', false, json::error_handler_t::replace);
     return;
   }
   static constexpr char hex[] = "0123456789abcdef";
@@ -181,8 +181,8 @@ frame_check parse_frame(std::string_view input, json& out) {
       what.erase(0, pos + 2);
     return make_frame_error("bad_json", clip("malformed JSON: " + what));
   } catch (const std::exception& e) {
-    return make_frame_error("bad_json", clip(std::string{"malformed JSON: "}
-                                             + e.what()));
+    return make_frame_error("bad_json",
+                            clip(std::string{"malformed JSON: "} + e.what()));
   }
 }
 
@@ -449,9 +449,9 @@ std::string status_frame(const std::string& thread,
     .done();
 }
 
-std::string delta_frame(const std::string& thread,
-                        const std::string& client_id, seq_t reply_to,
-                        uint32_t attempt, std::string_view text) {
+std::string delta_frame(const std::string& thread, const std::string& client_id,
+                        seq_t reply_to, uint32_t attempt,
+                        std::string_view text) {
   return object_writer{"delta",
                        thread.size() + client_id.size() + text.size() + 80}
     .field("thread", thread)
@@ -484,8 +484,7 @@ std::string outcome_frame(const std::string& thread, const log_entry& entry) {
         .field("reply_to", entry.reply_to)
         .field("id", entry.client_id)
         .done();
-    case log_kind::user:
-      break;
+    case log_kind::user: break;
   }
   // Not sent by v1 nodes; encoded anyway so that no entry is ever dropped.
   return object_writer{"message", hint}
@@ -528,9 +527,8 @@ std::string history_frame(const std::string& id, const history_page& page) {
 
 std::string subscribed_frame(const std::string& thread, bool subscribed,
                              const std::string& id) {
-  nlohmann::json j{{"type", "subscribed"},
-                   {"thread", thread},
-                   {"subscribed", subscribed}};
+  nlohmann::json j{
+    {"type", "subscribed"}, {"thread", thread}, {"subscribed", subscribed}};
   if (!id.empty())
     j["id"] = id;
   return dump(j);
@@ -549,8 +547,8 @@ std::string spawned_frame(const spawn_result& result, const std::string& id) {
 std::string cancelled_frame(const std::string& thread,
                             const std::vector<std::string>& threads,
                             const std::string& id) {
-  nlohmann::json j{{"type", "cancelled"}, {"thread", thread},
-                   {"threads", threads}};
+  nlohmann::json j{
+    {"type", "cancelled"}, {"thread", thread}, {"threads", threads}};
   if (!id.empty())
     j["id"] = id;
   return dump(j);
@@ -624,9 +622,9 @@ caf::expected<server_frame> decode_server_frame(std::string_view text) {
   try {
     result.body = json::parse(text.begin(), text.end());
   } catch (const std::exception& e) {
-    return caf::make_error(ec::protocol_violation,
-                           clip(std::string{"server frame is not valid JSON: "}
-                                + e.what()));
+    return caf::make_error(
+      ec::protocol_violation,
+      clip(std::string{"server frame is not valid JSON: "} + e.what()));
   }
   if (!result.body.is_object())
     return caf::make_error(ec::protocol_violation,

@@ -154,8 +154,8 @@ enum class restart_strategy : uint8_t {
 };
 
 /// The YAML spellings of the strategies, indexed by their enum values.
-inline constexpr const char* restart_strategy_names[] = {
-  "one_for_one", "one_for_all", "rest_for_one"};
+inline constexpr const char* restart_strategy_names[]
+  = {"one_for_one", "one_for_all", "rest_for_one"};
 
 /// Returns the YAML spelling of `x`: "one_for_one", "one_for_all" or
 /// "rest_for_one".
@@ -264,7 +264,8 @@ struct node_config {
 };
 
 /// Looks up an environment variable; injected so tests need no real env.
-using env_lookup = std::function<std::optional<std::string>(const std::string&)>;
+using env_lookup
+  = std::function<std::optional<std::string>(const std::string&)>;
 
 /// Reads the process environment.
 env_lookup process_env();

@@ -72,13 +72,12 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, session_record& x) {
   // `provider` and `recovered_at` are missing in records written before the
   // crash recovery stored them.
-  return f(caf::meta::type_name("keel::session_record"),
-           field("thread"), x.thread, field("parent"), x.parent,
-           field("pool"), x.pool, field("model"), x.model,
-           field("provider", field_form::optional), x.provider,
-           field("state"), x.state, field("created_at"), x.created_at,
-           field("recovered_at", field_form::optional), x.recovered_at,
-           field("provider_state"), x.provider_state);
+  return f(caf::meta::type_name("keel::session_record"), field("thread"),
+           x.thread, field("parent"), x.parent, field("pool"), x.pool,
+           field("model"), x.model, field("provider", field_form::optional),
+           x.provider, field("state"), x.state, field("created_at"),
+           x.created_at, field("recovered_at", field_form::optional),
+           x.recovered_at, field("provider_state"), x.provider_state);
 }
 
 /// One parent -> child link of the agent tree (column family `tree`, key
@@ -209,9 +208,8 @@ typename Inspector::result_type inspect(Inspector& f, log_entry& x) {
   return f(caf::meta::type_name("keel::log_entry"), field("seq"), x.seq,
            field("kind"), x.kind, field("client_id"), x.client_id,
            field("reply_to", field_form::omit_default), x.reply_to,
-           field("text"), x.text,
-           field("code", field_form::omit_default), x.code,
-           field("provider", field_form::omit_default), x.provider,
+           field("text"), x.text, field("code", field_form::omit_default),
+           x.code, field("provider", field_form::omit_default), x.provider,
            field("at"), x.at);
 }
 
@@ -373,8 +371,8 @@ struct recovery_step {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, recovery_step& x) {
-  return f(caf::meta::type_name("keel::recovery_step"), field("name"),
-           x.name, field("count"), x.count, field("micros"), x.micros);
+  return f(caf::meta::type_name("keel::recovery_step"), field("name"), x.name,
+           field("count"), x.count, field("micros"), x.micros);
 }
 
 /// What the recovery on boot found and did, stored in `meta` under
@@ -412,19 +410,18 @@ typename Inspector::result_type inspect(Inspector& f, recovery_report& x) {
   // The counters are optional so that a report stored by an older build
   // (with fewer counters) still reads.
   constexpr auto optional = field_form::optional;
-  return f(caf::meta::type_name("keel::recovery_report"),
-           field("started_at"), x.started_at, field("finished_at"),
-           x.finished_at, field("sessions", optional), x.sessions,
-           field("roots", optional), x.roots, field("links", optional),
-           x.links, field("suspended", optional), x.suspended,
+  return f(caf::meta::type_name("keel::recovery_report"), field("started_at"),
+           x.started_at, field("finished_at"), x.finished_at,
+           field("sessions", optional), x.sessions, field("roots", optional),
+           x.roots, field("links", optional), x.links,
+           field("suspended", optional), x.suspended,
            field("inbox_messages", optional), x.inbox_messages,
            field("inbox_threads", optional), x.inbox_threads,
            field("outbox_messages", optional), x.outbox_messages,
            field("roots_resumed", optional), x.roots_resumed,
            field("children_resumed", optional), x.children_resumed,
            field("cancels_finished", optional), x.cancels_finished,
-           field("problems", optional), x.problems, field("steps"),
-           x.steps);
+           field("problems", optional), x.problems, field("steps"), x.steps);
 }
 
 /// One agent of the agent tree (a thread with a session) with its children,
@@ -447,11 +444,11 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, agent_info& x) {
   constexpr auto optional = field_form::optional;
   return f(caf::meta::type_name("keel::agent_info"), record_name("agent"),
-           field("thread"), x.thread, field("parent"), x.parent,
-           field("state"), x.state, field("pool", optional), x.pool,
-           field("model", optional), x.model, field("provider", optional),
-           x.provider, field("created_at", optional), x.created_at,
-           field("children"), x.children);
+           field("thread"), x.thread, field("parent"), x.parent, field("state"),
+           x.state, field("pool", optional), x.pool, field("model", optional),
+           x.model, field("provider", optional), x.provider,
+           field("created_at", optional), x.created_at, field("children"),
+           x.children);
 }
 
 /// A page of a thread's history.
@@ -515,18 +512,17 @@ struct provider_health_record {
 };
 
 template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f,
-                                        provider_health_record& x) {
+typename Inspector::result_type
+inspect(Inspector& f, provider_health_record& x) {
   // `calls` and `failures` may be missing: records written before they were
   // stored lack them.
   constexpr auto optional = field_form::optional;
-  return f(caf::meta::type_name("keel::provider_health_record"),
-           field("pool"), x.pool, field("provider"), x.provider,
-           field("status"), x.status, field("breaker"), x.breaker,
-           field("consecutive_failures"), x.consecutive_failures,
-           field("last_error"), x.last_error, field("last_error_class"),
-           x.last_error_class, field("last_success"), x.last_success,
-           field("cooldown_until"), x.cooldown_until,
+  return f(caf::meta::type_name("keel::provider_health_record"), field("pool"),
+           x.pool, field("provider"), x.provider, field("status"), x.status,
+           field("breaker"), x.breaker, field("consecutive_failures"),
+           x.consecutive_failures, field("last_error"), x.last_error,
+           field("last_error_class"), x.last_error_class, field("last_success"),
+           x.last_success, field("cooldown_until"), x.cooldown_until,
            field("calls", optional), x.calls, field("failures", optional),
            x.failures);
 }

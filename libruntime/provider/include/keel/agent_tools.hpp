@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "keel/error.hpp"
 #include "keel/completion.hpp"
+#include "keel/error.hpp"
 
 namespace keel {
 
@@ -46,7 +46,6 @@ std::optional<caf::expected<agent_action>>
 parse_agent_tool_call(const tool_call& call, const std::string& parent);
 
 /// The child id of agent `name` under `parent`.
-std::string child_thread_id(const std::string& parent,
-                            const std::string& name);
+std::string child_thread_id(const std::string& parent, const std::string& name);
 
 } // namespace keel

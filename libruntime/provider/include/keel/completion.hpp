@@ -46,8 +46,7 @@ struct tool_call {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, tool_call& x) {
-  return f(caf::meta::type_name("keel::tool_call"), x.id, x.name,
-           x.arguments);
+  return f(caf::meta::type_name("keel::tool_call"), x.id, x.name, x.arguments);
 }
 
 /// A provider's answer.

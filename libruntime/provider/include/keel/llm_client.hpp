@@ -25,8 +25,8 @@
 
 #include <caf/expected.hpp>
 
-#include "keel/config.hpp"
 #include "keel/completion.hpp"
+#include "keel/config.hpp"
 #include "keel/provider_policy.hpp"
 
 namespace keel {

@@ -44,8 +44,8 @@ public:
   /// The configured name.
   virtual const std::string& name() const = 0;
   /// Decides the outcome of one call allowed `max_tokens` tokens.
-  virtual provider_outcome complete(const completion_request& req,
-                                    uint32_t max_tokens)
+  virtual provider_outcome
+  complete(const completion_request& req, uint32_t max_tokens)
     = 0;
 };
 

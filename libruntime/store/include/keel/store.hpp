@@ -103,8 +103,7 @@ public:
   virtual caf::expected<std::vector<std::string>> threads_with_inbox() = 0;
 
   /// Returns the session record of `thread`, or `ec::not_found`.
-  virtual caf::expected<session_record> session(const std::string& thread)
-    = 0;
+  virtual caf::expected<session_record> session(const std::string& thread) = 0;
 
   /// Counts session records.
   virtual caf::expected<uint64_t> count_sessions() = 0;
@@ -131,8 +130,7 @@ public:
   /// Everything stored about one thread, for the invariant checker: the
   /// whole log, the inbox, the client id index (client id -> seq) and the
   /// outbox. Fails with `ec::storage_corrupt` naming the first bad record.
-  virtual caf::expected<thread_dump> dump_thread(const std::string& thread)
-    = 0;
+  virtual caf::expected<thread_dump> dump_thread(const std::string& thread) = 0;
 
   /// Returns every dead letter, in key order.
   virtual caf::expected<std::vector<dead_letter>> dead_letters() = 0;
@@ -159,7 +157,8 @@ public:
   /// Reads a `meta` value, or `ec::not_found`.
   virtual caf::expected<std::string> meta(const std::string& key) = 0;
 
-  // -- staged writes -----------------------------------------------------------
+  // -- staged writes
+  // -----------------------------------------------------------
   //
   // On a read-only store every write fails with `ec::storage_io` ("... is
   // open read-only"): the ones returning a result at once, the others (and
@@ -187,14 +186,14 @@ public:
   /// staged), `ec::conflict` if the parent is CLOSED or the child exists
   /// with another parent or as a root. A child that exists under the same
   /// parent is a resent spawn: nothing is staged, `created == false`.
-  virtual caf::expected<spawn_result> stage_spawn(const spawn_request& req)
-    = 0;
+  virtual caf::expected<spawn_result> stage_spawn(const spawn_request& req) = 0;
 
   /// Stages moving an undeliverable outbox entry to `dead_letters` (key
   /// `from/seq`, the entry plus `reason` and the wall clock time), removing
   /// it from the outbox.
-  virtual void stage_dead_letter(const outbox_entry& entry,
-                                 const std::string& reason) = 0;
+  virtual void
+  stage_dead_letter(const outbox_entry& entry, const std::string& reason)
+    = 0;
 
   /// Stages writing a session record (create or update).
   virtual void stage_session(const session_record& rec) = 0;
@@ -202,8 +201,7 @@ public:
   /// Stages writing a provider health record (create or replace).
   virtual void stage_health(const provider_health_record& rec) = 0;
   /// Stages writing a `meta` value.
-  virtual void stage_meta(const std::string& key, const std::string& value)
-    = 0;
+  virtual void stage_meta(const std::string& key, const std::string& value) = 0;
 
   /// Number of operations staged since the last flush: one per call of a
   /// `stage_*` function that staged something (an accept, a commit, a

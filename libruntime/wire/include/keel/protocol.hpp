@@ -104,9 +104,9 @@ std::string status_frame(const std::string& thread,
 /// produces it: `{"type":"delta","thread","id","reply_to","attempt","text"}`.
 /// Deltas of a later `attempt` start the answer over; only the `reply` frame
 /// is the complete, stored answer.
-std::string delta_frame(const std::string& thread,
-                        const std::string& client_id, seq_t reply_to,
-                        uint32_t attempt, std::string_view text);
+std::string delta_frame(const std::string& thread, const std::string& client_id,
+                        seq_t reply_to, uint32_t attempt,
+                        std::string_view text);
 
 /// A reply (entry.kind == reply) or a descriptive error in the thread
 /// (entry.kind == error, encoded as an `error` frame carrying `thread`,
@@ -149,7 +149,8 @@ std::string pong_frame(const std::string& id);
 
 std::string send_frame(const std::string& thread, const std::string& id,
                        const std::string& text);
-std::string subscribe_frame(const std::string& thread, const std::string& id = {});
+std::string subscribe_frame(const std::string& thread,
+                            const std::string& id = {});
 std::string unsubscribe_frame(const std::string& thread,
                               const std::string& id = {});
 std::string history_request_frame(const std::string& thread,

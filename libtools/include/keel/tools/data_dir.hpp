@@ -16,8 +16,8 @@
 #include "keel/error.hpp"
 #include "keel/json_codec.hpp"
 #include "keel/store.hpp"
-#include "keel/types.hpp"
 #include "keel/tools/verify.hpp"
+#include "keel/types.hpp"
 
 namespace keel {
 

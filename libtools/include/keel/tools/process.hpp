@@ -115,9 +115,9 @@ public:
   /// marker's prefix and the newline); std::nullopt when the child closes
   /// its stdout or `timeout` passes first. The pipe is closed afterwards
   /// (the child must write nothing more to stdout).
-  std::optional<std::string> read_stdout_line(const std::string& marker,
-                                              std::chrono::milliseconds
-                                                timeout);
+  std::optional<std::string>
+  read_stdout_line(const std::string& marker,
+                   std::chrono::milliseconds timeout);
 
   /// Everything the child wrote to its log so far ("" without a log).
   std::string log() const;
@@ -145,9 +145,9 @@ struct command_result {
 /// Runs a command to completion (no shell), capturing its stdout and
 /// stderr; kills it (exit code 137) when it has not finished after
 /// `timeout`. Throws std::runtime_error when it cannot be started.
-command_result run_command(const std::vector<std::string>& argv,
-                           std::chrono::seconds timeout
-                           = std::chrono::seconds{60});
+command_result
+run_command(const std::vector<std::string>& argv,
+            std::chrono::seconds timeout = std::chrono::seconds{60});
 
 /// Reads a whole file ("" when it cannot be read).
 std::string read_text_file(const std::string& path);
