@@ -657,22 +657,41 @@ private:
     return pending;
   }
 
-  bool check_thread(const std::string& thread, const thread_model& model,
-                    bool final) {
-    bool pending = false;
-    auto& rec = records_[thread];
-    auto& log = rec.log;
+  /// A thread's log, indexed for the checks.
+  struct log_index {
+    /// Client id -> seq of the user messages.
     std::map<std::string, uint64_t> user_seq;
+    /// User message seq -> seqs of its outcomes.
     std::map<uint64_t, std::vector<uint64_t>> outcomes;
     std::map<uint64_t, const entry*> by_seq;
+  };
+
+  bool check_thread(const std::string& thread, const thread_model& model,
+                    bool final) {
+    auto& rec = records_[thread];
+    auto index = index_log(thread, rec.log);
+    check_outcomes(thread, index);
+    bool pending = check_answered(thread, index, final);
+    check_acked(thread, rec, index);
+    check_refused(thread, rec, index);
+    pending |= check_observed(thread, rec, index, final);
+    if (!model.parent.empty())
+      pending |= check_forwards(thread, model, rec.log, final);
+    return pending;
+  }
+
+  /// Indexes `log`; seqs must increase, and a client id is stored once.
+  log_index index_log(const std::string& thread,
+                      const std::vector<entry>& log) {
+    log_index result;
     for (size_t i = 0; i < log.size(); ++i) {
       auto& e = log[i];
       if (i > 0 && e.seq <= log[i - 1].seq)
         violation(thread + ": log seqs not increasing: " + to_string(log[i - 1])
                   + " then " + to_string(e));
-      by_seq[e.seq] = &e;
+      result.by_seq[e.seq] = &e;
       if (e.kind == "user") {
-        auto [it, added] = user_seq.emplace(e.client_id, e.seq);
+        auto [it, added] = result.user_seq.emplace(e.client_id, e.seq);
         if (!added) {
           ++stats_.duplicates;
           violation("DUPLICATE: " + thread + " stored client id " + e.client_id
@@ -680,14 +699,19 @@ private:
                     + std::to_string(e.seq));
         }
       } else if (e.is_outcome()) {
-        outcomes[e.reply_to].push_back(e.seq);
+        result.outcomes[e.reply_to].push_back(e.seq);
       } else {
         violation(thread + ": unknown log entry kind: " + to_string(e));
       }
     }
-    for (auto& [reply_to, seqs] : outcomes) {
-      auto u = by_seq.find(reply_to);
-      if (u == by_seq.end() || u->second->kind != "user")
+    return result;
+  }
+
+  /// Every outcome answers a user message of the thread, and only one does.
+  void check_outcomes(const std::string& thread, const log_index& index) {
+    for (auto& [reply_to, seqs] : index.outcomes) {
+      auto u = index.by_seq.find(reply_to);
+      if (u == index.by_seq.end() || u->second->kind != "user")
         violation(thread + ": outcome #" + std::to_string(seqs.front())
                   + " answers #" + std::to_string(reply_to)
                   + ", which is no user message of the thread");
@@ -699,8 +723,15 @@ private:
           + std::to_string(seqs[0]) + ", #" + std::to_string(seqs[1]) + ")");
       }
     }
-    for (auto& [client_id, seq] : user_seq) {
-      if (outcomes.count(seq) == 0) {
+  }
+
+  /// Returns whether a stored user message has no outcome yet (a violation
+  /// when `final`).
+  bool check_answered(const std::string& thread, const log_index& index,
+                      bool final) {
+    bool pending = false;
+    for (auto& [client_id, seq] : index.user_seq) {
+      if (index.outcomes.count(seq) == 0) {
         pending = true;
         if (final)
           violation("UNANSWERED: " + thread + " message #" + std::to_string(seq)
@@ -708,9 +739,15 @@ private:
                     + std::to_string(opts_.settle_timeout.count()) + " s");
       }
     }
+    return pending;
+  }
+
+  /// Every acknowledged message is stored, at the seq of its ack.
+  void check_acked(const std::string& thread, const thread_record& rec,
+                   const log_index& index) {
     for (auto& [id, seq] : rec.acked) {
-      auto u = user_seq.find(id);
-      if (u == user_seq.end()) {
+      auto u = index.user_seq.find(id);
+      if (u == index.user_seq.end()) {
         ++stats_.lost;
         violation("LOST: " + thread + "/" + id + " was acknowledged (seq "
                   + std::to_string(seq) + ") and is not in the thread's log");
@@ -720,13 +757,26 @@ private:
                   + std::to_string(u->second));
       }
     }
+  }
+
+  /// No refused message is stored.
+  void check_refused(const std::string& thread, const thread_record& rec,
+                     const log_index& index) {
     for (auto& id : rec.refused)
-      if (user_seq.count(id) != 0)
+      if (index.user_seq.count(id) != 0)
         violation(thread + "/" + id
                   + " was refused (thread_closed) but is in the log");
+  }
+
+  /// Every outcome frame seen live is in the log as seen. Returns whether
+  /// one is beyond the log read so far (a violation when `final`).
+  bool check_observed(const std::string& thread, const thread_record& rec,
+                      const log_index& index, bool final) {
+    bool pending = false;
+    auto& log = rec.log;
     for (auto& [seq, seen] : rec.observed) {
-      auto e = by_seq.find(seq);
-      if (e == by_seq.end()) {
+      auto e = index.by_seq.find(seq);
+      if (e == index.by_seq.end()) {
         if (log.empty() || seq > log.back().seq) {
           pending = true; // Not read yet.
           if (final)
@@ -745,8 +795,6 @@ private:
         violation(thread + ": the client saw " + to_string(seen)
                   + " but the log has " + to_string(*e->second));
     }
-    if (!model.parent.empty())
-      pending |= check_forwards(thread, model, log, final);
     return pending;
   }
 
@@ -758,60 +806,82 @@ private:
   bool check_forwards(const std::string& child, const thread_model& model,
                       const std::vector<entry>& log, bool final) {
     bool pending = false;
-    auto parent_closed = gen_threads().at(model.parent).closed;
-    auto prefix = "agent:" + child + ":";
+    auto prefix = forward_prefix(child);
     std::set<uint64_t> forwarded;
-    for (auto& fwd : records_[model.parent].log) {
-      if (fwd.kind != "user" || fwd.client_id.rfind(prefix, 0) != 0)
-        continue;
-      auto tail = fwd.client_id.substr(prefix.size());
-      if (tail.empty()
-          || tail.find_first_not_of("0123456789") != std::string::npos) {
-        violation(model.parent + ": malformed forwarded id " + fwd.client_id);
-        continue;
-      }
-      auto reserved = std::stoull(tail);
-      if (fwd.text.rfind("[agent " + child + "] ", 0) != 0
-          && fwd.text.rfind("[agent " + child + " failed] ", 0) != 0)
-        violation(model.parent + ": forwarded message " + to_string(fwd)
-                  + " does not start with [agent " + child + "]");
-      // The child's first entry after the reserved seq is the outcome.
-      auto out = std::upper_bound(log.begin(), log.end(), reserved,
-                                  [](uint64_t s, const entry& e) {
-                                    return s < e.seq;
-                                  });
-      if (out != log.begin() && std::prev(out)->seq == reserved) {
-        violation(model.parent + ": forwarded message " + fwd.client_id
-                  + " names " + child + "'s log entry "
-                  + to_string(*std::prev(out))
-                  + " (a reserved seq must not be a log entry)");
-        continue;
-      }
-      if (out == log.end()) {
-        pending = true; // The child's log was read before this commit.
-        if (final)
-          violation(model.parent + ": forwarded message " + to_string(fwd)
-                    + " has no outcome in " + child + "'s log after #"
-                    + std::to_string(reserved));
-        continue;
-      }
-      if (!out->is_outcome()) {
-        violation(model.parent + ": forwarded message " + to_string(fwd)
-                  + " is followed in " + child + "'s log by " + to_string(*out)
-                  + ", not by an outcome");
-        continue;
-      }
-      if (!forwarded.insert(out->seq).second) {
-        ++stats_.duplicates;
-        violation("DUPLICATE: " + child + "'s outcome " + to_string(*out)
-                  + " reached " + model.parent + " twice");
-      }
-      if (fwd.text.find(out->text) == std::string::npos)
-        violation(model.parent + ": forwarded message " + to_string(fwd)
-                  + " does not carry " + child + "'s outcome "
-                  + to_string(*out));
-      forwarded_.insert(child + "/" + std::to_string(out->seq));
+    for (auto& fwd : records_[model.parent].log)
+      if (fwd.kind == "user" && fwd.client_id.rfind(prefix, 0) == 0)
+        pending |= check_forward(child, model.parent, fwd, log, final,
+                                 forwarded);
+    pending |= check_owed_forwards(child, model.parent, log, forwarded, final);
+    return pending;
+  }
+
+  /// How the client ids of `child`'s forwarded outcomes start.
+  static std::string forward_prefix(const std::string& child) {
+    return "agent:" + child + ":";
+  }
+
+  /// Checks one message `fwd` in `parent`'s log that forwards an outcome of
+  /// `child` (whose log is `log`), recording the outcome's seq in
+  /// `forwarded`. Returns whether the outcome is beyond the child's log read
+  /// so far (a violation when `final`).
+  bool check_forward(const std::string& child, const std::string& parent,
+                     const entry& fwd, const std::vector<entry>& log,
+                     bool final, std::set<uint64_t>& forwarded) {
+    auto tail = fwd.client_id.substr(forward_prefix(child).size());
+    if (tail.empty()
+        || tail.find_first_not_of("0123456789") != std::string::npos) {
+      violation(parent + ": malformed forwarded id " + fwd.client_id);
+      return false;
     }
+    auto reserved = std::stoull(tail);
+    if (fwd.text.rfind("[agent " + child + "] ", 0) != 0
+        && fwd.text.rfind("[agent " + child + " failed] ", 0) != 0)
+      violation(parent + ": forwarded message " + to_string(fwd)
+                + " does not start with [agent " + child + "]");
+    // The child's first entry after the reserved seq is the outcome.
+    auto out
+      = std::upper_bound(log.begin(), log.end(), reserved,
+                         [](uint64_t s, const entry& e) { return s < e.seq; });
+    if (out != log.begin() && std::prev(out)->seq == reserved) {
+      violation(parent + ": forwarded message " + fwd.client_id + " names "
+                + child + "'s log entry " + to_string(*std::prev(out))
+                + " (a reserved seq must not be a log entry)");
+      return false;
+    }
+    if (out == log.end()) {
+      // The child's log was read before this commit.
+      if (final)
+        violation(parent + ": forwarded message " + to_string(fwd)
+                  + " has no outcome in " + child + "'s log after #"
+                  + std::to_string(reserved));
+      return true;
+    }
+    if (!out->is_outcome()) {
+      violation(parent + ": forwarded message " + to_string(fwd)
+                + " is followed in " + child + "'s log by " + to_string(*out)
+                + ", not by an outcome");
+      return false;
+    }
+    if (!forwarded.insert(out->seq).second) {
+      ++stats_.duplicates;
+      violation("DUPLICATE: " + child + "'s outcome " + to_string(*out)
+                + " reached " + parent + " twice");
+    }
+    if (fwd.text.find(out->text) == std::string::npos)
+      violation(parent + ": forwarded message " + to_string(fwd)
+                + " does not carry " + child + "'s outcome " + to_string(*out));
+    forwarded_.insert(child + "/" + std::to_string(out->seq));
+    return false;
+  }
+
+  /// Returns whether an outcome of `child` that is owed to `parent` has not
+  /// reached it (a violation when `final`).
+  bool check_owed_forwards(const std::string& child, const std::string& parent,
+                           const std::vector<entry>& log,
+                           const std::set<uint64_t>& forwarded, bool final) {
+    bool pending = false;
+    auto parent_closed = gen_threads().at(parent).closed;
     for (auto& e : log) {
       if (!e.is_outcome() || forwarded.count(e.seq) != 0)
         continue;
@@ -822,7 +892,7 @@ private:
       pending = true;
       if (final)
         violation("LOST FORWARD: " + child + "'s outcome " + to_string(e)
-                  + " never reached its parent " + model.parent);
+                  + " never reached its parent " + parent);
     }
     return pending;
   }
@@ -930,98 +1000,122 @@ private:
     }
   }
 
+  /// Checks the answer `frame` to `x` (`first`: its first attempt) against
+  /// the record, and records it.
   bool check_answer(const op& x, const json& frame, bool first) {
-    auto type = json_string(frame, "type");
-    auto code = json_string(frame, "code");
     auto& rec = records_[x.thread];
-    auto refused = [&](const std::string& what) {
-      violation("`" + to_string(x) + "` " + what + ": " + frame.dump());
-      return false;
-    };
     switch (x.kind) {
-      case op_kind::send: {
-        if (type != "ack")
-          return refused("was refused");
-        auto seq = json_number(frame, {"seq"});
-        if (frame.value("duplicate", false) && first)
-          return refused("is new but was acknowledged as a duplicate");
-        auto [it, added] = rec.acked.emplace(x.id, seq);
-        if (added)
-          ++stats_.acked;
-        else if (it->second != seq)
-          return refused("was acknowledged again with another seq (first "
-                         + std::to_string(it->second) + ")");
-        ++stats_.sends;
-        ++acks_;
-        return true;
-      }
-      case op_kind::resend: {
-        if (type != "ack")
-          return refused("was refused");
-        auto seq = json_number(frame, {"seq"});
-        auto it = rec.acked.find(x.id);
-        if (it == rec.acked.end())
-          return refused("resends a message that was never acknowledged "
-                         "(fuzzer bug)");
-        if (!frame.value("duplicate", false)) {
-          ++stats_.lost;
-          return refused("LOST: the acknowledged message (seq "
-                         + std::to_string(it->second)
-                         + ") was accepted again as new");
-        }
-        if (seq != it->second)
-          return refused("names seq " + std::to_string(seq)
-                         + " but the original was acknowledged with seq "
-                         + std::to_string(it->second));
-        ++stats_.resends;
-        ++acks_;
-        return true;
-      }
-      case op_kind::send_closed:
-        if (type == "ack")
-          return refused("to a cancelled thread was acknowledged");
-        if (code != "thread_closed")
-          return refused("to a cancelled thread was refused with the wrong "
-                         "code");
-        rec.refused.insert(x.id);
-        ++stats_.refused_sends;
-        return true;
-      case op_kind::spawn:
-        if (type != "spawned")
-          return refused("was refused");
-        if (json_string(frame, "child") != x.child
-            || json_string(frame, "thread") != x.thread)
-          return refused("answered for another parent or child");
-        if (first && !frame.value("created", false))
-          return refused("is the first spawn of this child but says "
-                         "created:false");
-        ++stats_.spawns;
-        return true;
-      case op_kind::cancel: {
-        if (type == "error" && code == "thread_closed" && !first)
-          return true; // Cancelled by an attempt the crash cut short.
-        if (type != "cancelled")
-          return refused("was refused");
-        std::set<std::string> subtree;
-        collect_subtree(x.thread, subtree);
-        bool self = false;
-        auto threads = frame.find("threads");
-        if (threads == frame.end() || !threads->is_array())
-          return refused("lists no threads");
-        for (auto& t : *threads) {
-          auto name = t.is_string() ? t.get<std::string>() : std::string{};
-          self |= name == x.thread;
-          if (subtree.count(name) == 0)
-            return refused("closed " + name
-                           + ", which is not in the cancelled subtree");
-        }
-        if (first && !self)
-          return refused("does not list the cancelled thread");
-        ++stats_.cancels;
-        return true;
-      }
+      case op_kind::send: return check_send(x, frame, first, rec);
+      case op_kind::resend: return check_resend(x, frame, rec);
+      case op_kind::send_closed: return check_send_closed(x, frame, rec);
+      case op_kind::spawn: return check_spawn(x, frame, first);
+      case op_kind::cancel: return check_cancel(x, frame, first);
     }
     return false;
+  }
+
+  /// Records that `x` was answered wrongly with `frame`; returns false.
+  bool refused(const op& x, const json& frame, const std::string& what) {
+    violation("`" + to_string(x) + "` " + what + ": " + frame.dump());
+    return false;
+  }
+
+  bool check_send(const op& x, const json& frame, bool first,
+                  thread_record& rec) {
+    if (json_string(frame, "type") != "ack")
+      return refused(x, frame, "was refused");
+    auto seq = json_number(frame, {"seq"});
+    if (frame.value("duplicate", false) && first)
+      return refused(x, frame, "is new but was acknowledged as a duplicate");
+    auto [it, added] = rec.acked.emplace(x.id, seq);
+    if (added)
+      ++stats_.acked;
+    else if (it->second != seq)
+      return refused(x, frame,
+                     "was acknowledged again with another seq (first "
+                       + std::to_string(it->second) + ")");
+    ++stats_.sends;
+    ++acks_;
+    return true;
+  }
+
+  bool check_resend(const op& x, const json& frame, thread_record& rec) {
+    if (json_string(frame, "type") != "ack")
+      return refused(x, frame, "was refused");
+    auto seq = json_number(frame, {"seq"});
+    auto it = rec.acked.find(x.id);
+    if (it == rec.acked.end())
+      return refused(x, frame,
+                     "resends a message that was never acknowledged "
+                     "(fuzzer bug)");
+    if (!frame.value("duplicate", false)) {
+      ++stats_.lost;
+      return refused(x, frame,
+                     "LOST: the acknowledged message (seq "
+                       + std::to_string(it->second)
+                       + ") was accepted again as new");
+    }
+    if (seq != it->second)
+      return refused(x, frame,
+                     "names seq " + std::to_string(seq)
+                       + " but the original was acknowledged with seq "
+                       + std::to_string(it->second));
+    ++stats_.resends;
+    ++acks_;
+    return true;
+  }
+
+  bool check_send_closed(const op& x, const json& frame, thread_record& rec) {
+    if (json_string(frame, "type") == "ack")
+      return refused(x, frame, "to a cancelled thread was acknowledged");
+    if (json_string(frame, "code") != "thread_closed")
+      return refused(x, frame,
+                     "to a cancelled thread was refused with the wrong "
+                     "code");
+    rec.refused.insert(x.id);
+    ++stats_.refused_sends;
+    return true;
+  }
+
+  bool check_spawn(const op& x, const json& frame, bool first) {
+    if (json_string(frame, "type") != "spawned")
+      return refused(x, frame, "was refused");
+    if (json_string(frame, "child") != x.child
+        || json_string(frame, "thread") != x.thread)
+      return refused(x, frame, "answered for another parent or child");
+    if (first && !frame.value("created", false))
+      return refused(x, frame,
+                     "is the first spawn of this child but says "
+                     "created:false");
+    ++stats_.spawns;
+    return true;
+  }
+
+  bool check_cancel(const op& x, const json& frame, bool first) {
+    auto type = json_string(frame, "type");
+    if (type == "error" && json_string(frame, "code") == "thread_closed"
+        && !first)
+      return true; // Cancelled by an attempt the crash cut short.
+    if (type != "cancelled")
+      return refused(x, frame, "was refused");
+    std::set<std::string> subtree;
+    collect_subtree(x.thread, subtree);
+    bool self = false;
+    auto threads = frame.find("threads");
+    if (threads == frame.end() || !threads->is_array())
+      return refused(x, frame, "lists no threads");
+    for (auto& t : *threads) {
+      auto name = t.is_string() ? t.get<std::string>() : std::string{};
+      self |= name == x.thread;
+      if (subtree.count(name) == 0)
+        return refused(x, frame,
+                       "closed " + name
+                         + ", which is not in the cancelled subtree");
+    }
+    if (first && !self)
+      return refused(x, frame, "does not list the cancelled thread");
+    ++stats_.cancels;
+    return true;
   }
 
   void collect_subtree(const std::string& thread, std::set<std::string>& out) {

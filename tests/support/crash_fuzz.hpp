@@ -18,6 +18,7 @@
 // got no answer), so the state after each iteration is the planned one, and
 // only where the crash fell within an iteration depends on timing.
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -344,63 +345,40 @@ private:
     return x;
   }
 
-  // Weights of the operation kinds, biased toward what reaches the planned
-  // kill point.
+  /// The weights of the operation kinds, in the order of `op_choice`.
+  enum op_choice : size_t {
+    choose_new_root,
+    choose_send,
+    choose_child_send,
+    choose_spawn,
+    choose_cancel,
+    choose_resend,
+    choose_send_closed,
+    op_choices,
+  };
+
+  /// The threads each operation kind may target.
+  struct op_targets {
+    std::vector<std::string> open;
+    /// Open threads with room for a child.
+    std::vector<std::string> parents;
+    /// Open children.
+    std::vector<std::string> children;
+    /// Open threads with a message to resend.
+    std::vector<std::string> resendable;
+    std::vector<std::string> closed;
+  };
+
+  // Draws an operation kind, with weights biased toward what reaches the
+  // planned kill point, among those that have a target.
   op draw_op(const iteration_plan& plan, size_t k) {
     auto point = plan.kill.at_point ? std::optional<kill_point>{plan.kill.point}
                                     : std::nullopt;
     wants_new_ = point == kill_point::session_created
                  || point == kill_point::session_written
                  || point == kill_point::tree_link_written;
-    unsigned w_new_root = 4;
-    unsigned w_send = 50;
-    unsigned w_child_send = 0;
-    unsigned w_spawn = features_.spawn ? 6 : 0;
-    unsigned w_cancel = features_.cancel ? 3 : 0;
-    unsigned w_resend = 6;
-    unsigned w_closed = features_.cancel ? 4 : 0;
-    // A session is created by a new root's first message (spawned children
-    // get theirs with the spawn); its first provider call follows.
-    if (point == kill_point::session_created)
-      w_new_root = 30;
-    if (point == kill_point::session_written) {
-      w_new_root = 20;
-      w_spawn *= 3;
-    }
-    if (point == kill_point::tree_link_written)
-      w_spawn *= 4;
-    if (point == kill_point::message_enqueued || features_.spawn)
-      w_child_send = point == kill_point::message_enqueued ? 40 : 20;
-    auto open = open_threads(false);
-    auto parents = open_threads(true);
-    std::vector<std::string> children;
-    std::vector<std::string> resendable;
-    for (auto& t : open) {
-      if (!threads_[t].parent.empty())
-        children.push_back(t);
-      if (!threads_[t].sent.empty())
-        resendable.push_back(t);
-    }
-    auto closed = closed_threads();
-    if (!room()) {
-      w_new_root = 0;
-      w_spawn = 0;
-    }
-    if (open.empty())
-      w_send = w_cancel = 0;
-    if (children.empty())
-      w_child_send = 0;
-    if (parents.empty())
-      w_spawn = 0;
-    if (resendable.empty())
-      w_resend = 0;
-    if (closed.empty())
-      w_closed = 0;
-    // Keep at least one root open so traffic never stops.
-    if (open.size() < 2)
-      w_cancel = 0;
-    unsigned weights[] = {w_new_root, w_send,   w_child_send, w_spawn,
-                          w_cancel,   w_resend, w_closed};
+    auto targets = op_targets_now();
+    auto weights = op_weights(point, targets);
     unsigned total = 0;
     for (auto w : weights)
       total += w;
@@ -411,52 +389,121 @@ private:
     while (x >= weights[choice])
       x -= weights[choice++];
     switch (choice) {
-      case 0: return new_message(plan, k, new_root());
-      case 1: return new_message(plan, k, pick(open));
-      case 2: return new_message(plan, k, pick(children));
-      case 3: {
-        // Prefer the newest possible parents: deeper trees.
-        auto& parent = chance(50) ? parents.back() : pick(parents);
-        op s;
-        s.kind = op_kind::spawn;
-        s.thread = parent;
-        s.child = "k" + std::to_string(generation_) + "-"
-                  + std::to_string(threads_.size());
-        s.id = "s" + std::to_string(plan.index) + "." + std::to_string(k);
-        auto& child = threads_[s.child];
-        child.parent = parent;
-        child.depth = threads_[parent].depth + 1;
-        threads_[parent].children.push_back(s.child);
-        order_.push_back(s.child);
-        return s;
-      }
-      case 4: {
-        op c;
-        c.kind = op_kind::cancel;
-        // Mostly children: cancelling a root closes a whole tree.
-        c.thread = !children.empty() && chance(80) ? pick(children)
-                                                   : pick(open);
-        c.id = "x" + std::to_string(plan.index) + "." + std::to_string(k);
-        close(c.thread);
-        return c;
-      }
-      case 5: {
-        op r;
-        r.kind = op_kind::resend;
-        r.thread = pick(resendable);
-        r.id = pick(threads_[r.thread].sent);
-        r.text = "fuzz " + r.id;
-        return r;
-      }
-      default: {
-        op c;
-        c.kind = op_kind::send_closed;
-        c.thread = pick(closed);
-        c.id = "c" + std::to_string(plan.index) + "." + std::to_string(k);
-        c.text = "fuzz " + c.id;
-        return c;
-      }
+      case choose_new_root: return new_message(plan, k, new_root());
+      case choose_send: return new_message(plan, k, pick(targets.open));
+      case choose_child_send:
+        return new_message(plan, k, pick(targets.children));
+      case choose_spawn: return draw_spawn(plan, k, targets.parents);
+      case choose_cancel: return draw_cancel(plan, k, targets);
+      case choose_resend: return draw_resend(targets.resendable);
+      default: return draw_send_closed(plan, k, targets.closed);
     }
+  }
+
+  op_targets op_targets_now() const {
+    op_targets result;
+    result.open = open_threads(false);
+    result.parents = open_threads(true);
+    for (auto& t : result.open) {
+      if (!threads_.at(t).parent.empty())
+        result.children.push_back(t);
+      if (!threads_.at(t).sent.empty())
+        result.resendable.push_back(t);
+    }
+    result.closed = closed_threads();
+    return result;
+  }
+
+  /// The weight of each `op_choice`: zero for the kinds without a target.
+  std::array<unsigned, op_choices> op_weights(std::optional<kill_point> point,
+                                              const op_targets& targets) const {
+    std::array<unsigned, op_choices> w{};
+    w[choose_new_root] = 4;
+    w[choose_send] = 50;
+    w[choose_child_send] = 0;
+    w[choose_spawn] = features_.spawn ? 6 : 0;
+    w[choose_cancel] = features_.cancel ? 3 : 0;
+    w[choose_resend] = 6;
+    w[choose_send_closed] = features_.cancel ? 4 : 0;
+    // A session is created by a new root's first message (spawned children
+    // get theirs with the spawn); its first provider call follows.
+    if (point == kill_point::session_created)
+      w[choose_new_root] = 30;
+    if (point == kill_point::session_written) {
+      w[choose_new_root] = 20;
+      w[choose_spawn] *= 3;
+    }
+    if (point == kill_point::tree_link_written)
+      w[choose_spawn] *= 4;
+    if (point == kill_point::message_enqueued || features_.spawn)
+      w[choose_child_send] = point == kill_point::message_enqueued ? 40 : 20;
+    if (!room()) {
+      w[choose_new_root] = 0;
+      w[choose_spawn] = 0;
+    }
+    if (targets.open.empty())
+      w[choose_send] = w[choose_cancel] = 0;
+    if (targets.children.empty())
+      w[choose_child_send] = 0;
+    if (targets.parents.empty())
+      w[choose_spawn] = 0;
+    if (targets.resendable.empty())
+      w[choose_resend] = 0;
+    if (targets.closed.empty())
+      w[choose_send_closed] = 0;
+    // Keep at least one root open so traffic never stops.
+    if (targets.open.size() < 2)
+      w[choose_cancel] = 0;
+    return w;
+  }
+
+  op draw_spawn(const iteration_plan& plan, size_t k,
+                const std::vector<std::string>& parents) {
+    // Prefer the newest possible parents: deeper trees.
+    auto& parent = chance(50) ? parents.back() : pick(parents);
+    op s;
+    s.kind = op_kind::spawn;
+    s.thread = parent;
+    s.child = "k" + std::to_string(generation_) + "-"
+              + std::to_string(threads_.size());
+    s.id = "s" + std::to_string(plan.index) + "." + std::to_string(k);
+    auto& child = threads_[s.child];
+    child.parent = parent;
+    child.depth = threads_[parent].depth + 1;
+    threads_[parent].children.push_back(s.child);
+    order_.push_back(s.child);
+    return s;
+  }
+
+  op draw_cancel(const iteration_plan& plan, size_t k,
+                 const op_targets& targets) {
+    op c;
+    c.kind = op_kind::cancel;
+    // Mostly children: cancelling a root closes a whole tree.
+    c.thread = !targets.children.empty() && chance(80) ? pick(targets.children)
+                                                       : pick(targets.open);
+    c.id = "x" + std::to_string(plan.index) + "." + std::to_string(k);
+    close(c.thread);
+    return c;
+  }
+
+  op draw_resend(const std::vector<std::string>& resendable) {
+    op r;
+    r.kind = op_kind::resend;
+    r.thread = pick(resendable);
+    r.id = pick(threads_[r.thread].sent);
+    r.text = "fuzz " + r.id;
+    return r;
+  }
+
+  op draw_send_closed(const iteration_plan& plan, size_t k,
+                      const std::vector<std::string>& closed) {
+    op c;
+    c.kind = op_kind::send_closed;
+    c.thread = pick(closed);
+    c.id = "c" + std::to_string(plan.index) + "." + std::to_string(k);
+    c.text = "fuzz " + c.id;
+    return c;
   }
 
   void close(const std::string& thread) {

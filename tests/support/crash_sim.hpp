@@ -589,11 +589,9 @@ inline void check_acks(run_report& rep) {
                       + ", which no client sent there");
 }
 
-/// Checks cancels and spawns against the final sessions: a thread a cancel
-/// closed is CLOSED and acknowledges nothing routed after the cancel was
-/// confirmed; no open thread stays below a CLOSED one; a child the client
-/// spawned stays under its parent.
-inline void check_tree(run_report& rep) {
+/// A thread a confirmed cancel closed is CLOSED and acknowledges nothing
+/// routed after the cancel was confirmed.
+inline void check_cancels_hold(run_report& rep) {
   auto& out = rep.violations;
   auto& ops = rep.ops;
   auto& results = rep.results;
@@ -618,6 +616,14 @@ inline void check_tree(run_report& rep) {
                       + " acknowledged after #" + std::to_string(c)
                       + " closed the thread");
   }
+}
+
+/// No open thread stays below a CLOSED one, unless a cancel of a thread
+/// between them failed.
+inline void check_subtrees_closed(run_report& rep) {
+  auto& ops = rep.ops;
+  auto& results = rep.results;
+  auto& sessions = rep.sessions;
   // A cancel that failed (a conversation of the subtree was killed under
   // it: "cancel again") may have closed only part of the subtree; the
   // client is told so, and the recovery finishes it at the next boot.
@@ -642,20 +648,67 @@ inline void check_tree(run_report& rep) {
       p = ps->second.parent;
     }
     if (!closed_above.empty() && !excused)
-      out.push_back("a cancel closes the subtree: " + t + " is "
-                    + to_string(s.state) + " below CLOSED " + closed_above);
+      rep.violations.push_back("a cancel closes the subtree: " + t + " is "
+                               + to_string(s.state) + " below CLOSED "
+                               + closed_above);
   }
+}
+
+/// A child the client spawned stays under its parent.
+inline void check_spawns_hold(run_report& rep) {
+  auto& ops = rep.ops;
+  auto& sessions = rep.sessions;
   for (size_t i = 0; i < ops.size(); ++i) {
-    if (ops[i].kind != op_kind::spawn || !results[i].ok)
+    if (ops[i].kind != op_kind::spawn || !rep.results[i].ok)
       continue;
     auto s = sessions.find(ops[i].arg);
     if (s == sessions.end() || s->second.parent != ops[i].thread)
-      out.push_back("a spawned child stays under its parent: #"
-                    + std::to_string(i) + " spawned " + ops[i].arg + " under "
-                    + ops[i].thread + "; its session names "
-                    + (s == sessions.end()
-                         ? std::string{"nothing"}
-                         : "parent '" + s->second.parent + "'"));
+      rep.violations.push_back(
+        "a spawned child stays under its parent: #" + std::to_string(i)
+        + " spawned " + ops[i].arg + " under " + ops[i].thread
+        + "; its session names "
+        + (s == sessions.end() ? std::string{"nothing"}
+                               : "parent '" + s->second.parent + "'"));
+  }
+}
+
+/// Checks cancels and spawns against the final sessions.
+inline void check_tree(run_report& rep) {
+  check_cancels_hold(rep);
+  check_subtrees_closed(rep);
+  check_spawns_hold(rep);
+}
+
+/// Adds the run's trace to its hash: operation results, histories and
+/// sessions.
+inline void hash_trace(run_report& rep) {
+  for (size_t i = 0; i < rep.ops.size(); ++i) {
+    auto& r = rep.results[i];
+    rep.hash(i);
+    rep.hash(to_string(rep.ops[i]));
+    rep.hash(std::string{r.answered ? "answered" : "silent"}
+             + (r.ok ? " ok" : " ") + r.error);
+    rep.hash(r.ack.seq);
+    rep.hash(r.ack.duplicate ? "dup" : "new");
+    rep.hash(r.created ? "created" : "");
+    for (auto& t : r.closed)
+      rep.hash(t);
+  }
+  for (auto& [t, log] : rep.logs) {
+    rep.hash(t);
+    for (auto& e : log) {
+      rep.hash(e.seq);
+      rep.hash(to_string(e.kind));
+      rep.hash(e.client_id);
+      rep.hash(e.reply_to);
+      rep.hash(e.text);
+      rep.hash(e.code);
+    }
+  }
+  for (auto& [t, s] : rep.sessions) {
+    rep.hash(t);
+    rep.hash(s.parent);
+    rep.hash(to_string(s.state));
   }
 }
 
@@ -886,7 +939,17 @@ private:
     });
   }
 
+  /// Checks the run's live state (requests, inboxes, outboxes, histories,
+  /// sessions) after settling, and hashes its trace.
   void check_live(run_report& rep);
+
+  void check_requests_answered(run_report& rep);
+
+  void check_inboxes_empty(run_report& rep);
+
+  /// Reads the sessions and histories of the run's threads into `rep`,
+  /// checking that their outboxes are empty.
+  void read_run_threads(run_report& rep);
 
   journal_ptr journal_;
   /// Incremented by every crash and restart.
@@ -894,9 +957,24 @@ private:
 };
 
 inline void simulation::check_live(run_report& rep) {
-  auto& out = rep.violations;
-  auto prefix = thread_prefix(rep.seed);
-  auto ours = [&](const std::string& t) { return t.rfind(prefix, 0) == 0; };
+  check_requests_answered(rep);
+  check_inboxes_empty(rep);
+  read_run_threads(rep);
+  for (auto& [t, log] : rep.logs) {
+    detail::check_history(t, log, rep.violations);
+    for (auto& e : log) {
+      if (e.kind != log_kind::user)
+        ++rep.outcomes;
+      else if (detail::is_agent_id(e.client_id))
+        ++rep.agent_messages;
+    }
+  }
+  detail::check_acks(rep);
+  detail::check_tree(rep);
+  detail::hash_trace(rep);
+}
+
+inline void simulation::check_requests_answered(run_report& rep) {
   // Never silence: every request of the current node incarnation is
   // answered (one sent to a node that crashed may be lost with it; one a
   // killed orchestrator held is answered by its exit handler).
@@ -905,19 +983,27 @@ inline void simulation::check_live(run_report& rep) {
     if (!r.issued || r.generation != generation_
         || (r.answered && !r.timed_out))
       continue;
-    out.push_back("every request answered: #" + std::to_string(i) + " "
-                  + to_string(rep.ops[i]) + " got no answer");
+    rep.violations.push_back("every request answered: #" + std::to_string(i)
+                             + " " + to_string(rep.ops[i]) + " got no answer");
   }
+}
+
+inline void simulation::check_inboxes_empty(run_report& rep) {
   // Settled: nothing left in any inbox or outbox of the run's threads.
+  auto prefix = thread_prefix(rep.seed);
   ask(
     rep, "inboxes",
     [&](std::vector<std::string>& threads) {
       for (auto& t : threads)
-        if (ours(t))
-          out.push_back("nothing pending after settling: " + t
-                        + " has inbox entries");
+        if (t.rfind(prefix, 0) == 0)
+          rep.violations.push_back("nothing pending after settling: " + t
+                                   + " has inbox entries");
     },
     atom::inboxes_v);
+}
+
+inline void simulation::read_run_threads(run_report& rep) {
+  auto& out = rep.violations;
   // The run's threads: those it routed to or spawned, and their children
   // from the tree, breadth first. (Reading every session of the batch would
   // cost more and more as the batch grows.)
@@ -953,46 +1039,6 @@ inline void simulation::check_live(run_report& rep) {
   for (auto& x : rep.ops)
     if (detail::is_route(x) && rep.logs.count(x.thread) == 0)
       rep.logs.emplace(x.thread, history(x.thread));
-  for (auto& [t, log] : rep.logs) {
-    detail::check_history(t, log, out);
-    for (auto& e : log) {
-      if (e.kind != log_kind::user)
-        ++rep.outcomes;
-      else if (detail::is_agent_id(e.client_id))
-        ++rep.agent_messages;
-    }
-  }
-  detail::check_acks(rep);
-  detail::check_tree(rep);
-  // The trace: operation results, histories and sessions.
-  for (size_t i = 0; i < rep.ops.size(); ++i) {
-    auto& r = rep.results[i];
-    rep.hash(i);
-    rep.hash(to_string(rep.ops[i]));
-    rep.hash(std::string{r.answered ? "answered" : "silent"}
-             + (r.ok ? " ok" : " ") + r.error);
-    rep.hash(r.ack.seq);
-    rep.hash(r.ack.duplicate ? "dup" : "new");
-    rep.hash(r.created ? "created" : "");
-    for (auto& t : r.closed)
-      rep.hash(t);
-  }
-  for (auto& [t, log] : rep.logs) {
-    rep.hash(t);
-    for (auto& e : log) {
-      rep.hash(e.seq);
-      rep.hash(to_string(e.kind));
-      rep.hash(e.client_id);
-      rep.hash(e.reply_to);
-      rep.hash(e.text);
-      rep.hash(e.code);
-    }
-  }
-  for (auto& [t, s] : rep.sessions) {
-    rep.hash(t);
-    rep.hash(s.parent);
-    rep.hash(to_string(s.state));
-  }
 }
 
 inline void simulation::finish(std::vector<run_report>& reps) {

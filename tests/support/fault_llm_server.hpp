@@ -114,90 +114,147 @@ struct fault {
   bool hangup = false;
 };
 
+namespace detail {
+
+/// Reads a number of at most 9 decimal digits.
+inline bool parse_count(std::string_view str, int& out) {
+  if (str.empty() || str.size() > 9
+      || str.find_first_not_of("0123456789") != std::string_view::npos)
+    return false;
+  out = std::stoi(std::string{str});
+  return true;
+}
+
+// The items of a SPEC: each applies its value to a fault and returns why it
+// cannot, or nothing.
+
+using fault_item = std::string (*)(std::string_view value, fault& f);
+
+template <fault::kind Kind>
+std::string set_fault_kind(std::string_view, fault& f) {
+  f.what = Kind;
+  return {};
+}
+
+template <bool fault::*Flag>
+std::string set_fault_flag(std::string_view, fault& f) {
+  f.*Flag = true;
+  return {};
+}
+
+template <std::string fault::*Field>
+std::string set_fault_text(std::string_view value, fault& f) {
+  f.*Field = std::string{value};
+  return {};
+}
+
+/// `status=N` or `N`: a 2xx status answers normally.
+inline std::string set_fault_status(int n, fault& f) {
+  if (n < 100 || n > 999)
+    return "status " + std::to_string(n) + " out of range";
+  f.status = n;
+  f.what = n / 100 == 2 ? fault::kind::ok : fault::kind::status;
+  return {};
+}
+
+inline std::string set_fault_status_item(std::string_view value, fault& f) {
+  int n = 0;
+  if (!parse_count(value, n))
+    return "status needs a number";
+  return set_fault_status(n, f);
+}
+
+inline std::string set_fault_sse_error(std::string_view value, fault& f) {
+  f.what = fault::kind::sse_error;
+  f.error_type = std::string{value};
+  return {};
+}
+
+/// `drip=DURATION`: a count of ms or s.
+inline std::string set_fault_drip(std::string_view value, fault& f) {
+  const std::string why = "drip needs a duration like 50ms or 2s";
+  auto digits = value.find_first_not_of("0123456789");
+  int n = 0;
+  if (digits == 0 || digits == std::string_view::npos
+      || !parse_count(value.substr(0, digits), n))
+    return why;
+  auto unit = value.substr(digits);
+  if (unit == "ms")
+    f.drip = std::chrono::milliseconds{n};
+  else if (unit == "s")
+    f.drip = std::chrono::seconds{n};
+  else
+    return why;
+  return {};
+}
+
+/// The items of a SPEC by name (a bare status number aside).
+inline const std::map<std::string_view, fault_item>& fault_items() {
+  static const std::map<std::string_view, fault_item> items{
+    {"ok", set_fault_kind<fault::kind::ok>},
+    {"status", set_fault_status_item},
+    {"error", set_fault_text<&fault::error_type>},
+    {"retry_after", set_fault_text<&fault::retry_after>},
+    {"retry_after_ms", set_fault_text<&fault::retry_after_ms>},
+    {"reset", set_fault_kind<fault::kind::reset>},
+    {"truncate", set_fault_kind<fault::kind::truncate>},
+    {"malformed", set_fault_kind<fault::kind::malformed>},
+    {"sse_error", set_fault_sse_error},
+    {"hang", set_fault_kind<fault::kind::hang>},
+    {"drop", set_fault_kind<fault::kind::drop>},
+    {"tool", set_fault_flag<&fault::tool>},
+    {"close", set_fault_flag<&fault::close>},
+    {"hangup", set_fault_flag<&fault::hangup>},
+    {"reply", set_fault_text<&fault::reply>},
+    {"drip", set_fault_drip},
+  };
+  return items;
+}
+
+/// Applies the item `key[=value]` to `f`; returns why it cannot, or nothing.
+inline std::string apply_fault_item(std::string_view key,
+                                    std::string_view value, fault& f) {
+  if (auto i = fault_items().find(key); i != fault_items().end())
+    return i->second(value, f);
+  if (int n = 0; parse_count(key, n))
+    return set_fault_status(n, f);
+  return "unknown item '" + std::string{key} + "'";
+}
+
+/// Takes the text up to the next `separator` (or the end) off `list`,
+/// without surrounding blanks.
+inline std::string_view next_item(std::string_view& list, char separator) {
+  auto end = list.find(separator);
+  auto item = list.substr(0, end);
+  list = end == std::string_view::npos ? std::string_view{}
+                                       : list.substr(end + 1);
+  while (!item.empty() && item.front() == ' ')
+    item.remove_prefix(1);
+  while (!item.empty() && item.back() == ' ')
+    item.remove_suffix(1);
+  return item;
+}
+
+} // namespace detail
+
 /// Parses a SPEC (see the top of this file); on failure returns nullopt and
 /// says why in `error`.
 inline std::optional<fault> parse_fault(std::string_view spec,
                                         std::string* error = nullptr) {
   const std::string whole{spec};
-  auto bad = [&](const std::string& why) -> std::optional<fault> {
-    if (error != nullptr)
-      *error = "bad fault '" + whole + "': " + why;
-    return std::nullopt;
-  };
-  auto number = [](std::string_view str, int& out) {
-    if (str.empty() || str.size() > 9
-        || str.find_first_not_of("0123456789") != std::string_view::npos)
-      return false;
-    out = std::stoi(std::string{str});
-    return true;
-  };
   fault result;
   while (!spec.empty()) {
-    auto end = spec.find(';');
-    auto item = spec.substr(0, end);
-    spec = end == std::string_view::npos ? std::string_view{}
-                                         : spec.substr(end + 1);
-    while (!item.empty() && item.front() == ' ')
-      item.remove_prefix(1);
-    while (!item.empty() && item.back() == ' ')
-      item.remove_suffix(1);
+    auto item = detail::next_item(spec, ';');
     if (item.empty())
       continue;
     auto eq = item.find('=');
-    auto key = item.substr(0, eq);
     auto value = eq == std::string_view::npos ? std::string_view{}
                                               : item.substr(eq + 1);
-    int n = 0;
-    if (key == "ok") {
-      result.what = fault::kind::ok;
-    } else if (key == "status" || number(key, n)) {
-      if (key == "status" && !number(value, n))
-        return bad("status needs a number");
-      if (n < 100 || n > 999)
-        return bad("status " + std::to_string(n) + " out of range");
-      result.status = n;
-      result.what = n / 100 == 2 ? fault::kind::ok : fault::kind::status;
-    } else if (key == "error") {
-      result.error_type = std::string{value};
-    } else if (key == "retry_after") {
-      result.retry_after = std::string{value};
-    } else if (key == "retry_after_ms") {
-      result.retry_after_ms = std::string{value};
-    } else if (key == "reset") {
-      result.what = fault::kind::reset;
-    } else if (key == "truncate") {
-      result.what = fault::kind::truncate;
-    } else if (key == "malformed") {
-      result.what = fault::kind::malformed;
-    } else if (key == "sse_error") {
-      result.what = fault::kind::sse_error;
-      result.error_type = std::string{value};
-    } else if (key == "hang") {
-      result.what = fault::kind::hang;
-    } else if (key == "drop") {
-      result.what = fault::kind::drop;
-    } else if (key == "tool") {
-      result.tool = true;
-    } else if (key == "close") {
-      result.close = true;
-    } else if (key == "hangup") {
-      result.hangup = true;
-    } else if (key == "reply") {
-      result.reply = std::string{value};
-    } else if (key == "drip") {
-      auto digits = value.find_first_not_of("0123456789");
-      if (digits == 0 || digits == std::string_view::npos
-          || !number(value.substr(0, digits), n))
-        return bad("drip needs a duration like 50ms or 2s");
-      auto unit = value.substr(digits);
-      if (unit == "ms")
-        result.drip = std::chrono::milliseconds{n};
-      else if (unit == "s")
-        result.drip = std::chrono::seconds{n};
-      else
-        return bad("drip needs a duration like 50ms or 2s");
-    } else {
-      return bad("unknown item '" + std::string{key} + "'");
+    auto why = detail::apply_fault_item(item.substr(0, eq), value, result);
+    if (!why.empty()) {
+      if (error != nullptr)
+        *error = "bad fault '" + whole + "': " + why;
+      return std::nullopt;
     }
   }
   return result;
@@ -602,64 +659,10 @@ private:
   /// The events of the streamed answer, each one SSE event.
   std::vector<std::string> stream_events() const {
     std::vector<std::string> result;
-    auto pieces = words(text_);
-    auto error_type = f_.error_type.empty() ? std::string{"overloaded_error"}
-                                            : f_.error_type;
-    // Arguments in three pieces: clients must join them.
-    std::vector<std::string> arg_pieces = {R"({"ci)", R"(ty":)", R"("Paris"})"};
     if (anthropic_) {
-      result.push_back(
-        sse("message_start",
-            {{"type", "message_start"},
-             {"message",
-              {{"id", "msg_1"},
-               {"type", "message"},
-               {"role", "assistant"},
-               {"model", model_},
-               {"content", json::array()},
-               {"stop_reason", nullptr},
-               {"usage", {{"input_tokens", 10}, {"output_tokens", 1}}}}}}));
-      result.push_back(
-        sse("content_block_start",
-            {{"type", "content_block_start"},
-             {"index", 0},
-             {"content_block", {{"type", "text"}, {"text", ""}}}}));
-      result.push_back(sse("ping", {{"type", "ping"}}));
-      for (size_t i = 0; i < pieces.size(); ++i) {
-        if (i == 1 && f_.what == fault::kind::malformed)
-          result.push_back("event: content_block_delta\ndata: {\"type\":\n\n");
-        if (i == 1 && f_.what == fault::kind::sse_error)
-          result.push_back(sse(
-            "error",
-            {{"type", "error"},
-             {"error", {{"type", error_type}, {"message", "Overloaded"}}}}));
-        result.push_back(
-          sse("content_block_delta",
-              {{"type", "content_block_delta"},
-               {"index", 0},
-               {"delta", {{"type", "text_delta"}, {"text", pieces[i]}}}}));
-      }
-      result.push_back(sse("content_block_stop",
-                           {{"type", "content_block_stop"}, {"index", 0}}));
-      if (f_.tool) {
-        result.push_back(
-          sse("content_block_start", {{"type", "content_block_start"},
-                                      {"index", 1},
-                                      {"content_block",
-                                       {{"type", "tool_use"},
-                                        {"id", "toolu_1"},
-                                        {"name", tool_name},
-                                        {"input", json::object()}}}}));
-        for (auto& part : arg_pieces)
-          result.push_back(
-            sse("content_block_delta",
-                {{"type", "content_block_delta"},
-                 {"index", 1},
-                 {"delta",
-                  {{"type", "input_json_delta"}, {"partial_json", part}}}}));
-        result.push_back(sse("content_block_stop",
-                             {{"type", "content_block_stop"}, {"index", 1}}));
-      }
+      add_anthropic_text_events(result);
+      if (f_.tool)
+        add_anthropic_tool_events(result);
       result.push_back(sse(
         "message_delta", {{"type", "message_delta"},
                           {"delta",
@@ -669,18 +672,104 @@ private:
       result.push_back(sse("message_stop", {{"type", "message_stop"}}));
       return result;
     }
-    auto chunk_json = [&](json delta, json finish) {
-      return json{{"id", "chatcmpl-1"},
-                  {"object", "chat.completion.chunk"},
-                  {"created", 0},
-                  {"model", model_},
-                  {"choices",
-                   json::array({{{"index", 0},
-                                 {"delta", std::move(delta)},
-                                 {"finish_reason", std::move(finish)}}})}};
-    };
+    add_openai_text_events(result);
+    if (f_.tool)
+      add_openai_tool_events(result);
     result.push_back(sse(
-      nullptr, chunk_json({{"role", "assistant"}, {"content", ""}}, nullptr)));
+      nullptr, openai_chunk(json::object(), f_.tool ? "tool_calls" : "stop")));
+    result.push_back("data: [DONE]\n\n");
+    return result;
+  }
+
+  /// The tool call's arguments in three pieces: clients must join them.
+  static std::vector<std::string> tool_arg_pieces() {
+    return {R"({"ci)", R"(ty":)", R"("Paris"})"};
+  }
+
+  /// The error type of an `sse_error` event.
+  std::string stream_error_type() const {
+    return f_.error_type.empty() ? std::string{"overloaded_error"}
+                                 : f_.error_type;
+  }
+
+  /// Anthropic: the message's start and its text block, with a malformed or
+  /// error event after the first word if the fault says so.
+  void add_anthropic_text_events(std::vector<std::string>& result) const {
+    auto pieces = words(text_);
+    result.push_back(
+      sse("message_start",
+          {{"type", "message_start"},
+           {"message",
+            {{"id", "msg_1"},
+             {"type", "message"},
+             {"role", "assistant"},
+             {"model", model_},
+             {"content", json::array()},
+             {"stop_reason", nullptr},
+             {"usage", {{"input_tokens", 10}, {"output_tokens", 1}}}}}}));
+    result.push_back(
+      sse("content_block_start",
+          {{"type", "content_block_start"},
+           {"index", 0},
+           {"content_block", {{"type", "text"}, {"text", ""}}}}));
+    result.push_back(sse("ping", {{"type", "ping"}}));
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      if (i == 1 && f_.what == fault::kind::malformed)
+        result.push_back("event: content_block_delta\ndata: {\"type\":\n\n");
+      if (i == 1 && f_.what == fault::kind::sse_error)
+        result.push_back(sse("error", {{"type", "error"},
+                                       {"error",
+                                        {{"type", stream_error_type()},
+                                         {"message", "Overloaded"}}}}));
+      result.push_back(
+        sse("content_block_delta",
+            {{"type", "content_block_delta"},
+             {"index", 0},
+             {"delta", {{"type", "text_delta"}, {"text", pieces[i]}}}}));
+    }
+    result.push_back(sse("content_block_stop",
+                         {{"type", "content_block_stop"}, {"index", 0}}));
+  }
+
+  /// Anthropic: the tool_use block.
+  void add_anthropic_tool_events(std::vector<std::string>& result) const {
+    result.push_back(
+      sse("content_block_start", {{"type", "content_block_start"},
+                                  {"index", 1},
+                                  {"content_block",
+                                   {{"type", "tool_use"},
+                                    {"id", "toolu_1"},
+                                    {"name", tool_name},
+                                    {"input", json::object()}}}}));
+    for (auto& part : tool_arg_pieces())
+      result.push_back(sse(
+        "content_block_delta",
+        {{"type", "content_block_delta"},
+         {"index", 1},
+         {"delta", {{"type", "input_json_delta"}, {"partial_json", part}}}}));
+    result.push_back(sse("content_block_stop",
+                         {{"type", "content_block_stop"}, {"index", 1}}));
+  }
+
+  /// OpenAI: one chat.completion.chunk.
+  json openai_chunk(json delta, json finish) const {
+    return json{{"id", "chatcmpl-1"},
+                {"object", "chat.completion.chunk"},
+                {"created", 0},
+                {"model", model_},
+                {"choices",
+                 json::array({{{"index", 0},
+                               {"delta", std::move(delta)},
+                               {"finish_reason", std::move(finish)}}})}};
+  }
+
+  /// OpenAI: the role and the text, with a malformed or error event after
+  /// the first word if the fault says so.
+  void add_openai_text_events(std::vector<std::string>& result) const {
+    auto pieces = words(text_);
+    result.push_back(
+      sse(nullptr,
+          openai_chunk({{"role", "assistant"}, {"content", ""}}, nullptr)));
     // A comment line, as proxies send to keep connections open.
     result.push_back(": keep-alive\n\n");
     for (size_t i = 0; i < pieces.size(); ++i) {
@@ -690,34 +779,32 @@ private:
         result.push_back(
           sse(nullptr, {{"error",
                          {{"message", "The server is overloaded"},
-                          {"type", error_type},
+                          {"type", stream_error_type()},
                           {"code", nullptr}}}}));
       result.push_back(
-        sse(nullptr, chunk_json({{"content", pieces[i]}}, nullptr)));
+        sse(nullptr, openai_chunk({{"content", pieces[i]}}, nullptr)));
     }
-    if (f_.tool) {
-      result.push_back(
-        sse(nullptr,
-            chunk_json(
-              {{"tool_calls",
-                json::array(
-                  {{{"index", 0},
-                    {"id", "call_1"},
-                    {"type", "function"},
-                    {"function", {{"name", tool_name}, {"arguments", ""}}}}})}},
-              nullptr)));
-      for (auto& part : arg_pieces)
-        result.push_back(sse(
-          nullptr,
-          chunk_json({{"tool_calls",
+  }
+
+  /// OpenAI: the tool call, its arguments in pieces.
+  void add_openai_tool_events(std::vector<std::string>& result) const {
+    result.push_back(
+      sse(nullptr,
+          openai_chunk(
+            {{"tool_calls",
+              json::array(
+                {{{"index", 0},
+                  {"id", "call_1"},
+                  {"type", "function"},
+                  {"function", {{"name", tool_name}, {"arguments", ""}}}}})}},
+            nullptr)));
+    for (auto& part : tool_arg_pieces())
+      result.push_back(sse(
+        nullptr,
+        openai_chunk({{"tool_calls",
                        json::array({{{"index", 0},
                                      {"function", {{"arguments", part}}}}})}},
                      nullptr)));
-    }
-    result.push_back(sse(nullptr, chunk_json(json::object(),
-                                             f_.tool ? "tool_calls" : "stop")));
-    result.push_back("data: [DONE]\n\n");
-    return result;
   }
 
   bool anthropic_;
