@@ -14,3 +14,25 @@ function(keel_add_module name)
   target_link_libraries(keel_${name} PUBLIC ${arg_PUBLIC}
                         PRIVATE keel_warnings ${arg_PRIVATE})
 endfunction()
+
+# keel_compile_as_one(TARGET...)
+#
+# Compiles each TARGET's sources as one translation unit (CMake's unity
+# build). Modules and tools are split into files by subject for reading,
+# but the files of one target include the same heavy headers (CAF, Beast,
+# RocksDB, CLI11), which a clean build would otherwise parse and
+# instantiate once per file (over a minute of compile time in all). Only
+# for targets whose files can share one unit: actors and provider declare
+# the same file-local names (`self_ptr`, helpers in anonymous namespaces)
+# in several files. -DKEEL_UNITY=OFF compiles file by file, which rebuilds
+# less after a small change.
+option(KEEL_UNITY "Compile each module and tool target as one unit" ON)
+function(keel_compile_as_one)
+  if(NOT KEEL_UNITY)
+    return()
+  endif()
+  foreach(target IN LISTS ARGN)
+    set_target_properties(${target} PROPERTIES UNITY_BUILD ON
+                                               UNITY_BUILD_BATCH_SIZE 0)
+  endforeach()
+endfunction()
