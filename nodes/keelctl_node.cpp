@@ -25,6 +25,24 @@ void status_row(const char* label, const std::string& value) {
   std::cout << head << value << '\n';
 }
 
+/// The threads with records in quarantine, as "t1, t2 (records moved
+/// aside: keelctl verify lists them)", or empty.
+std::string quarantined_threads(const nlohmann::json& s) {
+  auto threads = s.find("threads");
+  if (threads == s.end() || !threads->is_object())
+    return {};
+  auto list = threads->find("quarantined");
+  if (list == threads->end() || !list->is_array() || list->empty())
+    return {};
+  std::string result;
+  for (auto& t : *list)
+    if (t.is_string())
+      result += (result.empty() ? "" : ", ") + t.get<std::string>();
+  return result
+         + " (unreadable records moved aside; keelctl verify lists "
+           "them)";
+}
+
 int run_status(const keel::endpoint& ep, bool as_json) {
   auto status = keel::api_call(ep, "GET", "/api/v1/status");
   if (!status)
@@ -45,6 +63,8 @@ int run_status(const keel::endpoint& ep, bool as_json) {
   status_row("uptime", keel::human_duration(millis_at(s, {"uptime_ms"})));
   status_row("threads", n({"threads", "active"}) + " active, "
                           + n({"threads", "stored"}) + " stored");
+  if (auto q = quarantined_threads(s); !q.empty())
+    status_row("quarantined", q);
   status_row("connections", n({"gateway", "connections_open"}) + " open, "
                               + n({"gateway", "connections_total"}) + " total");
   status_row("frames", n({"gateway", "frames_in"}) + " in, "

@@ -16,8 +16,10 @@
 namespace keel {
 
 conversation_config make_conversation_config(const thread_defaults& defaults,
+                                             const storage_config& storage,
                                              std::string thread) {
   conversation_config cfg;
+  cfg.storage_timeout = storage.request_timeout;
   cfg.thread = std::move(thread);
   cfg.pool = defaults.pool;
   cfg.system_prompt = defaults.system_prompt;
@@ -29,7 +31,7 @@ conversation_config make_conversation_config(const thread_defaults& defaults,
 
 bool conversation_state::idle() const {
   return loaded && inbox.empty() && !turn_running && accepting.empty()
-         && deferred.empty() && outbox.empty() && !closing;
+         && deferred.empty() && outbox.empty() && !closing && !unsure_accepts;
 }
 
 bool conversation_state::closed() const {
@@ -44,6 +46,10 @@ completion_request conversation_state::make_request() const {
   auto& msg = inbox.front();
   req.client_id = msg.client_id;
   req.seq = msg.seq;
+  // The turn's deadline travels with the call and bounds the pool.
+  req.time_budget_ms = static_cast<uint64_t>(
+    std::chrono::duration_cast<std::chrono::milliseconds>(cfg.turn_timeout)
+      .count());
   // The node died while this thread was live: say so once.
   if (session.recovered_at != 0)
     req.context.push_back(context_entry{0, "system", recovery_prompt});
@@ -294,9 +300,43 @@ void conversation_state::restore(thread_snapshot snapshot) {
   loaded = true;
 }
 
+size_t
+conversation_state::adopt_late_accepts(const std::vector<inbox_entry>& stored) {
+  size_t adopted = 0;
+  for (auto& entry : stored) {
+    auto same = [&entry](const inbox_entry& x) { return x.seq == entry.seq; };
+    if (accepting.count(entry.seq) > 0
+        || std::any_of(inbox.begin(), inbox.end(), same))
+      continue;
+    // Never ahead of the running turn, which answers the front.
+    auto first = inbox.begin() + (turn_running && !inbox.empty() ? 1 : 0);
+    auto pos = std::find_if(first, inbox.end(), [&entry](const inbox_entry& x) {
+      return x.seq > entry.seq;
+    });
+    inbox.insert(pos, entry);
+    ++adopted;
+  }
+  return adopted;
+}
+
 namespace {
 
 using self_ptr = conversation_actor::stateful_pointer<conversation_state>;
+
+// Reads the thread's stored state behind every write we sent: persistence
+// reads see committed data only, so the pending group commits first; both
+// requests take the same way (straight to persistence, or held in order by
+// the root while it restarts).
+template <class OnSnapshot, class OnError>
+void read_back(self_ptr self, OnSnapshot on_snapshot, OnError on_error) {
+  auto& cfg = self->state.cfg;
+  request_component(self, names::persistence, cfg.storage_timeout,
+                    atom::flush_v)
+    .then([] {}, [](caf::error&) {});
+  request_component(self, names::persistence, cfg.storage_timeout, atom::load_v,
+                    cfg.thread)
+    .then(std::move(on_snapshot), std::move(on_error));
+}
 
 void drain(self_ptr self);
 
@@ -348,28 +388,65 @@ void retry_turn_later(self_ptr self, const std::string& what,
   // The turn stays "running" until the retry so nothing overtakes it.
 }
 
+// The current turn's commit is durable: applies it, publishes its outcome,
+// sends its messages and moves on to the next turn.
+void committed(self_ptr self, const turn_commit& commit) {
+  self->state.apply(commit);
+  for (auto& entry : commit.log)
+    publish(self, protocol::outcome_frame(commit.thread, entry));
+  self->state.turn_running = false;
+  if (!commit.outbox.empty()) {
+    // Durable in our outbox, not yet in any target's inbox.
+    reach(kill_point::message_enqueued);
+    deliver_outbox(self);
+  }
+  drain(self);
+}
+
 // Commits the outcome of the current turn, then moves on to the next one.
-// A failed commit keeps the message in the inbox and retries the turn later:
-// nothing is acknowledged as answered that is not durable.
+// A failed commit keeps the message in the inbox: nothing is acknowledged as
+// answered that is not durable. It may still land (a timeout), so before
+// the turn runs again the store says whether it did (see `retry_turn`): a
+// turn is committed once, whatever the timing.
 void commit_turn(self_ptr self, turn_commit commit) {
-  auto done = [self](turn_commit& commit) {
-    self->state.apply(commit);
-    for (auto& entry : commit.log)
-      publish(self, protocol::outcome_frame(commit.thread, entry));
-    self->state.turn_running = false;
-    if (!commit.outbox.empty()) {
-      // Durable in our outbox, not yet in any target's inbox.
-      reach(kill_point::message_enqueued);
-      deliver_outbox(self);
-    }
-    drain(self);
-  };
   request_component(self, names::persistence, self->state.cfg.storage_timeout,
                     atom::commit_v, commit)
-    .then([done, commit](caf::ok_atom) mutable { done(commit); },
-          [self](caf::error& err) {
+    .then([self, commit](caf::ok_atom) { committed(self, commit); },
+          [self, commit](caf::error& err) {
+            self->state.unsure_commit = commit;
             retry_turn_later(self, "storing the answer failed", err);
           });
+}
+
+// The retry of a turn that could not be stored is due. After an unsure
+// commit the stored inbox decides: without the message, the commit landed
+// and the turn is done; with it, the turn runs again.
+void retry_turn(self_ptr self) {
+  auto& st = self->state;
+  if (!st.unsure_commit) {
+    st.turn_running = false;
+    drain(self);
+    return;
+  }
+  read_back(
+    self,
+    [self](thread_snapshot& snapshot) {
+      auto commit = std::move(*self->state.unsure_commit);
+      self->state.unsure_commit.reset();
+      auto pending = std::any_of(snapshot.inbox.begin(), snapshot.inbox.end(),
+                                 [&commit](const inbox_entry& x) {
+                                   return x.seq == commit.inbox_seq;
+                                 });
+      if (!pending) {
+        committed(self, commit);
+        return;
+      }
+      self->state.turn_running = false;
+      drain(self);
+    },
+    [self](caf::error& err) {
+      retry_turn_later(self, "reading the thread back failed", err);
+    });
 }
 
 void fail_turn(self_ptr self, const std::string& code,
@@ -455,24 +532,33 @@ void spawn_then_commit(self_ptr self, completion reply) {
         });
 }
 
+// Tells the pool that the current turn ended without its answer: the call
+// stops (no further attempt or frame). Best effort: a pool that does not
+// answer at all may be gone anyway.
+void cancel_call(self_ptr self) {
+  auto& st = self->state;
+  auto& msg = st.inbox.front();
+  if (auto providers = lookup<caf::actor>(self->system(), names::providers))
+    caf::anon_send(providers, atom::forward_v, st.cfg.pool,
+                   cancel_message(st.cfg.thread, msg.seq));
+}
+
 void run_turn(self_ptr self) {
   auto& st = self->state;
   auto& msg = st.inbox.front();
   publish(self, protocol::status_frame(st.cfg.thread, msg.client_id, msg.seq,
                                        "thinking"));
-  auto providers = lookup<caf::actor>(self->system(), names::providers);
-  if (!providers) {
-    fail_turn(self, to_string(ec::provider_failed),
-              turn_errors::provider_failed);
-    return;
-  }
   if (st.context.empty())
     reach(kill_point::session_written); // The session's first call.
   // Through the providers supervisor, which hands the request to the pool
-  // (holding it while the pool restarts); the pool answers us directly.
-  self
-    ->request(providers, st.cfg.turn_timeout, atom::forward_v, st.cfg.pool,
-              complete_message(st.make_request()))
+  // (holding it while the pool restarts), or through the root while the
+  // providers supervisor itself restarts: a restart costs latency, never a
+  // failed turn. The pool answers us directly.
+  // The pool ends the call at the turn's deadline; our own timeout, a
+  // little later, only fires if the pool cannot answer at all.
+  request_component(self, names::providers,
+                    st.cfg.turn_timeout + turn_timeout_grace, atom::forward_v,
+                    st.cfg.pool, complete_message(st.make_request()))
     .then(
       [self](completion& reply) {
         reach(kill_point::call_completed);
@@ -489,6 +575,8 @@ void run_turn(self_ptr self) {
         }
         spdlog::info("thread {}: turn failed: {}", self->state.cfg.thread,
                      render(err));
+        if (err == caf::sec::request_timeout)
+          cancel_call(self);
         auto [code, text] = describe_failure(err);
         fail_turn(self, code, text);
       });
@@ -621,6 +709,35 @@ void answer_accept(self_ptr self, seq_t seq, Result&& result) {
   promise.deliver(std::forward<Result>(result));
 }
 
+// After an accept failed (or timed out: it may land later), reads the
+// stored inbox back and adopts what the live inbox lacks, so a message that
+// landed late is answered in order and its resend (acknowledged as a
+// duplicate) is not left waiting. A failed read back is tried again after
+// `commit_retry_delay` (and with the next duplicate accept) until one
+// succeeds; the thread does not passivate meanwhile.
+void adopt_late_accepts(self_ptr self) {
+  auto& st = self->state;
+  if (!st.unsure_accepts || st.reading_back)
+    return;
+  st.reading_back = true;
+  read_back(
+    self,
+    [self](thread_snapshot& snapshot) {
+      auto& st = self->state;
+      st.reading_back = false;
+      st.unsure_accepts = false;
+      st.adopt_late_accepts(snapshot.inbox);
+      drain(self);
+    },
+    [self](caf::error& err) {
+      auto& st = self->state;
+      spdlog::warn("thread {}: reading the inbox back failed: {}",
+                   st.cfg.thread, render(err));
+      st.reading_back = false;
+      self->delayed_send(self, st.cfg.commit_retry_delay, atom::readback_v);
+    });
+}
+
 // Accept `seq` is durable (or was a duplicate, durable before): a new
 // message joins the inbox; its sender learns.
 void accepted(self_ptr self, seq_t seq, inbox_entry& entry, bool wrote_session,
@@ -632,6 +749,8 @@ void accepted(self_ptr self, seq_t seq, inbox_entry& entry, bool wrote_session,
   }
   if (!res.duplicate)
     st.inbox.push_back(std::move(entry));
+  else
+    adopt_late_accepts(self);
   answer_accept(self, seq, res);
   drain(self);
 }
@@ -656,6 +775,8 @@ void accept(self_ptr self, caf::typed_response_promise<accept_result> rp,
       },
       [self, seq](caf::error& err) {
         answer_accept(self, seq, std::move(err));
+        self->state.unsure_accepts = true;
+        adopt_late_accepts(self);
         drain(self);
       });
 }
@@ -664,6 +785,9 @@ void accept(self_ptr self, caf::typed_response_promise<accept_result> rp,
 // answered, deferred accepts run, the outbox goes out, the drain starts.
 void loaded(self_ptr self, thread_snapshot& snapshot) {
   auto& st = self->state;
+  if (snapshot.quarantined)
+    publish(self, protocol::status_frame(st.cfg.thread, "", 0, "history_reset",
+                                         turn_errors::history_reset));
   st.restore(std::move(snapshot));
   if (st.closing && !st.session_exists) {
     // A cancel of a thread that never existed.
@@ -690,26 +814,20 @@ void load_failed(self_ptr self, const caf::error& err) {
 // Loads the thread's state from the store.
 void load(self_ptr self) {
   // A write of an earlier incarnation (killed before persistence answered
-  // it) may still be staged, and persistence reads only see committed data:
-  // a load before its commit would hand out its seq again. So the pending
-  // group commits first. Both requests take the same way (straight to
-  // persistence, or held in order by the root while it restarts), behind
-  // every write an earlier incarnation sent.
-  request_component(self, names::persistence, self->state.cfg.storage_timeout,
-                    atom::flush_v)
-    .then([] {}, [](caf::error&) {});
-  request_component(self, names::persistence, self->state.cfg.storage_timeout,
-                    atom::load_v, self->state.cfg.thread)
-    .then([self](thread_snapshot& snapshot) { loaded(self, snapshot); },
-          [self](caf::error& err) { load_failed(self, err); });
+  // it) may still be staged: a load before its commit would hand out its
+  // seq again. `read_back` reads behind every write an earlier incarnation
+  // sent.
+  read_back(
+    self, [self](thread_snapshot& snapshot) { loaded(self, snapshot); },
+    [self](caf::error& err) { load_failed(self, err); });
 }
 
-// Asks the orchestrator to stop us. If it agrees, our supervisor stops us;
-// if a message is on its way, we stay.
-void ask_to_stop(self_ptr self) {
+// Asks the orchestrator to stop us, naming `route`, the last route we had
+// seen when we became idle. If it agrees, our supervisor stops us; if a
+// message was routed to us since, we stay.
+void ask_to_stop(self_ptr self, uint64_t route) {
   request_component(self, names::orchestrator, self->state.cfg.storage_timeout,
-                    atom::passivate_v, self->state.cfg.thread,
-                    self->state.last_route)
+                    atom::passivate_v, self->state.cfg.thread, route)
     .then(
       [self](bool stopping) {
         if (!stopping && self->state.idle())
@@ -721,14 +839,30 @@ void ask_to_stop(self_ptr self) {
       });
 }
 
+// The SUSPENDED write of a passivation that began at `route` is durable.
+// A message that came meanwhile (routed, accepting or accepted) rewrote the
+// session as ACTIVE after it and keeps us: the in-memory session stays
+// ACTIVE and we do not ask to stop. Otherwise we ask, naming `route`.
+void suspended(self_ptr self, const session_record& record, uint64_t route) {
+  auto& st = self->state;
+  if (st.last_route != route || !st.idle() || st.session_active) {
+    if (st.idle())
+      note_idle(self);
+    return;
+  }
+  st.session.state = record.state;
+  ask_to_stop(self, route);
+}
+
 // Writes the session as SUSPENDED (a CLOSED one stays CLOSED), then asks the
 // orchestrator to stop us.
 void passivate(self_ptr self) {
   auto& st = self->state;
+  auto route = st.last_route;
   if (!st.session_exists) {
     // Nothing on disk (a cancel of an unknown thread, a first message that
     // was not stored): nothing to write, and nothing to wait for either.
-    ask_to_stop(self);
+    ask_to_stop(self, route);
     return;
   }
   auto record = st.session;
@@ -737,17 +871,14 @@ void passivate(self_ptr self) {
   st.session_active = false;
   request_component(self, names::persistence, st.cfg.storage_timeout,
                     caf::put_atom_v, record)
-    .then(
-      [self, record](caf::ok_atom) {
-        self->state.session.state = record.state;
-        ask_to_stop(self);
-      },
-      [self](caf::error& err) {
-        spdlog::warn("thread {}: cannot suspend: {}", self->state.cfg.thread,
-                     render(err));
-        if (self->state.idle())
-          note_idle(self);
-      });
+    .then([self, record,
+           route](caf::ok_atom) { suspended(self, record, route); },
+          [self](caf::error& err) {
+            spdlog::warn("thread {}: cannot suspend: {}",
+                         self->state.cfg.thread, render(err));
+            if (self->state.idle())
+              note_idle(self);
+          });
 }
 
 // Takes a message (from a client or another thread), deferred until loaded.
@@ -839,11 +970,8 @@ conversation(conversation_actor::stateful_pointer<conversation_state> self,
     [self](atom::spawn, std::string& child) {
       self->state.children.insert(std::move(child));
     },
-    [self](atom::drain) {
-      // A commit retry: the failed turn runs again.
-      self->state.turn_running = false;
-      drain(self);
-    },
+    [self](atom::drain) { retry_turn(self); },
+    [self](atom::readback) { adopt_late_accepts(self); },
     [self](atom::idle) { idle_timer_fired(self); },
   };
 }

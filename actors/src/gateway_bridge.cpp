@@ -135,8 +135,9 @@ void on_history(self_ptr self, connection_id conn,
 
 void respond_json(self_ptr self, uint64_t request, unsigned status,
                   const nlohmann::json& body) {
-  self->state.cfg.server->respond(request, status, "application/json",
-                                  body.dump());
+  self->state.cfg.server->respond(
+    request, status, "application/json",
+    body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
 }
 
 // API errors use the protocol's error object, like the gateway's own.
@@ -159,10 +160,10 @@ void respond_refused(self_ptr self, uint64_t request, const caf::error& err) {
                 readable_message(err));
 }
 
-// The body of GET /api/v1/status, from the orchestrator's count of running
-// conversations and the persistence counters.
+// The body of GET /api/v1/status, from the orchestrator's counts of running
+// and passivated conversations and the persistence counters.
 nlohmann::json status_body(const gateway_bridge_config& cfg, uint64_t active,
-                           const persistence_stats& ps) {
+                           uint64_t passivations, const persistence_stats& ps) {
   auto gw = cfg.server->stats();
   auto uptime = std::chrono::steady_clock::now() - cfg.started;
   auto mem = own_memory();
@@ -172,7 +173,11 @@ nlohmann::json status_body(const gateway_bridge_config& cfg, uint64_t active,
     {"protocol", protocol::version},
     {"uptime_ms",
      std::chrono::duration_cast<std::chrono::milliseconds>(uptime).count()},
-    {"threads", {{"active", active}, {"stored", ps.sessions}}},
+    {"threads",
+     {{"active", active},
+      {"passivations", passivations},
+      {"stored", ps.sessions},
+      {"quarantined", ps.quarantined_threads}}},
     {"gateway",
      {{"connections_open", gw.connections_open},
       {"connections_total", gw.connections_total},
@@ -199,14 +204,15 @@ void on_status(self_ptr self, uint64_t request, const std::string&) {
     return;
   }
   auto timeout = std::chrono::seconds{10};
-  self->request(orch, timeout, atom::status_v)
+  self->request(orch, timeout, atom::stats_v)
     .then(
-      [self, request, db, timeout](uint64_t active) {
+      [self, request, db, timeout](uint64_t active, uint64_t passivations) {
         self->request(db, timeout, atom::stats_v)
           .then(
-            [self, request, active](persistence_stats& ps) {
+            [self, request, active, passivations](persistence_stats& ps) {
               respond_json(self, request, 200,
-                           status_body(self->state.cfg, active, ps));
+                           status_body(self->state.cfg, active, passivations,
+                                       ps));
             },
             [self, request](caf::error& err) {
               respond_unavailable(self, request, err);
@@ -338,6 +344,38 @@ void on_agents(self_ptr self, uint64_t request, const std::string&) {
       });
 }
 
+// A field of an API request body and the JSON type it must have when given.
+struct api_field {
+  const char* name;
+  nlohmann::json::value_t type;
+  bool required;
+};
+
+// Parses an API request body: a JSON object whose `fields` have their
+// types. Anything else is answered with 400 naming what was wrong (and the
+// result is discarded).
+nlohmann::json read_body(self_ptr self, uint64_t request,
+                         const std::string& body,
+                         std::initializer_list<api_field> fields) {
+  auto j = nlohmann::json::parse(body, nullptr, false);
+  auto fail = [&](std::string message) {
+    respond_error(self, request, 400, "bad_request", std::move(message));
+    return nlohmann::json(nlohmann::json::value_t::discarded);
+  };
+  if (!j.is_object())
+    return fail("the request body must be a JSON object");
+  for (auto& field : fields) {
+    auto i = j.find(field.name);
+    auto type = field.type == nlohmann::json::value_t::boolean ? "a boolean"
+                                                               : "a string";
+    if (i == j.end() && field.required)
+      return fail(std::string{"missing field '"} + field.name + "'");
+    if (i != j.end() && i->type() != field.type)
+      return fail(std::string{"field '"} + field.name + "' must be " + type);
+  }
+  return j;
+}
+
 // POST /api/v1/chaos/disk {"fail_writes": bool, "no_space": bool}: turns
 // injected RocksDB write failures on or off (only with
 // `storage.fault_injection: true`); answers the switches and the count of
@@ -350,23 +388,12 @@ void on_disk_chaos(self_ptr self, uint64_t request, const std::string& body) {
                   "true in the node's configuration)");
     return;
   }
-  auto j = nlohmann::json::parse(body, nullptr, false);
-  if (!j.is_object()) {
-    respond_error(self, request, 400, "bad_request",
-                  "expected a JSON object with booleans 'fail_writes' and "
-                  "'no_space'");
+  using type = nlohmann::json::value_t;
+  auto j = read_body(self, request, body,
+                     {{"fail_writes", type::boolean, false},
+                      {"no_space", type::boolean, false}});
+  if (j.is_discarded())
     return;
-  }
-  for (auto key : {"fail_writes", "no_space"}) {
-    auto i = j.find(key);
-    if (i == j.end())
-      continue;
-    if (!i->is_boolean()) {
-      respond_error(self, request, 400, "bad_request",
-                    std::string{"field '"} + key + "' must be a boolean");
-      return;
-    }
-  }
   // no_space first: a write failing between the two stores reports the
   // right kind of error.
   if (j.contains("no_space"))
@@ -379,20 +406,10 @@ void on_disk_chaos(self_ptr self, uint64_t request, const std::string& body) {
                 {"failed_writes", faults->failed_writes.load()}});
 }
 
-// POST /api/v1/kill {"path": "/persistence", "reason": "..."}: the actor's
-// supervisor sees an abnormal exit and applies its strategy.
-void on_kill(self_ptr self, uint64_t request, const std::string& body) {
-  auto j = nlohmann::json::parse(body, nullptr, false);
-  if (!j.is_object() || !j.contains("path") || !j["path"].is_string()) {
-    respond_error(self, request, 400, "bad_request",
-                  "expected a JSON object with a string field 'path'");
-    return;
-  }
-  auto path = j["path"].get<std::string>();
-  auto reason = j.value("reason", std::string{"killed by operator"});
-  auto relative = path;
-  while (!relative.empty() && relative.front() == '/')
-    relative.erase(0, 1);
+// Asks the root supervisor to kill the actor at `relative` (below the root)
+// and answers `request` with the outcome.
+void kill_actor(self_ptr self, uint64_t request, const std::string& path,
+                const std::string& relative, const std::string& reason) {
   auto root = lookup<supervisor_actor>(self->system(), names::root);
   if (!root || relative.empty()) {
     respond_error(self, request, root ? 400 : 503,
@@ -418,6 +435,23 @@ void on_kill(self_ptr self, uint64_t request, const std::string& body) {
       [self, request](caf::error& err) {
         respond_refused(self, request, err);
       });
+}
+
+// POST /api/v1/kill {"path": "/persistence", "reason": "..."}: the actor's
+// supervisor sees an abnormal exit and applies its strategy.
+void on_kill(self_ptr self, uint64_t request, const std::string& body) {
+  using type = nlohmann::json::value_t;
+  auto j = read_body(self, request, body,
+                     {{"path", type::string, true},
+                      {"reason", type::string, false}});
+  if (j.is_discarded())
+    return;
+  auto path = j["path"].get<std::string>();
+  auto reason = j.value("reason", std::string{"killed by operator"});
+  auto relative = path;
+  while (!relative.empty() && relative.front() == '/')
+    relative.erase(0, 1);
+  kill_actor(self, request, path, relative, reason);
 }
 
 // An endpoint of the HTTP API: answers request `request`, given its body.

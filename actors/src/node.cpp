@@ -50,11 +50,11 @@ child_spec conversations_child(const node_config& cfg) {
   // Transient: a passivated conversation stops normally and is forgotten; a
   // crashed one is restarted and reloads its thread from the store.
   convs.child_template.restart = restart_type::transient;
-  convs.dynamic_start = [threads = cfg.threads](caf::local_actor* parent,
-                                                const std::string& thread,
-                                                const caf::message&) {
-    return caf::actor_cast<caf::actor>(
-      parent->spawn(conversation, make_conversation_config(threads, thread)));
+  convs.dynamic_start = [threads = cfg.threads, storage = cfg.storage](
+                          caf::local_actor* parent, const std::string& thread,
+                          const caf::message&) {
+    return caf::actor_cast<caf::actor>(parent->spawn(
+      conversation, make_conversation_config(threads, storage, thread)));
   };
   apply_settings(convs, cfg.supervision.conversations);
   child_spec result{"conversations", names::conversations,

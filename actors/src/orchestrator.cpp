@@ -492,6 +492,7 @@ bool passivate(self_ptr self, const std::string& thread, uint64_t last_seen) {
     return false;
   }
   i->second.stopping = true;
+  ++self->state.passivations;
   stop_conversation(self, thread);
   return true;
 }
@@ -565,7 +566,10 @@ orchestrator_actor::behavior_type orchestrator(self_ptr self,
       if (i != self->state.threads.end())
         i->second.floor = i->second.routed;
     },
-    [self](atom::status) -> uint64_t { return self->state.threads.size(); },
+    [self](atom::stats) {
+      auto& st = self->state;
+      return caf::make_result(uint64_t{st.threads.size()}, st.passivations);
+    },
     [self](atom::recover) { recover(self); },
   };
 }

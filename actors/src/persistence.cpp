@@ -72,7 +72,7 @@ caf::error persistence_state::init(const persistence_config& cfg) {
   return caf::none;
 }
 
-void persistence_state::flush() {
+caf::error persistence_state::flush() {
   flush_scheduled = false;
   auto err = db->flush();
   if (!err)
@@ -81,6 +81,7 @@ void persistence_state::flush() {
   waiting.clear();
   for (auto& reply : replies)
     reply(err);
+  return err;
 }
 
 void persistence_state::on_exit(const caf::exit_msg& msg) {
@@ -188,9 +189,43 @@ caf::result<persistence_stats> persistence_state::stats() {
   auto sessions = db->count_sessions();
   if (!sessions)
     return sessions.error();
+  auto quarantined = db->quarantined();
+  if (!quarantined)
+    return quarantined.error();
   auto counters = db->stats();
-  return persistence_stats{*sessions, counters.flushes,
-                           counters.staged_operations, counters.failed_flushes};
+  persistence_stats result{*sessions,
+                           counters.flushes,
+                           counters.staged_operations,
+                           counters.failed_flushes,
+                           {}};
+  for (auto& rec : *quarantined)
+    if (result.quarantined_threads.empty()
+        || result.quarantined_threads.back() != rec.thread)
+      result.quarantined_threads.push_back(rec.thread);
+  return result;
+}
+
+caf::result<thread_snapshot>
+persistence_state::load(const std::string& thread) {
+  auto snapshot = db->load_thread(thread);
+  if (snapshot || snapshot.error() != ec::storage_corrupt)
+    return snapshot;
+  spdlog::error("thread {}: cannot load ({}); moving its unreadable records "
+                "to quarantine and starting it fresh",
+                thread, render(snapshot.error()));
+  auto report = db->stage_quarantine(thread);
+  if (!report)
+    return report.error();
+  for (auto& bad : report->unreadable)
+    spdlog::error("thread {}: quarantined {} {}: {}", thread, bad.column_family,
+                  bad.key, bad.what);
+  // Reads see committed data only: the move commits now, with the group.
+  if (auto err = flush())
+    return err;
+  snapshot = db->load_thread(thread);
+  if (snapshot)
+    snapshot->quarantined = true;
+  return snapshot;
 }
 
 caf::result<std::vector<std::string>>
@@ -263,9 +298,8 @@ persistence(persistence_actor::stateful_pointer<persistence_state> self,
     [self](atom::health) -> caf::result<std::vector<provider_health_record>> {
       return self->state.db->health();
     },
-    [self](atom::load,
-           const std::string& thread) -> caf::result<thread_snapshot> {
-      return self->state.db->load_thread(thread);
+    [self](atom::load, const std::string& thread) {
+      return self->state.load(thread);
     },
     [self](atom::history, const std::string& thread, seq_t after,
            uint64_t limit) -> caf::result<history_page> {

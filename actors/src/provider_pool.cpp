@@ -16,6 +16,12 @@ caf::message complete_message(completion_request req) {
                            caf::make_message(atom::complete_v, std::move(req)));
 }
 
+caf::message cancel_message(std::string thread, seq_t seq) {
+  return caf::make_message(atom::forward_v, std::string{router_child_id},
+                           caf::make_message(atom::cancel_v, std::move(thread),
+                                             seq));
+}
+
 caf::expected<provider_pool_config> resolve_pool(const node_config& cfg,
                                                  const pool_config& pool) {
   provider_pool_config result;
@@ -73,6 +79,42 @@ void provider_worker_state::fail_pending(const std::string& why, bool stopped) {
   }
   pending.clear();
   crashing.clear();
+  pool_calls.clear();
+  cancellers.clear();
+}
+
+void provider_worker_state::track(
+  uint64_t id, uint64_t call_id,
+  caf::typed_response_promise<attempt_outcome> rp) {
+  pending.emplace(id, std::move(rp));
+  pool_calls.emplace(id, call_id);
+}
+
+void provider_worker_state::answer(uint64_t id, attempt_outcome outcome) {
+  if (auto i = pending.find(id); i != pending.end()) {
+    i->second.deliver(std::move(outcome));
+    pending.erase(i);
+  }
+  crashing.erase(id);
+  pool_calls.erase(id);
+  cancellers.erase(id);
+}
+
+void provider_worker_state::cancel(uint64_t call_id) {
+  std::vector<uint64_t> ids;
+  for (auto& [id, pool_call] : pool_calls)
+    if (pool_call == call_id)
+      ids.push_back(id);
+  for (auto id : ids) {
+    if (auto i = cancellers.find(id); i != cancellers.end()) {
+      i->second("its turn ended");
+      continue;
+    }
+    answer(id, attempt_outcome::failed(error_class::unknown,
+                                       cfg.name
+                                         + ": call cancelled: its turn "
+                                           "ended"));
+  }
 }
 
 namespace {
@@ -87,7 +129,8 @@ attempt_outcome to_outcome(const provider_outcome& out) {
     result.reply = out.reply;
     return result;
   }
-  auto result = attempt_outcome::failed(out.failure, out.message);
+  auto result = attempt_outcome::failed(out.failure,
+                                        sanitize_utf8(out.message));
   if (out.retry_after)
     result.retry_after_ms = out.retry_after->count();
   return result;
@@ -101,8 +144,10 @@ attempt_outcome to_outcome(call_result&& res) {
     return result;
   }
   auto& failed = std::get<call_failure>(res);
+  // The message quotes the provider; it becomes health records and frames,
+  // which must be well-formed UTF-8.
   auto result = attempt_outcome::failed(classify(failed.failure),
-                                        std::move(failed.message));
+                                        sanitize_utf8(failed.message));
   if (failed.retry_after)
     result.retry_after_ms = failed.retry_after->count();
   result.partial = failed.partial;
@@ -121,7 +166,7 @@ caf::result<attempt_outcome> call_offline(worker_ptr self,
   auto id = st.next_id++;
   auto rp = self->make_response_promise<attempt_outcome>();
   // Pending before any throw: the exception handler answers it.
-  st.pending.emplace(id, rp);
+  st.track(id, req.call_id, rp);
   auto what = "provider '" + st.cfg.name + "' crashed (scripted crash)";
   if (crash && out.delay.count() == 0)
     throw std::runtime_error(what);
@@ -138,7 +183,7 @@ caf::result<attempt_outcome> call_remote(worker_ptr self,
   auto& st = self->state;
   auto id = st.next_id++;
   auto rp = self->make_response_promise<attempt_outcome>();
-  st.pending.emplace(id, rp);
+  st.track(id, req.call_id, rp);
   delta_handler on_delta;
   if (st.cfg.stream)
     on_delta = [sys = &self->system(), thread = req.request.thread,
@@ -155,8 +200,9 @@ caf::result<attempt_outcome> call_remote(worker_ptr self,
       caf::anon_send(caf::actor_cast<provider_worker_actor>(ptr),
                      atom::deliver_v, id, to_outcome(std::move(result)));
   };
-  st.remote->complete(req.request, req.max_tokens, std::move(on_delta),
-                      std::move(on_done));
+  st.cancellers.emplace(id, st.remote->complete(req.request, req.max_tokens,
+                                                std::move(on_delta),
+                                                std::move(on_done)));
   return rp;
 }
 
@@ -208,14 +254,11 @@ provider_worker(worker_ptr self, provider_config cfg,
     },
     [self](atom::deliver, uint64_t id, attempt_outcome& outcome) {
       auto& st = self->state;
-      auto i = st.pending.find(id);
-      if (i == st.pending.end())
-        return;
       if (auto c = st.crashing.find(id); c != st.crashing.end())
         throw std::runtime_error(c->second);
-      i->second.deliver(std::move(outcome));
-      st.pending.erase(i);
+      st.answer(id, std::move(outcome));
     },
+    [self](atom::cancel, uint64_t call_id) { self->state.cancel(call_id); },
   };
 }
 
@@ -367,6 +410,46 @@ void finish(router_ptr self, uint64_t id, caf::error err) {
   calls.erase(i);
 }
 
+// Ends call `id` now, its attempt in flight (if any) cancelled at the
+// worker, with `err`: nothing about it is published after this.
+void end_call(router_ptr self, uint64_t id, caf::error err) {
+  auto& st = self->state;
+  auto i = st.calls.find(id);
+  if (i == st.calls.end())
+    return;
+  auto& call = i->second;
+  if (call.in_flight && call.link < st.chain.size())
+    caf::anon_send(st.workers, atom::forward_v,
+                   st.chain[call.link].provider.name,
+                   caf::make_message(atom::cancel_v, id));
+  finish(self, id, std::move(err));
+}
+
+// The time budget of call `id` is spent: it ends as a timeout.
+void expire(router_ptr self, uint64_t id) {
+  auto& st = self->state;
+  auto i = st.calls.find(id);
+  if (i == st.calls.end())
+    return;
+  auto& call = i->second;
+  call.last_class = error_class::timeout;
+  auto budget = milliseconds{call.request.time_budget_ms};
+  end_call(self, id,
+           final_error(st, call,
+                       "no answer within the turn's " + say_duration(budget)));
+}
+
+// Cancels the call answering message `seq` of `thread` (its turn ended).
+void cancel_call(router_ptr self, const std::string& thread, seq_t seq) {
+  for (auto& [id, call] : self->state.calls)
+    if (call.request.thread == thread && call.request.seq == seq) {
+      end_call(self, id,
+               caf::make_error(ec::cancelled,
+                               "the turn ended; call cancelled"));
+      return;
+    }
+}
+
 // Moves `call` to the next provider of the chain.
 void fail_over(router_ptr self, uint64_t id, pool_call& call,
                const std::string& why) {
@@ -439,6 +522,11 @@ void retry_later(router_ptr self, uint64_t id, pool_call& call,
   if (out.retry_after_ms >= 0)
     retry_after = milliseconds{out.retry_after_ms};
   auto delay = next_delay(st.cfg.retry, call.tries_here, retry_after, st.rng);
+  if (call.deadline && self->clock().now() + delay >= *call.deadline) {
+    // The retry would come after the turn's deadline: end now.
+    expire(self, id);
+    return;
+  }
   tell_thread(self, call, "retrying_provider",
               out.message + "; retrying " + link.provider.name + " in "
                 + say_duration(delay) + " (attempt "
@@ -516,7 +604,14 @@ void attempt(router_ptr self, uint64_t id, pool_call& call) {
   attempt_request req{call.request,
                       call.max_tokens != 0 ? call.max_tokens
                                            : link.provider.max_tokens,
-                      call.attempt};
+                      call.attempt, id};
+  if (call.deadline) {
+    // The attempt gets what is left of the budget, never more.
+    auto left
+      = duration_cast<milliseconds>(*call.deadline - self->clock().now());
+    req.request.time_budget_ms
+      = static_cast<uint64_t>(std::max<int64_t>(1, left.count()));
+  }
   // The worker enforces the provider's own timeouts; this one only guards
   // against a worker that died holding the call.
   auto guard = caf::timespan{link.provider.total_timeout}
@@ -570,17 +665,25 @@ caf::result<completion> complete(router_ptr self, completion_request& req) {
   call.promise = self->make_response_promise<completion>();
   call.request = std::move(req);
   call.budget = retry_budget{budget};
+  if (call.request.time_budget_ms > 0) {
+    auto budget = milliseconds{call.request.time_budget_ms};
+    call.deadline = self->clock().now() + budget;
+    self->delayed_send(self, budget, atom::deadline_v, id);
+  }
   auto rp = call.promise;
   st.calls.emplace(id, std::move(call));
   dispatch(self, id);
   return rp;
 }
 
-// Cooldowns survive restarts: picks up the persisted health.
+// Cooldowns survive restarts: picks up the persisted health before anything
+// else. `await` holds every other message (calls delivered with the restart
+// included) until the health is in, so no call ignores a cooldown and no
+// late restore overwrites what a call just learned.
 void load_health(router_ptr self) {
   request_component(self, names::persistence, std::chrono::seconds{30},
                     atom::health_v)
-    .then(
+    .await(
       [self](std::vector<provider_health_record>& records) {
         auto now = self->clock().now();
         for (auto& rec : records)
@@ -620,7 +723,11 @@ provider_router(router_ptr self, provider_pool_config cfg, caf::actor workers) {
     [self](atom::health) {
       return self->state.health_records(self->clock().now());
     },
+    [self](atom::cancel, const std::string& thread, seq_t seq) {
+      cancel_call(self, thread, seq);
+    },
     [self](atom::retry, uint64_t id) { dispatch(self, id); },
+    [self](atom::deadline, uint64_t id) { expire(self, id); },
   };
 }
 

@@ -245,7 +245,14 @@ void supervisor_state::decide(uint64_t order, caf::error reason) {
       erase(order);
     return;
   }
-  if (intensity_exceeded()) {
+  if (cfg.dynamic) {
+    // Each dynamic child has its own budget: one that crash-loops is given
+    // up alone, and never costs its siblings their restarts.
+    if (intensity_exceeded(child.restart_times)) {
+      give_up(child, reason);
+      return;
+    }
+  } else if (intensity_exceeded(restarts)) {
     spdlog::error("{}: restart intensity exceeded ({} restarts in {} ms); "
                   "shutting down after child '{}' exited: {}",
                   cfg.name, cfg.max_restarts, to_millis(cfg.period),
@@ -263,12 +270,25 @@ void supervisor_state::decide(uint64_t order, caf::error reason) {
     begin_group(order, delay);
 }
 
-bool supervisor_state::intensity_exceeded() {
+bool supervisor_state::intensity_exceeded(std::deque<time_point>& window) {
   auto now = self->clock().now();
-  restarts.push_back(now);
-  while (!restarts.empty() && restarts.front() < now - cfg.period)
-    restarts.pop_front();
-  return restarts.size() > cfg.max_restarts;
+  window.push_back(now);
+  while (!window.empty() && window.front() < now - cfg.period)
+    window.pop_front();
+  return window.size() > cfg.max_restarts;
+}
+
+void supervisor_state::give_up(child_entry& child, const caf::error& reason) {
+  spdlog::error("{}: child '{}' restarted more than {} times in {} ms; "
+                "stopped until it is started again, after: {}",
+                cfg.name, child.spec.id, cfg.max_restarts,
+                to_millis(cfg.period), render(reason));
+  child.status = child_status::stopped;
+  release_held(child,
+               caf::make_error(ec::unavailable,
+                               "child '" + child.spec.id
+                                 + "' failed too often: " + render(reason)));
+  erase(child.order);
 }
 
 caf::timespan supervisor_state::backoff_delay(child_entry& child,
@@ -554,6 +574,8 @@ void supervisor_state::deliver_held(child_entry& child) {
 void supervisor_state::forward(const std::string& id, caf::message content) {
   auto rp = self->make_response_promise();
   auto child = find(id);
+  if (child == nullptr && cfg.dynamic && start_dynamic(id, {}))
+    child = find(id); // Given up, or never started: it starts for this one.
   if (child == nullptr) {
     reject(rp, caf::make_error(ec::not_found,
                                cfg.name + ": no child '" + id + "'"));

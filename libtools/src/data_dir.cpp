@@ -169,10 +169,22 @@ json to_json(const verify_report& x) {
   for (auto& v : x.violations)
     violations.push_back(
       json{{"rule", v.rule}, {"where", v.where}, {"what", v.what}});
-  return json{{"ok", x.ok()},           {"sessions", x.sessions},
-              {"links", x.links},       {"user_messages", x.user_messages},
-              {"answered", x.answered}, {"pending", x.pending},
-              {"outbox", x.outbox},     {"violations", std::move(violations)}};
+  auto quarantined = json::array();
+  for (auto& q : x.quarantined)
+    quarantined.push_back(json{{"thread", q.thread},
+                               {"column_family", q.column_family},
+                               {"key", q.key},
+                               {"bytes", q.bytes}});
+  return json{{"ok", x.ok()},
+              {"sessions", x.sessions},
+              {"links", x.links},
+              {"user_messages", x.user_messages},
+              {"answered", x.answered},
+              {"pending", x.pending},
+              {"outbox", x.outbox},
+              {"quarantined_messages", x.quarantined_messages},
+              {"quarantined", std::move(quarantined)},
+              {"violations", std::move(violations)}};
 }
 
 std::string render_verify_report(const verify_report& x) {
@@ -182,6 +194,18 @@ std::string render_verify_report(const verify_report& x) {
                     + std::to_string(x.answered) + " answered, "
                     + std::to_string(x.pending) + " pending), "
                     + std::to_string(x.outbox) + " in outboxes\n";
+  if (!x.quarantined.empty()) {
+    out += plural(x.quarantined.size(), "record", "records")
+           + " in quarantine (unreadable, moved aside; their threads started "
+             "fresh";
+    if (x.quarantined_messages > 0)
+      out += ", " + plural(x.quarantined_messages, "message", "messages")
+             + " among them unanswered";
+    out += "):\n";
+    for (auto& q : x.quarantined)
+      out += "  " + q.column_family + " " + q.key + " ("
+             + std::to_string(q.bytes) + " bytes)\n";
+  }
   if (x.ok())
     return out + "every invariant holds\n";
   out += plural(x.violations.size(), "violation:", "violations:") + "\n";

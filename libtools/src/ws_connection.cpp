@@ -27,7 +27,7 @@ connection::connection(load_run& run, net::io_context& ioc, size_t index)
   : run_(run),
     ws_(ioc),
     index_(index),
-    id_prefix_("c" + std::to_string(index) + "-") {
+    id_prefix_(run.opts().message_prefix + std::to_string(index) + "-") {
   // nop
 }
 

@@ -4,6 +4,7 @@
 
 #include "node_client.hpp"
 #include "temp_dir.hpp"
+#include "text_checks.hpp"
 
 #include "keel/protocol.hpp"
 
@@ -87,6 +88,31 @@ CAF_TEST(a subscriber sees the events of messages other clients send) {
                             [](auto& j) { return j["type"] == "subscribed"; });
   CAF_REQUIRE(left);
   CAF_CHECK_EQUAL((*left)["subscribed"], false);
+}
+
+CAF_TEST(api fields of the wrong type get 400 naming the field) {
+  struct bad_case {
+    const char* target;
+    const char* body;
+    const char* field;
+  };
+  bad_case cases[] = {
+    {"/api/v1/kill", R"({"path":"/no-such-actor","reason":42})", "'reason'"},
+    {"/api/v1/kill", R"({"path":"/no-such-actor","reason":null})", "'reason'"},
+    {"/api/v1/kill", R"({"path":7})", "'path'"},
+    {"/api/v1/kill", R"({"reason":"x"})", "'path'"},
+    {"/api/v1/kill", R"(["path"])", "JSON object"},
+  };
+  for (auto& c : cases) {
+    auto res = http_request(node.address(), "POST", c.target, c.body);
+    CAF_REQUIRE(res);
+    CAF_CHECK_EQUAL(res->status, 400u);
+    auto j = nlohmann::json::parse(res->body);
+    CAF_CHECK_EQUAL(j["code"], "bad_request");
+    KEEL_CHECK_CONTAINS(j["message"].get<std::string>(), c.field);
+  }
+  // The bridge survived every one of them.
+  CAF_CHECK(api_call(node.address(), "GET", "/api/v1/status"));
 }
 
 CAF_TEST(subscriptions survive a restart of the gateway bridge) {

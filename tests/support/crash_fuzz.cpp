@@ -14,6 +14,7 @@
 #include "keel/tools/json_fields.hpp"
 #include "keel/tools/process.hpp"
 #include "node_client.hpp"
+#include "raw_records.hpp"
 
 #include "keel/protocol.hpp"
 #include "keel/tools/ws_client.hpp"
@@ -133,8 +134,8 @@ public:
         break;
       }
       auto plan = gen_->next();
-      if (plan.first_of_generation && plan.index > 0
-          && (!checkpoint() || !new_generation(plan.generation)))
+      if (plan.first_of_generation
+          && ((plan.index > 0 && !checkpoint()) || !new_generation(plan)))
         return finish(started);
       if (!run_iteration(plan))
         return finish(started);
@@ -212,7 +213,7 @@ private:
         << opts_.shape.generation_length << " --min-ops " << opts_.shape.min_ops
         << " --max-ops " << opts_.shape.max_ops << " --max-threads "
         << opts_.shape.max_threads << " --provider-delay "
-        << opts_.provider_delay;
+        << opts_.provider_delay << " --idle-timeout " << opts_.idle_timeout;
     return cmd.str();
   }
 
@@ -229,6 +230,12 @@ private:
       if (stats_.kill_points_fired[to_string(p)] == 0)
         violation(std::string{"--require-all: kill point "} + to_string(p)
                   + " never fired");
+    if (stats_.passivations == 0)
+      violation("--require-all: no thread was seen passivating");
+    if (stats_.storage_timeouts == 0)
+      violation("--require-all: no storage request was seen timing out");
+    if (stats_.quarantined_threads == 0)
+      violation("--require-all: no thread was found in quarantine");
   }
 
   // -- setup ------------------------------------------------------------------
@@ -256,10 +263,14 @@ private:
     stats_.verify_available = verify.exit_code == 0
                               && verify.out.find("--data-dir")
                                    != std::string::npos;
-    if (!new_generation(0) || !connect())
+    // What the node offers is asked of a node of its own: each generation's
+    // node starts with that generation's settings.
+    if (!start_fresh_node(work_dir_ + "/probe", "fuzz-probe", {}) || !connect())
       return false;
     stats_.used.spawn = supports("spawn");
     stats_.used.cancel = supports("cancel");
+    ws_.reset();
+    node_.reset();
     say("seed " + std::to_string(opts_.seed) + "; work dir " + work_dir_
         + "; spawn " + (stats_.used.spawn ? "yes" : "NO") + ", cancel "
         + (stats_.used.cancel ? "yes" : "NO") + ", kill points "
@@ -282,24 +293,43 @@ private:
     return json_string(frame, "code") != "unknown_type";
   }
 
-  bool new_generation(uint64_t g) {
+  /// Starts `plan`'s generation: a fresh node on an empty data folder.
+  bool new_generation(const iteration_plan& plan) {
+    records_.clear();
+    corrupted_.clear();
+    ++stats_.generations;
+    auto g = std::to_string(plan.generation);
+    gen_dir_ = work_dir_ + "/gen-" + g;
+    if (!plan.storage_timeout.empty())
+      say("generation " + g + ": storage.request_timeout "
+          + plan.storage_timeout);
+    return start_fresh_node(gen_dir_, "fuzz-" + g, plan.storage_timeout);
+  }
+
+  /// Starts a node on the emptied folder `dir` (its data in `dir`/data),
+  /// with `storage_timeout` as `storage.request_timeout` unless empty.
+  /// False after recording why it did not come up.
+  bool start_fresh_node(const std::string& dir, const std::string& name,
+                        const std::string& storage_timeout) {
     ws_.reset();
     node_.reset();
-    records_.clear();
-    ++stats_.generations;
-    gen_dir_ = work_dir_ + "/gen-" + std::to_string(g);
     std::error_code ignored;
-    std::filesystem::remove_all(gen_dir_, ignored);
-    std::filesystem::create_directories(gen_dir_);
+    std::filesystem::remove_all(dir, ignored);
+    std::filesystem::create_directories(dir);
     stderr_offset_ = 0;
     node_armed_ = false;
     verified_ = false;
+    passivations_seen_ = 0;
+    auto settings = "logging:\n  level: warn\nthreads:\n  idle_timeout: "
+                    + opts_.idle_timeout + "\n";
+    if (!storage_timeout.empty())
+      settings += "storage:\n  request_timeout: " + storage_timeout + "\n";
     try {
       ::unsetenv("KEEL_KILL_AT");
       node_ = std::make_unique<node_process>(
-        gen_dir_,
-        test::slow_echo_yaml("fuzz-" + std::to_string(g), gen_dir_ + "/data",
-                             opts_.provider_delay, "logging:\n  level: warn\n"),
+        dir,
+        test::slow_echo_yaml(name, dir + "/data", opts_.provider_delay,
+                             settings),
         opts_.node_binary);
     } catch (const std::exception& e) {
       violation(std::string{"a fresh node did not start: "} + e.what());
@@ -317,6 +347,8 @@ private:
     ws_.reset();
     if (crashed_since_report_)
       sabotage_before_restart();
+    if (!corrupt_context_as_planned())
+      return false;
     if (kill_at)
       ::setenv("KEEL_KILL_AT", kill_at->c_str(), 1);
     stderr_offset_ = node_->stderr_text().size();
@@ -331,12 +363,53 @@ private:
     }
     ::unsetenv("KEEL_KILL_AT");
     ++stats_.restarts;
+    passivations_seen_ = 0;
     node_armed_ = up && kill_at.has_value();
     if (!up && !record_death(true, error))
       return false;
     if (up && crashed_since_report_)
       read_recovery_report();
     return up;
+  }
+
+  /// `kill_plan::corrupt_context`, while the node is down: overwrites the
+  /// context record of the last reply of the first thread that a remaining
+  /// send or resend of the iteration goes to and that has a reply in its log
+  /// read so far (durable), with bytes no decoder reads. Once an iteration;
+  /// false after a violation.
+  bool corrupt_context_as_planned() {
+    if (!plan_ || !plan_->kill.corrupt_context || context_corrupted_)
+      return true;
+    for (size_t i = next_op_; i < plan_->ops.size(); ++i) {
+      auto& x = plan_->ops[i];
+      if (x.kind != op_kind::send && x.kind != op_kind::resend)
+        continue;
+      auto& log = records_[x.thread].log;
+      auto reply = std::find_if(log.rbegin(), log.rend(), [](const entry& e) {
+        return e.kind == "reply";
+      });
+      if (reply != log.rend())
+        return corrupt_context(x.thread, reply->seq);
+    }
+    return true;
+  }
+
+  /// Overwrites `thread`'s context record `seq` in the stopped node's data;
+  /// the thread must be in quarantine at the next `keelctl verify`.
+  bool corrupt_context(const std::string& thread, uint64_t seq) {
+    context_corrupted_ = true;
+    auto result = test::write_raw_record(
+      gen_dir_ + "/data/db", "context", test::seq_key(thread, seq), "garbage{");
+    if (result != "OK") {
+      violation("cannot corrupt " + thread + "'s context record #"
+                + std::to_string(seq) + ": " + result);
+      return false;
+    }
+    corrupted_.insert(thread);
+    ++stats_.corrupted_records;
+    crash_ += (crash_.empty() ? "" : "; ") + std::string{"context "} + thread
+              + "/" + std::to_string(seq) + " corrupted";
+    return true;
   }
 
   // --sabotage lost / prefix (see fuzz_options::sabotage).
@@ -465,8 +538,8 @@ private:
     if (!stats_.verify_available || verified_)
       return true; // Nothing changed since the last verify.
     auto data = gen_dir_ + "/data";
-    auto result
-      = run_command({opts_.keelctl_binary, "verify", "--data-dir", data}, 120s);
+    auto result = run_command(
+      {opts_.keelctl_binary, "verify", "--data-dir", data, "--json"}, 120s);
     ++stats_.verify_runs;
     if (opts_.verbose)
       say("keelctl verify --data-dir " + data + ": exit "
@@ -479,7 +552,36 @@ private:
                 + result.err);
       return false;
     }
-    return true;
+    return check_quarantine(json::parse(result.out, nullptr, false));
+  }
+
+  /// The threads in quarantine, as `keelctl verify --json` lists them, are
+  /// exactly those whose context record the fuzzer corrupted in this
+  /// generation (a thread the node quarantined by itself had a record the
+  /// node wrote unreadable).
+  bool check_quarantine(const json& report) {
+    auto records = report.is_object() ? report.find("quarantined")
+                                      : report.end();
+    if (records == report.end() || !records->is_array()) {
+      violation("keelctl verify --json printed no quarantined list: "
+                + report.dump());
+      return false;
+    }
+    std::set<std::string> quarantined;
+    for (auto& rec : *records)
+      quarantined.insert(json_string(rec, "thread"));
+    for (auto& thread : corrupted_)
+      if (quarantined.count(thread) == 0)
+        violation("QUARANTINE: " + thread
+                  + " had a context record corrupted but is not in quarantine");
+    for (auto& thread : quarantined) {
+      if (corrupted_.count(thread) == 0)
+        violation("QUARANTINE: " + thread
+                  + " has records in quarantine but none was corrupted");
+      stats_.quarantined_threads
+        += quarantined_.insert(gen_dir_ + ":" + thread).second ? 1 : 0;
+    }
+    return failures_.empty();
   }
 
   // -- the connection ---------------------------------------------------------
@@ -552,6 +654,7 @@ private:
   /// Records a live outcome frame; two different outcomes of one message
   /// are a duplicate reply the client saw.
   void observe(const json& frame) {
+    count_storage_timeout(frame);
     auto type = json_string(frame, "type");
     if ((type != "reply" && type != "error") || !frame.contains("reply_to"))
       return;
@@ -572,6 +675,33 @@ private:
                 + std::to_string(i->second) + " and #" + std::to_string(e.seq));
     }
     rec.observed[e.seq] = e;
+  }
+
+  /// Counts a storage request that timed out as the client sees it: an
+  /// error answering a request (not a turn outcome), or a `retrying`
+  /// status, that names `request_timeout`.
+  void count_storage_timeout(const json& frame) {
+    auto type = json_string(frame, "type");
+    std::string what;
+    if (type == "error" && !frame.contains("reply_to"))
+      what = json_string(frame, "message");
+    else if (type == "status" && json_string(frame, "state") == "retrying")
+      what = json_string(frame, "detail");
+    if (what.find("request_timeout") != std::string::npos)
+      ++stats_.storage_timeouts;
+  }
+
+  /// Adds the passivations the node counted since the last look
+  /// (`threads.passivations` of GET /api/v1/status counts from the
+  /// orchestrator's start, so a smaller figure means it restarted).
+  void count_passivations() {
+    auto status = api_call(node_->address(), "GET", "/api/v1/status");
+    if (!status)
+      return;
+    auto now = json_number(*status, {"threads", "passivations"});
+    stats_.passivations += now >= passivations_seen_ ? now - passivations_seen_
+                                                     : now;
+    passivations_seen_ = now;
   }
 
   // -- histories --------------------------------------------------------------
@@ -1217,6 +1347,7 @@ private:
     plan_ = &plan;
     current_index_ = plan.index;
     crash_.clear();
+    context_corrupted_ = false;
     next_op_ = 0;
     acks_ = 0;
     op_results_.assign(plan.ops.size(), std::string{});
@@ -1242,6 +1373,7 @@ private:
         break;
     }
     // Everything is answered and every check held: count.
+    count_passivations();
     if (stats_.kills > kills_before)
       stats_.kills_survived += stats_.kills - kills_before;
     for (auto& [thread, rec] : records_)
@@ -1277,6 +1409,12 @@ private:
   /// since).
   bool verified_ = false;
   bool crashed_since_report_ = false;
+  /// `threads.passivations` as the running node last reported it.
+  uint64_t passivations_seen_ = 0;
+  /// Threads of this generation whose context record was corrupted.
+  std::set<std::string> corrupted_;
+  /// `gen-dir:thread` of every thread found in quarantine.
+  std::set<std::string> quarantined_;
   std::map<std::string, thread_record> records_;
   /// `thread/id` of every frame sent at least once (resends are expected
   /// to find a duplicate).
@@ -1291,6 +1429,7 @@ private:
   size_t acks_ = 0;
   std::vector<std::string> op_results_;
   std::string crash_;
+  bool context_corrupted_ = false;
   std::vector<std::string> failures_;
   std::string sabotage_;
 };
@@ -1331,6 +1470,10 @@ nlohmann::json to_json(const fuzz_stats& x) {
     {"recovered_inbox_messages", x.recovered_inbox_messages},
     {"recovered_outbox_messages", x.recovered_outbox_messages},
     {"recovery_problems", x.recovery_problems},
+    {"passivations", x.passivations},
+    {"storage_timeouts", x.storage_timeouts},
+    {"corrupted_records", x.corrupted_records},
+    {"quarantined_threads", x.quarantined_threads},
     {"acked", x.acked},
     {"answered", x.answered},
     {"forwarded", x.forwarded},

@@ -11,12 +11,14 @@
 //
 // Determinism: the whole plan (every operation, its thread, tree shape,
 // cancels, resends, the kill mode, the kill point, its probability and seed,
-// the number of acknowledgements before a kill -9) is a function of the seed
-// alone: the generator tracks the model it expects (threads, tree, closed
-// threads) and never looks at what the node did. The runner completes every
-// planned operation of an iteration after the crash (resending the ones that
-// got no answer), so the state after each iteration is the planned one, and
-// only where the crash fell within an iteration depends on timing.
+// the number of acknowledgements before a kill -9, whether a context record
+// is corrupted before a restart, each generation's storage timeout) is a
+// function of the seed alone: the generator tracks the model it expects
+// (threads, tree, closed threads) and never looks at what the node did. The
+// runner completes every planned operation of an iteration after the crash
+// (resending the ones that got no answer), so the state after each iteration
+// is the planned one, and only where the crash fell within an iteration (and
+// so which thread's context is corrupted) depends on timing.
 
 #include <array>
 #include <chrono>
@@ -103,6 +105,11 @@ struct kill_plan {
   kill_point recovery_point = kill_point::batch_written;
   double recovery_probability = 1.0;
   uint64_t recovery_seed = 1;
+  /// While the node is down before a restart of this iteration, overwrite
+  /// one context record of a thread that a remaining send goes to with
+  /// bytes no decoder reads (once per iteration): that send loads the
+  /// thread, which moves its context to quarantine.
+  bool corrupt_context = false;
 };
 
 /// The `KEEL_KILL_AT` value for a point, probability and seed.
@@ -127,6 +134,8 @@ inline std::string to_string(const kill_plan& x) {
               + kill_at_spec(x.recovery_point, x.recovery_probability,
                              x.recovery_seed)
               + " armed during recovery";
+  if (x.corrupt_context)
+    result += ", a context record corrupted before the restart";
   return result;
 }
 
@@ -136,6 +145,9 @@ struct iteration_plan {
   /// A generation is one data folder; a new one starts empty.
   uint64_t generation = 0;
   bool first_of_generation = false;
+  /// The generation's `storage.request_timeout` (empty: the node's
+  /// default); a short one makes synced writes time out now and then.
+  std::string storage_timeout;
   std::vector<op> ops;
   kill_plan kill;
 };
@@ -169,6 +181,11 @@ struct generator_options {
   int max_depth = 3;
   /// Iterations per generation (data folder).
   uint64_t generation_length = 10;
+  /// Percent of generations with a short storage timeout.
+  unsigned short_storage_timeout_percent = 50;
+  /// Percent of iterations that corrupt a context record (see
+  /// `kill_plan::corrupt_context`).
+  unsigned corrupt_context_percent = 15;
 };
 
 /// Draws iteration plans from one seeded std::mt19937_64.
@@ -197,6 +214,9 @@ public:
     }
     plan.generation = generation_;
     plan.first_of_generation = plan.index % opts_.generation_length == 0;
+    if (plan.first_of_generation)
+      storage_timeout_ = draw_storage_timeout();
+    plan.storage_timeout = storage_timeout_;
     plan.kill = draw_kill(plan.index);
     auto n = uniform(opts_.min_ops, opts_.max_ops);
     size_t acks = 0;
@@ -240,6 +260,15 @@ private:
     return *(xs.begin() + static_cast<std::ptrdiff_t>(i % xs.size()));
   }
 
+  /// A generation's storage timeout: the default, or one short enough that
+  /// some synced writes outlast it (and long enough that most do not).
+  std::string draw_storage_timeout() {
+    static const std::vector<std::string> short_ones{"5ms", "10ms", "20ms"};
+    if (!chance(opts_.short_storage_timeout_percent))
+      return {};
+    return pick(short_ones);
+  }
+
   kill_plan draw_kill(uint64_t index) {
     kill_plan k;
     int mode;
@@ -281,6 +310,7 @@ private:
       k.recovery_probability = probability_for(k.recovery_point);
       k.recovery_seed = rng_() | 1;
     }
+    k.corrupt_context = chance(opts_.corrupt_context_percent);
     return k;
   }
 
@@ -520,6 +550,7 @@ private:
   bool wants_new_ = false;
   uint64_t iteration_ = 0;
   uint64_t generation_ = 0;
+  std::string storage_timeout_;
   std::map<std::string, thread_model> threads_;
   /// Thread ids in creation order (picks by index stay deterministic).
   std::vector<std::string> order_;
@@ -545,9 +576,13 @@ struct fuzz_options {
   uint64_t verify_every = 5;
   /// The scripted provider's latency (so kills land mid-turn).
   std::string provider_delay = "3ms";
+  /// The node's `threads.idle_timeout`: short, so threads passivate between
+  /// operations and later sends bring them back.
+  std::string idle_timeout = "200ms";
   /// How long a restarted node may take to answer everything.
   std::chrono::seconds settle_timeout{60};
-  /// Fail unless spawn, cancel, kill points and verify were all exercised.
+  /// Fail unless spawn, cancel, kill points, verify, passivation, storage
+  /// timeouts and quarantine were all exercised.
   bool require_all = false;
   /// Tests the fuzzer itself: corrupts its own record once ("lost": an
   /// acknowledgement the node never gave; "prefix": a log entry read before
@@ -587,6 +622,18 @@ struct fuzz_stats {
   uint64_t recovered_inbox_messages = 0;
   uint64_t recovered_outbox_messages = 0;
   uint64_t recovery_problems = 0;
+  /// Conversations stopped for being idle, as `GET /api/v1/status` counts
+  /// them at the end of each iteration (those of a life cut short by a
+  /// crash after its last count are missed).
+  uint64_t passivations = 0;
+  /// Storage requests the client saw time out (`storage.request_timeout`):
+  /// errors answering a request that name `request_timeout`, and `retrying`
+  /// status frames that do.
+  uint64_t storage_timeouts = 0;
+  /// Context records the fuzzer corrupted, and the threads `keelctl verify`
+  /// found in quarantine (those and only those with a corrupted record).
+  uint64_t corrupted_records = 0;
+  uint64_t quarantined_threads = 0;
   uint64_t acked = 0;
   uint64_t answered = 0;
   uint64_t forwarded = 0;

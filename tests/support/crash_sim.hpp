@@ -33,10 +33,12 @@
 
 #include "keel/agent_tools.hpp"
 #include "keel/lookup.hpp"
+#include "keel/orchestrator.hpp"
 #include "keel/store.hpp"
 #include "keel/text.hpp"
 #include "keel/tools/verify.hpp"
 #include "node_fixture.hpp"
+#include "store_fixture.hpp"
 #include "temp_dir.hpp"
 
 namespace keel::sim {
@@ -63,12 +65,21 @@ enum class op_kind : uint8_t {
   crash,
   /// The node stops cleanly and boots again.
   restart,
+  /// Persistence answers nothing for `delay`, longer than the
+  /// conversations' storage timeout, while everything else runs and the
+  /// clock moves: requests to it time out, then land late.
+  stall,
+  /// The node dies as with `crash`; while it is down, context entry `seq`
+  /// of `thread` is overwritten with bytes no decoder reads (a bad disk, a
+  /// bad restore); then it boots. The next load of the thread moves its
+  /// context to quarantine and starts it fresh.
+  corrupt,
 };
 
 inline const char* to_string(op_kind x) {
-  static constexpr const char* names[] = {"route",  "resend", "spawn",
-                                          "cancel", "kill",   "advance",
-                                          "crash",  "restart"};
+  static constexpr const char* names[]
+    = {"route",   "resend", "spawn",   "cancel", "kill",
+       "advance", "crash",  "restart", "stall",  "corrupt"};
   return names[static_cast<size_t>(x)];
 }
 
@@ -81,8 +92,10 @@ struct op {
   std::string arg;
   /// route/resend: the text.
   std::string text;
-  /// advance: how far.
+  /// advance, stall: how far the clock moves.
   caf::timespan delay{0};
+  /// corrupt: the seq of the context entry overwritten.
+  uint64_t seq = 0;
   /// Scheduler steps (one message each) run after the operation; 0 runs
   /// until no message is left (the clock stays).
   uint32_t steps = 0;
@@ -98,7 +111,9 @@ inline std::string to_string(const op& x) {
   add(x.arg);
   if (!x.text.empty())
     result += " \"" + x.text + "\"";
-  if (x.kind == op_kind::advance)
+  if (x.kind == op_kind::corrupt)
+    result += " context/" + std::to_string(x.seq);
+  if (x.kind == op_kind::advance || x.kind == op_kind::stall)
     result += " "
               + std::to_string(
                 std::chrono::duration_cast<std::chrono::milliseconds>(x.delay)
@@ -124,6 +139,10 @@ constexpr const char* bad = "#bad";        // Provider error (invalid_request).
 constexpr const char* crash = "#crash";    // The provider worker crashes.
 
 } // namespace words
+
+/// How long a conversation waits for each storage request in the
+/// simulation (`storage.request_timeout`); every stall lasts longer.
+constexpr caf::timespan storage_timeout = 2s;
 
 /// The prefix of every thread id of seed `seed`.
 inline std::string thread_prefix(uint64_t seed) {
@@ -236,13 +255,21 @@ private:
     } else if (r < 660) {
       x.kind = op_kind::kill;
       x.arg = kill_path();
-    } else if (r < 992) {
+    } else if (r < 982) {
       x.kind = op_kind::advance;
       static const std::vector<caf::timespan> delays
         = {10ms, 100ms, 500ms, 1s, 2s, 5s, 9s, 25s};
       x.delay = any(delays);
-    } else if (r < 997) {
+    } else if (r < 992) {
+      stall(x);
+    } else if (r < 996 || (r < 997 && sent_.empty())) {
       x.kind = op_kind::crash;
+    } else if (r < 997) {
+      // A thread the run sent to: the run's final reads load it, so its
+      // quarantine happens within the run whatever comes after.
+      x.kind = op_kind::corrupt;
+      x.thread = any(sent_).thread;
+      x.seq = 1 + pick(3);
     } else {
       x.kind = op_kind::restart;
     }
@@ -250,6 +277,16 @@ private:
     // next one, so operations overlap with turns, commits and restarts.
     x.steps = chance(50) ? 0 : static_cast<uint32_t>(1 + pick(40));
     return x;
+  }
+
+  // A stall a little past the storage timeout (answers to requests sent
+  // just before it arrive late) or long enough that the reads back after
+  // the first timeouts time out as well.
+  void stall(op& x) {
+    static const std::vector<caf::timespan> delays = {2500ms, 3s, 5s, 9s};
+    static_assert(storage_timeout < 2500ms);
+    x.kind = op_kind::stall;
+    x.delay = any(delays);
   }
 
   std::mt19937_64 rng_;
@@ -267,7 +304,8 @@ private:
 /// The scripted provider's steps (by the words above) and a node tuned for
 /// the simulation: no retries, breakers that never open, no jitter (it
 /// draws from std::random_device), restart intensities no run reaches, a
-/// short idle timeout so that threads passivate.
+/// short idle timeout so that threads passivate, a short storage timeout
+/// (stalls exceed it).
 inline node_config sim_config(const std::string& data_dir) {
   auto step = [](std::string match, std::string reply, caf::timespan delay) {
     scripted_step s;
@@ -309,6 +347,7 @@ inline node_config sim_config(const std::string& data_dir) {
   pool.breaker.failure_threshold = 1000000;
   pool.breaker.open_on_fatal = false;
   cfg.threads.idle_timeout = 20s;
+  cfg.storage.request_timeout = storage_timeout;
   auto tune = [](supervisor_settings& s, caf::timespan initial) {
     s.max_restarts = 1000000;
     s.backoff.initial = initial;
@@ -337,7 +376,9 @@ struct outcome {
   size_t answered_during = 0;
   /// The error's code name, if any.
   std::string error;
-  /// True if the request timed out: nobody answered it.
+  /// True if the request's own timeout fired: nobody answered it. (A
+  /// `request_timeout` error passed on from a conversation whose storage
+  /// request timed out is an answer.)
   bool timed_out = false;
   accept_result ack;
   bool created = false;
@@ -350,17 +391,21 @@ struct journal {
   std::vector<outcome> results;
   size_t current_op = 0;
 
-  void answer(size_t i, const caf::error& err) {
+  void answer(size_t i, const caf::error& err, bool own_timeout = false) {
     auto& r = results[i];
     r.answered = true;
     r.answered_during = current_op;
     r.ok = !err;
-    r.timed_out = err == caf::sec::request_timeout;
-    if (err)
-      r.error = err.category() == error_category
-                  ? error_code_name(err)
-                  : caf::to_string(err.category()) + ":"
-                      + std::to_string(err.code());
+    r.timed_out = own_timeout && err == caf::sec::request_timeout;
+    if (!err)
+      return;
+    if (err.category() == error_category)
+      r.error = error_code_name(err);
+    else if (err.category() == caf::atom("system"))
+      r.error = caf::to_string(static_cast<caf::sec>(err.code()));
+    else
+      r.error = caf::to_string(err.category()) + ":"
+                + std::to_string(err.code());
   }
 };
 
@@ -412,6 +457,17 @@ struct run_report {
   uint64_t outcomes = 0;
   uint64_t agent_messages = 0;
   uint64_t dead_letters = 0;
+  /// Conversations stopped for being idle while the clock moved (advance
+  /// operations; the settling at the end passivates every thread anyway).
+  uint64_t passivations = 0;
+  /// Status frames saying that a storage request timed out (`retrying`
+  /// after an unsure commit).
+  uint64_t storage_timeouts = 0;
+  /// Status frames `history_reset`: a conversation loaded its thread after
+  /// its records moved to quarantine.
+  uint64_t history_resets = 0;
+  /// The run's threads with records in quarantine once the batch stopped.
+  uint64_t quarantined_threads = 0;
 
   bool ok() const {
     return violations.empty();
@@ -431,6 +487,9 @@ struct run_report {
   std::string describe() const {
     std::ostringstream out;
     out << "seed " << seed << ": " << violations.size() << " violation(s)\n";
+    out << "  " << passivations << " passivation(s), " << storage_timeouts
+        << " storage timeout(s), " << history_resets << " history reset(s), "
+        << quarantined_threads << " quarantined thread(s)\n";
     for (auto& v : violations)
       out << "  VIOLATION " << v << '\n';
     out << "operations:\n";
@@ -771,20 +830,25 @@ public:
     rep.ops = generator{seed}.plan();
     journal_ = std::make_shared<journal>();
     journal_->results.resize(rep.ops.size());
+    count_passivations();
+    auto passivations_before = passivations_;
     for (size_t i = 0; i < rep.ops.size(); ++i) {
       journal_->current_op = i;
       apply(i, rep.ops[i]);
     }
     journal_->current_op = rep.ops.size();
+    count_passivations();
+    rep.passivations = passivations_ - passivations_before;
     if (!settle())
       rep.violations.push_back("the run settles: still busy after "
                                + std::to_string(max_timeouts) + " timers");
     rep.results = journal_->results;
+    take_counts(rep);
     check_live(rep);
     // Nothing of this seed may reach into the next one.
     pass_time(seed_gap);
-    deref<gateway_bridge_actor::stateful_base<test::event_sink_state>>(sink)
-      .state.events.clear();
+    count_events();
+    history_resets_ = storage_timeouts_ = 0;
     return rep;
   }
 
@@ -820,6 +884,8 @@ private:
       case op_kind::advance: pass_time(x.delay); break;
       case op_kind::crash: crash(); break;
       case op_kind::restart: restart(); break;
+      case op_kind::stall: stall(x.delay); break;
+      case op_kind::corrupt: crash_and_corrupt(x.thread, x.seq); break;
     }
     if (x.steps == 0) {
       consume_messages();
@@ -868,6 +934,8 @@ private:
 
   // A clean stop, then a boot on the same data.
   void restart() {
+    count_passivations();
+    count_events();
     stop();
     forget_names();
     ++generation_;
@@ -878,13 +946,56 @@ private:
   // reaches every actor before any can write or answer; staged writes are
   // dropped with the store. Then the node boots on the same data.
   void crash() {
+    die();
+    start();
+  }
+
+  // Dies as `crash` does; while the node is down, context entry `seq` of
+  // `thread` becomes bytes no decoder reads; then the node boots.
+  void crash_and_corrupt(const std::string& thread, uint64_t seq) {
+    die();
+    test::put_raw_record(config.data_dir + "/db", "context",
+                         test::seq_key(thread, seq), "garbage{");
+    start();
+  }
+
+  void die() {
+    count_passivations();
+    count_events();
     caf::anon_send_exit(root, caf::exit_reason::kill);
     caf::anon_send_exit(sink, caf::exit_reason::kill);
     consume_messages();
     root = nullptr;
     forget_names();
     ++generation_;
-    start();
+  }
+
+  // Moves the clock by `d` while persistence runs nothing: every request
+  // to it waits, those with a shorter timeout time out; then persistence
+  // works off its backlog and the late answers land.
+  void stall(caf::timespan d) {
+    // (While persistence restarts, nothing answers anyway.)
+    auto hdl = lookup<persistence_actor>(sys, names::persistence);
+    auto db = hdl ? dynamic_cast<caf::resumable*>(
+                caf::actor_cast<caf::abstract_actor*>(hdl))
+                  : nullptr;
+    pass_time(d, [&] {
+      sched.run_jobs_filtered([db](caf::resumable* job) { return job != db; });
+    });
+    consume_messages();
+  }
+
+  // Adds the passivations of the running orchestrator to the total (it
+  // counts from zero again after a crash or restart).
+  void count_passivations() {
+    auto hdl = lookup<orchestrator_actor>(sys, names::orchestrator);
+    if (!hdl)
+      return;
+    auto& count
+      = deref<orchestrator_actor::stateful_base<orchestrator_state>>(hdl)
+          .state.passivations;
+    passivations_ += count;
+    count = 0;
   }
 
   // The registry keeps a name's first actor (`put` does not replace it):
@@ -902,13 +1013,19 @@ private:
   // the clock in one step would fire a late timer (a request timeout)
   // before the messages an early one (a provider's answer) sets off.
   void pass_time(caf::timespan d) {
+    pass_time(d, [this] { consume_messages(); });
+  }
+
+  // As above, running messages with `run`.
+  template <class Run>
+  void pass_time(caf::timespan d, Run run) {
     auto& clock = sched.clock();
     auto target = clock.now() + d;
-    consume_messages();
+    run();
     while (!clock.schedule().empty()
            && clock.schedule().begin()->first <= target) {
       trigger_timeout();
-      consume_messages();
+      run();
     }
     if (clock.now() < target)
       advance_time(target - clock.now());
@@ -951,9 +1068,41 @@ private:
   /// checking that their outboxes are empty.
   void read_run_threads(run_report& rep);
 
+  // Counts and drops the events the sink holds (each sink starts empty).
+  void count_events() {
+    auto& events
+      = deref<gateway_bridge_actor::stateful_base<test::event_sink_state>>(sink)
+          .state.events;
+    for (auto& ev : events) {
+      auto has = [&](const char* what) {
+        return ev.frame.find(what) != std::string::npos;
+      };
+      if (has("\"history_reset\""))
+        ++history_resets_;
+      else if (has("\"retrying\"") && has("request_timeout"))
+        ++storage_timeouts_;
+    }
+    events.clear();
+  }
+
+  // The run's event counters: everything counted since the run began.
+  void take_counts(run_report& rep) {
+    count_events();
+    rep.history_resets = std::exchange(history_resets_, 0);
+    rep.storage_timeouts = std::exchange(storage_timeouts_, 0);
+    for (auto& r : journal_->results)
+      if (r.error == "request_timeout" && !r.timed_out)
+        ++rep.storage_timeouts;
+  }
+
   journal_ptr journal_;
   /// Incremented by every crash and restart.
   uint64_t generation_ = 0;
+  /// Passivations of the batch's earlier orchestrators.
+  uint64_t passivations_ = 0;
+  /// Counted from the events of the run so far.
+  uint64_t history_resets_ = 0;
+  uint64_t storage_timeouts_ = 0;
 };
 
 inline void simulation::check_live(run_report& rep) {
@@ -1070,6 +1219,15 @@ inline void simulation::finish(std::vector<run_report>& reps) {
   else
     for (auto& v : res->violations)
       report(v.where, "oracle " + v.rule + ": " + v.where + ": " + v.what);
+  if (auto moved = (*db)->quarantined(); !moved) {
+    report("", "the quarantine reads: " + render(moved.error()));
+  } else {
+    std::set<std::string> threads;
+    for (auto& rec : *moved)
+      if (threads.insert(rec.thread).second)
+        for (auto* rep : owner(rec.thread))
+          ++rep->quarantined_threads;
+  }
   std::map<uint64_t, std::set<std::pair<std::string, seq_t>>> dead;
   if (auto letters = (*db)->dead_letters(); !letters) {
     report("", "the dead letters read: " + render(letters.error()));

@@ -141,10 +141,10 @@ public:
 
   /// Number of running conversations.
   uint64_t active_conversations() {
-    auto hdl = self->request(orchestrator(), caf::infinite, atom::status_v);
+    auto hdl = self->request(orchestrator(), caf::infinite, atom::stats_v);
     consume_messages();
     uint64_t result = 0;
-    hdl.receive([&](uint64_t n) { result = n; },
+    hdl.receive([&](uint64_t active, uint64_t) { result = active; },
                 [&](caf::error& err) { CAF_FAIL(render(err)); });
     return result;
   }

@@ -3,16 +3,14 @@
 // A store in a fresh folder and the records the store and verify suites
 // build their data from.
 
-#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include <caf/test/unit_test.hpp>
 
-#include <rocksdb/db.h>
-
 #include "keel/store.hpp"
+#include "raw_records.hpp"
 #include "temp_dir.hpp"
 
 namespace keel::test {
@@ -38,14 +36,6 @@ caf::error error_of(const caf::expected<T>& x) {
 
 inline bool contains(const std::string& str, const std::string& what) {
   return str.find(what) != std::string::npos;
-}
-
-/// The key of `seq` in `thread` (thread/8-byte big-endian seq).
-inline std::string seq_key(const std::string& thread, seq_t seq) {
-  auto key = thread + '/';
-  for (int shift = 56; shift >= 0; shift -= 8)
-    key += static_cast<char>((seq >> shift) & 0xFF);
-  return key;
 }
 
 /// An ACTIVE root session in pool "default".
@@ -121,6 +111,13 @@ inline accept_request make_delivery(const outbox_entry& x, seq_t seq) {
   return req;
 }
 
+/// Writes `value` under `key` in column family `cf` of the closed database
+/// in `dir`, behind the store's back (see `write_raw_record`).
+inline void put_raw_record(const std::string& dir, const std::string& cf,
+                           const std::string& key, const std::string& value) {
+  CAF_REQUIRE_EQUAL(write_raw_record(dir, cf, key, value), "OK");
+}
+
 struct store_fixture {
   temp_dir tmp;
   std::string dir = (tmp.path() / "db").string();
@@ -161,30 +158,12 @@ struct store_fixture {
     CAF_REQUIRE_EQUAL(render(err), "none");
   }
 
-  /// Writes `value` under `key` in `cf` behind the store's back, creating
-  /// `cf` if it does not exist; reopens the store unless told not to.
+  /// Writes `value` under `key` in `cf` behind the store's back (see
+  /// `put_raw_record`); reopens the store unless told not to.
   void put_raw(const std::string& cf, const std::string& key,
                const std::string& value, bool reopen = true) {
     close();
-    rocksdb::Options opts;
-    opts.create_missing_column_families = true;
-    std::vector<std::string> names;
-    CAF_REQUIRE(rocksdb::DB::ListColumnFamilies(opts, dir, &names).ok());
-    if (std::find(names.begin(), names.end(), cf) == names.end())
-      names.push_back(cf);
-    std::vector<rocksdb::ColumnFamilyDescriptor> descriptors;
-    for (auto& name : names)
-      descriptors.emplace_back(name, rocksdb::ColumnFamilyOptions{});
-    std::vector<rocksdb::ColumnFamilyHandle*> handles;
-    rocksdb::DB* raw = nullptr;
-    auto status = rocksdb::DB::Open(opts, dir, descriptors, &handles, &raw);
-    CAF_REQUIRE_EQUAL(status.ToString(), "OK");
-    for (auto* handle : handles)
-      if (handle->GetName() == cf)
-        CAF_CHECK(raw->Put(rocksdb::WriteOptions{}, handle, key, value).ok());
-    for (auto* handle : handles)
-      raw->DestroyColumnFamilyHandle(handle);
-    delete raw;
+    put_raw_record(dir, cf, key, value);
     if (reopen)
       open();
   }

@@ -91,12 +91,16 @@ void add_options(CLI::App& app, keel::fuzz::fuzz_options& opts,
   add_shape_options(app, opts.shape);
   app.add_option("--provider-delay", opts.provider_delay,
                  "latency of the scripted provider (default 3ms)");
+  app.add_option("--idle-timeout", opts.idle_timeout,
+                 "the node's threads.idle_timeout: threads passivate after "
+                 "this long without work (default 200ms)");
   app.add_option("--settle-timeout", settle,
                  "seconds a restarted node may take to answer everything "
                  "(default 60)");
   app.add_flag("--require-all", opts.require_all,
-               "fail unless spawn, cancel, keelctl verify and every kill "
-               "point were exercised");
+               "fail unless spawn, cancel, keelctl verify, every kill point, "
+               "passivation, a timed-out storage request and quarantine "
+               "were exercised");
   app
     .add_option("--sabotage", opts.sabotage,
                 "tests the fuzzer: corrupt its own record once (lost, "
@@ -137,7 +141,10 @@ void report(const keel::fuzz::fuzz_options& opts,
             << stats.kills_survived << " survived), " << stats.acked
             << " acked, " << stats.answered << " answered, " << stats.lost
             << " lost, " << stats.duplicates << " duplicates, "
-            << stats.verify_runs << " verify runs, " << stats.seconds << " s\n";
+            << stats.verify_runs << " verify runs, " << stats.passivations
+            << " passivations, " << stats.storage_timeouts
+            << " storage timeouts, " << stats.quarantined_threads
+            << " quarantined threads, " << stats.seconds << " s\n";
 }
 
 } // namespace

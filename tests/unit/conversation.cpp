@@ -1,9 +1,12 @@
 #define CAF_SUITE conversation
 
 #include "node_fixture.hpp"
+#include "store_fixture.hpp"
 
 #include "keel/conversation.hpp"
 #include "keel/orchestrator.hpp"
+#include "keel/provider_pool.hpp"
+#include "keel/text.hpp"
 
 using namespace keel;
 using namespace keel::test;
@@ -41,6 +44,19 @@ struct fixture : node_fixture {
                          id, text);
   }
 
+  /// Runs every job but persistence's: requests to it wait in its mailbox
+  /// (a stalled disk, as far as its clients can tell).
+  void run_without_persistence() {
+    auto db = dynamic_cast<caf::resumable*>(
+      caf::actor_cast<caf::abstract_actor*>(persistence()));
+    sched.run_jobs_filtered([db](caf::resumable* job) { return job != db; });
+  }
+
+  /// The storage timeout of conversations, plus a second.
+  caf::timespan past_storage_timeout() const {
+    return config.storage.request_timeout + 1s;
+  }
+
   /// CAF id of the thread's conversation, as its supervisor reports it.
   uint64_t conversation_of(const std::string& thread) {
     for (auto& child : conversations())
@@ -59,8 +75,30 @@ struct backoff_fixture : fixture {
 
   static node_config config_with_backoff() {
     auto cfg = scripted_config(fresh_data_dir(), {reply_step("re: {input}")});
-    cfg.supervision.root.backoff.initial = std::chrono::seconds{1};
-    cfg.supervision.root.backoff.jitter = 0;
+    for (auto* sup : {&cfg.supervision.root, &cfg.supervision.providers}) {
+      sup->backoff.initial = std::chrono::seconds{1};
+      sup->backoff.jitter = 0;
+    }
+    return cfg;
+  }
+};
+
+// Two providers that each fail after 3 s, three attempts each, and a turn
+// deadline of 2 s.
+struct deadline_fixture : fixture {
+  deadline_fixture() : fixture(config_with_deadline()) {
+    // nop
+  }
+
+  static node_config config_with_deadline() {
+    scripted_step late_failure{"", "", 3s, "overloaded", false};
+    auto cfg = scripted_config(fresh_data_dir(), {late_failure});
+    auto second = cfg.providers.front();
+    second.name = "second";
+    cfg.providers.push_back(second);
+    cfg.pools.front().chain = {"script", "second"};
+    cfg.pools.front().retry.max_attempts = 3;
+    cfg.threads.turn_timeout = 2s;
     return cfg;
   }
 };
@@ -181,6 +219,92 @@ CAF_TEST(a thread with work does not passivate) {
   CAF_CHECK_EQUAL(history("t").size(), 4u);
 }
 
+CAF_TEST(a message routed while the suspended session is written is answered) {
+  CAF_REQUIRE(send("t", "1", "one"));
+  // The idle timer fires (the SUSPENDED write starts) and a message is
+  // routed before that write is synced: the conversation must stay for it.
+  advance_time(config.threads.idle_timeout + 1s);
+  auto pending = route_async("t", "2", "two");
+  consume_messages();
+  pending.receive([](accept_result& res) { CAF_CHECK_EQUAL(res.seq, 3u); },
+                  [](caf::error& err) { CAF_FAIL(render(err)); });
+  CAF_CHECK_EQUAL(texts(history("t")),
+                  (std::vector<std::string>{"user:one", "reply:re: one",
+                                            "user:two", "reply:re: two"}));
+  CAF_CHECK_EQUAL(active_conversations(), 1u);
+  // The live thread's session says ACTIVE, on disk and in memory: it
+  // passivates normally later and comes back.
+  advance(config.threads.idle_timeout + 1s);
+  CAF_CHECK_EQUAL(active_conversations(), 0u);
+  CAF_REQUIRE(send("t", "3", "three"));
+  CAF_CHECK_EQUAL(history("t").size(), 6u);
+}
+
+CAF_TEST(a thread whose records cannot be read starts fresh and says so) {
+  CAF_REQUIRE(send("bad", "1", "one"));
+  CAF_REQUIRE(send("good", "1", "one"));
+  stop();
+  // The reply's context entry (seq 2) is garbage.
+  put_raw_record(config.data_dir + "/db", "context", seq_key("bad", 2),
+                 "garbage{");
+  start();
+  CAF_REQUIRE(send("bad", "2", "two"));
+  CAF_REQUIRE(send("good", "2", "two"));
+  CAF_CHECK_EQUAL(texts(history("bad")),
+                  (std::vector<std::string>{"user:one", "reply:re: one",
+                                            "user:two", "reply:re: two"}));
+  CAF_CHECK_EQUAL(history("good").size(), 4u);
+  auto evs = events("bad");
+  auto reset = std::find_if(evs.begin(), evs.end(), [](auto& ev) {
+    return ev["type"] == "status" && ev["state"] == "history_reset";
+  });
+  CAF_REQUIRE(reset != evs.end());
+  CAF_CHECK_EQUAL((*reset)["detail"], turn_errors::history_reset);
+  // The operator sees it in the node's figures.
+  auto stats = self->request(persistence(), caf::infinite, atom::stats_v);
+  consume_messages();
+  stats.receive(
+    [](persistence_stats& ps) {
+      CAF_CHECK_EQUAL(ps.quarantined_threads, std::vector<std::string>{"bad"});
+    },
+    [](caf::error& err) { CAF_FAIL(render(err)); });
+}
+
+CAF_TEST(an accept that lands after its timeout is answered in order) {
+  CAF_REQUIRE(send("t", "1", "one"));
+  auto first = route_async("t", "2", "two");
+  run_without_persistence();
+  advance_time(past_storage_timeout());
+  run_without_persistence(); // The sender learns the accept timed out...
+  first.receive([](accept_result&) { CAF_FAIL("expected a timeout"); },
+                [](caf::error& err) { CAF_CHECK(err); });
+  consume_messages(); // ...but it lands.
+  auto again = send("t", "2", "two");
+  CAF_REQUIRE(again);
+  CAF_CHECK(again->duplicate);
+  CAF_CHECK_EQUAL(again->seq, 3u);
+  CAF_CHECK_EQUAL(texts(history("t")),
+                  (std::vector<std::string>{"user:one", "reply:re: one",
+                                            "user:two", "reply:re: two"}));
+}
+
+CAF_TEST(an accept whose read back times out too is answered without a resend) {
+  CAF_REQUIRE(send("t", "1", "one"));
+  auto first = route_async("t", "2", "two");
+  run_without_persistence();
+  advance_time(past_storage_timeout());
+  run_without_persistence(); // The accept times out; the inbox is read back...
+  first.receive([](accept_result&) { CAF_FAIL("expected a timeout"); },
+                [](caf::error& err) { CAF_CHECK(err); });
+  advance_time(past_storage_timeout());
+  run_without_persistence(); // ...and that read times out as well.
+  consume_messages();        // The accept lands; nobody resends it.
+  advance(conversation_config{}.commit_retry_delay);
+  CAF_CHECK_EQUAL(texts(history("t")),
+                  (std::vector<std::string>{"user:one", "reply:re: one",
+                                            "user:two", "reply:re: two"}));
+}
+
 CAF_TEST(persistence restarts and reloads the store) {
   CAF_REQUIRE(send("t", "1", "before"));
   auto old = persistence();
@@ -235,6 +359,79 @@ CAF_TEST(a message sent while persistence restarts waits for it) {
   CAF_CHECK_EQUAL(texts(history("t")), (std::vector<std::string>{
                                          "user:before", "reply:re: before",
                                          "user:during", "reply:re: during"}));
+}
+
+CAF_TEST(a turn that starts while the providers restart waits for them) {
+  kill("providers");
+  CAF_CHECK(!sys.registry().get(names::providers));
+  auto res = send("t", "1", "during");
+  CAF_REQUIRE(res);
+  advance(std::chrono::seconds{1});
+  CAF_CHECK_EQUAL(texts(history("t")), (std::vector<std::string>{
+                                         "user:during", "reply:re: during"}));
+}
+
+CAF_TEST(a restarted pool honours the stored cooldowns from its first call) {
+  provider_health_record down;
+  down.pool = "default";
+  down.provider = "script";
+  down.status = "down";
+  down.breaker = "open";
+  down.consecutive_failures = 5;
+  down.last_error = "billing: out of credit";
+  down.last_error_class = "billing";
+  down.cooldown_until = wall_clock_millis() + 3'600'000;
+  auto put = self->request(persistence(), caf::infinite, caf::put_atom_v, down);
+  consume_messages();
+  put.receive([](caf::ok_atom) {},
+              [](caf::error& err) { CAF_FAIL(render(err)); });
+  // The pool restarts and asks for the record; a turn waiting for the
+  // restart reaches the router before persistence answers, and must not
+  // reach the provider that cools down.
+  kill("providers/default");
+  CAF_REQUIRE(send("t", "1", "during"));
+  advance_time(std::chrono::seconds{1});
+  run_without_persistence();
+  consume_messages();
+  auto log = history("t");
+  CAF_REQUIRE_EQUAL(log.size(), 2u);
+  CAF_CHECK_EQUAL(log[1].kind, log_kind::error);
+  CAF_CHECK_EQUAL(log[1].code, "provider_failed");
+}
+
+CAF_TEST_FIXTURE_SCOPE_END()
+
+CAF_TEST_FIXTURE_SCOPE(deadline_tests, deadline_fixture)
+
+CAF_TEST(a turn deadline stops the provider call and nothing follows it) {
+  CAF_REQUIRE(send("t", "1", "hello"));
+  advance(2s);
+  auto log = history("t");
+  CAF_REQUIRE_EQUAL(log.size(), 2u);
+  CAF_CHECK_EQUAL(log[1].kind, log_kind::error);
+  CAF_CHECK_EQUAL(log[1].code, "provider_timeout");
+  auto outcome_events = events("t").size();
+  // The call's scripted failure would come at 3 s, then retries and the
+  // failover: none of it happens, and no frame follows the outcome.
+  advance(60s);
+  auto evs = events("t");
+  CAF_CHECK_EQUAL(evs.size(), outcome_events);
+  CAF_CHECK_EQUAL(evs.back()["type"], "error");
+  auto health = self->request(
+    component<caf::actor>(names::providers), caf::infinite, atom::forward_v,
+    std::string{"default"},
+    caf::make_message(atom::forward_v, std::string{router_child_id},
+                      caf::make_message(atom::health_v)));
+  consume_messages();
+  health.receive(
+    [](std::vector<provider_health_record>& records) {
+      CAF_REQUIRE_EQUAL(records.size(), 2u);
+      // The cancelled attempt is no failure of the provider.
+      CAF_CHECK_EQUAL(records[0].calls, 0u);
+      CAF_CHECK_EQUAL(records[1].calls, 0u);
+      CAF_CHECK_EQUAL(records[0].status, "healthy");
+    },
+    [](caf::error& err) { CAF_FAIL(render(err)); });
 }
 
 CAF_TEST_FIXTURE_SCOPE_END()
@@ -310,6 +507,23 @@ CAF_TEST(a conversation killed mid - turn re - runs the turn once) {
                   (std::vector<std::string>{"user:work", "reply:slow: work"}));
   advance(11s); // The killed turn's provider answer arrives: no second reply.
   CAF_CHECK_EQUAL(history("t").size(), 2u);
+}
+
+CAF_TEST(a commit that lands after its timeout answers the message once) {
+  CAF_REQUIRE(send("t", "1", "work"));
+  advance_time(10s);
+  run_without_persistence(); // The answer's commit waits at persistence.
+  advance_time(past_storage_timeout());
+  run_without_persistence(); // The conversation's commit times out...
+  consume_messages();        // ...but the commit lands.
+  advance(conversation_config{}.commit_retry_delay);
+  advance(11s); // A turn run again would answer by now.
+  CAF_CHECK_EQUAL(texts(history("t")),
+                  (std::vector<std::string>{"user:work", "reply:slow: work"}));
+  auto evs = events("t");
+  auto replies = std::count_if(evs.begin(), evs.end(),
+                               [](auto& ev) { return ev["type"] == "reply"; });
+  CAF_CHECK_EQUAL(replies, 1);
 }
 
 CAF_TEST(a turn that outlives the turn timeout ends with an error) {

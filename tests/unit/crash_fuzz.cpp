@@ -24,7 +24,8 @@ std::vector<std::string> plans(uint64_t seed, uint64_t iterations,
   for (uint64_t i = 0; i < iterations; ++i) {
     auto plan = gen.next();
     result.push_back("iteration " + std::to_string(plan.index) + ": "
-                     + to_string(plan.kill));
+                     + to_string(plan.kill) + " (storage timeout "
+                     + plan.storage_timeout + ")");
     for (auto& x : plan.ops)
       result.push_back(to_string(x));
   }
@@ -112,4 +113,25 @@ CAF_TEST(plans follow the model) {
       CAF_CHECK(plan.kill.after_acks <= acks);
     }
   }
+}
+
+CAF_TEST(some generations time storage out and some iterations corrupt) {
+  // A generation's storage timeout is the default or a short one, the same
+  // for all its iterations; both kinds of generation come up, and so do
+  // iterations that corrupt a context record before a restart.
+  generator gen{20251, features{}};
+  std::set<std::string> timeouts;
+  size_t corrupting = 0;
+  std::string current;
+  for (int i = 0; i < 200; ++i) {
+    auto plan = gen.next();
+    if (plan.first_of_generation)
+      current = plan.storage_timeout;
+    CAF_CHECK_EQUAL(plan.storage_timeout, current);
+    timeouts.insert(plan.storage_timeout);
+    corrupting += plan.kill.corrupt_context ? 1 : 0;
+  }
+  CAF_CHECK_EQUAL(timeouts.count(""), 1u);
+  CAF_CHECK_GREATER(timeouts.size(), 1u);
+  CAF_CHECK_GREATER(corrupting, 0u);
 }

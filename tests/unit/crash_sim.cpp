@@ -80,6 +80,10 @@ struct coverage {
     counts["agent messages"] += rep.agent_messages;
     counts["threads"] += rep.sessions.size();
     counts["dead letters"] += rep.dead_letters;
+    counts["passivations"] += rep.passivations;
+    counts["storage timeouts"] += rep.storage_timeouts;
+    counts["history resets"] += rep.history_resets;
+    counts["quarantined threads"] += rep.quarantined_threads;
   }
 
   uint64_t operator[](const std::string& key) const {
@@ -155,12 +159,14 @@ void run_part(uint64_t part) {
     return;
   // The runs did what they are for: messages acknowledged and answered,
   // children spawned by tool calls talking to their parents, every kind of
-  // operation and kill landing.
+  // operation and kill landing, idle threads passivating, storage requests
+  // timing out and landing late, corrupt threads moving to quarantine.
   CAF_CHECK_GREATER(cov["acks"], count);
   CAF_CHECK_GREATER(cov["agent messages"], count);
   for (auto what :
        {"route ok", "resend ok", "spawn ok", "cancel ok", "crash", "restart",
-        "kill orchestrator ok", "kill persistence ok",
+        "stall", "corrupt", "passivations", "storage timeouts",
+        "quarantined threads", "kill orchestrator ok", "kill persistence ok",
         "kill providers/default ok", "kill providers/default/router ok",
         "kill providers/default/script ok", "kill conversations/THREAD ok"})
     if (cov[what] == 0)

@@ -3,6 +3,7 @@
 
 #include "keel/llm_client.hpp"
 #include "keel/llm_wire.hpp"
+#include "keel/text.hpp"
 
 #include <condition_variable>
 #include <fstream>
@@ -13,6 +14,7 @@
 
 #include "fault_llm_server.hpp"
 #include "temp_dir.hpp"
+#include "text_checks.hpp"
 
 using namespace keel;
 using namespace std::chrono_literals;
@@ -58,9 +60,10 @@ struct probe {
   }
 };
 
-void start(llm_endpoint& ep, const completion_request& req,
-           const std::shared_ptr<probe>& p, uint32_t max_tokens = 64) {
-  ep.complete(
+call_canceller start(llm_endpoint& ep, const completion_request& req,
+                     const std::shared_ptr<probe>& p,
+                     uint32_t max_tokens = 64) {
+  return ep.complete(
     req, max_tokens,
     [p](std::string_view text) {
       std::lock_guard<std::mutex> guard{p->mtx};
@@ -345,6 +348,26 @@ CAF_TEST(error summaries take the provider message) {
   CAF_CHECK_EQUAL(wire::error_summary("<html>\nBad Gateway\n</html>"),
                   "<html> Bad Gateway </html>");
   CAF_CHECK_EQUAL(wire::error_summary(std::string(300, 'x')).size(), 203u);
+}
+
+CAF_TEST(error summaries are well formed utf8 whatever the provider sent) {
+  // 199 ASCII bytes, then a 3-byte character across the 200-byte mark.
+  auto euro = std::string(199, 'x') + "\xe2\x82\xac" + std::string(10, 'y');
+  auto cut = wire::error_summary(euro);
+  CAF_CHECK(valid_utf8(cut));
+  CAF_CHECK_EQUAL(cut, std::string(199, 'x') + "\xe2\x82\xac...");
+  // A body that is not JSON and not UTF-8 either.
+  auto raw = wire::error_summary("Bad \xff\xfe Gateway");
+  CAF_CHECK(valid_utf8(raw));
+  CAF_CHECK_EQUAL(raw, "Bad \xef\xbf\xbd\xef\xbf\xbd Gateway");
+  // A long JSON message of 2-byte characters keeps 200 whole characters.
+  auto accents = std::string(R"({"error":{"message":")");
+  for (int i = 0; i < 250; ++i)
+    accents += "\xc3\xa9";
+  accents += "\"}}";
+  auto msg = wire::error_summary(accents);
+  CAF_CHECK(valid_utf8(msg));
+  CAF_CHECK_EQUAL(msg.size(), 200u * 2 + 3);
 }
 
 // -- wire: server-sent events -------------------------------------------------
@@ -940,6 +963,40 @@ CAF_TEST(waiting for a slot counts against the total timeout) {
   // with the first, not 300 ms later.
   CAF_CHECK(elapsed < 550ms);
   CAF_REQUIRE(first->wait());
+}
+
+CAF_TEST(a time budget shorter than the total timeout bounds the call) {
+  auto cfg = http_provider("openai", server->base_url(), false);
+  cfg.total_timeout = 10s;
+  auto ep = endpoint(cfg);
+  auto req = ask("[[fault:hang]]");
+  req.time_budget_ms = 300;
+  auto p = probe::make();
+  probes.push_back(p);
+  auto t0 = std::chrono::steady_clock::now();
+  start(*ep, req, p);
+  CAF_REQUIRE(p->wait());
+  auto elapsed = std::chrono::steady_clock::now() - t0;
+  CAF_REQUIRE(p->failed());
+  CAF_CHECK_EQUAL(transport_name(p->failed()->failure.transport), "timeout");
+  KEEL_CHECK_CONTAINS(p->failed()->message, "300 ms left of its turn");
+  CAF_CHECK(elapsed >= 300ms);
+  CAF_CHECK(elapsed < 5s);
+}
+
+CAF_TEST(a cancelled call fails at once and closes its connection) {
+  auto ep = endpoint(http_provider("anthropic", server->base_url(), true));
+  auto p = probe::make();
+  probes.push_back(p);
+  auto cancel = start(*ep, ask("[[fault:hang]]"), p);
+  CAF_REQUIRE(server->wait_requests(1));
+  cancel("its turn ended");
+  CAF_REQUIRE(p->wait());
+  CAF_REQUIRE(p->failed());
+  KEEL_CHECK_CONTAINS(p->failed()->message, "cancelled: its turn ended");
+  CAF_CHECK(server->wait_in_flight(0));
+  cancel("again"); // Harmless once done.
+  CAF_CHECK_EQUAL(p->results, 1);
 }
 
 CAF_TEST(https verifies the server certificate) {

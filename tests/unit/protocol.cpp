@@ -298,6 +298,22 @@ CAF_TEST(invalid values are bad_value and named) {
   CAF_CHECK_EQUAL(e.message, "field 'limit' must be between 1 and 1000");
 }
 
+CAF_TEST(ids reserved for messages between agents are bad_request) {
+  // A client sending `agent:parent:7` first would make the real message from
+  // thread `parent` look like its duplicate, and it would be dropped.
+  for (auto type : {"send", "spawn", "cancel"}) {
+    auto e = decode_err(std::string{R"({"type":")"} + type
+                        + R"(","thread":"child","child":"c2",)"
+                        + R"("id":"agent:parent:7","text":"x"})");
+    CAF_CHECK_EQUAL(e.code, "bad_request");
+    CAF_CHECK(e.message.find("'id'") != std::string::npos);
+    CAF_CHECK(e.message.find("agent:") != std::string::npos);
+  }
+  auto ok = decode_ok(R"({"type":"send","thread":"t","id":"agent-7",)"
+                      R"("text":"x"})");
+  CAF_CHECK_EQUAL(ok.id, "agent-7");
+}
+
 CAF_TEST(over long text is too_large) {
   decode_limits lim;
   lim.max_text_bytes = 16;

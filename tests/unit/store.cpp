@@ -14,6 +14,7 @@
 #include <rocksdb/db.h>
 
 #include "keel/json_codec.hpp"
+#include "keel/text.hpp"
 
 using namespace keel;
 
@@ -52,7 +53,7 @@ CAF_TEST(opening creates the folder and records the schema version) {
   CAF_CHECK_EQUAL(value_or(db->meta("schema_version"), ""), "1");
   CAF_CHECK_EQUAL(error_of(db->meta("node_id")), ec::not_found);
   CAF_CHECK_EQUAL(value_or(db->count_sessions(), 99), 0u);
-  CAF_CHECK_EQUAL(column_families.size(), 10u);
+  CAF_CHECK_EQUAL(column_families.size(), 11u);
   auto snapshot = load("t1");
   CAF_CHECK(!snapshot.exists);
   CAF_CHECK(snapshot.inbox.empty());
@@ -493,23 +494,83 @@ CAF_TEST(a failed flush drops the whole group and the store recovers) {
   CAF_CHECK_EQUAL(error_of(db->meta("k")), ec::not_found);
 }
 
-CAF_TEST(a record that cannot be encoded fails its group) {
-  auto bad = make_accept("t1", 1, "c1", "\xff\xfe not UTF-8", true);
-  auto res = db->stage_accept(bad);
-  CAF_REQUIRE(!res);
-  CAF_CHECK_EQUAL(res.error(), ec::storage_io);
-  CAF_CHECK_EQUAL(db->staged(), 0u);
+CAF_TEST(quarantine moves unreadable records aside and the thread loads) {
+  accept(make_accept("t1", 1, "c1", "hello", true));
+  accept(make_accept("t1", 2, "c2", "second"));
+  accept(make_accept("t2", 1, "c1", "other thread", true));
+  flush();
+  db->stage_commit(make_commit("t1", 1, "c1", 3, "hi there"));
+  flush();
+  // One context entry is garbage; the other is readable.
+  put_raw("context", seq_key("t1", 3), "garbage{");
+  CAF_REQUIRE(!db->load_thread("t1"));
+  auto report = db->stage_quarantine("t1");
+  CAF_REQUIRE_EQUAL(outcome(report), "none");
+  CAF_REQUIRE_EQUAL(report->unreadable.size(), 1u);
+  CAF_CHECK_EQUAL(report->unreadable[0].column_family, "context");
+  CAF_CHECK_EQUAL(report->unreadable[0].key, "t1/3");
+  // The readable half of the context goes too: no context with a hole.
+  CAF_CHECK_EQUAL(report->readable_moved, 1u);
+  flush();
+  auto snapshot = load("t1");
+  CAF_CHECK(snapshot.exists);
+  CAF_CHECK(snapshot.context.empty());
+  // The unanswered message and the history stay.
+  CAF_REQUIRE_EQUAL(snapshot.inbox.size(), 1u);
+  CAF_CHECK_EQUAL(snapshot.inbox[0].seq, 2u);
+  CAF_CHECK_EQUAL(snapshot.next_seq, 4u);
+  CAF_CHECK_EQUAL(log_size("t1", 0, 10), 3u);
+  // Nothing was deleted: the bytes are in quarantine, listed by thread.
+  auto listed = db->quarantined();
+  CAF_REQUIRE_EQUAL(outcome(listed), "none");
+  CAF_REQUIRE_EQUAL(listed->size(), 2u);
+  CAF_CHECK_EQUAL((*listed)[0].thread, "t1");
+  CAF_CHECK_EQUAL((*listed)[0].column_family, "context");
+  CAF_CHECK_EQUAL((*listed)[0].key, "t1/1");
+  CAF_CHECK_EQUAL((*listed)[1].key, "t1/3");
+  CAF_CHECK_EQUAL((*listed)[1].bytes, 8u);
+  // Other threads are untouched.
+  CAF_CHECK_EQUAL(load("t2").inbox.size(), 1u);
+}
+
+CAF_TEST(quarantine moves an unreadable session and inbox entry) {
+  accept(make_accept("t1", 1, "c1", "hello", true));
+  accept(make_accept("t1", 2, "c2", "second"));
+  flush();
+  put_raw("sessions", "t1", "[]", false);
+  put_raw("inbox", seq_key("t1", 2), "garbage{");
+  auto report = db->stage_quarantine("t1");
+  CAF_REQUIRE_EQUAL(outcome(report), "none");
+  CAF_CHECK_EQUAL(report->unreadable.size(), 2u);
+  CAF_CHECK_EQUAL(report->readable_moved, 0u);
+  flush();
+  auto snapshot = load("t1");
+  CAF_CHECK(!snapshot.exists); // Starts as a new thread.
+  CAF_REQUIRE_EQUAL(snapshot.inbox.size(), 1u);
+  CAF_CHECK_EQUAL(snapshot.inbox[0].seq, 1u);
+  CAF_CHECK_EQUAL(snapshot.next_seq, 3u);
+}
+
+CAF_TEST(a record with ill formed utf8 never fails its group) {
+  // Provider error text once reached records raw: one such record made the
+  // whole group's flush fail, and with it every write that shared it.
   accept(make_accept("t1", 1, "c1", "fine", true));
   auto rec = make_session("t1");
   rec.provider_state = "\xc3";
   db->stage_session(rec);
-  auto err = db->flush();
-  CAF_CHECK_EQUAL(err, ec::storage_io);
-  CAF_CHECK(contains(error_message(err), "cannot encode the session of t1"));
-  CAF_CHECK(!load("t1").exists);
-  accept(make_accept("t1", 1, "c1", "fine", true));
-  flush();
+  provider_health_record health;
+  health.pool = "default";
+  health.provider = "p";
+  health.last_error = std::string{"cut mid-character \xe2\x82"};
+  db->stage_health(health);
+  CAF_CHECK_EQUAL(db->flush(), caf::none);
   CAF_CHECK(load("t1").exists);
+  CAF_CHECK_EQUAL(load("t1").inbox.size(), 1u);
+  auto stored = db->health();
+  CAF_REQUIRE(stored);
+  CAF_REQUIRE_EQUAL(stored->size(), 1u);
+  CAF_CHECK(valid_utf8(stored->front().last_error));
+  CAF_CHECK_EQUAL(stored->front().last_error, "cut mid-character \xef\xbf\xbd");
 }
 
 CAF_TEST(sessions keep provider and recovery mark and old records still read) {

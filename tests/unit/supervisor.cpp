@@ -88,6 +88,21 @@ struct fixture : test_coordinator_fixture<system_config> {
     return result;
   }
 
+  /// A dynamic supervisor "conversations" of transient workers that log to
+  /// `log`.
+  supervisor_config dynamic_config(uint32_t max_restarts) {
+    supervisor_config cfg;
+    cfg.name = "conversations";
+    cfg.dynamic = true;
+    cfg.max_restarts = max_restarts;
+    cfg.child_template.restart = restart_type::transient;
+    cfg.dynamic_start = [lg = log](caf::local_actor* parent,
+                                   const std::string& id, const caf::message&) {
+      return parent->spawn(worker, id, lg, false);
+    };
+    return cfg;
+  }
+
   supervisor_state& state_of(const caf::actor& sup) {
     return deref<sup_actor>(sup).state;
   }
@@ -565,17 +580,7 @@ CAF_TEST(which_children describes the tree and kill_child walks paths) {
 }
 
 CAF_TEST(a dynamic supervisor scales to many children) {
-  supervisor_config cfg;
-  cfg.name = "conversations";
-  cfg.dynamic = true;
-  cfg.max_restarts = 10;
-  cfg.child_template.restart = restart_type::transient;
-  auto lg = log;
-  cfg.dynamic_start = [lg](caf::local_actor* parent, const std::string& id,
-                           const caf::message&) {
-    return parent->spawn(worker, id, lg, false);
-  };
-  auto sup = spawn_sup(cfg);
+  auto sup = spawn_sup(dynamic_config(10));
   constexpr int n = 10000;
   for (int i = 0; i < n; ++i)
     self->send(sup, atom::start_child_v, "t" + std::to_string(i),
@@ -614,6 +619,35 @@ CAF_TEST(a dynamic supervisor scales to many children) {
   consume_messages();
   CAF_CHECK_EQUAL(log->size(), static_cast<size_t>(n - 2));
   CAF_CHECK(exited->has_value());
+}
+
+CAF_TEST(a dynamic child that crash loops is given up alone) {
+  auto cfg = dynamic_config(3);
+  cfg.period = 10s;
+  auto sup = spawn_sup(cfg);
+  auto exited = watch(sup);
+  for (auto id : {"bad", "a", "b"})
+    self->send(sup, atom::start_child_v, std::string{id}, caf::make_message());
+  consume_messages();
+  // Three restarts of "bad" use its whole budget; one crash each of the
+  // others still restarts them: budgets are per child.
+  for (int i = 0; i < 3; ++i)
+    crash(child(sup, "bad"));
+  crash(child(sup, "a"));
+  crash(child(sup, "b"));
+  CAF_CHECK_EQUAL(status(sup, "a"), "running");
+  CAF_CHECK_EQUAL(status(sup, "b"), "running");
+  // The fourth crash within the period gives "bad" up, and only "bad".
+  crash(child(sup, "bad"));
+  CAF_CHECK_EQUAL(status(sup, "bad"), "absent");
+  CAF_CHECK_EQUAL(status(sup, "a"), "running");
+  CAF_CHECK(!exited->has_value());
+  // A message for it starts it again, with a fresh budget.
+  auto res = ask<std::string>(sup, atom::forward_v, std::string{"bad"},
+                              caf::make_message(std::string{"x"}));
+  CAF_REQUIRE(res);
+  CAF_CHECK_EQUAL(*res, "bad:x");
+  CAF_CHECK_EQUAL(status(sup, "bad"), "running");
 }
 
 CAF_TEST(invalid configs make the supervisor quit naming the field) {

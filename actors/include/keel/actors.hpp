@@ -38,12 +38,15 @@ struct persistence_stats {
   uint64_t flushes = 0;
   uint64_t staged_operations = 0;
   uint64_t failed_flushes = 0;
+  /// Threads with records in quarantine, in key order.
+  std::vector<std::string> quarantined_threads;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, persistence_stats& x) {
   return f(caf::meta::type_name("keel::persistence_stats"), x.sessions,
-           x.flushes, x.staged_operations, x.failed_flushes);
+           x.flushes, x.staged_operations, x.failed_flushes,
+           x.quarantined_threads);
 }
 
 /// One child of a supervisor as `which_children` reports it (and, for child
@@ -98,7 +101,6 @@ CAF_ADD_ATOM(keel, keel::atom, open, "open")
 CAF_ADD_ATOM(keel, keel::atom, closed, "closed")
 CAF_ADD_ATOM(keel, keel::atom, http, "http")
 CAF_ADD_ATOM(keel, keel::atom, publish, "publish")
-CAF_ADD_ATOM(keel, keel::atom, status, "status")
 CAF_ADD_ATOM(keel, keel::atom, turn_done, "turn_done")
 CAF_ADD_ATOM(keel, keel::atom, children, "children")
 CAF_ADD_ATOM(keel, keel::atom, kill_child, "killchild")
@@ -117,6 +119,8 @@ CAF_ADD_ATOM(keel, keel::atom, agents, "agents")
 CAF_ADD_ATOM(keel, keel::atom, subtree, "subtree")
 CAF_ADD_ATOM(keel, keel::atom, report, "report")
 CAF_ADD_ATOM(keel, keel::atom, redeliver, "redeliver")
+CAF_ADD_ATOM(keel, keel::atom, deadline, "deadline")
+CAF_ADD_ATOM(keel, keel::atom, readback, "readback")
 
 CAF_ADD_TYPE_ID(keel, (keel::session_record))
 CAF_ADD_TYPE_ID(keel, (keel::inbox_entry))
@@ -251,14 +255,22 @@ using provider_router_actor = caf::typed_actor<
   caf::replies_to<atom::complete, completion_request>::with<completion>,
   // Returns the health of every provider of the chain.
   caf::replies_to<atom::health>::with<std::vector<provider_health_record>>,
+  // Cancels the request answering message `seq` of a thread (its turn
+  // ended): no further attempt, no further status frame, no answer.
+  caf::reacts_to<atom::cancel, std::string, seq_t>,
   // (internal) A retry delay of request `id` has passed.
-  caf::reacts_to<atom::retry, uint64_t>>;
+  caf::reacts_to<atom::retry, uint64_t>,
+  // (internal) The time budget of request `id` is spent.
+  caf::reacts_to<atom::deadline, uint64_t>>;
 
 /// A provider worker: makes calls to one provider (offline or over HTTP)
 /// and classifies their outcomes. A crash fails only its own calls.
 using provider_worker_actor = caf::typed_actor<
   // Makes one attempt; answers its classified outcome (never an error).
   caf::replies_to<atom::attempt, attempt_request>::with<attempt_outcome>,
+  // Cancels the attempt of the pool's request `call_id`, if one runs (its
+  // HTTP connection is closed); the attempt answers a failure at once.
+  caf::reacts_to<atom::cancel, uint64_t>,
   // (internal) The outcome of call `id` is in (delay passed, HTTP done).
   caf::reacts_to<atom::deliver, uint64_t, attempt_outcome>>;
 
@@ -281,8 +293,12 @@ using conversation_actor = caf::typed_actor<
   caf::reacts_to<atom::spawn, std::string>,
   // (internal) Retries delivering the outbox.
   caf::reacts_to<atom::redeliver>,
-  // (internal) Starts the next turn if none runs.
+  // (internal) Retries storing (or learning the fate of) the running turn's
+  // commit, then starts the next turn if none runs.
   caf::reacts_to<atom::drain>,
+  // (internal) Reads the stored inbox back again: accepts that timed out
+  // may have landed since.
+  caf::reacts_to<atom::readback>,
   // (internal) The idle timer fired.
   caf::reacts_to<atom::idle>>;
 
@@ -299,8 +315,9 @@ using orchestrator_actor = caf::typed_actor<
   // A conversation (re)started: messages routed before may have been lost
   // with an earlier incarnation.
   caf::reacts_to<atom::started, std::string>,
-  // Returns the number of running conversations.
-  caf::replies_to<atom::status>::with<uint64_t>,
+  // Returns the number of running conversations and of conversations
+  // stopped for being idle since the orchestrator started.
+  caf::replies_to<atom::stats>::with<uint64_t, uint64_t>,
   // Delivers a message between threads (an outbox entry) to its target;
   // answers once it is durable in the target's inbox.
   caf::replies_to<atom::deliver, outbox_entry>::with<accept_result>,

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -25,7 +26,8 @@ struct conversation_config {
   std::string system_prompt;
   /// Passivate after this long without work.
   caf::timespan idle_timeout;
-  /// A provider call longer than this ends the turn with an error.
+  /// A provider call longer than this ends the turn with an error: the
+  /// pool stops the call at this deadline (see `turn_timeout_grace`).
   caf::timespan turn_timeout;
   /// Timeout for each persistence request.
   caf::timespan storage_timeout = std::chrono::seconds{30};
@@ -35,8 +37,14 @@ struct conversation_config {
   size_t max_inbox = 1000;
 };
 
-/// Builds a conversation's configuration from the node's thread defaults.
+/// How much longer than `turn_timeout` a conversation waits for its pool,
+/// which ends a call at the turn's deadline and answers then.
+constexpr caf::timespan turn_timeout_grace = std::chrono::seconds{5};
+
+/// Builds a conversation's configuration from the node's thread defaults
+/// and storage settings.
 conversation_config make_conversation_config(const thread_defaults& defaults,
+                                             const storage_config& storage,
                                              std::string thread);
 
 /// Descriptive messages posted to a thread when a turn fails.
@@ -53,6 +61,11 @@ constexpr const char* provider_rejected
   = "My AI provider could not process this message. Try rephrasing it.";
 constexpr const char* cancelled
   = "This thread was cancelled before the message was answered.";
+/// Published (status `history_reset`) when the thread's unreadable records
+/// were moved to quarantine and it starts fresh.
+constexpr const char* history_reset
+  = "I had trouble loading our conversation history. Starting fresh for this "
+    "thread.";
 /// Followed by the error, then `unknown_suffix`.
 constexpr const char* unknown_prefix = "Something went wrong: ";
 constexpr const char* unknown_suffix = ". Try sending your message again.";
@@ -123,6 +136,14 @@ struct conversation_state {
   std::set<seq_t> delivering;
   /// True while a redelivery timer is pending.
   bool redeliver_armed = false;
+  /// A commit whose outcome is unknown (it failed or timed out, and may
+  /// still land): the store says whether it did before the turn runs again.
+  std::optional<turn_commit> unsure_commit;
+  /// True after an accept failed or timed out, until the stored inbox was
+  /// read back: an accept that lands late must still join the live inbox.
+  bool unsure_accepts = false;
+  /// True while the stored inbox is read back for `unsure_accepts`.
+  bool reading_back = false;
 
   /// True if nothing is pending: the actor may passivate.
   bool idle() const;
@@ -157,6 +178,10 @@ struct conversation_state {
   accept_request make_accept_request(incoming_message msg);
   /// Restores the state from a snapshot.
   void restore(thread_snapshot snapshot);
+  /// Adds the stored inbox entries that the live inbox lacks (accepts that
+  /// landed after their sender was told they failed), in seq order behind
+  /// the running turn. Returns how many.
+  size_t adopt_late_accepts(const std::vector<inbox_entry>& stored);
 };
 
 /// One thread's conversation: loads its state, accepts messages durably,

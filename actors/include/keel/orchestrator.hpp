@@ -60,6 +60,8 @@ struct orchestrator_state {
   /// if the orchestrator stops first, so no caller waits for its timeout.
   std::unordered_map<uint64_t, caf::response_promise> held;
   uint64_t last_hold = 0;
+  /// Conversations stopped for being idle since this actor started.
+  uint64_t passivations = 0;
 
   /// Keeps `rp` until `take` or `fail_held`; returns its hold id.
   uint64_t hold(caf::response_promise rp);

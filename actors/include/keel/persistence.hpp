@@ -59,7 +59,7 @@ struct persistence_state {
   caf::error init(const persistence_config& cfg);
 
   /// Commits the pending group and answers everyone waiting on it.
-  void flush();
+  caf::error flush();
 
   /// Stopped or killed by the supervisor: a clean stop commits the pending
   /// group and suspends the live sessions; whoever still waits is answered
@@ -90,6 +90,11 @@ struct persistence_state {
                                   const std::string& child);
 
   // -- reads ------------------------------------------------------------------
+
+  /// Loads a thread. One whose records cannot be read has them moved to
+  /// quarantine (committed at once, with the pending group) and loads
+  /// fresh, its snapshot saying so: a thread never crash-loops on bad data.
+  caf::result<thread_snapshot> load(const std::string& thread);
 
   caf::result<persistence_stats> stats();
 

@@ -42,6 +42,11 @@ constexpr const char* router_child_id = "router";
 /// `(atom::forward, pool, complete_message(req))`.
 caf::message complete_message(completion_request req);
 
+/// The message a pool supervisor forwards to its router to cancel the
+/// request answering message `seq` of `thread` (sent like
+/// `complete_message`).
+caf::message cancel_message(std::string thread, seq_t seq);
+
 /// Configuration of one pool: the pool and its providers, resolved.
 struct provider_pool_config {
   pool_config pool;
@@ -70,7 +75,21 @@ struct provider_worker_state {
   std::map<uint64_t, caf::typed_response_promise<attempt_outcome>> pending;
   /// Offline calls that end in a (scripted) crash when their delay passes.
   std::map<uint64_t, std::string> crashing;
+  /// The pool's request id of every call in flight, by id.
+  std::map<uint64_t, uint64_t> pool_calls;
+  /// Cancellers of HTTP calls in flight, by id.
+  std::map<uint64_t, call_canceller> cancellers;
   uint64_t next_id = 1;
+
+  /// Registers call `id`, answering `rp`, for the pool's request `call_id`.
+  void track(uint64_t id, uint64_t call_id,
+             caf::typed_response_promise<attempt_outcome> rp);
+  /// Answers call `id` with `outcome` and forgets it.
+  void answer(uint64_t id, attempt_outcome outcome);
+  /// Cancels the calls for the pool's request `call_id`: an HTTP call is
+  /// closed (and answers a failure when its handler runs); an offline one
+  /// answers a failure now.
+  void cancel(uint64_t call_id);
 
   /// Answers every call in flight with a failure of class `unknown` (the
   /// worker is going down: crashed, or `stopped` by its supervisor).
@@ -110,6 +129,8 @@ struct pool_call {
   bool timeout_retried = false;
   /// True while an attempt is out (false while waiting for a retry delay).
   bool in_flight = false;
+  /// When the request's time budget is spent, if it has one.
+  std::optional<caf::actor_clock::time_point> deadline;
   /// Failures so far, "provider: what" joined by "; ".
   std::string failures;
   /// Class of the last failure.

@@ -140,6 +140,9 @@ struct supervisor_config {
   /// no static children; children come and go with `atom::start_child` and
   /// `atom::stop_child`, all made from `child_template` and `dynamic_start`.
   /// Restarts are one_for_one; a child that is not restarted is forgotten.
+  /// Each child has its own intensity (`max_restarts` in `period`): one that
+  /// exceeds it is stopped and forgotten alone. A message forwarded to a
+  /// child that is not there starts it (with no arguments).
   bool dynamic = false;
   /// Template of dynamic children (its id and start are ignored).
   child_spec child_template;
@@ -206,6 +209,8 @@ struct child_entry {
   std::deque<held_message> held;
   /// `atom::stop_child` requests waiting for it to stop.
   std::vector<caf::response_promise> stop_waiters;
+  /// Times of its recent restarts (a dynamic child's own intensity window).
+  std::deque<caf::actor_clock::time_point> restart_times;
 };
 
 /// A sequence of stops the supervisor works through (OTP does these
@@ -244,7 +249,8 @@ struct supervisor_state {
   /// Child order by the address of its running incarnation; shared with
   /// the exit functor that stops the children if the supervisor dies.
   std::shared_ptr<std::unordered_map<caf::actor_addr, uint64_t>> by_addr;
-  /// Times of recent restarts (the intensity window).
+  /// Times of recent restarts (the intensity window of a static
+  /// supervisor; dynamic children count their own).
   std::deque<time_point> restarts;
   /// Next child order and next timer token.
   uint64_t next_order = 1;
@@ -311,7 +317,8 @@ struct supervisor_state {
 private:
   bool start(child_entry& child);
   void exited(child_entry& child, caf::error reason);
-  bool intensity_exceeded();
+  bool intensity_exceeded(std::deque<time_point>& window);
+  void give_up(child_entry& child, const caf::error& reason);
   caf::timespan backoff_delay(child_entry& child, time_point now);
   void schedule_restart(child_entry& child, caf::timespan delay);
   void begin_group(uint64_t failed, caf::timespan delay);

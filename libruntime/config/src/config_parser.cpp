@@ -187,7 +187,8 @@ node_config parser::run(const YAML::Node& root) {
     read_supervision(*m, cfg.supervision);
   if (auto m = section(top, "logging", {"level", "file"}))
     read_logging(*m, cfg.logging);
-  if (auto m = section(top, "storage", {"sync", "fault_injection"}))
+  if (auto m = section(top, "storage",
+                       {"sync", "fault_injection", "request_timeout"}))
     read_storage(*m, cfg.storage);
   validate(cfg);
   return cfg;
@@ -568,6 +569,8 @@ void parser::read_storage(const map_reader& m, storage_config& cfg) {
     cfg.sync = read_bool(*x, m.path("sync"));
   if (auto x = m.get("fault_injection"))
     cfg.fault_injection = read_bool(*x, m.path("fault_injection"));
+  if (auto x = m.get("request_timeout"))
+    cfg.request_timeout = read_duration(*x, m.path("request_timeout"), true);
 }
 
 // -- checks across fields -----------------------------------------------------

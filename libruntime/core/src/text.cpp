@@ -1,49 +1,76 @@
 #include "keel/text.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <iterator>
 #include <random>
 
 namespace keel {
 
-bool valid_utf8(std::string_view str) {
+namespace {
+
+// Length of the well-formed UTF-8 sequence at `str[i]` (1 to 4), or 0 if
+// the bytes there are ill-formed (overlong, surrogate, truncated, stray).
+size_t utf8_sequence_at(std::string_view str, size_t i) {
   auto bytes = reinterpret_cast<const unsigned char*>(str.data());
-  size_t n = str.size();
-  size_t i = 0;
-  while (i < n) {
-    unsigned char c = bytes[i];
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    size_t len;
-    uint32_t cp;
-    if ((c & 0xE0) == 0xC0) {
-      len = 2;
-      cp = c & 0x1F;
-    } else if ((c & 0xF0) == 0xE0) {
-      len = 3;
-      cp = c & 0x0F;
-    } else if ((c & 0xF8) == 0xF0) {
-      len = 4;
-      cp = c & 0x07;
-    } else {
-      return false;
-    }
-    if (i + len > n)
-      return false;
-    for (size_t k = 1; k < len; ++k) {
-      if ((bytes[i + k] & 0xC0) != 0x80)
-        return false;
-      cp = (cp << 6) | (bytes[i + k] & 0x3F);
-    }
-    if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800)
-        || (len == 4 && cp < 0x10000) || cp > 0x10FFFF
-        || (cp >= 0xD800 && cp <= 0xDFFF))
+  unsigned char c = bytes[i];
+  if (c < 0x80)
+    return 1;
+  size_t len;
+  uint32_t cp;
+  if ((c & 0xE0) == 0xC0) {
+    len = 2;
+    cp = c & 0x1F;
+  } else if ((c & 0xF0) == 0xE0) {
+    len = 3;
+    cp = c & 0x0F;
+  } else if ((c & 0xF8) == 0xF0) {
+    len = 4;
+    cp = c & 0x07;
+  } else {
+    return 0;
+  }
+  if (i + len > str.size())
+    return 0;
+  for (size_t k = 1; k < len; ++k) {
+    if ((bytes[i + k] & 0xC0) != 0x80)
+      return 0;
+    cp = (cp << 6) | (bytes[i + k] & 0x3F);
+  }
+  if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800)
+      || (len == 4 && cp < 0x10000) || cp > 0x10FFFF
+      || (cp >= 0xD800 && cp <= 0xDFFF))
+    return 0;
+  return len;
+}
+
+} // namespace
+
+bool valid_utf8(std::string_view str) {
+  for (size_t i = 0; i < str.size();) {
+    auto len = utf8_sequence_at(str, i);
+    if (len == 0)
       return false;
     i += len;
   }
   return true;
+}
+
+std::string sanitize_utf8(std::string_view str, size_t max_chars) {
+  std::string result;
+  result.reserve(std::min(str.size(), max_chars * 4));
+  size_t chars = 0;
+  for (size_t i = 0; i < str.size() && chars < max_chars; ++chars) {
+    auto len = utf8_sequence_at(str, i);
+    if (len == 0) {
+      result += "\xEF\xBF\xBD"; // U+FFFD REPLACEMENT CHARACTER
+      ++i;
+    } else {
+      result.append(str.substr(i, len));
+      i += len;
+    }
+  }
+  return result;
 }
 
 millis wall_clock_millis() {

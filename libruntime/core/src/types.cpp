@@ -38,7 +38,11 @@ std::optional<log_kind> parse_log_kind(const std::string& str) {
 }
 
 std::string agent_client_id(const std::string& from, seq_t seq) {
-  return "agent:" + from + ":" + std::to_string(seq);
+  return std::string{agent_client_id_prefix} + from + ":" + std::to_string(seq);
+}
+
+bool reserved_client_id(std::string_view id) {
+  return id.substr(0, agent_client_id_prefix.size()) == agent_client_id_prefix;
 }
 
 bool valid_thread_id(const std::string& id) {

@@ -190,8 +190,9 @@ public:
     // nop
   }
 
-  void complete(const completion_request& req, uint32_t max_tokens,
-                delta_handler on_delta, result_handler on_done) override;
+  call_canceller complete(const completion_request& req, uint32_t max_tokens,
+                          delta_handler on_delta,
+                          result_handler on_done) override;
 
   const std::string& name() const override {
     return cfg_.name;
@@ -297,11 +298,15 @@ private:
 class call : public std::enable_shared_from_this<call> {
 public:
   call(std::shared_ptr<endpoint_impl> ep, std::string body,
-       delta_handler on_delta, result_handler on_done)
+       std::chrono::milliseconds time_budget, delta_handler on_delta,
+       result_handler on_done)
     : ep_(std::move(ep)),
       strand_(net::make_strand(ep_->ioc())),
       timer_(strand_),
-      deadline_(clock_type::now() + ep_->cfg().total_timeout),
+      budget_cut_(time_budget.count() > 0
+                  && time_budget < ep_->cfg().total_timeout),
+      limit_(budget_cut_ ? time_budget : ep_->cfg().total_timeout),
+      deadline_(clock_type::now() + limit_),
       stream_(ep_->cfg().stream),
       decoder_(ep_->api()),
       on_delta_(std::move(on_delta)),
@@ -338,9 +343,10 @@ public:
     net::post(strand_, [self = shared_from_this()] { self->start(); });
   }
 
-  /// Fails the call at once (http_io shutdown).
-  void cancel() {
-    net::post(strand_, [self = shared_from_this()] {
+  /// Fails the call at once, closing its connection (http_io shutdown, or
+  /// its caller gave up); `why` ends the failure's message.
+  void cancel(std::string why) {
+    net::post(strand_, [self = shared_from_this(), why = std::move(why)] {
       if (self->phase_ == phase::finishing) {
         // The answer is complete; only the end of the body is missing.
         self->succeed(std::move(self->decoder_.result()));
@@ -348,8 +354,7 @@ public:
       }
       self->fail(
         self->failure(transport_error::other,
-                      "call to " + self->host()
-                        + " cancelled: the HTTP client is shutting down"));
+                      "call to " + self->host() + " cancelled: " + why));
     });
   }
 
@@ -408,6 +413,13 @@ private:
 
   // -- timers -----------------------------------------------------------------
 
+  /// The limit a timed-out call ran into, for its message.
+  std::string limit_text() const {
+    if (budget_cut_)
+      return "the " + human_duration(limit_) + " left of its turn";
+    return "the total timeout of " + human_duration(limit_);
+  }
+
   void arm(clock_type::time_point at) {
     timer_.expires_at(std::min(at, deadline_));
     timer_.async_wait(bind([self = shared_from_this()](error_code err) {
@@ -425,34 +437,27 @@ private:
       case phase::finished: return;
       case phase::finishing: succeed(std::move(decoder_.result())); return;
       case phase::queued:
-        what = "no free slot for " + host() + " within the total timeout of "
-               + human_duration(cfg.total_timeout) + " (max_concurrency "
-               + std::to_string(cfg.max_concurrency) + ")";
+        what = "no free slot for " + host() + " within " + limit_text()
+               + " (max_concurrency " + std::to_string(cfg.max_concurrency)
+               + ")";
         break;
       case phase::connecting:
-        what = total
-                 ? "connecting to " + host() + " exceeded the total timeout of "
-                     + human_duration(cfg.total_timeout)
-                 : "connecting to " + host() + " timed out after "
-                     + human_duration(cfg.connect_timeout);
+        what = total ? "connecting to " + host() + " exceeded " + limit_text()
+                     : "connecting to " + host() + " timed out after "
+                         + human_duration(cfg.connect_timeout);
         break;
       case phase::sending:
-        what = "sending the request to " + host()
-               + " exceeded the total timeout of "
-               + human_duration(cfg.total_timeout);
+        what = "sending the request to " + host() + " exceeded " + limit_text();
         break;
       case phase::waiting:
-        what = total
-                 ? "no answer from " + host() + " within the total timeout of "
-                     + human_duration(cfg.total_timeout)
-                 : "no answer from " + host() + " within "
-                     + human_duration(cfg.first_byte_timeout)
-                     + " of sending the request";
+        what = total ? "no answer from " + host() + " within " + limit_text()
+                     : "no answer from " + host() + " within "
+                         + human_duration(cfg.first_byte_timeout)
+                         + " of sending the request";
         break;
       case phase::reading:
-        what = "the answer from " + host()
-               + " did not complete within the total timeout of "
-               + human_duration(cfg.total_timeout);
+        what = "the answer from " + host() + " did not complete within "
+               + limit_text();
         break;
     }
     fail(failure(transport_error::timeout, std::move(what)));
@@ -914,6 +919,9 @@ private:
   net::steady_timer timer_;
   std::optional<tcp::resolver> resolver_;
   std::vector<tcp::endpoint> endpoints_;
+  /// True if the caller's time budget, not the total timeout, limits us.
+  bool budget_cut_;
+  std::chrono::milliseconds limit_;
   clock_type::time_point deadline_;
   phase phase_ = phase::queued;
   bool stream_;
@@ -938,13 +946,19 @@ private:
   result_handler on_done_;
 };
 
-void endpoint_impl::complete(const completion_request& req, uint32_t max_tokens,
-                             delta_handler on_delta, result_handler on_done) {
+call_canceller
+endpoint_impl::complete(const completion_request& req, uint32_t max_tokens,
+                        delta_handler on_delta, result_handler on_done) {
   auto body = wire::request_body(api_, cfg_.model, req,
                                  max_tokens > 0 ? max_tokens : cfg_.max_tokens,
                                  cfg_.stream);
   auto c = std::make_shared<call>(shared_from_this(), std::move(body),
+                                  std::chrono::milliseconds{req.time_budget_ms},
                                   std::move(on_delta), std::move(on_done));
+  call_canceller canceller = [weak = std::weak_ptr<call>{c}](std::string why) {
+    if (auto ptr = weak.lock())
+      ptr->cancel(std::move(why));
+  };
   bool start;
   {
     std::lock_guard<std::mutex> guard{mtx_};
@@ -959,11 +973,12 @@ void endpoint_impl::complete(const completion_request& req, uint32_t max_tokens,
         waiting_.push_back(c);
       }
       c->begin(start);
-      return;
+      return canceller;
     }
   }
   // Stopped: fail here, on the caller's thread (there are no I/O threads).
   c->reject();
+  return canceller;
 }
 
 void endpoint_impl::leave(call& c) {
@@ -1005,7 +1020,7 @@ void endpoint_impl::shutdown() {
   for (auto& conn : idle)
     conn->close();
   for (auto& c : calls)
-    c->cancel();
+    c->cancel("the HTTP client is shutting down");
 }
 
 } // namespace

@@ -5,6 +5,7 @@
 #include "keel/agent_tools.hpp"
 #include "keel/endpoint.hpp"
 #include "keel/error.hpp"
+#include "keel/text.hpp"
 
 namespace keel::wire {
 
@@ -25,18 +26,17 @@ bool ends_with(std::string_view str, std::string_view suffix) {
          && str.compare(str.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-/// The start of `text` on one line, for messages.
+/// The start of `text` on one line, for messages: at most `excerpt_chars`
+/// whole characters, well-formed UTF-8 whatever the provider sent.
 std::string excerpt(std::string_view text) {
-  std::string result;
-  auto n = std::min(text.size(), excerpt_chars);
-  result.reserve(n + 3);
-  for (size_t i = 0; i < n; ++i) {
-    auto c = text[i];
-    result += c == '\n' || c == '\r' || c == '\t' ? ' ' : c;
-  }
+  auto result = sanitize_utf8(text, excerpt_chars);
+  auto cut = sanitize_utf8(text, excerpt_chars + 1).size() != result.size();
+  for (auto& c : result)
+    if (c == '\n' || c == '\r' || c == '\t')
+      c = ' ';
   while (!result.empty() && result.back() == ' ')
     result.pop_back();
-  if (text.size() > n)
+  if (cut)
     result += "...";
   return result;
 }

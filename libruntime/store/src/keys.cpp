@@ -37,6 +37,11 @@ std::string tree_key(const std::string& parent, const std::string& child) {
   return parent + '/' + child;
 }
 
+std::string quarantine_key(const std::string& thread, size_t cf,
+                           const rocksdb::Slice& key) {
+  return thread + '/' + cf_names[cf] + '/' + key.ToString();
+}
+
 std::string health_key(const std::string& pool, const std::string& provider) {
   return pool + '/' + provider;
 }

@@ -33,14 +33,15 @@ enum cf_id : size_t {
   cf_meta,
   cf_client_ids,
   cf_outbox,
+  cf_quarantine,
   cf_count,
 };
 
 /// The column family names. New column families go at the end: a database
 /// of an older build lacks them, and opening it for writing creates them.
 constexpr std::array<const char*, cf_count> cf_names{
-  "sessions", "tree",         "inbox", "context",    "log",
-  "health",   "dead_letters", "meta",  "client_ids", "outbox",
+  "sessions",     "tree", "inbox",      "context", "log",        "health",
+  "dead_letters", "meta", "client_ids", "outbox",  "quarantine",
 };
 
 /// The `meta` key of the schema version.
@@ -62,6 +63,11 @@ std::string client_id_key(const std::string& thread,
 
 /// The key of a link in `tree`.
 std::string tree_key(const std::string& parent, const std::string& child);
+
+/// The key in `quarantine` of a record moved there from `key` in `cf`:
+/// `thread/CF/key`.
+std::string quarantine_key(const std::string& thread, size_t cf,
+                           const rocksdb::Slice& key);
 
 /// The key of a provider's health record in `health`.
 std::string health_key(const std::string& pool, const std::string& provider);

@@ -77,6 +77,8 @@ public:
   caf::expected<thread_dump> dump_thread(const std::string& thread,
                                          std::vector<bad_record>& bad) override;
 
+  caf::expected<std::vector<quarantined_record>> quarantined() override;
+
   caf::expected<std::vector<provider_health_record>> health() override;
 
   caf::expected<std::string> meta(const std::string& key) override;
@@ -97,6 +99,9 @@ public:
   void stage_health(const provider_health_record& rec) override;
 
   void stage_meta(const std::string& key, const std::string& value) override;
+
+  caf::expected<quarantine_report>
+  stage_quarantine(const std::string& thread) override;
 
   size_t staged() const override;
 
@@ -187,6 +192,19 @@ private:
   // Returns the seq of the last key of `thread` in `cf`, or 0.
   caf::expected<seq_t> last_seq(size_t cf, const std::string& thread);
 
+  // -- quarantine (rocksdb_store_quarantine.cpp) ------------------------------
+
+  // Stages moving the records of `thread` in `cf` (decoded as `T`) that
+  // cannot be read to quarantine; with `whole`, all of them once one is bad.
+  template <class T>
+  caf::error quarantine_range(size_t cf, const std::string& thread, bool whole,
+                              quarantine_report& report);
+
+  // Stages moving one record to quarantine.
+  void move_to_quarantine(size_t cf, const std::string& thread,
+                          const rocksdb::Slice& key,
+                          const rocksdb::Slice& value);
+
   // -- the staged group (rocksdb_store_writes.cpp) ----------------------------
 
   // The seq stored for a client id of a thread (staged, else on disk), or
@@ -232,12 +250,10 @@ private:
 
   void batch_delete(size_t cf, const std::string& key);
 
-  // Stages one record under `key`; one that cannot be encoded (a string
-  // that is not UTF-8) fails the group, naming `what`. Returns whether it
-  // staged the record.
+  // Stages one record under `key` (encoding never fails: see `encode`).
+  // Returns whether it staged the record (false once the group failed).
   template <class T>
-  bool stage_record(size_t cf, const std::string& key, const T& rec,
-                    const std::string& what);
+  bool stage_record(size_t cf, const std::string& key, const T& rec);
 
   void count_staged();
 

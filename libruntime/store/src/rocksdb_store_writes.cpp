@@ -81,17 +81,10 @@ void rocksdb_store::batch_delete(size_t cf, const std::string& key) {
 
 template <class T>
 bool rocksdb_store::stage_record(size_t cf, const std::string& key,
-                                 const T& rec, const std::string& what) {
+                                 const T& rec) {
   if (!ready_to_stage())
     return false;
-  std::string value;
-  try {
-    value = encode(rec);
-  } catch (const std::exception& ex) {
-    poison("cannot encode " + what + ": " + ex.what());
-    return false;
-  }
-  batch_put(cf, key, value);
+  batch_put(cf, key, encode(rec));
   count_staged();
   return true;
 }
@@ -181,24 +174,11 @@ caf::error rocksdb_store::stage_new_message(const accept_request& req,
     session = std::move(*rec);
   }
   auto key = seq_key(req.thread, entry.seq);
-  std::string inbox_value;
-  std::string log_value;
-  std::string session_value;
-  try {
-    inbox_value = encode(entry);
-    log_value = encode(user_log_entry(entry));
-    if (session)
-      session_value = encode(*session);
-  } catch (const std::exception& ex) {
-    return caf::make_error(ec::storage_io, "cannot encode the message "
-                                             + printable_key(cf_log, key) + ": "
-                                             + ex.what());
-  }
-  batch_put(cf_inbox, key, inbox_value);
-  batch_put(cf_log, key, log_value);
+  batch_put(cf_inbox, key, encode(entry));
+  batch_put(cf_log, key, encode(user_log_entry(entry)));
   batch_put(cf_client_ids, id_key, std::to_string(entry.seq));
   if (session) {
-    batch_put(cf_sessions, req.thread, session_value);
+    batch_put(cf_sessions, req.thread, encode(*session));
     pending_sessions_[req.thread] = std::move(*session);
   }
   remove_delivered(req);
@@ -228,21 +208,14 @@ void rocksdb_store::stage_commit(const turn_commit& commit) {
     }
     session = std::move(*rec);
   }
-  try {
-    for (auto& x : commit.context)
-      context.emplace_back(seq_key(commit.thread, x.seq), encode(x));
-    for (auto& x : commit.log)
-      log.emplace_back(seq_key(commit.thread, x.seq), encode(x));
-    if (session)
-      sessions.emplace_back(session->thread, encode(*session));
-    for (auto& x : commit.outbox)
-      outbox.emplace_back(seq_key(x.from, x.seq), encode(x));
-  } catch (const std::exception& ex) {
-    poison("cannot encode the commit of "
-           + printable_key(cf_inbox, seq_key(commit.thread, commit.inbox_seq))
-           + ": " + ex.what());
-    return;
-  }
+  for (auto& x : commit.context)
+    context.emplace_back(seq_key(commit.thread, x.seq), encode(x));
+  for (auto& x : commit.log)
+    log.emplace_back(seq_key(commit.thread, x.seq), encode(x));
+  if (session)
+    sessions.emplace_back(session->thread, encode(*session));
+  for (auto& x : commit.outbox)
+    outbox.emplace_back(seq_key(x.from, x.seq), encode(x));
   batch_delete(cf_inbox, seq_key(commit.thread, commit.inbox_seq));
   for (auto& [key, value] : context)
     batch_put(cf_context, key, value);
@@ -270,17 +243,8 @@ rocksdb_store::stage_spawn(const spawn_request& req) {
     return **resent;
   const auto& child = req.child.thread;
   const auto& parent = req.link.parent;
-  std::string session_value;
-  std::string link_value;
-  try {
-    session_value = encode(req.child);
-    link_value = encode(req.link);
-  } catch (const std::exception& ex) {
-    return caf::make_error(ec::storage_io, "cannot encode the spawn of " + child
-                                             + ": " + ex.what());
-  }
-  batch_put(cf_sessions, child, session_value);
-  batch_put(cf_tree, tree_key(parent, child), link_value);
+  batch_put(cf_sessions, child, encode(req.child));
+  batch_put(cf_tree, tree_key(parent, child), encode(req.link));
   pending_sessions_[child] = req.child;
   count_staged();
   return spawn_result{parent, child, true};
@@ -329,8 +293,7 @@ void rocksdb_store::stage_dead_letter(const outbox_entry& entry,
                                       const std::string& reason) {
   dead_letter letter{entry, reason, wall_clock_millis()};
   auto key = seq_key(entry.from, entry.seq);
-  if (stage_record(cf_dead_letters, key, letter,
-                   "the dead letter " + printable_key(cf_outbox, key)))
+  if (stage_record(cf_dead_letters, key, letter))
     batch_delete(cf_outbox, key);
 }
 
@@ -343,14 +306,13 @@ void rocksdb_store::stage_session(const session_record& given) {
            + render(rec.error()));
     return;
   }
-  if (stage_record(cf_sessions, rec->thread, *rec,
-                   "the session of " + rec->thread))
+  if (stage_record(cf_sessions, rec->thread, *rec))
     pending_sessions_[rec->thread] = std::move(*rec);
 }
 
 void rocksdb_store::stage_health(const provider_health_record& rec) {
   auto key = health_key(rec.pool, rec.provider);
-  stage_record(cf_health, key, rec, "the health of " + key);
+  stage_record(cf_health, key, rec);
 }
 
 void rocksdb_store::stage_meta(const std::string& key,

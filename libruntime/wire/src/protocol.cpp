@@ -246,6 +246,10 @@ public:
       return fail("wrong_type", "field 'id' must be a string");
     if (!valid_client_id(*id_))
       return fail("bad_value", std::string{"field 'id' must be "} + id_rule);
+    if (reserved_client_id(*id_))
+      return fail("bad_request",
+                  "field 'id' must not start with 'agent:': such ids are "
+                  "reserved for messages between agents");
     return std::nullopt;
   }
 

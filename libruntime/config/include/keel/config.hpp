@@ -138,8 +138,9 @@ struct thread_defaults {
   std::string pool = "default";
   /// Unanswered messages one thread may hold before new ones are refused.
   size_t max_inbox = 1000;
-  /// A turn that takes longer than this ends with a descriptive error.
-  caf::timespan turn_timeout = std::chrono::minutes{2};
+  /// A turn that takes longer than this ends with a descriptive error. Twice
+  /// the providers' default `total_timeout`: room for one failover.
+  caf::timespan turn_timeout = std::chrono::minutes{4};
 };
 
 /// How a supervisor reacts when one of its children exits abnormally.
@@ -239,6 +240,10 @@ struct storage_config {
   /// Chaos testing only: lets `POST /api/v1/chaos/disk` make RocksDB's
   /// writes fail (EIO or disk full) in the running node. Off by default.
   bool fault_injection = false;
+  /// How long a conversation waits for each storage request (an accept, a
+  /// commit, a load) before it treats the outcome as unknown: the request
+  /// may still land, and the conversation reads the store back to learn.
+  caf::timespan request_timeout = std::chrono::seconds{30};
 };
 
 /// The whole node configuration.

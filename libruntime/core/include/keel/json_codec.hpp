@@ -57,10 +57,13 @@ nlohmann::json agents_to_json(const std::vector<agent_info>& agents);
 caf::expected<std::vector<agent_info>>
 agents_from_json(const nlohmann::json& j);
 
-/// Serializes a record to its stored form (compact JSON).
+/// Serializes a record to its stored form (compact JSON). Never throws:
+/// ill-formed UTF-8 in a text field is stored as U+FFFD, so one bad record
+/// cannot fail the group commit it shares with other writes.
 template <class T>
 std::string encode(const T& x) {
-  return to_json(x).dump();
+  return to_json(x).dump(-1, ' ', false,
+                         nlohmann::json::error_handler_t::replace);
 }
 
 /// Parses the stored form of a record of type `T` (any record listed above,

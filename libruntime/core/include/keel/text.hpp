@@ -17,6 +17,13 @@ namespace keel {
 /// Returns true if `str` is well-formed UTF-8 (no overlongs, no surrogates).
 bool valid_utf8(std::string_view str);
 
+/// Returns the first `max_chars` characters of `str` as well-formed UTF-8:
+/// every ill-formed byte becomes U+FFFD, and no character is cut in half.
+/// Text from outside (provider answers, tool output) passes here before it
+/// is stored or shown, so no record or frame can carry invalid UTF-8.
+std::string sanitize_utf8(std::string_view str,
+                          size_t max_chars = std::string_view::npos);
+
 /// Milliseconds since the Unix epoch, from the system clock.
 millis wall_clock_millis();
 

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -129,6 +130,14 @@ typename Inspector::result_type inspect(Inspector& f, outbox_entry& x) {
 /// `seq`: `agent:<from>:<seq>`.
 std::string agent_client_id(const std::string& from, seq_t seq);
 
+/// The prefix of every `agent_client_id`. Clients may not use it: a client
+/// id equal to a future agent message's id would make that message look like
+/// a duplicate and drop it.
+inline constexpr std::string_view agent_client_id_prefix = "agent:";
+
+/// True if `id` is reserved for messages between agents.
+bool reserved_client_id(std::string_view id);
+
 /// An outbox entry that could not be delivered (column family
 /// `dead_letters`, key `from + '/' + 8-byte big-endian seq`).
 struct dead_letter {
@@ -245,12 +254,15 @@ struct thread_snapshot {
   std::vector<outbox_entry> outbox;
   /// The thread's children (from the tree), in key order.
   std::vector<std::string> children;
+  /// True if records that could not be read were just moved to quarantine:
+  /// the thread starts fresh as far as they go, and says so.
+  bool quarantined = false;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, thread_snapshot& x) {
   return f(caf::meta::type_name("keel::thread_snapshot"), x.exists, x.session,
-           x.inbox, x.context, x.next_seq, x.outbox, x.children);
+           x.inbox, x.context, x.next_seq, x.outbox, x.children, x.quarantined);
 }
 
 /// Everything stored about one thread (for the invariant checker).

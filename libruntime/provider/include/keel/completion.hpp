@@ -25,12 +25,16 @@ struct completion_request {
   std::string system_prompt;
   /// The working memory, ending with the user message to answer.
   std::vector<context_entry> context;
+  /// How long the request may take in all, in milliseconds; 0: no limit
+  /// beyond the providers' own timeouts. A pool ends the request with a
+  /// timeout once it is spent; an HTTP call never outlives what is left.
+  uint64_t time_budget_ms = 0;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, completion_request& x) {
   return f(caf::meta::type_name("keel::completion_request"), x.thread,
-           x.client_id, x.seq, x.system_prompt, x.context);
+           x.client_id, x.seq, x.system_prompt, x.context, x.time_budget_ms);
 }
 
 /// A function call the model asks for in its answer (OpenAI `tool_calls`,
@@ -75,12 +79,14 @@ struct attempt_request {
   uint32_t max_tokens = 0;
   /// Attempt number within the request, from 1 (tags streamed deltas).
   uint32_t attempt = 1;
+  /// The pool's id of the request (names it in `atom::cancel`).
+  uint64_t call_id = 0;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, attempt_request& x) {
   return f(caf::meta::type_name("keel::attempt_request"), x.request,
-           x.max_tokens, x.attempt);
+           x.max_tokens, x.attempt, x.call_id);
 }
 
 /// The outcome of one attempt, classified by the worker that made it.

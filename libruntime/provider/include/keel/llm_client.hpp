@@ -79,6 +79,11 @@ using delta_handler = std::function<void(std::string_view text)>;
 /// Receives the result of a call, exactly once.
 using result_handler = std::function<void(call_result result)>;
 
+/// Cancels a call: its connection is closed and its result handler runs
+/// with a failure ending in `why` (unless the result was delivered
+/// already). Safe from any thread, at any time, any number of times.
+using call_canceller = std::function<void(std::string why)>;
+
 /// One configured HTTP provider: builds requests in its wire format, keeps a
 /// pool of keep-alive connections to its host, limits concurrent calls to
 /// `max_concurrency` (further calls wait, their wait counting against the
@@ -101,9 +106,12 @@ public:
   /// its terminal event (`[DONE]`, `message_stop`) is a failure (with
   /// `partial` set if text reached `on_delta`), never a completion.
   /// `on_done` runs exactly once, on an I/O thread; or at once on the
-  /// caller's thread if the `http_io` is already gone.
-  virtual void complete(const completion_request& req, uint32_t max_tokens,
-                        delta_handler on_delta, result_handler on_done)
+  /// caller's thread if the `http_io` is already gone. The call never
+  /// outlives `req.time_budget_ms` (when set) nor the total timeout.
+  /// Returns the call's canceller.
+  virtual call_canceller complete(const completion_request& req,
+                                  uint32_t max_tokens, delta_handler on_delta,
+                                  result_handler on_done)
     = 0;
 
   /// The configured provider name.

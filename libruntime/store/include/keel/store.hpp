@@ -60,6 +60,28 @@ struct bad_record {
   std::string what;
 };
 
+/// What `store::stage_quarantine` moved aside for one thread.
+struct quarantine_report {
+  std::string thread;
+  /// The records that could not be read, each with what was wrong.
+  std::vector<bad_record> unreadable;
+  /// Readable records moved with them: the rest of a context with a hole
+  /// (the model must not see a conversation with parts missing).
+  size_t readable_moved = 0;
+};
+
+/// One record in quarantine (column family `quarantine`, key
+/// `thread/CF/original key`, value the original bytes).
+struct quarantined_record {
+  std::string thread;
+  /// The column family it was moved from.
+  std::string column_family;
+  /// Its original key, printable (see `bad_record::key`).
+  std::string key;
+  /// Size of the stored bytes.
+  uint64_t bytes = 0;
+};
+
 /// Per-store counters (for status and benchmarks).
 struct store_stats {
   /// Successful non-empty flushes (synced writes).
@@ -152,6 +174,9 @@ public:
   virtual caf::expected<thread_dump>
   dump_thread(const std::string& thread, std::vector<bad_record>& bad) = 0;
 
+  /// Returns every quarantined record, in key order (grouped by thread).
+  virtual caf::expected<std::vector<quarantined_record>> quarantined() = 0;
+
   /// Returns every provider health record, in key order.
   virtual caf::expected<std::vector<provider_health_record>> health() = 0;
   /// Reads a `meta` value, or `ec::not_found`.
@@ -203,6 +228,16 @@ public:
   /// Stages writing a `meta` value.
   virtual void stage_meta(const std::string& key, const std::string& value) = 0;
 
+  /// Stages moving every record of `thread` that `load_thread` cannot read
+  /// (its session, inbox, context and outbox entries, its links to children)
+  /// to the `quarantine` column family, bytes unchanged: never deleted, so
+  /// an operator can inspect or restore them. One unreadable context entry
+  /// moves the whole context. Afterwards the thread loads (fresh, as far as
+  /// the moved records go). Fails on a read-only store or if nothing of the
+  /// thread can be read at all.
+  virtual caf::expected<quarantine_report>
+  stage_quarantine(const std::string& thread) = 0;
+
   /// Number of operations staged since the last flush: one per call of a
   /// `stage_*` function that staged something (an accept, a commit, a
   /// session, a meta value each count 1; a duplicate accept counts 0, or 1
@@ -214,8 +249,8 @@ public:
   /// so); a no-op success if nothing is staged. On failure nothing of the
   /// group is on disk, the group is dropped (its operations must be retried
   /// by their owners) and the error (`ec::storage_io`) names RocksDB's
-  /// reason. A record that cannot be encoded (a string that is not UTF-8)
-  /// fails its whole group the same way.
+  /// reason. No single record can fail a group: every record encodes
+  /// (ill-formed UTF-8 in a text field is stored as U+FFFD).
   ///
   /// RocksDB refuses all writes after a failed WAL write, so a failed flush
   /// reopens the database (replaying its WAL). If that fails too (disk still

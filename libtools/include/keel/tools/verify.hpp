@@ -35,6 +35,13 @@ struct verify_report {
   uint64_t answered = 0;
   uint64_t pending = 0;
   uint64_t outbox = 0;
+  /// Unanswered messages whose inbox entry is in quarantine (not lost: the
+  /// bytes are kept, but no turn will answer them).
+  uint64_t quarantined_messages = 0;
+  /// Records moved to quarantine because they could not be read (not a
+  /// violation: the node moved them aside on purpose and started their
+  /// threads fresh; an operator may inspect or restore them).
+  std::vector<quarantined_record> quarantined;
   std::vector<violation> violations;
 
   bool ok() const noexcept {
@@ -50,7 +57,8 @@ struct verify_report {
 ///   has its link, no cycles;
 /// - every user message (an acknowledged message) is answered exactly once
 ///   (one reply or error entry with its seq as `reply_to`) or still in the
-///   inbox, never both, never neither; no two outcomes answer one message;
+///   inbox (or its inbox entry in quarantine), never both, never neither; no
+///   two outcomes answer one message;
 /// - every reply or error answers a user message of its thread
 ///   (outcome_without_message) and carries its client id;
 /// - every inbox entry has its user log entry; the client id index agrees;

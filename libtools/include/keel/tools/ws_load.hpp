@@ -50,6 +50,10 @@ struct load_options : traffic_options {
   size_t window = 8;
   /// Prefix of thread ids; a random one per run keeps runs apart.
   std::string thread_prefix;
+  /// Prefix of message ids (then the connection's index, a dash and a
+  /// counter). A run on threads an earlier run used needs another one: a
+  /// repeated id is a duplicate, acknowledged and never answered again.
+  std::string message_prefix = "c";
   /// A fault to inject during the run, if `fault.at` is set.
   fault_options fault;
 };

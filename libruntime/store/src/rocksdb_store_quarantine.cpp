@@ -1,0 +1,115 @@
+#include "rocksdb_store.hpp"
+
+#include <string_view>
+
+#include "records.hpp"
+
+namespace keel::store_backend {
+
+namespace {
+
+// The column family named `name`, or `cf_count`.
+size_t family_named(std::string_view name) {
+  for (size_t cf = 0; cf < cf_count; ++cf)
+    if (name == cf_names[cf])
+      return cf;
+  return cf_count;
+}
+
+} // namespace
+
+void rocksdb_store::move_to_quarantine(size_t cf, const std::string& thread,
+                                       const rocksdb::Slice& key,
+                                       const rocksdb::Slice& value) {
+  batch_put(cf_quarantine, quarantine_key(thread, cf, key), value.ToString());
+  batch_delete(cf, key.ToString());
+}
+
+template <class T>
+caf::error rocksdb_store::quarantine_range(size_t cf, const std::string& thread,
+                                           bool whole,
+                                           quarantine_report& report) {
+  std::vector<std::pair<std::string, std::string>> readable;
+  bool any_bad = false;
+  auto err = scan(cf, range_begin(thread), range_end(thread),
+                  [&](const rocksdb::Slice& key, const rocksdb::Slice& val) {
+                    T x;
+                    if (auto why = read_record(key, val, x)) {
+                      any_bad = true;
+                      report.unreadable.push_back(
+                        bad_record{cf_names[cf], printable_key(cf, key), *why});
+                      move_to_quarantine(cf, thread, key, val);
+                    } else if (whole) {
+                      readable.emplace_back(key.ToString(), val.ToString());
+                    }
+                    return scan_result{};
+                  });
+  if (err || !any_bad)
+    return err;
+  for (auto& [key, value] : readable)
+    move_to_quarantine(cf, thread, key, value);
+  report.readable_moved += readable.size();
+  return caf::none;
+}
+
+caf::expected<quarantine_report>
+rocksdb_store::stage_quarantine(const std::string& thread) {
+  if (opts_.read_only)
+    return read_only_error();
+  if (auto err = ensure_readable())
+    return err;
+  quarantine_report report;
+  report.thread = thread;
+  std::string value;
+  if (get(cf_sessions, thread, value).ok()) {
+    session_record rec;
+    if (auto why = read_record(thread, value, rec)) {
+      report.unreadable.push_back(
+        bad_record{cf_names[cf_sessions], thread, *why});
+      move_to_quarantine(cf_sessions, thread, thread, value);
+    }
+  }
+  caf::error err;
+  if ((err = quarantine_range<inbox_entry>(cf_inbox, thread, false, report))
+      || (err = quarantine_range<context_entry>(cf_context, thread, true,
+                                                report))
+      || (err = quarantine_range<outbox_entry>(cf_outbox, thread, false,
+                                               report))
+      || (err = quarantine_range<tree_link>(cf_tree, thread, false, report)))
+    return err;
+  // Dropped with a failed flush like any staged write; the next load fails
+  // again and quarantines again.
+  count_staged();
+  return report;
+}
+
+caf::expected<std::vector<quarantined_record>> rocksdb_store::quarantined() {
+  if (auto err = ensure_readable())
+    return err;
+  std::vector<quarantined_record> result;
+  auto err = scan(
+    cf_quarantine, {}, {},
+    [&](const rocksdb::Slice& key, const rocksdb::Slice& val) {
+      std::string_view str{key.data(), key.size()};
+      auto first = str.find('/');
+      auto second = str.find('/', first + 1);
+      if (first == std::string_view::npos || second == std::string_view::npos)
+        return scan_result{};
+      quarantined_record rec;
+      rec.thread = std::string{str.substr(0, first)};
+      rec.column_family
+        = std::string{str.substr(first + 1, second - first - 1)};
+      rocksdb::Slice original{key.data() + second + 1, key.size() - second - 1};
+      auto cf = family_named(rec.column_family);
+      rec.key = cf < cf_count ? printable_key(cf, original)
+                              : original.ToString();
+      rec.bytes = val.size();
+      result.push_back(std::move(rec));
+      return scan_result{};
+    });
+  if (err)
+    return err;
+  return result;
+}
+
+} // namespace keel::store_backend
