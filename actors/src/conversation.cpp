@@ -622,7 +622,10 @@ void finish_cancel(self_ptr self) {
 // Starts the next turn unless one runs; arms the idle timer when done.
 void drain(self_ptr self) {
   auto& st = self->state;
-  if (!st.loaded || st.turn_running)
+  // An accept that timed out may still land with a lower seq than the
+  // inbox holds: neither a turn nor a cancel's answers start until the
+  // read back says what landed, so messages are answered in seq order.
+  if (!st.loaded || st.turn_running || st.unsure_accepts)
     return;
   if (st.closing) {
     finish_cancel(self);
