@@ -232,8 +232,9 @@ private:
                   + " never fired");
     if (stats_.passivations == 0)
       violation("--require-all: no thread was seen passivating");
-    if (stats_.storage_timeouts == 0)
-      violation("--require-all: no storage request was seen timing out");
+    // Storage timeouts are not required: whether a synced write outlasts a
+    // short timeout depends on the disk (on tmpfs none does); `crash_sim`
+    // makes them happen deterministically.
     if (stats_.quarantined_threads == 0)
       violation("--require-all: no thread was found in quarantine");
   }
