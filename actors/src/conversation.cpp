@@ -300,9 +300,8 @@ void conversation_state::restore(thread_snapshot snapshot) {
   loaded = true;
 }
 
-size_t
-conversation_state::adopt_late_accepts(const std::vector<inbox_entry>& stored) {
-  size_t adopted = 0;
+void conversation_state::adopt_late_accepts(
+  const std::vector<inbox_entry>& stored) {
   for (auto& entry : stored) {
     auto same = [&entry](const inbox_entry& x) { return x.seq == entry.seq; };
     if (accepting.count(entry.seq) > 0
@@ -314,9 +313,7 @@ conversation_state::adopt_late_accepts(const std::vector<inbox_entry>& stored) {
       return x.seq > entry.seq;
     });
     inbox.insert(pos, entry);
-    ++adopted;
   }
-  return adopted;
 }
 
 namespace {
@@ -717,7 +714,7 @@ void answer_accept(self_ptr self, seq_t seq, Result&& result) {
 // landed late is answered in order and its resend (acknowledged as a
 // duplicate) is not left waiting. A failed read back is tried again after
 // `commit_retry_delay` (and with the next duplicate accept) until one
-// succeeds; the thread does not passivate meanwhile.
+// succeeds; meanwhile no turn starts and the thread does not passivate.
 void adopt_late_accepts(self_ptr self) {
   auto& st = self->state;
   if (!st.unsure_accepts || st.reading_back)

@@ -180,8 +180,8 @@ struct conversation_state {
   void restore(thread_snapshot snapshot);
   /// Adds the stored inbox entries that the live inbox lacks (accepts that
   /// landed after their sender was told they failed), in seq order behind
-  /// the running turn. Returns how many.
-  size_t adopt_late_accepts(const std::vector<inbox_entry>& stored);
+  /// the running turn.
+  void adopt_late_accepts(const std::vector<inbox_entry>& stored);
 };
 
 /// One thread's conversation: loads its state, accepts messages durably,
