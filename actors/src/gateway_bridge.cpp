@@ -378,13 +378,13 @@ nlohmann::json read_body(self_ptr self, uint64_t request,
 
 // POST /api/v1/chaos/disk {"fail_writes": bool, "no_space": bool}: turns
 // injected RocksDB write failures on or off (only with
-// `storage.fault_injection: true`); answers the switches and the count of
+// `chaos.disk: true`); answers the switches and the count of
 // writes failed so far.
 void on_disk_chaos(self_ptr self, uint64_t request, const std::string& body) {
   auto& faults = self->state.cfg.disk_faults;
   if (!faults) {
     respond_error(self, request, 409, to_string(ec::conflict),
-                  "disk fault injection is off (set storage.fault_injection: "
+                  "disk fault injection is off (set chaos.disk: "
                   "true in the node's configuration)");
     return;
   }

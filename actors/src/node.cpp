@@ -95,7 +95,7 @@ root_spec(const node_config& cfg, std::shared_ptr<ws_server> server,
   sup.name = "root";
   store_options opts;
   opts.sync = cfg.storage.sync;
-  if (cfg.storage.fault_injection)
+  if (cfg.chaos.disk)
     opts.faults = std::make_shared<fault_injection>();
   sup.children.push_back(persistence_child(cfg, opts, detached_persistence));
   child_spec providers_child{

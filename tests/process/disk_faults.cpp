@@ -20,7 +20,7 @@ std::string node_yaml(const temp_dir& dir) {
          + "/data\n"
            "gateway:\n  port: 0\n"
            "logging:\n  level: error\n"
-           "storage:\n  fault_injection: true\n"
+           "chaos:\n  disk: true\n"
            "providers:\n"
            "  - name: script\n    kind: scripted\n"
            "    script:\n"

@@ -86,7 +86,22 @@ void check_same(const node_config& x, const node_config& y) {
   CAF_CHECK_EQUAL(x.gateway.max_frame_bytes, y.gateway.max_frame_bytes);
   CAF_CHECK_EQUAL(x.gateway.max_text_bytes, y.gateway.max_text_bytes);
   CAF_CHECK_EQUAL(x.gateway.max_connections, y.gateway.max_connections);
-  CAF_CHECK_EQUAL(x.gateway.max_queued_frames, y.gateway.max_queued_frames);
+  CAF_CHECK_EQUAL(x.gateway.max_queued_bytes, y.gateway.max_queued_bytes);
+  CAF_CHECK_EQUAL(x.gateway.admin_token, y.gateway.admin_token);
+  CAF_CHECK_EQUAL(x.gateway.allow_unauthenticated,
+                  y.gateway.allow_unauthenticated);
+  CAF_CHECK_EQUAL(x.gateway.write_timeout, y.gateway.write_timeout);
+  CAF_CHECK_EQUAL(x.gateway.max_history_bytes, y.gateway.max_history_bytes);
+  CAF_CHECK_EQUAL(x.gateway.rate_limit.per_second,
+                  y.gateway.rate_limit.per_second);
+  CAF_CHECK_EQUAL(x.gateway.rate_limit.burst, y.gateway.rate_limit.burst);
+  CAF_CHECK_EQUAL(x.threads.max_live, y.threads.max_live);
+  CAF_CHECK_EQUAL(x.threads.max_stored_threads, y.threads.max_stored_threads);
+  CAF_CHECK_EQUAL(x.threads.max_reply_bytes, y.threads.max_reply_bytes);
+  CAF_CHECK_EQUAL(x.threads.max_tool_output_bytes,
+                  y.threads.max_tool_output_bytes);
+  CAF_CHECK_EQUAL(x.chaos.kill, y.chaos.kill);
+  CAF_CHECK_EQUAL(x.chaos.disk, y.chaos.disk);
   CAF_CHECK_EQUAL(x.gateway.io_threads, y.gateway.io_threads);
   CAF_REQUIRE_EQUAL(x.providers.size(), y.providers.size());
   for (size_t i = 0; i < x.providers.size(); ++i) {
@@ -177,7 +192,7 @@ gateway:
   max_frame_bytes: 2MiB
   max_text_bytes: 1024
   max_connections: 50
-  max_queued_frames: 16
+  max_queued_bytes: 16KiB
   io_threads: 4
 providers:
   - name: s
@@ -253,7 +268,7 @@ storage:
   CAF_CHECK_EQUAL(cfg->gateway.max_frame_bytes, 2u << 20);
   CAF_CHECK_EQUAL(cfg->gateway.max_text_bytes, 1024u);
   CAF_CHECK_EQUAL(cfg->gateway.max_connections, 50u);
-  CAF_CHECK_EQUAL(cfg->gateway.max_queued_frames, 16u);
+  CAF_CHECK_EQUAL(cfg->gateway.max_queued_bytes, 16u * 1024);
   CAF_CHECK_EQUAL(cfg->gateway.io_threads, 4u);
   CAF_REQUIRE_EQUAL(cfg->providers.size(), 2u);
   auto& s = cfg->providers[0];
@@ -395,12 +410,12 @@ CAF_TEST(duplicate keys are errors) {
 CAF_TEST(the document must be a mapping) {
   CAF_CHECK_EQUAL(error_of("- a\n- b\n"),
                   "node.yaml:1: expected a mapping of top-level keys (node, "
-                  "gateway, providers, pools, threads, supervision, logging "
-                  "or storage), got a list");
+                  "gateway, providers, pools, threads, supervision, logging, "
+                  "storage or chaos), got a list");
   CAF_CHECK_EQUAL(error_of("hello\n"),
                   "node.yaml:1: expected a mapping of top-level keys (node, "
-                  "gateway, providers, pools, threads, supervision, logging "
-                  "or storage), got \"hello\"");
+                  "gateway, providers, pools, threads, supervision, logging, "
+                  "storage or chaos), got \"hello\"");
 }
 
 CAF_TEST(wrong types are errors) {
@@ -480,7 +495,7 @@ CAF_TEST(integers out of range or malformed are errors) {
                   "1..64, got \"65\"");
   CAF_CHECK_EQUAL(error_of("gateway:\n  max_connections: 0\n"),
                   "node.yaml:2: gateway.max_connections: expected an integer "
-                  ">= 1, got \"0\"");
+                  "in 1..1000000, got \"0\"");
   CAF_CHECK_EQUAL(error_of("threads:\n  max_inbox: 99999999999999999999\n"),
                   "node.yaml:2: threads.max_inbox: expected an integer >= 1, "
                   "got \"99999999999999999999\" (too large)");
@@ -1001,8 +1016,8 @@ CAF_TEST(env reference errors name the variable and the key) {
 CAF_TEST(keys are not expanded) {
   CAF_CHECK_EQUAL(error_of("${KEY}: 1\n", {{"KEY", "node"}}),
                   "node.yaml:1: ${KEY}: unknown key (expected node, gateway, "
-                  "providers, pools, threads, supervision, logging or "
-                  "storage)");
+                  "providers, pools, threads, supervision, logging, "
+                  "storage or chaos)");
 }
 
 CAF_TEST(process_env reads the real environment) {

@@ -501,7 +501,7 @@ CAF_TEST(connections beyond the limit are refused with 503) {
 }
 
 CAF_TEST(a stalled client is dropped without delaying others) {
-  cfg.max_queued_frames = 64;
+  cfg.max_queued_bytes = 64 * 1024;
   cfg.io_threads = 1; // The worst case: everyone shares one I/O thread.
   start();
   auto fast = connect();

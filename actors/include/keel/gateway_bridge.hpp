@@ -44,7 +44,7 @@ struct gateway_bridge_config {
   /// Thread subscriptions (outlive the bridge actor).
   std::shared_ptr<subscription_table> subscriptions
     = std::make_shared<subscription_table>();
-  /// The store's fault switches when `storage.fault_injection` is on (for
+  /// The store's fault switches when `chaos.disk` is on (for
   /// `POST /api/v1/chaos/disk`); null otherwise.
   std::shared_ptr<fault_injection> disk_faults;
   /// Timeout for a routed message to become durable.

@@ -25,6 +25,26 @@ const pool_config* node_config::find_pool(const std::string& x) const {
   return i != pools.end() ? &*i : nullptr;
 }
 
+bool is_loopback_host(std::string_view host) {
+  if (host == "localhost" || host == "::1" || host == "[::1]")
+    return true;
+  // 127.0.0.0/8 written as a dotted quad.
+  if (host.substr(0, 4) != "127.")
+    return false;
+  int dots = 0;
+  for (auto c : host) {
+    if (c == '.')
+      ++dots;
+    else if (c < '0' || c > '9')
+      return false;
+  }
+  return dots == 3;
+}
+
+bool is_wildcard_host(std::string_view host) {
+  return host == "0.0.0.0" || host == "::" || host == "[::]";
+}
+
 env_lookup process_env() {
   return [](const std::string& name) -> std::optional<std::string> {
     if (auto value = std::getenv(name.c_str()))

@@ -26,7 +26,29 @@ using strict_yaml::strings;
 
 constexpr const char* top_level_keys[] = {"node",    "gateway", "providers",
                                           "pools",   "threads", "supervision",
-                                          "logging", "storage"};
+                                          "logging", "storage", "chaos"};
+
+constexpr const char* gateway_keys[] = {"host",
+                                        "port",
+                                        "token",
+                                        "token_file",
+                                        "admin_token",
+                                        "admin_token_file",
+                                        "allow_unauthenticated",
+                                        "allow_query_token",
+                                        "allowed_origins",
+                                        "allowed_hosts",
+                                        "max_frame_bytes",
+                                        "max_text_bytes",
+                                        "max_connections",
+                                        "max_queued_bytes",
+                                        "write_timeout",
+                                        "max_history_bytes",
+                                        "rate_limit",
+                                        "io_threads",
+                                        "tls"};
+
+constexpr const char* tls_versions[] = {"1.2", "1.3"};
 
 constexpr const char* provider_kinds[] = {"echo", "scripted", "openai",
                                           "anthropic"};
@@ -40,7 +62,8 @@ constexpr const char* http_provider_keys[] = {"base_url",
                                               "max_concurrency",
                                               "ca_file",
                                               "stream",
-                                              "max_tokens"};
+                                              "max_tokens",
+                                              "max_response_bytes"};
 
 constexpr const char* retry_keys[] = {"base_delay",      "multiplier",
                                       "max_delay",       "jitter",
@@ -110,6 +133,16 @@ private:
 
   void read_node(const map_reader& m, node_config& cfg);
   void read_gateway(const map_reader& m, gateway_config& cfg);
+  void read_gateway_auth(const map_reader& m, gateway_config& cfg);
+  void read_gateway_limits(const map_reader& m, gateway_config& cfg);
+  /// Reads the secret at `key` or, from its first line, the file named at
+  /// `key_file`; errors never show the secret.
+  std::string read_secret(const map_reader& m, const std::string& key,
+                          const std::string& key_file);
+  std::vector<std::string> read_origins(const map_reader& m);
+  std::vector<std::string> read_hosts(const map_reader& m);
+  void read_rate_limit(const map_reader& m, rate_limit_config& cfg);
+  void read_tls(const map_reader& m, tls_config& cfg);
   void read_providers(const map_reader& top, node_config& cfg);
   provider_config read_provider(const YAML::Node& node,
                                 const std::string& path);
@@ -133,11 +166,15 @@ private:
   void read_backoff(const map_reader& m, backoff_config& cfg);
   void read_logging(const map_reader& m, logging_config& cfg);
   void read_storage(const map_reader& m, storage_config& cfg);
+  void read_chaos(const map_reader& m, chaos_config& cfg);
 
   // -- checks across fields ---------------------------------------------------
 
   void validate(const node_config& cfg) const;
   void check_frame_sizes(const gateway_config& cfg) const;
+  void check_gateway_auth(const gateway_config& cfg) const;
+  void check_header_values(const std::vector<provider_config>& providers) const;
+  void collect_warnings(node_config& cfg) const;
   void check_backoff_bounds(const supervision_config& cfg) const;
   void check_providers(const std::vector<provider_config>& providers) const;
   void check_pools(const node_config& cfg) const;
@@ -172,25 +209,25 @@ node_config parser::run(const YAML::Node& root) {
   // Mappings are read key by key over the defaults.
   if (auto m = section(top, "node", {"name", "data_dir"}))
     read_node(*m, cfg);
-  if (auto m
-      = section(top, "gateway",
-                {"host", "port", "token", "max_frame_bytes", "max_text_bytes",
-                 "max_connections", "max_queued_frames", "io_threads"}))
+  if (auto m = section(top, "gateway", strings(gateway_keys)))
     read_gateway(*m, cfg.gateway);
   read_providers(top, cfg);
   read_pools(top, cfg);
   if (auto m = section(top, "threads",
                        {"system_prompt", "idle_timeout", "pool", "max_inbox",
-                        "turn_timeout"}))
+                        "turn_timeout", "max_live", "max_stored_threads",
+                        "max_reply_bytes", "max_tool_output_bytes"}))
     read_threads(*m, cfg.threads);
   if (auto m = section(top, "supervision", strings(supervisor_names)))
     read_supervision(*m, cfg.supervision);
   if (auto m = section(top, "logging", {"level", "file"}))
     read_logging(*m, cfg.logging);
-  if (auto m = section(top, "storage",
-                       {"sync", "fault_injection", "request_timeout"}))
+  if (auto m = section(top, "storage", {"sync", "request_timeout"}))
     read_storage(*m, cfg.storage);
+  if (auto m = section(top, "chaos", {"kill", "disk"}))
+    read_chaos(*m, cfg.chaos);
   validate(cfg);
+  collect_warnings(cfg);
   return cfg;
 }
 
@@ -227,21 +264,151 @@ void parser::read_gateway(const map_reader& m, gateway_config& cfg) {
   }
   if (auto x = m.get("port"))
     cfg.port = static_cast<uint16_t>(read_int(*x, m.path("port"), 0, 65535));
-  if (auto x = m.get("token"))
-    cfg.token = read_string(*x, m.path("token"));
+  read_gateway_auth(m, cfg);
+  read_gateway_limits(m, cfg);
+  if (auto x = m.get("io_threads"))
+    cfg.io_threads
+      = static_cast<size_t>(read_int(*x, m.path("io_threads"), 1, 64));
+  if (auto t = section(m, "tls",
+                       {"certificate_file", "key_file", "min_version"}))
+    read_tls(*t, cfg.tls);
+}
+
+void parser::read_gateway_auth(const map_reader& m, gateway_config& cfg) {
+  cfg.token = read_secret(m, "token", "token_file");
+  cfg.admin_token = read_secret(m, "admin_token", "admin_token_file");
+  if (auto x = m.get("allow_unauthenticated"))
+    cfg.allow_unauthenticated = read_bool(*x, m.path("allow_unauthenticated"));
+  if (auto x = m.get("allow_query_token"))
+    cfg.allow_query_token = read_bool(*x, m.path("allow_query_token"));
+  cfg.allowed_origins = read_origins(m);
+  cfg.allowed_hosts = read_hosts(m);
+}
+
+void parser::read_gateway_limits(const map_reader& m, gateway_config& cfg) {
   if (auto x = m.get("max_frame_bytes"))
     cfg.max_frame_bytes = read_size(*x, m.path("max_frame_bytes"), 1024);
   if (auto x = m.get("max_text_bytes"))
     cfg.max_text_bytes = read_size(*x, m.path("max_text_bytes"), 1);
   if (auto x = m.get("max_connections"))
     cfg.max_connections = static_cast<size_t>(
-      read_int(*x, m.path("max_connections"), 1, no_limit));
-  if (auto x = m.get("max_queued_frames"))
-    cfg.max_queued_frames = static_cast<size_t>(
-      read_int(*x, m.path("max_queued_frames"), 1, no_limit));
-  if (auto x = m.get("io_threads"))
-    cfg.io_threads
-      = static_cast<size_t>(read_int(*x, m.path("io_threads"), 1, 64));
+      read_int(*x, m.path("max_connections"), 1, 1'000'000));
+  if (auto x = m.get("max_queued_bytes"))
+    cfg.max_queued_bytes = read_size(*x, m.path("max_queued_bytes"), 1024);
+  if (auto x = m.get("write_timeout"))
+    cfg.write_timeout = read_duration(*x, m.path("write_timeout"), true);
+  if (auto x = m.get("max_history_bytes"))
+    cfg.max_history_bytes = read_size(*x, m.path("max_history_bytes"), 1024);
+  if (auto r = section(m, "rate_limit", {"per_second", "burst"}))
+    read_rate_limit(*r, cfg.rate_limit);
+}
+
+std::string parser::read_secret(const map_reader& m, const std::string& key,
+                                const std::string& key_file) {
+  if (m.has(key) && m.has(key_file))
+    fail(m.line(key_file), m.path(key_file),
+         "set only one of " + key + " and " + key_file);
+  std::string result;
+  if (auto x = m.get(key)) {
+    result = read_string(*x, m.path(key));
+  } else if (auto f = m.get(key_file)) {
+    auto path = read_string(*f, m.path(key_file));
+    errno = 0;
+    std::ifstream in{path};
+    if (!in)
+      fail(m.line(key_file), m.path(key_file),
+           "cannot read " + quote(path) + ": " + std::strerror(errno));
+    std::getline(in, result);
+    if (!result.empty() && result.back() == '\r')
+      result.pop_back();
+    if (result.empty())
+      fail(m.line(key_file), m.path(key_file),
+           "the first line of " + quote(path) + " is empty (expected the " + key
+             + ")");
+  }
+  // A token travels in an HTTP header: visible ASCII only.
+  auto visible = [](char c) { return c > ' ' && c < 0x7f; };
+  if (!std::all_of(result.begin(), result.end(), visible))
+    fail(m.line(m.has(key) ? key : key_file),
+         m.path(m.has(key) ? key : key_file),
+         "the " + key
+           + " may hold only visible ASCII characters (no spaces or "
+             "control characters)");
+  return result;
+}
+
+std::vector<std::string> parser::read_origins(const map_reader& m) {
+  std::vector<std::string> result;
+  auto x = m.get("allowed_origins");
+  if (!x)
+    return result;
+  auto path = m.path("allowed_origins");
+  auto items = read_list(*x, path, "a list of origins");
+  for (size_t i = 0; i < items.size(); ++i) {
+    auto item_path = indexed(path, i);
+    auto origin = read_string(items[i], item_path);
+    auto scheme_end = origin.find("://");
+    auto well_formed
+      = origin == "*"
+        || (scheme_end != std::string::npos && scheme_end > 0
+            && origin.size() > scheme_end + 3
+            && origin.find('/', scheme_end + 3) == std::string::npos);
+    if (!well_formed)
+      bad_value(items[i], item_path, origin,
+                "an origin such as \"https://app.example.com\" (scheme, host "
+                "and optional port, no path) or \"*\"");
+    result.push_back(std::move(origin));
+  }
+  return result;
+}
+
+std::vector<std::string> parser::read_hosts(const map_reader& m) {
+  std::vector<std::string> result;
+  auto x = m.get("allowed_hosts");
+  if (!x)
+    return result;
+  auto path = m.path("allowed_hosts");
+  auto items = read_list(*x, path, "a list of host names");
+  for (size_t i = 0; i < items.size(); ++i) {
+    auto item_path = indexed(path, i);
+    auto host = read_string(items[i], item_path);
+    auto bad_char = [](char c) {
+      return c <= ' ' || c >= 0x7f || c == '/' || c == '@';
+    };
+    if (host.empty() || std::any_of(host.begin(), host.end(), bad_char))
+      bad_value(items[i], item_path, host,
+                "a host name or address, optionally with :port");
+    result.push_back(std::move(host));
+  }
+  return result;
+}
+
+void parser::read_rate_limit(const map_reader& m, rate_limit_config& cfg) {
+  if (auto x = m.get("per_second"))
+    cfg.per_second = read_number(*x, m.path("per_second"), 0.0, 1e6);
+  if (auto x = m.get("burst"))
+    cfg.burst
+      = static_cast<size_t>(read_int(*x, m.path("burst"), 1, 1'000'000));
+}
+
+void parser::read_tls(const map_reader& m, tls_config& cfg) {
+  auto read_file = [&](const char* key, std::string& out) {
+    auto x = m.get(key);
+    if (!x)
+      return;
+    out = read_string(*x, m.path(key));
+    if (!std::ifstream{out})
+      bad_value(*x, m.path(key), out, "a readable PEM file");
+  };
+  read_file("certificate_file", cfg.certificate_file);
+  read_file("key_file", cfg.key_file);
+  if (cfg.certificate_file.empty() != cfg.key_file.empty()) {
+    auto missing = cfg.key_file.empty() ? "key_file" : "certificate_file";
+    fail(m.line(), m.path(missing),
+         "TLS needs both certificate_file and key_file");
+  }
+  if (auto x = m.get("min_version"))
+    cfg.min_version = read_enum(*x, m.path("min_version"), tls_versions);
 }
 
 // -- providers ----------------------------------------------------------------
@@ -351,6 +518,8 @@ void parser::read_http_limits(const map_reader& m, provider_config& cfg) {
   if (auto x = m.get("max_tokens"))
     cfg.max_tokens
       = static_cast<uint32_t>(read_int(*x, m.path("max_tokens"), 1, 1'000'000));
+  if (auto x = m.get("max_response_bytes"))
+    cfg.max_response_bytes = read_size(*x, m.path("max_response_bytes"), 1024);
 }
 
 scripted_step parser::read_step(const YAML::Node& node,
@@ -505,6 +674,17 @@ void parser::read_threads(const map_reader& m, thread_defaults& cfg) {
       = static_cast<size_t>(read_int(*x, m.path("max_inbox"), 1, no_limit));
   if (auto x = m.get("turn_timeout"))
     cfg.turn_timeout = read_duration(*x, m.path("turn_timeout"), true);
+  if (auto x = m.get("max_live"))
+    cfg.max_live
+      = static_cast<size_t>(read_int(*x, m.path("max_live"), 1, no_limit));
+  if (auto x = m.get("max_stored_threads"))
+    cfg.max_stored_threads = static_cast<size_t>(
+      read_int(*x, m.path("max_stored_threads"), 0, no_limit));
+  if (auto x = m.get("max_reply_bytes"))
+    cfg.max_reply_bytes = read_size(*x, m.path("max_reply_bytes"), 64);
+  if (auto x = m.get("max_tool_output_bytes"))
+    cfg.max_tool_output_bytes = read_size(*x, m.path("max_tool_output_bytes"),
+                                          64);
 }
 
 void parser::read_supervision(const map_reader& m, supervision_config& cfg) {
@@ -567,16 +747,23 @@ void parser::read_logging(const map_reader& m, logging_config& cfg) {
 void parser::read_storage(const map_reader& m, storage_config& cfg) {
   if (auto x = m.get("sync"))
     cfg.sync = read_bool(*x, m.path("sync"));
-  if (auto x = m.get("fault_injection"))
-    cfg.fault_injection = read_bool(*x, m.path("fault_injection"));
   if (auto x = m.get("request_timeout"))
     cfg.request_timeout = read_duration(*x, m.path("request_timeout"), true);
+}
+
+void parser::read_chaos(const map_reader& m, chaos_config& cfg) {
+  if (auto x = m.get("kill"))
+    cfg.kill = read_bool(*x, m.path("kill"));
+  if (auto x = m.get("disk"))
+    cfg.disk = read_bool(*x, m.path("disk"));
 }
 
 // -- checks across fields -----------------------------------------------------
 
 void parser::validate(const node_config& cfg) const {
   check_frame_sizes(cfg.gateway);
+  check_gateway_auth(cfg.gateway);
+  check_header_values(cfg.providers);
   check_backoff_bounds(cfg.supervision);
   check_providers(cfg.providers);
   check_pools(cfg);
@@ -598,6 +785,68 @@ void parser::check_frame_sizes(const gateway_config& cfg) const {
          "expected at most gateway.max_frame_bytes ("
            + std::to_string(cfg.max_frame_bytes) + "), got "
            + std::to_string(cfg.max_text_bytes));
+}
+
+void parser::check_gateway_auth(const gateway_config& cfg) const {
+  if (!cfg.token.empty() || cfg.allow_unauthenticated
+      || is_loopback_host(cfg.host))
+    return;
+  fail(line("gateway.token", "gateway.host"), "gateway.token",
+       "the gateway listens on " + quote(cfg.host)
+         + ", which other machines can reach, but no client token is set: set "
+           "gateway.token (or gateway.token_file), or set "
+           "gateway.allow_unauthenticated: true to serve anyone who can "
+           "connect");
+}
+
+void parser::check_header_values(
+  const std::vector<provider_config>& providers) const {
+  // CR or LF in a value would let it add headers or end the request early.
+  auto has_line_break = [](const std::string& x) {
+    return x.find_first_of("\r\n") != std::string::npos;
+  };
+  for (size_t i = 0; i < providers.size(); ++i) {
+    auto prefix = indexed("providers", i);
+    if (has_line_break(providers[i].api_key))
+      fail(line(prefix + ".api_key", prefix), prefix + ".api_key",
+           "the API key contains a line break (CR or LF)");
+    for (auto& [name, value] : providers[i].headers)
+      if (has_line_break(value)) {
+        auto path = prefix + ".headers." + name;
+        fail(line(path, prefix), path,
+             "header values must not contain a line break (CR or LF)");
+      }
+  }
+}
+
+void parser::collect_warnings(node_config& cfg) const {
+  auto& out = cfg.warnings;
+  auto& gw = cfg.gateway;
+  if (gw.allow_unauthenticated && gw.token.empty()
+      && !is_loopback_host(gw.host))
+    out.push_back("gateway.allow_unauthenticated is true: anyone who can "
+                  "reach "
+                  + gw.host + ":" + std::to_string(gw.port)
+                  + " can read and write every thread");
+  if (gw.allow_query_token)
+    out.push_back("gateway.allow_query_token is true: tokens in URLs can end "
+                  "up in proxy logs and browser history");
+  for (size_t i = 0; i < cfg.providers.size(); ++i) {
+    auto& p = cfg.providers[i];
+    if (!p.api_key.empty() && p.base_url.compare(0, 7, "http://") == 0)
+      out.push_back(indexed("providers", i)
+                    + ".base_url is http://, so "
+                      "the API key of provider "
+                    + quote(p.name) + " travels unencrypted");
+  }
+  if (!cfg.storage.sync)
+    out.push_back("storage.sync is false: acknowledged messages can be lost "
+                  "when the machine crashes");
+  if (cfg.chaos.kill)
+    out.push_back("chaos.kill is true: admin clients can kill any actor");
+  if (cfg.chaos.disk)
+    out.push_back("chaos.disk is true: admin clients can make every disk "
+                  "write fail");
 }
 
 void parser::check_backoff_bounds(const supervision_config& cfg) const {

@@ -354,12 +354,12 @@ public:
   void enqueue(std::string frame) {
     if (!opened_ || closing_ || finished_)
       return;
+    queued_bytes_ += frame.size();
     queue_.push_back(std::move(frame));
-    if (queue_.size() > srv_->cfg().max_queued_frames) {
+    if (queued_bytes_ > srv_->cfg().max_queued_bytes) {
       srv_->ctr().slow_client_disconnects.fetch_add(1,
                                                     std::memory_order_relaxed);
-      // Keep the frame being written: its buffer is in use.
-      queue_.erase(queue_.begin() + (writing_ ? 1 : 0), queue_.end());
+      drop_queue();
       start_close(websocket::close_code::policy_error, "client too slow");
       return;
     }
@@ -399,10 +399,7 @@ public:
     if (finished_)
       return;
     finished_ = true;
-    // Keep the frame being written: its buffer is in use until the write
-    // completes (with an error, the socket being closed).
-    queue_.erase(queue_.begin() + (writing_ && !queue_.empty() ? 1 : 0),
-                 queue_.end());
+    drop_queue();
     if (guard_)
       guard_->cancel();
     srv_->remove_ws(id_);
@@ -418,6 +415,16 @@ public:
   }
 
 private:
+  /// Frees the queued frames, keeping the one being written: its buffer is
+  /// in use until the write completes (with an error once the socket is
+  /// closed).
+  void drop_queue() {
+    auto keep = writing_ && !queue_.empty() ? 1 : 0;
+    queue_.erase(queue_.begin() + keep, queue_.end());
+    queued_bytes_ = keep != 0 ? queue_.front().size() : 0;
+    queue_.shrink_to_fit();
+  }
+
   void on_accept(error_code err) {
     req_.reset();
     if (err || closing_ || srv_->stopping()) {
@@ -496,11 +503,14 @@ private:
       // The pending read fails too once the socket is closed.
       beast::get_lowest_layer(ws_).socket().close(ignored_);
       queue_.clear();
+      queued_bytes_ = 0;
       return;
     }
     srv_->ctr().frames_out.fetch_add(1, std::memory_order_relaxed);
-    if (!queue_.empty())
+    if (!queue_.empty()) {
+      queued_bytes_ -= queue_.front().size();
       queue_.pop_front();
+    }
     if (!queue_.empty() && !closing_)
       do_write();
   }
@@ -512,6 +522,8 @@ private:
   beast::flat_buffer buf_;
   std::optional<request> req_;
   std::deque<std::string> queue_;
+  /// Bytes of the frames in `queue_`.
+  size_t queued_bytes_ = 0;
   std::unique_ptr<net::steady_timer> guard_;
   error_code ignored_;
   bool writing_ = false;

@@ -20,25 +20,98 @@
 
 namespace keel {
 
+/// TLS on the gateway (`gateway.tls:`): wss:// and https:// instead of ws://
+/// and http://. Off while `certificate_file` is empty.
+struct tls_config {
+  /// PEM certificate chain presented to clients.
+  std::string certificate_file;
+  /// PEM private key of the certificate.
+  std::string key_file;
+  /// Oldest protocol version accepted: "1.2" or "1.3".
+  std::string min_version = "1.2";
+
+  bool enabled() const {
+    return !certificate_file.empty();
+  }
+};
+
+/// A token bucket per WebSocket connection (`gateway.rate_limit:`): frames
+/// beyond it are answered with a `rate_limited` error frame and dropped.
+struct rate_limit_config {
+  /// Frames per second refilled into the bucket; 0 turns the limit off.
+  double per_second = 50;
+  /// Frames a client may send at once after being quiet.
+  size_t burst = 100;
+};
+
 /// WebSocket/HTTP gateway settings (`gateway:`).
 struct gateway_config {
   /// Address to listen on.
   std::string host = "127.0.0.1";
   /// TCP port; 0 picks a free port (printed at startup).
   uint16_t port = 8080;
-  /// When non-empty, clients must present this token (Authorization: Bearer
-  /// or `?token=`); the upgrade is refused with 401 otherwise.
+  /// The client token (`token:` or the first line of `token_file:`): when
+  /// non-empty, WebSocket upgrades must present it (or the admin token). A
+  /// gateway on a non-loopback address refuses to start without one unless
+  /// `allow_unauthenticated` is set.
   std::string token;
-  /// Largest WebSocket message accepted; larger ones close with 1009.
+  /// The admin token (`admin_token:` or `admin_token_file:`) for
+  /// `/api/v1/*`. When empty, the admin API is open on a loopback gateway
+  /// (or with `allow_unauthenticated`) and answers 403 everywhere else.
+  std::string admin_token;
+  /// Explicitly serve clients without a token on a non-loopback address.
+  bool allow_unauthenticated = false;
+  /// Accept tokens in URLs (`?token=`) as well as in `Authorization`.
+  bool allow_query_token = false;
+  /// Browser origins ("https://app.example.com") whose pages may open
+  /// WebSockets; "*" allows any. Besides these, only the gateway's own
+  /// origin is accepted. Requests without `Origin` (non-browser clients)
+  /// are unaffected.
+  std::vector<std::string> allowed_origins;
+  /// Names clients may use in `Host` besides the listen address and, on a
+  /// loopback gateway, localhost, 127.0.0.1 and [::1] (stops DNS rebinding).
+  /// A gateway on a wildcard address (0.0.0.0, ::) with none listed accepts
+  /// any `Host`.
+  std::vector<std::string> allowed_hosts;
+  /// Largest WebSocket message (and HTTP body) accepted; larger WebSocket
+  /// messages close with 1009.
   size_t max_frame_bytes = 1 << 20;
   /// Longest message text accepted in a `send` frame (bytes of UTF-8).
   size_t max_text_bytes = 64 * 1024;
-  /// Connections above this are refused with 503.
+  /// WebSocket and HTTP connections together; above this new ones are
+  /// refused with 503. The node raises RLIMIT_NOFILE to fit it at start.
   size_t max_connections = 10000;
-  /// Frames queued for one slow client before it is disconnected.
-  size_t max_queued_frames = 4096;
+  /// Bytes of outgoing frames queued for one client; a client whose queue
+  /// grows past this is disconnected (1008, "client too slow").
+  size_t max_queued_bytes = 4 << 20;
+  /// A write that makes no progress for this long disconnects the client.
+  caf::timespan write_timeout = std::chrono::seconds{30};
+  /// Bytes of message texts in one `history` page; a page stops early
+  /// (with `more: true`) when the next message would pass this.
+  size_t max_history_bytes = 1 << 20;
+  /// Frames per connection per second.
+  rate_limit_config rate_limit;
   /// Threads running the network I/O.
   size_t io_threads = 1;
+  /// wss:// and https://.
+  tls_config tls;
+};
+
+/// Returns whether `host` names the loopback interface only: "localhost",
+/// an address in 127.0.0.0/8 or ::1.
+bool is_loopback_host(std::string_view host);
+
+/// Returns whether `host` is a wildcard listen address (0.0.0.0 or ::).
+bool is_wildcard_host(std::string_view host);
+
+/// Endpoints that break the node on purpose (`chaos:`), for chaos tests.
+/// Both need the admin token and are off by default.
+struct chaos_config {
+  /// `POST /api/v1/kill`: kill an actor by path.
+  bool kill = false;
+  /// `POST /api/v1/chaos/disk`: make RocksDB's writes fail (EIO or disk
+  /// full) in the running node.
+  bool disk = false;
 };
 
 /// One step of a scripted provider (`providers[].script[]`).
@@ -104,6 +177,9 @@ struct provider_config {
   bool stream = true;
   /// `max_tokens` of every request.
   uint32_t max_tokens = 1024;
+  /// Largest response body (or whole event stream) read from the provider;
+  /// a larger one fails the call as a `format` error.
+  size_t max_response_bytes = 8 << 20;
 };
 
 /// Returns whether `kind` is one of the HTTP provider kinds.
@@ -141,6 +217,18 @@ struct thread_defaults {
   /// A turn that takes longer than this ends with a descriptive error. Twice
   /// the providers' default `total_timeout`: room for one failover.
   caf::timespan turn_timeout = std::chrono::minutes{4};
+  /// Conversations live in memory at once on this node; when a new one
+  /// would pass this, the idlest live one passivates first.
+  size_t max_live = 10000;
+  /// Threads stored on the node (all created through its one client token);
+  /// a `send` or `spawn` that would create one more is refused with
+  /// `thread_limit`. 0: no limit.
+  size_t max_stored_threads = 0;
+  /// A provider's reply text longer than this is cut to it (at a UTF-8
+  /// boundary, marked as cut) before it enters the thread's context.
+  size_t max_reply_bytes = 256 * 1024;
+  /// Tool output longer than this is cut the same way.
+  size_t max_tool_output_bytes = 64 * 1024;
 };
 
 /// How a supervisor reacts when one of its children exits abnormally.
@@ -237,9 +325,6 @@ struct storage_config {
   /// Sync every acknowledged write (the contract; turn off only for tests
   /// of throughput ceilings, never in production).
   bool sync = true;
-  /// Chaos testing only: lets `POST /api/v1/chaos/disk` make RocksDB's
-  /// writes fail (EIO or disk full) in the running node. Off by default.
-  bool fault_injection = false;
   /// How long a conversation waits for each storage request (an accept, a
   /// commit, a load) before it treats the outcome as unknown: the request
   /// may still land, and the conversation reads the store back to learn.
@@ -259,6 +344,10 @@ struct node_config {
   supervision_config supervision;
   logging_config logging;
   storage_config storage;
+  chaos_config chaos;
+  /// Settings that are valid but risky, one sentence each naming the key;
+  /// `keel-node` logs them as warnings at start.
+  std::vector<std::string> warnings;
   /// Where this configuration came from (file path or "<default>").
   std::string source = "<default>";
 

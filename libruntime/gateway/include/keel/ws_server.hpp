@@ -70,8 +70,8 @@ public:
   virtual uint16_t port() const = 0;
 
   /// Queues a text frame for a connection. Thread-safe, never blocks; frames
-  /// for a closed connection are dropped. A connection whose queue exceeds
-  /// `max_queued_frames` is closed (1008, "client too slow").
+  /// for a closed connection are dropped. A connection whose queued frames
+  /// exceed `max_queued_bytes` is closed (1008, "client too slow").
   virtual void send(connection_id conn, std::string frame) = 0;
 
   /// Answers an HTTP request handed to `on_http`. Thread-safe.
