@@ -114,8 +114,8 @@ CAF_TEST(a new thread beyond max_stored_threads is refused) {
   auto c = send(*ws, "c", "m1");
   CAF_CHECK_EQUAL(c["type"], "error");
   CAF_CHECK_EQUAL(c["code"], "thread_limit");
-  CAF_CHECK(contains(c["message"].get<std::string>(),
-                     "threads.max_stored_threads 2"));
+  CAF_CHECK(
+    contains(c["message"].get<std::string>(), "threads.max_stored_threads 2"));
   // Existing threads keep working, also after a restart (counted from the
   // store again).
   node.stop();
@@ -129,10 +129,9 @@ CAF_TEST(a new thread beyond max_stored_threads is refused) {
 
 CAF_TEST(risky settings are logged as warnings at start) {
   temp_dir dir{"keel-limits"};
-  node_process node{dir.str(),
-                    node_yaml(dir, "",
-                              "storage:\n  sync: false\n"
-                              "chaos:\n  kill: true\n")};
+  node_process node{dir.str(), node_yaml(dir, "",
+                                         "storage:\n  sync: false\n"
+                                         "chaos:\n  kill: true\n")};
   auto log = node.stderr_text();
   CAF_CHECK(contains(log, "storage.sync is false"));
   CAF_CHECK(contains(log, "chaos.kill is true"));

@@ -42,11 +42,10 @@ caf::error ensure_fd_limit(size_t max_connections, size_t store_files) {
   auto before = rl.rlim_cur;
   rl.rlim_cur = needed;
   if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
-    return caf::make_error(ec::config_invalid,
-                           "cannot raise the open files limit to "
-                             + std::to_string(needed)
-                             + " for gateway.max_connections: "
-                             + std::strerror(errno));
+    return caf::make_error(
+      ec::config_invalid,
+      "cannot raise the open files limit to " + std::to_string(needed)
+        + " for gateway.max_connections: " + std::strerror(errno));
   spdlog::info("raised the open files limit from {} to {} for "
                "gateway.max_connections {}",
                before, needed, max_connections);
