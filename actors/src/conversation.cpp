@@ -26,6 +26,8 @@ conversation_config make_conversation_config(const thread_defaults& defaults,
   cfg.idle_timeout = defaults.idle_timeout;
   cfg.turn_timeout = defaults.turn_timeout;
   cfg.max_inbox = defaults.max_inbox;
+  cfg.max_reply_bytes = defaults.max_reply_bytes;
+  cfg.max_tool_output_bytes = defaults.max_tool_output_bytes;
   return cfg;
 }
 
@@ -107,13 +109,17 @@ void finish_commit(conversation_state& st, turn_commit& commit, log_kind kind,
 }
 
 // Turns the reply's tool calls into text and messages to children (spawned
-// before the commit, as `spawns` says).
+// before the commit, as `spawns` says). The reply's text, each line a call
+// adds and each message to a child are bounded (`max_reply_bytes`,
+// `max_tool_output_bytes`) before they enter any thread's context.
 std::string apply_tool_calls(conversation_state& st, turn_commit& commit,
                              const completion& reply, millis now,
                              const spawn_outcomes& spawns) {
-  auto text = reply.text;
-  auto note = [&text](const std::string& line) {
-    text += (text.empty() ? "" : "\n") + line;
+  auto text = bound_text(reply.text, st.cfg.max_reply_bytes, "reply");
+  auto max_tool = st.cfg.max_tool_output_bytes;
+  auto note = [&text, max_tool](const std::string& line) {
+    text += (text.empty() ? "" : "\n")
+            + bound_text(line, max_tool, "tool call");
   };
   for (auto& call : reply.tool_calls) {
     auto action = parse_agent_tool_call(call, st.cfg.thread);
@@ -141,8 +147,11 @@ std::string apply_tool_calls(conversation_state& st, turn_commit& commit,
       note("[spawned agent " + act.child + "]");
     else
       note("[message to agent " + act.child + "]");
-    commit.outbox.push_back(make_outbox_entry(
-      st, act.child, "[parent " + st.cfg.thread + "] " + act.text, now));
+    commit.outbox.push_back(
+      make_outbox_entry(st, act.child,
+                        "[parent " + st.cfg.thread + "] "
+                          + bound_text(act.text, max_tool, "message to agent"),
+                        now));
   }
   return text;
 }
@@ -521,7 +530,7 @@ void spawn_then_commit(self_ptr self, completion reply) {
         },
         [state, child, finish](caf::error& err) {
           if (err == ec::conflict || err == ec::thread_closed
-              || err == ec::not_found)
+              || err == ec::not_found || err == ec::thread_limit)
             state->outcomes.refused.emplace(child, error_message(err));
           else if (!state->retry)
             state->retry = std::move(err);
@@ -774,9 +783,13 @@ void accept(self_ptr self, caf::typed_response_promise<accept_result> rp,
         accepted(self, seq, entry, wrote_session, res);
       },
       [self, seq](caf::error& err) {
+        // Refused before anything was staged: it cannot land later.
+        auto refused = err == ec::thread_limit;
         answer_accept(self, seq, std::move(err));
-        self->state.unsure_accepts = true;
-        adopt_late_accepts(self);
+        if (!refused) {
+          self->state.unsure_accepts = true;
+          adopt_late_accepts(self);
+        }
         drain(self);
       });
 }
@@ -881,6 +894,16 @@ void passivate(self_ptr self) {
           });
 }
 
+// The orchestrator needs room under `threads.max_live`: passivates now,
+// through the same path as the idle timer, if nothing is pending; answers
+// whether it does.
+bool passivate_now(self_ptr self) {
+  if (!self->state.idle())
+    return false;
+  passivate(self);
+  return true;
+}
+
 // Takes a message (from a client or another thread), deferred until loaded.
 caf::result<accept_result> receive(self_ptr self, incoming_message msg,
                                    uint64_t route) {
@@ -973,6 +996,7 @@ conversation(conversation_actor::stateful_pointer<conversation_state> self,
     [self](atom::drain) { retry_turn(self); },
     [self](atom::readback) { adopt_late_accepts(self); },
     [self](atom::idle) { idle_timer_fired(self); },
+    [self](atom::passivate) { return passivate_now(self); },
   };
 }
 

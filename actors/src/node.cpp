@@ -10,6 +10,7 @@
 
 #include "keel/actors.hpp"
 #include "keel/conversation.hpp"
+#include "keel/fd_limit.hpp"
 #include "keel/gateway_bridge.hpp"
 #include "keel/logging.hpp"
 #include "keel/lookup.hpp"
@@ -31,15 +32,18 @@ child_spec persistence_child(const node_config& cfg, const store_options& opts,
   auto db_dir = (std::filesystem::path{cfg.data_dir} / "db").string();
   // One recovery on boot per tree, by the first persistence incarnation.
   auto boot_recovery = std::make_shared<std::atomic<bool>>(true);
-  return {"persistence", names::persistence,
-          [db_dir, opts, detached, boot_recovery](caf::local_actor* parent) {
-            persistence_config pcfg{db_dir, opts, boot_recovery};
-            if (detached)
-              return caf::actor_cast<caf::actor>(
-                parent->spawn<caf::detached>(persistence, pcfg));
-            return caf::actor_cast<caf::actor>(
-              parent->spawn(persistence, pcfg));
-          }};
+  return {
+    "persistence", names::persistence,
+    [db_dir, opts, detached, boot_recovery,
+     max_threads = cfg.threads.max_stored_threads,
+     max_history = cfg.gateway.max_history_bytes](caf::local_actor* parent) {
+      persistence_config pcfg{db_dir, opts, boot_recovery, max_threads,
+                              max_history};
+      if (detached)
+        return caf::actor_cast<caf::actor>(
+          parent->spawn<caf::detached>(persistence, pcfg));
+      return caf::actor_cast<caf::actor>(parent->spawn(persistence, pcfg));
+    }};
 }
 
 // The dynamic supervisor of conversations, one per thread.
@@ -106,10 +110,11 @@ root_spec(const node_config& cfg, std::shared_ptr<ws_server> server,
   providers_child.supervisor = true;
   sup.children.push_back(std::move(providers_child));
   sup.children.push_back(conversations_child(cfg));
+  orchestrator_config ocfg;
+  ocfg.max_live = cfg.threads.max_live;
   sup.children.push_back(
-    {"orchestrator", names::orchestrator, [](caf::local_actor* parent) {
-       return caf::actor_cast<caf::actor>(
-         parent->spawn(orchestrator, orchestrator_config{}));
+    {"orchestrator", names::orchestrator, [ocfg](caf::local_actor* parent) {
+       return caf::actor_cast<caf::actor>(parent->spawn(orchestrator, ocfg));
      }});
   if (server)
     sup.children.push_back(gateway_child(cfg, std::move(server), opts.faults));
@@ -237,6 +242,14 @@ void node::stop() {
 int run_node(const node_config& cfg) {
   if (auto err = init_logging(cfg.logging.level, cfg.logging.file)) {
     std::cerr << "keel-node: " << cfg.source << ": " << render(err) << '\n';
+    return 2;
+  }
+  for (auto& warning : cfg.warnings)
+    spdlog::warn("{}: {}", cfg.source, warning);
+  if (auto err = ensure_fd_limit(cfg.gateway.max_connections,
+                                 store_max_open_files)) {
+    spdlog::error("cannot start node '{}': {}", cfg.name, render(err));
+    std::cerr << "keel-node: cannot start: " << error_message(err) << '\n';
     return 2;
   }
   // Signals are taken by a dedicated thread (sigwait), so block them in

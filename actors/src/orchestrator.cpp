@@ -20,6 +20,32 @@ bool orchestrator_state::may_passivate(const thread_entry& entry,
          && (last_seen >= entry.routed || entry.floor >= entry.routed);
 }
 
+bool orchestrator_state::at_live_limit() const {
+  if (threads.size() < cfg.max_live)
+    return false;
+  auto live = std::count_if(threads.begin(), threads.end(), [](auto& x) {
+    return !x.second.stopping && !x.second.evicting;
+  });
+  return static_cast<size_t>(live) >= cfg.max_live;
+}
+
+std::string
+orchestrator_state::idlest(const std::string& thread,
+                           const std::vector<std::string>& skip) const {
+  const std::string* result = nullptr;
+  uint64_t oldest = std::numeric_limits<uint64_t>::max();
+  for (auto& [id, entry] : threads) {
+    if (entry.stopping || entry.evicting || id == thread
+        || std::find(skip.begin(), skip.end(), id) != skip.end())
+      continue;
+    if (result == nullptr || entry.routed < oldest) {
+      result = &id;
+      oldest = entry.routed;
+    }
+  }
+  return result != nullptr ? *result : std::string{};
+}
+
 uint64_t orchestrator_state::hold(caf::response_promise rp) {
   auto id = ++last_hold;
   held.emplace(id, std::move(rp));
@@ -98,13 +124,61 @@ void ensure_started(self_ptr self, const std::string& thread,
           });
 }
 
+void release(self_ptr self, const std::string& thread);
+
+// Makes room for `thread` under `max_live`: asks the idlest live
+// conversation to passivate (through the idle timeout's path, so nothing
+// acknowledged is lost and its races are handled there); one that is busy
+// declines and the next idlest is asked, up to `eviction_tries` of them.
+// Then `thread` starts with the work queued for it. While every live
+// conversation is busy the limit is passed; idle ones passivate later.
+void make_room(self_ptr self, const std::string& thread,
+               std::vector<std::string> declined) {
+  auto& st = self->state;
+  auto victim = st.idlest(thread, declined);
+  auto sup = conversations(self);
+  if (victim.empty() || !sup || declined.size() >= st.cfg.eviction_tries) {
+    release(self, thread);
+    return;
+  }
+  st.threads[victim].evicting = true;
+  auto declined_by = [self, thread, victim, declined]() mutable {
+    auto i = self->state.threads.find(victim);
+    if (i != self->state.threads.end())
+      i->second.evicting = false;
+    declined.push_back(victim);
+    make_room(self, thread, std::move(declined));
+  };
+  self
+    ->request(sup, st.cfg.request_timeout, atom::forward_v, victim,
+              caf::make_message(atom::passivate_v))
+    .then(
+      [self, thread, declined_by](bool passivating) mutable {
+        if (!passivating) {
+          declined_by();
+          return;
+        }
+        ++self->state.evictions;
+        release(self, thread);
+      },
+      [declined_by](caf::error&) mutable { declined_by(); });
+}
+
 // Runs `work` on the thread's conversation: now, or once a passivating
-// conversation is gone (the work then starts a new one).
+// conversation is gone (the work then starts a new one), or, for a new
+// conversation at `max_live`, once room is made for it.
 void when_routable(self_ptr self, const std::string& thread,
                    std::function<void()> work) {
   auto i = self->state.threads.find(thread);
   if (i != self->state.threads.end() && i->second.stopping) {
     i->second.queued.push_back(std::move(work));
+    return;
+  }
+  if (i == self->state.threads.end() && self->state.at_live_limit()) {
+    auto& entry = self->state.threads[thread];
+    entry.stopping = true; // Work for it queues until `make_room` is done.
+    entry.queued.push_back(std::move(work));
+    make_room(self, thread, {});
     return;
   }
   ensure_started(self, thread);
@@ -134,7 +208,9 @@ void forward(self_ptr self, caf::response_promise& rp,
     return;
   }
   auto seq = next_route_seq();
-  self->state.threads[thread].routed = seq;
+  auto& entry = self->state.threads[thread];
+  entry.routed = seq;
+  entry.evicting = false; // Work came: it stays unless it passivates.
   if (msg.from.empty())
     rp.delegate(sup, atom::forward_v, thread,
                 caf::make_message(atom::accept_v, std::move(msg.client_id),
@@ -158,31 +234,34 @@ caf::result<accept_result> route(self_ptr self, const std::string& thread,
   return rp;
 }
 
+// A passivating conversation is gone (or room was made for a new one): runs
+// what queued for the thread meanwhile, in order, on a new conversation.
+void release(self_ptr self, const std::string& thread) {
+  auto i = self->state.threads.find(thread);
+  // Gone with its supervisor (see conversations_lost), perhaps started
+  // again since: not ours to release.
+  if (i == self->state.threads.end() || !i->second.stopping)
+    return;
+  auto queued = std::move(i->second.queued);
+  self->state.threads.erase(i);
+  if (queued.empty())
+    return;
+  ensure_started(self, thread);
+  for (auto& work : queued)
+    work();
+}
+
 // Stops a passivating conversation, then runs what queued meanwhile.
 void stop_conversation(self_ptr self, const std::string& thread) {
-  auto release = [self, thread] {
-    auto i = self->state.threads.find(thread);
-    // Gone with its supervisor (see conversations_lost), perhaps started
-    // again since: not ours to release.
-    if (i == self->state.threads.end() || !i->second.stopping)
-      return;
-    auto queued = std::move(i->second.queued);
-    self->state.threads.erase(i);
-    if (queued.empty())
-      return;
-    ensure_started(self, thread);
-    for (auto& work : queued)
-      work();
-  };
   auto sup = conversations(self);
   if (!sup) {
-    release();
+    release(self, thread);
     return;
   }
   self
     ->request(sup, self->state.cfg.request_timeout, atom::stop_child_v, thread)
-    .then([release](caf::ok_atom) { release(); },
-          [release](caf::error&) { release(); });
+    .then([self, thread](caf::ok_atom) { release(self, thread); },
+          [self, thread](caf::error&) { release(self, thread); });
 }
 
 // Replaces the thread's conversation with one that loads the thread again:
@@ -570,6 +649,7 @@ orchestrator_actor::behavior_type orchestrator(self_ptr self,
       auto& st = self->state;
       return caf::make_result(uint64_t{st.threads.size()}, st.passivations);
     },
+    [self](atom::evictions) { return self->state.evictions; },
     [self](atom::recover) { recover(self); },
   };
 }

@@ -61,6 +61,10 @@ caf::error persistence_state::init(const persistence_config& cfg) {
   if (!opened)
     return std::move(opened.error());
   db = std::move(*opened);
+  max_stored_threads = cfg.max_stored_threads;
+  max_history_bytes = cfg.max_history_bytes;
+  if (auto err = count_threads())
+    return err;
   if (cfg.boot_recovery_pending && cfg.boot_recovery_pending->exchange(false)) {
     auto plan = plan_recovery(*db, true);
     if (!plan) {
@@ -77,6 +81,10 @@ caf::error persistence_state::flush() {
   auto err = db->flush();
   if (!err)
     reach(kill_point::batch_written);
+  counted_new.clear();
+  // A dropped group took its new threads with it.
+  if (err)
+    count_threads();
   auto replies = std::move(waiting);
   waiting.clear();
   for (auto& reply : replies)
@@ -128,9 +136,59 @@ caf::result<T> persistence_state::after_flush(T result) {
   return rp;
 }
 
+caf::error persistence_state::count_threads() {
+  if (max_stored_threads == 0)
+    return caf::none;
+  auto n = db->count_sessions();
+  if (!n) {
+    spdlog::warn("cannot count the stored threads: {}", render(n.error()));
+    return std::move(n.error());
+  }
+  stored_threads = *n;
+  return caf::none;
+}
+
+caf::expected<bool> persistence_state::admit_thread(const std::string& thread) {
+  if (counted_new.count(thread) > 0)
+    return false;
+  auto rec = db->session(thread);
+  if (rec)
+    return false;
+  if (rec.error() != ec::not_found)
+    return std::move(rec.error());
+  if (stored_threads >= max_stored_threads)
+    return caf::make_error(
+      ec::thread_limit, "thread '" + thread
+                          + "' cannot be created: the node stores "
+                          + std::to_string(stored_threads)
+                          + " threads, its limit (threads.max_stored_threads "
+                          + std::to_string(max_stored_threads)
+                          + "); existing threads keep working");
+  ++stored_threads;
+  counted_new.insert(thread);
+  return true;
+}
+
+namespace {
+
+// A thread admitted by `admit_thread` was not staged after all.
+void uncount(persistence_state& st, const std::string& thread) {
+  if (st.counted_new.erase(thread) > 0)
+    --st.stored_threads;
+}
+
+} // namespace
+
 caf::result<accept_result>
 persistence_state::accept(const accept_request& req) {
+  if (max_stored_threads > 0 && req.create_session) {
+    auto admitted = admit_thread(req.thread);
+    if (!admitted)
+      return std::move(admitted.error());
+  }
   auto result = db->stage_accept(req);
+  if (!result || result->duplicate)
+    uncount(*this, req.thread);
   if (!result)
     return result.error();
   // A duplicate known on disk is durable already (nothing staged).
@@ -179,7 +237,14 @@ caf::result<spawn_result> persistence_state::spawn(const std::string& parent,
   if (parent_rec->state == session_state::closed)
     return caf::make_error(ec::thread_closed,
                            "thread '" + parent + "' was cancelled");
+  if (max_stored_threads > 0) {
+    auto admitted = admit_thread(child);
+    if (!admitted)
+      return std::move(admitted.error());
+  }
   auto result = db->stage_spawn(make_spawn_request(parent, *parent_rec, child));
+  if (!result || !result->created)
+    uncount(*this, child);
   if (!result)
     return result.error();
   return after_flush(std::move(*result));
@@ -222,10 +287,17 @@ persistence_state::load(const std::string& thread) {
   // Reads see committed data only: the move commits now, with the group.
   if (auto err = flush())
     return err;
+  count_threads(); // The session may have moved to quarantine.
   snapshot = db->load_thread(thread);
   if (snapshot)
     snapshot->quarantined = true;
   return snapshot;
+}
+
+caf::result<history_page> persistence_state::history(const std::string& thread,
+                                                     seq_t after,
+                                                     uint64_t limit) {
+  return db->history(thread, after, limit, max_history_bytes);
 }
 
 caf::result<std::vector<std::string>>
@@ -302,8 +374,8 @@ persistence(persistence_actor::stateful_pointer<persistence_state> self,
       return self->state.load(thread);
     },
     [self](atom::history, const std::string& thread, seq_t after,
-           uint64_t limit) -> caf::result<history_page> {
-      return self->state.db->history(thread, after, limit);
+           uint64_t limit) {
+      return self->state.history(thread, after, limit);
     },
     [self](atom::inboxes) -> caf::result<std::vector<std::string>> {
       return self->state.db->threads_with_inbox();

@@ -1,5 +1,7 @@
 #define CAF_SUITE conversation
 
+#include <set>
+
 #include "node_fixture.hpp"
 #include "store_fixture.hpp"
 
@@ -108,6 +110,68 @@ struct failing_fixture : fixture {
     : fixture({match_step("fail", "overloaded"), match_step("crash", "", true),
                reply_step("re: {input}")}) {
     // nop
+  }
+};
+
+// Limits on what clients and providers control: two live conversations,
+// three stored threads, short replies and tool lines.
+struct limits_fixture : fixture {
+  limits_fixture() : fixture(config_with_limits()) {
+    // nop
+  }
+
+  static node_config config_with_limits() {
+    scripted_step tool_call{"tool", "ok", {}, "", false};
+    tool_call.tool_name = "weather";
+    tool_call.tool_arguments = R"({"city":"Zürich and a long way around"})";
+    scripted_step slow{"slow", "late", 10s, "", false};
+    auto cfg = scripted_config(fresh_data_dir(),
+                               {match_step("long", ""), tool_call, slow,
+                                reply_step("re: {input}")});
+    cfg.providers.front().script.front().reply = "long: Grüße {input}";
+    cfg.threads.max_live = 2;
+    cfg.threads.max_stored_threads = 3;
+    // Both cut inside a two-byte character.
+    cfg.threads.max_reply_bytes = 9;
+    cfg.threads.max_tool_output_bytes = 30;
+    return cfg;
+  }
+
+  uint64_t evictions() {
+    auto hdl = self->request(orchestrator(), caf::infinite, atom::evictions_v);
+    consume_messages();
+    uint64_t result = 0;
+    hdl.receive([&](uint64_t n) { result = n; },
+                [&](caf::error& err) { CAF_FAIL(render(err)); });
+    return result;
+  }
+
+  std::set<std::string> live_threads() {
+    std::set<std::string> result;
+    for (auto& child : conversations())
+      result.insert(child.id);
+    return result;
+  }
+
+  caf::expected<spawn_result> spawn(const std::string& parent,
+                                    const std::string& child) {
+    auto hdl = self->request(orchestrator(), caf::infinite, atom::spawn_v,
+                             parent, child);
+    consume_messages();
+    caf::expected<spawn_result> result{caf::error{}};
+    hdl.receive([&](spawn_result& res) { result = res; },
+                [&](caf::error& err) { result = std::move(err); });
+    return result;
+  }
+
+  history_page page(const std::string& thread, seq_t after) {
+    auto hdl = self->request(persistence(), caf::infinite, atom::history_v,
+                             thread, after, uint64_t{1000});
+    consume_messages();
+    history_page result;
+    hdl.receive([&](history_page& x) { result = std::move(x); },
+                [&](caf::error& err) { CAF_FAIL(render(err)); });
+    return result;
   }
 };
 
@@ -536,6 +600,117 @@ CAF_TEST(a turn that outlives the turn timeout ends with an error) {
   CAF_REQUIRE_EQUAL(log.size(), 2u);
   CAF_CHECK_EQUAL(log[1].kind, log_kind::error);
   CAF_CHECK_EQUAL(log[1].text, turn_errors::provider_timeout);
+}
+
+CAF_TEST_FIXTURE_SCOPE_END()
+
+CAF_TEST_FIXTURE_SCOPE(limits_tests, limits_fixture)
+
+CAF_TEST(a new thread at max_live passivates the idlest live one first) {
+  CAF_REQUIRE(send("a", "1", "one"));
+  CAF_REQUIRE(send("b", "1", "one"));
+  CAF_CHECK_EQUAL(live_threads(), (std::set<std::string>{"a", "b"}));
+  // "a" was routed to least recently: it makes room for "c".
+  CAF_REQUIRE(send("c", "1", "one"));
+  CAF_CHECK_EQUAL(live_threads(), (std::set<std::string>{"b", "c"}));
+  CAF_CHECK_EQUAL(evictions(), 1u);
+  auto snap = self->request(persistence(), caf::infinite, atom::load_v,
+                            std::string{"a"});
+  consume_messages();
+  snap.receive(
+    [](thread_snapshot& x) {
+      CAF_CHECK_EQUAL(std::string{to_string(x.session.state)}, "SUSPENDED");
+    },
+    [](caf::error& err) { CAF_FAIL(render(err)); });
+  // Its next message brings it back (now "b" is the idlest) with its
+  // history intact.
+  auto res = send("a", "2", "two");
+  CAF_REQUIRE(res);
+  CAF_CHECK_EQUAL(res->seq, 3u);
+  CAF_CHECK_EQUAL(live_threads(), (std::set<std::string>{"a", "c"}));
+  CAF_CHECK_EQUAL(evictions(), 2u);
+  CAF_CHECK_EQUAL(texts(history("a")),
+                  (std::vector<std::string>{"user:one", "reply:re: one",
+                                            "user:two", "reply:re: two"}));
+  CAF_CHECK_EQUAL(history("b").size(), 2u);
+}
+
+CAF_TEST(a busy conversation is not passivated to make room) {
+  // "a" is the least recently routed, but its turn is in flight: "b" goes.
+  CAF_REQUIRE(send("a", "1", "slow"));
+  CAF_REQUIRE(send("b", "1", "one"));
+  CAF_REQUIRE(send("c", "1", "one"));
+  CAF_CHECK_EQUAL(live_threads(), (std::set<std::string>{"a", "c"}));
+  CAF_CHECK_EQUAL(evictions(), 1u);
+  advance(11s);
+  CAF_CHECK_EQUAL(texts(history("a")),
+                  (std::vector<std::string>{"user:slow", "reply:late"}));
+}
+
+CAF_TEST(a thread beyond max_stored_threads is refused and others work on) {
+  CAF_REQUIRE(send("a", "1", "one"));
+  CAF_REQUIRE(send("b", "1", "one"));
+  CAF_REQUIRE(spawn("a", "a.child"));
+  auto refused = send("c", "1", "one");
+  CAF_REQUIRE(!refused);
+  CAF_CHECK_EQUAL(error_code_name(refused.error()), "thread_limit");
+  auto why = error_message(refused.error());
+  CAF_CHECK(why.find("threads.max_stored_threads") != std::string::npos);
+  CAF_CHECK(why.find("3") != std::string::npos);
+  auto child = spawn("b", "b.child");
+  CAF_REQUIRE(!child);
+  CAF_CHECK_EQUAL(error_code_name(child.error()), "thread_limit");
+  // Existing threads keep working, the refused one holds nothing.
+  CAF_CHECK(send("a", "2", "two"));
+  CAF_CHECK(send("a.child", "1", "hi"));
+  CAF_CHECK(history("c").empty());
+  // Counted from the store after a restart.
+  stop();
+  start();
+  CAF_CHECK(!send("c", "1", "one"));
+  CAF_CHECK(send("b", "2", "two"));
+  CAF_CHECK_EQUAL(history("b").size(), 4u);
+}
+
+CAF_TEST(a long reply and a long tool call are cut before the context) {
+  CAF_REQUIRE(send("t", "1", "long story"));
+  auto log = history("t");
+  CAF_REQUIRE_EQUAL(log.size(), 2u);
+  // "long: Grüße long story" is cut at 9 bytes, before the 'ü' it splits.
+  CAF_CHECK_EQUAL(log[1].text, "long: Gr\n[reply cut at 9 bytes]");
+  CAF_CHECK(valid_utf8(log[1].text));
+  CAF_REQUIRE(send("t", "2", "tool"));
+  log = history("t");
+  CAF_REQUIRE_EQUAL(log.size(), 4u);
+  CAF_CHECK_EQUAL(log[3].text, "ok\n[tool call weather {\"city\":\"Z\n"
+                               "[tool call cut at 30 bytes]");
+  CAF_CHECK(valid_utf8(log[3].text));
+  // The context holds the cut text, not the provider's.
+  auto snap = self->request(persistence(), caf::infinite, atom::load_v,
+                            std::string{"t"});
+  consume_messages();
+  snap.receive(
+    [&](thread_snapshot& x) {
+      CAF_REQUIRE_EQUAL(x.context.size(), 4u);
+      CAF_CHECK_EQUAL(x.context[1].content, log[1].text);
+    },
+    [](caf::error& err) { CAF_FAIL(render(err)); });
+}
+
+CAF_TEST(history pages stop at max_history_bytes) {
+  config.gateway.max_history_bytes = 19;
+  stop();
+  start();
+  CAF_REQUIRE(send("t", "1", "one"));
+  CAF_REQUIRE(send("t", "2", "two"));
+  // Texts: "one" (3), "re: one" (7), "two" (3), "re: two" (7): 19 bytes
+  // hold the first three, the fourth starts the next page.
+  auto first = page("t", 0);
+  CAF_CHECK_EQUAL(first.entries.size(), 3u);
+  CAF_CHECK(first.more);
+  auto second = page("t", first.entries.back().seq);
+  CAF_CHECK_EQUAL(second.entries.size(), 1u);
+  CAF_CHECK(!second.more);
 }
 
 CAF_TEST_FIXTURE_SCOPE_END()

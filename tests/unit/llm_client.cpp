@@ -866,6 +866,35 @@ CAF_TEST(streams cut before their terminal event fail as partial) {
   CAF_CHECK(!f.partial);
 }
 
+CAF_TEST(answers past max_response_bytes fail as format errors) {
+  // About 6 KB of reply text: past the limit as one body and as a stream.
+  std::string words;
+  for (int i = 0; i < 1000; ++i)
+    words += "word" + std::to_string(i % 10) + ' ';
+  for (auto kind : {"openai", "anthropic"}) {
+    for (auto stream : {false, true}) {
+      CAF_MESSAGE(kind << " stream " << stream);
+      auto cfg = http_provider(kind, server->base_url(), stream);
+      cfg.max_response_bytes = 2000;
+      auto ep = endpoint(cfg);
+      auto p = run(*ep, words);
+      CAF_REQUIRE(p->failed());
+      auto& f = *p->failed();
+      CAF_CHECK(f.failure.unparseable);
+      CAF_CHECK_EQUAL(classify(f.failure), error_class::format);
+      CAF_CHECK(contains(f.message, "larger than 2000 bytes"));
+      CAF_CHECK(contains(f.message, "max_response_bytes"));
+      // Nothing past the limit was read, let alone passed on.
+      size_t streamed = 0;
+      for (auto& d : p->deltas)
+        streamed += d.size();
+      CAF_CHECK_LESS(streamed, 2000u);
+      // An answer within the limit still comes through.
+      CAF_CHECK_EQUAL(run_ok(*ep, "short").text, "echo: short");
+    }
+  }
+}
+
 CAF_TEST(rate limits carry status body and retry after) {
   auto ep = endpoint("openai", true);
   auto f = run_failing(*ep, "[[fault:status=429;retry_after=2]]");

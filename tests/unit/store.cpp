@@ -311,6 +311,40 @@ CAF_TEST(history pages by seq) {
   CAF_CHECK(page->entries.empty());
 }
 
+CAF_TEST(history pages stop before the entry that passes the byte cap) {
+  accept(make_accept("t", 1, "c1", "aaaa", true));
+  accept(make_accept("t", 2, "c2", "bbbbbbbbbb"));
+  accept(make_accept("t", 3, "c3", "cc"));
+  accept(make_accept("t", 4, "c4", "d"));
+  flush();
+  auto seqs = [](const caf::expected<history_page>& page) {
+    std::vector<seq_t> result;
+    for (auto& e : page->entries)
+      result.push_back(e.seq);
+    return result;
+  };
+  auto page = db->history("t", 0, 100, 10);
+  CAF_REQUIRE_EQUAL(outcome(page), "none");
+  CAF_CHECK_EQUAL(seqs(page), std::vector<seq_t>{1});
+  CAF_CHECK(page->more);
+  page = db->history("t", 1, 100, 10);
+  CAF_CHECK_EQUAL(seqs(page), std::vector<seq_t>{2});
+  CAF_CHECK(page->more);
+  page = db->history("t", 2, 100, 10);
+  CAF_CHECK_EQUAL(seqs(page), (std::vector<seq_t>{3, 4}));
+  CAF_CHECK(!page->more);
+  // One entry larger than the cap still makes a page: paging progresses.
+  page = db->history("t", 0, 100, 3);
+  CAF_CHECK_EQUAL(seqs(page), std::vector<seq_t>{1});
+  CAF_CHECK(page->more);
+  page = db->history("t", 1, 100, 3);
+  CAF_CHECK_EQUAL(seqs(page), std::vector<seq_t>{2});
+  // The entry count still applies under the cap.
+  page = db->history("t", 2, 1, 100);
+  CAF_CHECK_EQUAL(seqs(page), std::vector<seq_t>{3});
+  CAF_CHECK(page->more);
+}
+
 CAF_TEST(threads with an inbox are listed once each in key order) {
   // '.' sorts before '/', '0' right after it: prefix bugs show here.
   for (auto thread : {"t10", "t1", "t1.x", "t1-", "a", "t2"}) {

@@ -121,6 +121,7 @@ CAF_ADD_ATOM(keel, keel::atom, report, "report")
 CAF_ADD_ATOM(keel, keel::atom, redeliver, "redeliver")
 CAF_ADD_ATOM(keel, keel::atom, deadline, "deadline")
 CAF_ADD_ATOM(keel, keel::atom, readback, "readback")
+CAF_ADD_ATOM(keel, keel::atom, evictions, "evictions")
 
 CAF_ADD_TYPE_ID(keel, (keel::session_record))
 CAF_ADD_TYPE_ID(keel, (keel::inbox_entry))
@@ -300,7 +301,11 @@ using conversation_actor = caf::typed_actor<
   // may have landed since.
   caf::reacts_to<atom::readback>,
   // (internal) The idle timer fired.
-  caf::reacts_to<atom::idle>>;
+  caf::reacts_to<atom::idle>,
+  // Passivates now (as the idle timer would) if nothing is pending: the
+  // orchestrator makes room under `threads.max_live`. Answers whether it
+  // does.
+  caf::replies_to<atom::passivate>::with<bool>>;
 
 /// The orchestrator: routes a thread to its conversation (through the
 /// conversations supervisor, starting it on demand); never waits on I/O.
@@ -318,6 +323,10 @@ using orchestrator_actor = caf::typed_actor<
   // Returns the number of running conversations and of conversations
   // stopped for being idle since the orchestrator started.
   caf::replies_to<atom::stats>::with<uint64_t, uint64_t>,
+  // Returns the number of conversations passivated to make room under
+  // `threads.max_live` since the orchestrator started (also counted as
+  // passivations).
+  caf::replies_to<atom::evictions>::with<uint64_t>,
   // Delivers a message between threads (an outbox entry) to its target;
   // answers once it is durable in the target's inbox.
   caf::replies_to<atom::deliver, outbox_entry>::with<accept_result>,

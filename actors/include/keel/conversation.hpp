@@ -35,6 +35,11 @@ struct conversation_config {
   caf::timespan commit_retry_delay = std::chrono::seconds{1};
   /// Unanswered messages held before new ones are refused.
   size_t max_inbox = 1000;
+  /// A provider's reply text is cut to this before it enters the context.
+  size_t max_reply_bytes = 256 * 1024;
+  /// Each line a tool call adds to the answer, and each message to a child
+  /// agent, is cut to this.
+  size_t max_tool_output_bytes = 64 * 1024;
 };
 
 /// How much longer than `turn_timeout` a conversation waits for its pool,

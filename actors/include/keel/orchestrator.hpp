@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -26,6 +27,12 @@ struct orchestrator_config {
   /// of thousands of requests in flight cost the actor clock quadratic time
   /// and starve the conversations already running).
   size_t resume_batch = 256;
+  /// Conversations live at once (`threads.max_live`): before one more
+  /// starts, the idlest live one is asked to passivate.
+  size_t max_live = std::numeric_limits<size_t>::max();
+  /// Live conversations asked in turn, idlest first, before a new one
+  /// starts anyway (all of them busy).
+  size_t eviction_tries = 4;
 };
 
 /// A thread as the orchestrator sees it.
@@ -35,8 +42,13 @@ struct thread_entry {
   /// `routed` when the conversation last reported a (re)start: messages up
   /// to here may have been lost with an earlier incarnation.
   uint64_t floor = 0;
-  /// True while the conversation is being stopped (passivation).
+  /// True while the conversation is being stopped (passivation), or, for a
+  /// thread whose conversation has not started, while room is made for it
+  /// under `max_live`: work for it queues meanwhile.
   bool stopping = false;
+  /// True once the conversation agreed to passivate to make room (or is
+  /// being asked): no longer counted as live, not asked again.
+  bool evicting = false;
   /// Work that arrived while stopping (messages, cancels), run once the
   /// conversation is gone.
   std::vector<std::function<void()>> queued;
@@ -62,6 +74,9 @@ struct orchestrator_state {
   uint64_t last_hold = 0;
   /// Conversations stopped for being idle since this actor started.
   uint64_t passivations = 0;
+  /// Conversations that agreed to passivate to make room under
+  /// `cfg.max_live` since this actor started.
+  uint64_t evictions = 0;
 
   /// Keeps `rp` until `take` or `fail_held`; returns its hold id.
   uint64_t hold(caf::response_promise rp);
@@ -73,6 +88,15 @@ struct orchestrator_state {
   /// True if a conversation that last saw route `last_seen` has nothing in
   /// flight and may stop.
   bool may_passivate(const thread_entry& entry, uint64_t last_seen) const;
+
+  /// True if `cfg.max_live` conversations are live (neither stopping nor
+  /// making room).
+  bool at_live_limit() const;
+
+  /// The live conversation routed to least recently, other than `thread`
+  /// and those in `skip`; empty if there is none.
+  std::string idlest(const std::string& thread,
+                     const std::vector<std::string>& skip) const;
 };
 
 /// Routes threads to conversations. Conversations are children of the

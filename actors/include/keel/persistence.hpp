@@ -2,9 +2,11 @@
 
 #include <atomic>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include <caf/make_message.hpp>
@@ -28,6 +30,13 @@ struct persistence_config {
   /// the first one has run the recovery on boot (a restarted persistence
   /// actor must not: conversations are live then).
   std::shared_ptr<std::atomic<bool>> boot_recovery_pending;
+  /// Threads the store may hold (`threads.max_stored_threads`); an accept
+  /// or spawn that would create one more is refused with `thread_limit`.
+  /// 0: no limit.
+  size_t max_stored_threads = 0;
+  /// Bytes of message texts in one history page
+  /// (`gateway.max_history_bytes`).
+  size_t max_history_bytes = std::numeric_limits<size_t>::max();
 };
 
 /// State of the persistence actor. Each message of `persistence_actor` has
@@ -53,6 +62,17 @@ struct persistence_state {
   bool flush_scheduled = false;
   /// The boot recovery's plan until the orchestrator has fetched it.
   std::optional<recovery_plan> boot_plan;
+
+  /// See `persistence_config`.
+  size_t max_stored_threads = 0;
+  size_t max_history_bytes = std::numeric_limits<size_t>::max();
+  /// Threads stored, staged ones included, while `max_stored_threads` is
+  /// set: counted from the store at start, and again after a failed flush
+  /// or a quarantine (either may leave fewer than counted).
+  uint64_t stored_threads = 0;
+  /// New threads counted in the pending group (a thread's second accept
+  /// before the flush must not count it again).
+  std::unordered_set<std::string> counted_new;
 
   /// Opens the store in `cfg.dir` and, for the node's first incarnation,
   /// runs the recovery on boot; returns why either failed.
@@ -83,6 +103,14 @@ struct persistence_state {
   /// Stores the final recovery report.
   caf::result<caf::ok_atom> put(const recovery_report& report);
 
+  /// Whether storing `thread` adds a thread the store does not hold yet;
+  /// `thread_limit` if it would and the store is full. Only asked while
+  /// `max_stored_threads` is set.
+  caf::expected<bool> admit_thread(const std::string& thread);
+
+  /// Counts the threads in the store again.
+  caf::error count_threads();
+
   /// Writes the child's session (the parent's pool and model) and its tree
   /// link; not_found if the parent has no session, thread_closed if it was
   /// cancelled.
@@ -95,6 +123,11 @@ struct persistence_state {
   /// quarantine (committed at once, with the pending group) and loads
   /// fresh, its snapshot saying so: a thread never crash-loops on bad data.
   caf::result<thread_snapshot> load(const std::string& thread);
+
+  /// A page of `thread`'s history after `after`: at most `limit` entries
+  /// and `max_history_bytes` of texts (at least one entry).
+  caf::result<history_page> history(const std::string& thread, seq_t after,
+                                    uint64_t limit);
 
   caf::result<persistence_stats> stats();
 

@@ -34,6 +34,7 @@ const char* to_string(ec x) {
     case ec::killed: return "killed";
     case ec::thread_closed: return "thread_closed";
     case ec::cancelled: return "cancelled";
+    case ec::thread_limit: return "thread_limit";
   }
   return "unknown";
 }

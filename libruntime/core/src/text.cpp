@@ -73,6 +73,28 @@ std::string sanitize_utf8(std::string_view str, size_t max_chars) {
   return result;
 }
 
+std::string_view utf8_prefix(std::string_view str, size_t max_bytes) {
+  if (str.size() <= max_bytes)
+    return str;
+  // Back off continuation bytes (10xxxxxx): the cut lands before the first
+  // byte of the character it would split.
+  auto n = max_bytes;
+  while (n > 0 && (static_cast<unsigned char>(str[n]) & 0xC0) == 0x80)
+    --n;
+  return str.substr(0, n);
+}
+
+std::string bound_text(std::string str, size_t max_bytes,
+                       std::string_view what) {
+  if (str.size() <= max_bytes)
+    return str;
+  str.resize(utf8_prefix(str, max_bytes).size());
+  str += str.empty() ? "[" : "\n[";
+  str += what;
+  str += " cut at " + std::to_string(max_bytes) + " bytes]";
+  return str;
+}
+
 millis wall_clock_millis() {
   using namespace std::chrono;
   return duration_cast<milliseconds>(system_clock::now().time_since_epoch())

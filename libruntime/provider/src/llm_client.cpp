@@ -42,9 +42,6 @@ using clock_type = std::chrono::steady_clock;
 using strand_type = net::strand<net::io_context::executor_type>;
 using namespace std::chrono_literals;
 
-/// Largest answer body we accept (a streamed answer counts as a whole).
-constexpr uint64_t max_body_bytes = 64 * 1024 * 1024;
-
 /// Idle connections older than this are closed instead of reused: servers
 /// drop idle keep-alive connections after a while (often 60 s or more, Node
 /// after 5 s; the liveness check catches those).
@@ -580,8 +577,11 @@ private:
     // Not eager: an eager parser asks for more input after each chunk's
     // trailing CRLF, so a read would complete only with the next chunk and
     // streamed text would lag behind.
+    // The body limit counts every body byte the parser reads, a streamed
+    // answer's included (its events are consumed and dropped as they come):
+    // an answer past `max_response_bytes` fails before more of it is read.
     parser_.emplace();
-    parser_->body_limit(max_body_bytes);
+    parser_->body_limit(ep_->cfg().max_response_bytes);
     conn_->with_stream([this](auto& stream) {
       http::async_write(
         stream, req_, bind([self = shared_from_this()](error_code err, size_t) {
@@ -727,6 +727,12 @@ private:
   }
 
   void on_read_error(const error_code& err) {
+    if (err == http::error::body_limit) {
+      fail(unparseable("the answer is larger than "
+                       + std::to_string(ep_->cfg().max_response_bytes)
+                       + " bytes (providers[].max_response_bytes)"));
+      return;
+    }
     if (!parser_->got_some() && reused_ && !retried_
         && stale_connection_error(err)) {
       // The server closed the pooled connection before it saw our request.

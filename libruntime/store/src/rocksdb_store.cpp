@@ -162,6 +162,7 @@ rocksdb::Options rocksdb_store::db_options() {
   options.IncreaseParallelism(2);
   options.create_if_missing = opts_.create_if_missing;
   options.create_missing_column_families = true;
+  options.max_open_files = static_cast<int>(store_max_open_files);
   if (env_)
     options.env = env_.get();
   // All memtables together; keeps nine column families from each taking

@@ -41,7 +41,7 @@ public:
   load_thread(const std::string& thread) override;
 
   caf::expected<history_page> history(const std::string& thread, seq_t after,
-                                      size_t limit) override;
+                                      size_t limit, size_t max_bytes) override;
 
   caf::expected<std::vector<std::string>> threads_with_inbox() override;
 

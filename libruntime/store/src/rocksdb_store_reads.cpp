@@ -132,13 +132,15 @@ rocksdb_store::load_thread(const std::string& thread) {
 }
 
 caf::expected<history_page> rocksdb_store::history(const std::string& thread,
-                                                   seq_t after, size_t limit) {
+                                                   seq_t after, size_t limit,
+                                                   size_t max_bytes) {
   if (auto err = ensure_readable())
     return err;
   history_page result;
   result.thread = thread;
   if (after == std::numeric_limits<seq_t>::max())
     return result;
+  size_t bytes = 0;
   auto err = scan(cf_log, seq_key(thread, after + 1), range_end(thread),
                   [&](const rocksdb::Slice& key, const rocksdb::Slice& val) {
                     if (result.entries.size() == limit) {
@@ -148,6 +150,13 @@ caf::expected<history_page> rocksdb_store::history(const std::string& thread,
                     auto x = decode_at<log_entry>(cf_log, key, val);
                     if (!x)
                       return scan_result{std::move(x.error())};
+                    // Never an empty page: the first entry goes in whole.
+                    if (!result.entries.empty()
+                        && x->text.size() > max_bytes - bytes) {
+                      result.more = true;
+                      return scan_result{scan_result::stop};
+                    }
+                    bytes += std::min(x->text.size(), max_bytes);
                     result.entries.emplace_back(std::move(*x));
                     return scan_result{};
                   });

@@ -70,6 +70,8 @@ enum class ec : uint8_t {
   thread_closed,
   /// A pending message of a thread was answered by its cancellation.
   cancelled,
+  /// A new thread would pass the node's `threads.max_stored_threads`.
+  thread_limit,
 };
 
 /// Returns the stable, machine-readable name of `x` (also used on the wire).

@@ -24,6 +24,18 @@ bool valid_utf8(std::string_view str);
 std::string sanitize_utf8(std::string_view str,
                           size_t max_chars = std::string_view::npos);
 
+/// Returns the longest prefix of `str` of at most `max_bytes` bytes that
+/// ends on a character boundary: a well-formed `str` gives a well-formed
+/// prefix.
+std::string_view utf8_prefix(std::string_view str, size_t max_bytes);
+
+/// Bounds text from outside (a provider's reply, a tool call's output) to
+/// `max_bytes`: a longer `str` is cut with `utf8_prefix` and marked with a
+/// line "[WHAT cut at MAX_BYTES bytes]", so neither the user nor the model
+/// mistakes it for the whole. A shorter one is returned unchanged.
+std::string bound_text(std::string str, size_t max_bytes,
+                       std::string_view what);
+
 /// Milliseconds since the Unix epoch, from the system clock.
 millis wall_clock_millis();
 

@@ -13,6 +13,7 @@
 // A store is not thread-safe: one owner (the persistence actor) calls it.
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -36,6 +37,11 @@ extern const std::vector<std::string> column_families;
 constexpr uint32_t schema_version = 1;
 
 /// Options for opening a store.
+/// Table files RocksDB keeps open at once (its `max_open_files`): bounded,
+/// so the node's file descriptor budget (`keel/fd_limit.hpp`) holds however
+/// large the database grows; beyond it RocksDB reopens files as needed.
+constexpr size_t store_max_open_files = 128;
+
 struct store_options {
   /// Sync the WAL on every flush (the durability contract).
   bool sync = true;
@@ -117,9 +123,14 @@ public:
   virtual caf::expected<thread_snapshot> load_thread(const std::string& thread)
     = 0;
 
-  /// Returns log entries with `seq > after`, at most `limit`.
+  /// Returns log entries with `seq > after`, at most `limit`, and no more
+  /// than `max_bytes` of entry texts: the page stops early (with `more`)
+  /// before an entry whose text would pass it. The first entry is always
+  /// returned, however long, so paging progresses.
   virtual caf::expected<history_page>
-  history(const std::string& thread, seq_t after, size_t limit) = 0;
+  history(const std::string& thread, seq_t after, size_t limit,
+          size_t max_bytes = std::numeric_limits<size_t>::max())
+    = 0;
 
   /// Returns every thread that has at least one inbox entry, in key order.
   virtual caf::expected<std::vector<std::string>> threads_with_inbox() = 0;
