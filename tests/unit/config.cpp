@@ -470,6 +470,12 @@ CAF_TEST(yaml syntax errors name the line and the reason) {
                   "node.yaml:1: YAML syntax error: illegal map value");
   CAF_CHECK_EQUAL(error_of("gateway:\n  port: 1\n---\ngateway:\n  port: 2\n"),
                   "node.yaml:4: expected a single YAML document, got 2");
+  // Text where no document can start: refused at once, not parsed as an
+  // endless stream of empty documents.
+  CAF_CHECK_EQUAL(error_of(","),
+                  "node.yaml:1: YAML syntax error: unexpected ','");
+  CAF_CHECK_EQUAL(error_of("node:\n  name: a\n---\n,"),
+                  "node.yaml:4: YAML syntax error: unexpected ','");
 }
 
 // -- bad values ---------------------------------------------------------------

@@ -433,6 +433,17 @@ CAF_TEST(inbox_entry decode errors) {
   check_error<inbox_entry>(
     R"({"seq":true,"client_id":"c","text":"t","accepted_at":1})",
     "inbox entry: field 'seq' has the wrong type");
+  // Integers beyond 64 bits parse as floating point; converting one that
+  // does not fit is refused, never undefined.
+  check_error<inbox_entry>(
+    R"({"seq":118446744073709551615,"client_id":"c","text":"t",)"
+    R"("accepted_at":1})",
+    "inbox entry: field 'seq' has the wrong type");
+  check_error<inbox_entry>(
+    R"({"seq":-2.5,"client_id":"c","text":"t","accepted_at":1})",
+    "inbox entry: field 'seq' has the wrong type");
+  check_error<context_entry>(R"({"seq":1e300,"role":"user","content":"x"})",
+                             "context entry: field 'seq' has the wrong type");
 }
 
 CAF_TEST(log_entry decode errors) {

@@ -168,6 +168,17 @@ CAF_TEST(retry after seconds) {
   CAF_CHECK(!parse_retry_after("99999999999999999999", now));
 }
 
+CAF_TEST(retry after dates the clock cannot hold are refused) {
+  auto now = date_epoch;
+  // system_clock counts nanoseconds in 64 bits: 1678 to 2262.
+  CAF_CHECK(!parse_retry_after("Thu, 29 Feb 4048 12:00:00 GMT", now));
+  CAF_CHECK(!parse_retry_after("Fri, 31 Dec 9999 23:59:59 GMT", now));
+  CAF_CHECK(!parse_retry_after("Sat, 01 Jan 0000 00:00:00 GMT", now));
+  CAF_CHECK_EQUAL(
+    parse_retry_after("Fri, 01 Jan 2100 00:00:00 GMT", now)->count(),
+    (4102444800 - 1445412480) * int64_t{1000});
+}
+
 CAF_TEST(retry after http date) {
   auto now = date_epoch;
   CAF_CHECK_EQUAL(

@@ -10,6 +10,8 @@
 // and type), then the optional ones, then the values inside fields (enum
 // names, nested records).
 
+#include <cmath>
+#include <limits>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -268,12 +270,31 @@ private:
       try {
         if constexpr (std::is_enum_v<T>)
           static_cast<void>(in.get<std::string>());
+        else if (!converts_to<T>(in))
+          return wrong_type(name);
         else
           x = in.get<T>();
       } catch (const json::exception&) {
         return wrong_type(name);
       }
       return caf::none;
+    }
+  }
+
+  // False for a JSON float that an integer field cannot hold once truncated
+  // (an integer beyond 64 bits parses as one): converting it would be
+  // undefined behaviour.
+  template <class T>
+  static bool converts_to(const json& in) {
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+      if (!in.is_number_float())
+        return true;
+      auto value = in.get<double>();
+      auto limit = std::ldexp(1.0, std::numeric_limits<T>::digits);
+      return value < limit
+             && (std::is_signed_v<T> ? value >= -limit : value > -1.0);
+    } else {
+      return true;
     }
   }
 

@@ -239,7 +239,15 @@ parse_imf_fixdate(std::string_view str) {
     return std::nullopt;
   auto day_count = days_from_civil(year, month, static_cast<unsigned>(day));
   auto secs = day_count * 86400 + hour * 3600 + minute * 60 + second;
-  return std::chrono::system_clock::time_point{std::chrono::seconds{secs}};
+  // The clock counts nanoseconds in 64 bits (1678 to 2262): a date it cannot
+  // hold is refused rather than overflowing the conversion.
+  using std::chrono::system_clock;
+  constexpr auto max_secs = std::chrono::duration_cast<std::chrono::seconds>(
+                              system_clock::duration::max())
+                              .count();
+  if (secs >= max_secs || secs <= -max_secs)
+    return std::nullopt;
+  return system_clock::time_point{std::chrono::seconds{secs}};
 }
 
 } // namespace

@@ -101,7 +101,9 @@ error_class classify_text(std::string_view text);
 
 /// Parses a Retry-After header value: delta-seconds (`"120"`) or an
 /// IMF-fixdate (`"Sun, 06 Nov 1994 08:49:37 GMT"`, RFC 7231) taken relative
-/// to `now`. A date in the past yields zero. Anything else yields nullopt.
+/// to `now`. A date in the past yields zero. Anything else, a date the
+/// system clock cannot hold (before 1678 or after 2262) included, yields
+/// nullopt.
 std::optional<std::chrono::milliseconds>
 parse_retry_after(std::string_view value,
                   std::chrono::system_clock::time_point now);
