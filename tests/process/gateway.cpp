@@ -17,7 +17,7 @@ std::string node_yaml(const temp_dir& dir, const std::string& extra = "") {
   return "node:\n  name: gw-test\n  data_dir: " + dir.str()
          + "/data\ngateway:\n  port: 0\n  max_frame_bytes: 65536\n"
            "  max_text_bytes: 1024\n"
-         + extra + "logging:\n  level: warn\n";
+         + extra + "chaos:\n  kill: true\nlogging:\n  level: warn\n";
 }
 
 struct fixture {
@@ -203,9 +203,11 @@ CAF_TEST(a configured token refuses upgrades without it) {
   auto wrong = ep;
   wrong.token = "nope";
   CAF_CHECK(!ws_client::connect(wrong));
+  // Without an admin token, the admin API of a loopback gateway is open
+  // (tests/process/security.cpp covers the admin token).
   auto status = http_request(missing, "GET", "/api/v1/status");
   CAF_REQUIRE(status);
-  CAF_CHECK_EQUAL(status->status, 401u);
+  CAF_CHECK_EQUAL(status->status, 200u);
   auto ok = http_request(ep, "GET", "/api/v1/status");
   CAF_REQUIRE(ok);
   CAF_CHECK_EQUAL(ok->status, 200u);
