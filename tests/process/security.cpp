@@ -54,8 +54,8 @@ raw_response raw_request(const endpoint& ep, const std::string& method,
   boost::asio::io_context ioc;
   beast::tcp_stream stream{ioc};
   stream.expires_after(10s);
-  stream.connect(tcp::endpoint{boost::asio::ip::make_address(ep.host),
-                               ep.port});
+  stream.connect(
+    tcp::endpoint{boost::asio::ip::make_address(ep.host), ep.port});
   http::request<http::string_body> req;
   req.method_string(method);
   req.target(target);
@@ -172,8 +172,8 @@ CAF_TEST(client and admin tokens open what they should and nothing more) {
 
 CAF_TEST(browsers from other origins and foreign host names are refused) {
   temp_dir dir{"keel-sec-origin"};
-  node_process node{dir.str(),
-                    node_yaml(dir, "  allowed_origins: [\"http://app.example\"]\n")};
+  node_process node{
+    dir.str(), node_yaml(dir, "  allowed_origins: [\"http://app.example\"]\n")};
   auto ep = node.address();
   auto headers = upgrade_headers(ep, client_token);
   CAF_CHECK_EQUAL(raw_request(ep, "GET", "/ws", headers).status, 101u);
@@ -212,7 +212,8 @@ CAF_TEST(chaos endpoints are off by default and take json only) {
   KEEL_CHECK_CONTAINS(message_of(disk), "chaos.disk");
   CAF_CHECK_EQUAL(node.stop(), 0);
   temp_dir on_dir{"keel-sec-chaos-on"};
-  node_process on{on_dir.str(), node_yaml(on_dir, {}, "chaos:\n  kill: true\n")};
+  node_process on{on_dir.str(),
+                  node_yaml(on_dir, {}, "chaos:\n  kill: true\n")};
   ep = on.address();
   headers = api_headers(ep, admin_token);
   // A cross-site form can send text/plain without a preflight: refused.
@@ -251,7 +252,8 @@ CAF_TEST(a flooding client is rate limited while another stays fast) {
   auto flooder = connect_client(node.address());
   auto quiet = connect_client(node.address());
   for (int i = 0; i < 500; ++i)
-    CAF_REQUIRE(!flooder->send_text(protocol::ping_frame("f" + std::to_string(i))));
+    CAF_REQUIRE(
+      !flooder->send_text(protocol::ping_frame("f" + std::to_string(i))));
   size_t limited = 0;
   for (;;) {
     auto msg = flooder->receive(2s);
@@ -315,17 +317,17 @@ CAF_TEST(no answer or log line contains a secret) {
   }
   // A provider call that fails (nothing listens on port 1).
   CAF_REQUIRE(!client->send_text(protocol::send_frame("t1", "m1", "hello")));
-  auto outcome = receive_until(client.operator*(), [](auto& j) {
-    return j["type"] == "error" || j["type"] == "reply";
-  }, 30s);
+  auto outcome = receive_until(
+    client.operator*(),
+    [](auto& j) { return j["type"] == "error" || j["type"] == "reply"; }, 30s);
   CAF_REQUIRE(outcome);
   answers += outcome->dump() + "\n";
-  record(raw_request(ep, "GET", "/api/v1/providers",
-                     api_headers(ep, admin_token)));
+  record(
+    raw_request(ep, "GET", "/api/v1/providers", api_headers(ep, admin_token)));
   CAF_CHECK_EQUAL(node.stop(), 0);
   auto log = node.stderr_text();
-  for (auto secret : {std::string{client_token}, std::string{admin_token},
-                      api_key}) {
+  for (auto secret :
+       {std::string{client_token}, std::string{admin_token}, api_key}) {
     CAF_MESSAGE("looking for " << secret);
     CAF_CHECK_EQUAL(answers.find(secret), std::string::npos);
     CAF_CHECK_EQUAL(log.find(secret), std::string::npos);

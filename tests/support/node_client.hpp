@@ -9,6 +9,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -81,20 +82,36 @@ receive_until(ws_client& client, Pred pred,
 }
 
 /// Asks for the first 1,000 entries of `thread`'s history; returns them (the
-/// history frame's `entries`), or std::nullopt if none came in time.
+/// history frame's `entries`), or std::nullopt if none came in time. A
+/// request the node drops under its per-connection rate limit (an error
+/// frame `rate_limited`) is asked again once the limit has had time to
+/// refill, so callers may poll a history in a loop.
 inline std::optional<nlohmann::json>
 read_history(ws_client& client, const std::string& thread,
              std::chrono::milliseconds timeout = std::chrono::seconds{10}) {
-  if (client.send_text(
-        protocol::history_request_frame(thread, "h-" + thread, 0, 1000)))
-    return std::nullopt;
-  auto page = receive_until(
-    client,
-    [&](auto& j) { return j["type"] == "history" && j["thread"] == thread; },
-    timeout);
-  if (!page)
-    return std::nullopt;
-  return std::move((*page)["entries"]);
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0
+        || client.send_text(
+          protocol::history_request_frame(thread, "h-" + thread, 0, 1000)))
+      return std::nullopt;
+    auto page = receive_until(
+      client,
+      [&](auto& j) {
+        return (j["type"] == "history" && j["thread"] == thread)
+               || (j["type"] == "error" && j["code"] == "rate_limited");
+      },
+      left);
+    if (!page)
+      return std::nullopt;
+    if ((*page)["type"] == "history")
+      return std::move((*page)["entries"]);
+    // No event announces a refilled bucket: the default limit refills one
+    // frame every 20 ms.
+    std::this_thread::sleep_for(std::chrono::milliseconds{100});
+  }
 }
 
 } // namespace keel::test

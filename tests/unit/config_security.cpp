@@ -70,8 +70,8 @@ CAF_TEST(tokens come from a file and never appear in errors) {
   write_file(tmp.path() / "admin", "adm1n\r\n");
   write_file(tmp.path() / "empty", "\n");
   auto cfg = parse("gateway:\n  token_file: " + (tmp.path() / "client").string()
-                   + "\n  admin_token_file: "
-                   + (tmp.path() / "admin").string() + "\n");
+                   + "\n  admin_token_file: " + (tmp.path() / "admin").string()
+                   + "\n");
   CAF_REQUIRE(cfg);
   CAF_CHECK_EQUAL(cfg->gateway.token, "file-token-1");
   CAF_CHECK_EQUAL(cfg->gateway.admin_token, "adm1n");

@@ -115,8 +115,8 @@ CAF_TEST(browser origins need to be allowed or our own) {
 
 CAF_TEST(host names are checked against the listen address) {
   auto cfg = loopback();
-  for (auto host : {"127.0.0.1:8080", "localhost", "LOCALHOST:1", "[::1]:80",
-                    "127.0.0.1"})
+  for (auto host :
+       {"127.0.0.1:8080", "localhost", "LOCALHOST:1", "[::1]:80", "127.0.0.1"})
     CAF_CHECK(host_allowed(host, cfg));
   for (auto host : {"evil.example", "evil.example:8080", "", "10.0.0.1"})
     CAF_CHECK(!host_allowed(host, cfg));

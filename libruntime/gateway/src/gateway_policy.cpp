@@ -16,8 +16,7 @@ request_decision request_decision::allow(request_role role) {
 }
 
 request_decision request_decision::refuse(unsigned status, std::string code,
-                                          std::string message,
-                                          bool challenge) {
+                                          std::string message, bool challenge) {
   request_decision result;
   result.status = status;
   result.code = std::move(code);
@@ -57,8 +56,8 @@ int hex_value(char c) {
 std::string percent_decode(std::string_view value) {
   std::string result;
   for (size_t i = 0; i < value.size(); ++i) {
-    if (value[i] == '%' && i + 2 < value.size()
-        && hex_value(value[i + 1]) >= 0 && hex_value(value[i + 2]) >= 0) {
+    if (value[i] == '%' && i + 2 < value.size() && hex_value(value[i + 1]) >= 0
+        && hex_value(value[i + 2]) >= 0) {
       result += static_cast<char>(hex_value(value[i + 1]) * 16
                                   + hex_value(value[i + 2]));
       i += 2;
@@ -241,8 +240,7 @@ bool token_matches(std::string_view given, std::string_view expected) {
     return false;
   unsigned char x[SHA256_DIGEST_LENGTH];
   unsigned char y[SHA256_DIGEST_LENGTH];
-  SHA256(reinterpret_cast<const unsigned char*>(given.data()), given.size(),
-         x);
+  SHA256(reinterpret_cast<const unsigned char*>(given.data()), given.size(), x);
   SHA256(reinterpret_cast<const unsigned char*>(expected.data()),
          expected.size(), y);
   return CRYPTO_memcmp(x, y, SHA256_DIGEST_LENGTH) == 0;

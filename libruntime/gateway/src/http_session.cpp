@@ -94,8 +94,7 @@ void http_session<Stream>::shutdown() {
 
 template <class Stream>
 void http_session<Stream>::deliver(uint64_t id, unsigned status,
-                                   std::string content_type,
-                                   std::string body) {
+                                   std::string content_type, std::string body) {
   if (pending_ != id || shut_down_)
     return;
   pending_ = 0;
@@ -125,9 +124,10 @@ void http_session<Stream>::on_read(error_code err, size_t) {
   if (err == http::error::body_limit) {
     keep_alive_ = false;
     reply(http::status::payload_too_large, "application/json",
-          json_error("too_large", "request body exceeds "
-                                    + std::to_string(srv_->cfg().max_frame_bytes)
-                                    + " bytes"));
+          json_error("too_large",
+                     "request body exceeds "
+                       + std::to_string(srv_->cfg().max_frame_bytes)
+                       + " bytes"));
     return;
   }
   if (err) {
@@ -192,8 +192,8 @@ void http_session<Stream>::healthz(const request& req) {
 /// `deliver`; if it does not answer in time, the client gets a 504.
 template <class Stream>
 void http_session<Stream>::api_request(const request& req) {
-  pending_ = srv_->add_request(
-    std::weak_ptr<http_link>{this->shared_from_this()});
+  pending_
+    = srv_->add_request(std::weak_ptr<http_link>{this->shared_from_this()});
   start_api_timer();
   // Nothing reads the socket while the handler works: no expiry.
   beast::get_lowest_layer(stream_).expires_never();

@@ -187,8 +187,7 @@ caf::error server_impl::setup_tls() {
   error_code err;
   tls_->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2
                       | ssl::context::no_sslv3 | ssl::context::no_tlsv1
-                      | ssl::context::no_tlsv1_1
-                      | ssl::context::single_dh_use,
+                      | ssl::context::no_tlsv1_1 | ssl::context::single_dh_use,
                     err);
   auto min = tls.min_version == "1.3" ? TLS1_3_VERSION : TLS1_2_VERSION;
   SSL_CTX_set_min_proto_version(tls_->native_handle(), min);
@@ -265,10 +264,10 @@ void server_impl::refuse_connection(tcp::socket socket) {
   }
   static const std::string answer = refused_answer();
   net::async_write(*sock, net::buffer(answer), [sock](error_code, size_t) {
-                     error_code ignored;
-                     sock->shutdown(tcp::socket::shutdown_send, ignored);
-                     sock->close(ignored);
-                   });
+    error_code ignored;
+    sock->shutdown(tcp::socket::shutdown_send, ignored);
+    sock->close(ignored);
+  });
 }
 
 // -- sending and answering ----------------------------------------------------

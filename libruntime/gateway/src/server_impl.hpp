@@ -44,8 +44,7 @@ public:
   /// Queues a frame. Runs on the strand.
   virtual void enqueue(std::string frame) = 0;
   /// Closes politely, then hard after a grace period. Runs on the strand.
-  virtual void start_close(websocket::close_code code, const char* reason)
-    = 0;
+  virtual void start_close(websocket::close_code code, const char* reason) = 0;
   /// Unregisters and tells the handler, once.
   virtual void finish() = 0;
 };

@@ -119,8 +119,7 @@ void ws_session<Stream>::finish() {
     try {
       srv_->handler().on_close(id_);
     } catch (const std::exception& e) {
-      std::cerr << "keel gateway: handler on_close threw: " << e.what()
-                << '\n';
+      std::cerr << "keel gateway: handler on_close threw: " << e.what() << '\n';
     }
   }
 }
@@ -238,8 +237,7 @@ void ws_session<Stream>::enqueue(std::string frame) {
   queued_bytes_ += frame.size();
   queue_.push_back(std::move(frame));
   if (queued_bytes_ > srv_->cfg().max_queued_bytes) {
-    srv_->ctr().slow_client_disconnects.fetch_add(1,
-                                                  std::memory_order_relaxed);
+    srv_->ctr().slow_client_disconnects.fetch_add(1, std::memory_order_relaxed);
     drop_queue();
     start_close(websocket::close_code::policy_error, "client too slow");
     return;
