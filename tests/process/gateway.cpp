@@ -123,9 +123,12 @@ CAF_TEST(subscriptions survive a restart of the gateway bridge) {
   auto killed = api_call(node.address(), "POST", "/api/v1/kill",
                          R"({"path":"/gateway","reason":"test"})");
   CAF_REQUIRE(killed);
-  // The bridge is back once the API answers through it again.
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds{10};
-  while (!api_call(node.address(), "GET", "/api/v1/status"))
+  // The bridge is back once the API answers through it again. A request
+  // that reached the dying bridge is never answered (the gateway answers 504
+  // after 10 s), so each try gives up after a second.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds{20};
+  while (!api_call(node.address(), "GET", "/api/v1/status", {},
+                   std::chrono::seconds{1}))
     CAF_REQUIRE(std::chrono::steady_clock::now() < deadline);
   auto sender = connect_client(node.address());
   CAF_REQUIRE(!sender->send_text(protocol::send_frame("kept", "m1", "still")));

@@ -21,12 +21,14 @@ namespace keel::test {
 
 /// A node config on 127.0.0.1 (free port) with data in `data_dir`, whose
 /// default pool is a scripted provider answering "answer to {input}" after
-/// `delay` (so kills land mid-turn too); `extra` is appended as is.
+/// `delay` (so kills land mid-turn too); `extra` is appended as is. The
+/// gateway's per-connection rate limit is off: the load tools send many
+/// threads' traffic over few connections as fast as the node answers.
 inline std::string
 slow_echo_yaml(const std::string& name, const std::string& data_dir,
                const std::string& delay, const std::string& extra = {}) {
   return "node:\n  name: " + name + "\n  data_dir: " + data_dir
-         + "\ngateway:\n  port: 0\n"
+         + "\ngateway:\n  port: 0\n  rate_limit:\n    per_second: 0\n"
            "providers:\n"
            "  - name: slow-echo\n    kind: scripted\n"
            "    script:\n      - reply: \"answer to {input}\"\n"
