@@ -41,13 +41,12 @@ struct tls_node {
   temp_dir dir{"keel-tls"};
   tls_files files = make_self_signed(dir.str());
   node_process node{
-    dir.str(),
-    "node:\n  name: tls\n  data_dir: " + dir.str()
-      + "/data\ngateway:\n  port: 0\n  tls:\n    certificate_file: "
-      + files.certificate_file + "\n    key_file: " + files.key_file
-      + "\nproviders:\n  - name: echo\n    kind: echo\n"
-        "pools:\n  - name: default\n    chain: [echo]\n"
-        "logging:\n  level: info\n"};
+    dir.str(), "node:\n  name: tls\n  data_dir: " + dir.str()
+                 + "/data\ngateway:\n  port: 0\n  tls:\n    certificate_file: "
+                 + files.certificate_file + "\n    key_file: " + files.key_file
+                 + "\nproviders:\n  - name: echo\n    kind: echo\n"
+                   "pools:\n  - name: default\n    chain: [echo]\n"
+                   "logging:\n  level: info\n"};
 
   ~tls_node() {
     node.stop();

@@ -29,8 +29,7 @@ inline EVP_PKEY* make_p256_key() {
     EVP_PKEY_CTX_new_id(EVP_PKEY_EC, nullptr), EVP_PKEY_CTX_free};
   EVP_PKEY* key = nullptr;
   if (!ctx || EVP_PKEY_keygen_init(ctx.get()) <= 0
-      || EVP_PKEY_CTX_set_ec_paramgen_curve_nid(ctx.get(),
-                                                NID_X9_62_prime256v1)
+      || EVP_PKEY_CTX_set_ec_paramgen_curve_nid(ctx.get(), NID_X9_62_prime256v1)
            <= 0
       || EVP_PKEY_keygen(ctx.get(), &key) <= 0)
     throw std::runtime_error("cannot generate a P-256 key");
@@ -62,10 +61,9 @@ inline tls_files make_self_signed(const std::string& dir) {
   X509_gmtime_adj(X509_getm_notAfter(cert.get()), 24 * 3600);
   X509_set_pubkey(cert.get(), key.get());
   auto name = X509_get_subject_name(cert.get());
-  X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC,
-                             reinterpret_cast<const unsigned char*>(
-                               "127.0.0.1"),
-                             -1, -1, 0);
+  X509_NAME_add_entry_by_txt(
+    name, "CN", MBSTRING_ASC,
+    reinterpret_cast<const unsigned char*>("127.0.0.1"), -1, -1, 0);
   X509_set_issuer_name(cert.get(), name);
   X509V3_CTX ctx;
   X509V3_set_ctx_nodb(&ctx);
