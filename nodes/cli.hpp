@@ -53,4 +53,14 @@ inline void add_node_options(CLI::App& app, std::string& node,
     ->envname("KEEL_TOKEN");
 }
 
+/// Adds --admin-token (env KEEL_ADMIN_TOKEN): the token for `/api/v1/*`.
+inline void add_admin_token_option(CLI::App& app, std::string& token) {
+  app
+    .add_option("--admin-token", token,
+                "The node's admin token (gateway.admin_token), for the "
+                "commands that use the admin API")
+    ->type_name("TOKEN")
+    ->envname("KEEL_ADMIN_TOKEN");
+}
+
 } // namespace keel::cli

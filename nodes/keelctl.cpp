@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   app.fallthrough();
   node_args node;
   keel::cli::add_node_options(app, node.address, node.token);
+  keel::cli::add_admin_token_option(app, node.admin_token);
   std::vector<command> commands{
     add_send_command(app, node),   add_history_command(app, node),
     add_status_command(app, node), add_tree_command(app, node),

@@ -27,10 +27,13 @@ constexpr int exit_failed = 1;
 constexpr int exit_usage = 2;
 constexpr int exit_unreachable = 3;
 
-/// The global options --node (HOST:PORT) and --token, as given.
+/// The global options --node (HOST:PORT), --token and --admin-token, as
+/// given.
 struct node_args {
   std::string address = "127.0.0.1:8080";
   std::string token;
+  /// Sent instead of `token` by the commands that call `/api/v1/*`.
+  std::string admin_token;
 };
 
 /// A subcommand and what runs it once the command line is parsed; `run`
@@ -49,19 +52,22 @@ int fail(const keel::endpoint& ep, const caf::error& err);
 /// Prints `keelctl: MESSAGE` and returns `code`.
 int fail(const std::string& msg, int code = exit_failed);
 
-/// Calls `run` with the node's address and token; a bad address fails with
-/// `exit_usage`.
+/// Calls `run` with the node's address and token (the admin token, when
+/// `admin` and one was given); a bad address fails with `exit_usage`.
 int with_node(const node_args& node,
-              const std::function<int(const keel::endpoint&)>& run);
+              const std::function<int(const keel::endpoint&)>& run,
+              bool admin = false);
 
 /// Adds a subcommand that talks to a node; its help names the global
 /// options.
 CLI::App* add_node_command(CLI::App& app, const std::string& name,
                            const std::string& description);
 
-/// The subcommand `cmd`, run with the node of `node` (see `with_node`).
+/// The subcommand `cmd`, run with the node of `node` (see `with_node`);
+/// `admin` for commands that call the admin API.
 command node_command(CLI::App* cmd, const node_args& node,
-                     std::function<int(const keel::endpoint&)> run);
+                     std::function<int(const keel::endpoint&)> run,
+                     bool admin = false);
 
 using keel::json_number;
 using keel::json_string;

@@ -23,11 +23,13 @@ int fail(const std::string& msg, int code) {
 }
 
 int with_node(const node_args& node,
-              const std::function<int(const keel::endpoint&)>& run) {
+              const std::function<int(const keel::endpoint&)>& run,
+              bool admin) {
   auto ep = keel::parse_endpoint(node.address);
   if (!ep) // defaults and env values bypass nothing: still checked here
     return fail(keel::error_message(ep.error()), exit_usage);
-  ep->token = node.token;
+  ep->token = admin && !node.admin_token.empty() ? node.admin_token
+                                                 : node.token;
   return run(*ep);
 }
 
@@ -35,13 +37,18 @@ CLI::App* add_node_command(CLI::App& app, const std::string& name,
                            const std::string& description) {
   auto cmd = app.add_subcommand(name, description);
   cmd->footer("Every command also takes --node HOST:PORT (env KEEL_NODE, "
-              "default 127.0.0.1:8080) and --token TOKEN (env KEEL_TOKEN).");
+              "default 127.0.0.1:8080), --token TOKEN (env KEEL_TOKEN) and, "
+              "for the commands that use the admin API, --admin-token TOKEN "
+              "(env KEEL_ADMIN_TOKEN).");
   return cmd;
 }
 
 command node_command(CLI::App* cmd, const node_args& node,
-                     std::function<int(const keel::endpoint&)> run) {
-  return {cmd, [&node, run = std::move(run)] { return with_node(node, run); }};
+                     std::function<int(const keel::endpoint&)> run,
+                     bool admin) {
+  return {cmd, [&node, run = std::move(run), admin] {
+            return with_node(node, run, admin);
+          }};
 }
 
 std::chrono::milliseconds millis_at(const json& j,

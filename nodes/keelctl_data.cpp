@@ -114,9 +114,12 @@ command add_recovery_command(CLI::App& app, const node_args& node) {
     ->type_name("DIR");
   cmd->add_flag("--json", args->json,
                 "Print the report as JSON (null if none has run)");
-  return node_command(cmd, node, [args](const keel::endpoint& ep) {
-    return run_recovery(ep, args->data_dir, args->json);
-  });
+  return node_command(
+    cmd, node,
+    [args](const keel::endpoint& ep) {
+      return run_recovery(ep, args->data_dir, args->json);
+    },
+    true);
 }
 
 } // namespace keelctl

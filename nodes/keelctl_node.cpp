@@ -228,9 +228,10 @@ command add_status_command(CLI::App& app, const node_args& node) {
   auto args = std::make_shared<print_args>();
   auto cmd = add_node_command(app, "status", "Prints the node's status");
   cmd->add_flag("--json", args->json, "Print the raw JSON");
-  return node_command(cmd, node, [args](const keel::endpoint& ep) {
-    return run_status(ep, args->json);
-  });
+  return node_command(
+    cmd, node,
+    [args](const keel::endpoint& ep) { return run_status(ep, args->json); },
+    true);
 }
 
 command add_tree_command(CLI::App& app, const node_args& node) {
@@ -254,10 +255,13 @@ command add_tree_command(CLI::App& app, const node_args& node) {
                  "folder rather than ask the node")
     ->type_name("DIR")
     ->needs("--agents");
-  return node_command(cmd, node, [args](const keel::endpoint& ep) {
-    return args->agents ? run_agents(ep, args->data_dir, args->json)
-                        : run_tree(ep, args->json);
-  });
+  return node_command(
+    cmd, node,
+    [args](const keel::endpoint& ep) {
+      return args->agents ? run_agents(ep, args->data_dir, args->json)
+                          : run_tree(ep, args->json);
+    },
+    true);
 }
 
 command add_kill_command(CLI::App& app, const node_args& node) {
@@ -275,9 +279,12 @@ command add_kill_command(CLI::App& app, const node_args& node) {
     ->required();
   cmd->add_option("--reason", args->reason,
                   "The exit reason to use (default: killed)");
-  return node_command(cmd, node, [args](const keel::endpoint& ep) {
-    return run_kill(ep, args->path, args->reason);
-  });
+  return node_command(
+    cmd, node,
+    [args](const keel::endpoint& ep) {
+      return run_kill(ep, args->path, args->reason);
+    },
+    true);
 }
 
 command add_providers_command(CLI::App& app, const node_args& node) {
@@ -287,9 +294,10 @@ command add_providers_command(CLI::App& app, const node_args& node) {
     "Prints the health of every provider of every pool: status, breaker, "
     "cooldown, calls and the last error");
   cmd->add_flag("--json", args->json, "Print the raw JSON");
-  return node_command(cmd, node, [args](const keel::endpoint& ep) {
-    return run_providers(ep, args->json);
-  });
+  return node_command(
+    cmd, node,
+    [args](const keel::endpoint& ep) { return run_providers(ep, args->json); },
+    true);
 }
 
 } // namespace keelctl

@@ -183,7 +183,9 @@ nlohmann::json status_body(const gateway_bridge_config& cfg, uint64_t active,
       {"connections_total", gw.connections_total},
       {"frames_in", gw.frames_in},
       {"frames_out", gw.frames_out},
-      {"bad_frames", gw.bad_frames}}},
+      {"bad_frames", gw.bad_frames},
+      {"slow_client_disconnects", gw.slow_client_disconnects},
+      {"rate_limited_frames", gw.rate_limited_frames}}},
     {"store",
      {{"flushes", ps.flushes},
       {"staged_operations", ps.staged_operations},
@@ -376,11 +378,24 @@ nlohmann::json read_body(self_ptr self, uint64_t request,
   return j;
 }
 
+// Refuses a chaos endpoint that the node's configuration leaves off: 403
+// naming the key that turns it on.
+void respond_chaos_off(self_ptr self, uint64_t request, const char* endpoint,
+                       const char* key) {
+  respond_error(self, request, 403, "forbidden",
+                std::string{endpoint} + " is off on this node (set " + key
+                  + ": true in its configuration to allow it)");
+}
+
 // POST /api/v1/chaos/disk {"fail_writes": bool, "no_space": bool}: turns
 // injected RocksDB write failures on or off (only with
 // `chaos.disk: true`); answers the switches and the count of
 // writes failed so far.
 void on_disk_chaos(self_ptr self, uint64_t request, const std::string& body) {
+  if (!self->state.cfg.chaos.disk) {
+    respond_chaos_off(self, request, "POST /api/v1/chaos/disk", "chaos.disk");
+    return;
+  }
   auto& faults = self->state.cfg.disk_faults;
   if (!faults) {
     respond_error(self, request, 409, to_string(ec::conflict),
@@ -438,8 +453,13 @@ void kill_actor(self_ptr self, uint64_t request, const std::string& path,
 }
 
 // POST /api/v1/kill {"path": "/persistence", "reason": "..."}: the actor's
-// supervisor sees an abnormal exit and applies its strategy.
+// supervisor sees an abnormal exit and applies its strategy. Only with
+// `chaos.kill: true`.
 void on_kill(self_ptr self, uint64_t request, const std::string& body) {
+  if (!self->state.cfg.chaos.kill) {
+    respond_chaos_off(self, request, "POST /api/v1/kill", "chaos.kill");
+    return;
+  }
   using type = nlohmann::json::value_t;
   auto j = read_body(self, request, body,
                      {{"path", type::string, true},

@@ -78,6 +78,7 @@ child_spec gateway_child(const node_config& cfg,
   gcfg.node_name = cfg.name;
   gcfg.data_dir = cfg.data_dir;
   gcfg.disk_faults = std::move(disk_faults);
+  gcfg.chaos = cfg.chaos;
   gcfg.started = std::chrono::steady_clock::now();
   for (auto& pool : cfg.pools)
     gcfg.pools.push_back(pool.name);

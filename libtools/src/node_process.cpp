@@ -19,15 +19,25 @@ std::string tool_binary(const std::string& name) {
 
 namespace {
 
-// The value of the first `token:` key in `yaml` (unquoted), or "".
-std::string token_in(const std::string& yaml) {
-  auto pos = yaml.find("token:");
-  if (pos == std::string::npos)
-    return {};
-  auto line = yaml.substr(pos + 6, yaml.find('\n', pos) - pos - 6);
-  line.erase(0, line.find_first_not_of(" \"'"));
-  line.erase(line.find_last_not_of(" \"'") + 1);
-  return line;
+// The value of the first key `key` (e.g. "token:") in `yaml` (unquoted),
+// or "": the key must start its line after indentation, so `token:` does
+// not find `admin_token:`.
+std::string value_in(const std::string& yaml, const std::string& key) {
+  for (size_t pos = yaml.find(key); pos != std::string::npos;
+       pos = yaml.find(key, pos + 1)) {
+    auto line_start = yaml.rfind('\n', pos);
+    line_start = line_start == std::string::npos ? 0 : line_start + 1;
+    if (yaml.find_first_not_of(' ', line_start) != pos)
+      continue;
+    auto end = yaml.find('\n', pos);
+    auto line = yaml.substr(pos + key.size(), end == std::string::npos
+                                                ? std::string::npos
+                                                : end - pos - key.size());
+    line.erase(0, line.find_first_not_of(" \"'"));
+    line.erase(line.find_last_not_of(" \"'") + 1);
+    return line;
+  }
+  return {};
 }
 
 } // namespace
@@ -37,7 +47,8 @@ node_process::node_process(std::string dir, std::string yaml,
   : binary_(std::move(binary)),
     config_path_(dir + "/node.yaml"),
     stderr_path_(dir + "/node.stderr"),
-    token_(token_in(yaml)) {
+    token_(value_in(yaml, "token:")),
+    admin_token_(value_in(yaml, "admin_token:")) {
   std::ofstream{config_path_} << yaml;
   start();
 }
@@ -90,6 +101,13 @@ endpoint node_process::address() const {
   ep.host = "127.0.0.1";
   ep.port = port_;
   ep.token = token_;
+  return ep;
+}
+
+endpoint node_process::admin_address() const {
+  auto ep = address();
+  if (!admin_token_.empty())
+    ep.token = admin_token_;
   return ep;
 }
 

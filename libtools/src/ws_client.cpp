@@ -344,10 +344,10 @@ string_request make_request(const endpoint& ep, const std::string& method,
   req.set(http::field::connection, "close");
   if (!ep.token.empty())
     req.set(http::field::authorization, "Bearer " + ep.token);
-  if (!body.empty()) {
+  // The admin API takes JSON only (a cross-site form cannot send it).
+  if (!body.empty() || method == "POST")
     req.set(http::field::content_type, "application/json");
-    req.body() = body;
-  }
+  req.body() = body;
   req.prepare_payload();
   return req;
 }

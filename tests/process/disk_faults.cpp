@@ -4,6 +4,7 @@
 
 #include "node_client.hpp"
 #include "temp_dir.hpp"
+#include "text_checks.hpp"
 
 #include "keel/protocol.hpp"
 
@@ -127,10 +128,13 @@ CAF_TEST(chaos switches are refused when fault injection is off) {
   temp_dir other{"keel-disk-off"};
   node_process plain{other.str(),
                      slow_echo_yaml("plain", other.str() + "/data", "0s")};
-  auto res = api_call(plain.address(), "POST", "/api/v1/chaos/disk",
-                      R"({"fail_writes": true})");
-  CAF_REQUIRE(!res);
-  CAF_CHECK_EQUAL(error_code_name(res.error()), "conflict");
+  auto res = http_request(plain.address(), "POST", "/api/v1/chaos/disk",
+                          R"({"fail_writes": true})");
+  CAF_REQUIRE(res);
+  CAF_CHECK_EQUAL(res->status, 403u);
+  auto j = nlohmann::json::parse(res->body);
+  CAF_CHECK_EQUAL(j["code"], "forbidden");
+  KEEL_CHECK_CONTAINS(j["message"].get<std::string>(), "chaos.disk");
   CAF_CHECK_EQUAL(plain.stop(), 0);
 }
 

@@ -17,7 +17,7 @@ std::string node_yaml(const temp_dir& dir, const std::string& extra = "") {
   return "node:\n  name: gw-test\n  data_dir: " + dir.str()
          + "/data\ngateway:\n  port: 0\n  max_frame_bytes: 65536\n"
            "  max_text_bytes: 1024\n"
-         + extra + "logging:\n  level: warn\n";
+         + extra + "chaos:\n  kill: true\nlogging:\n  level: warn\n";
 }
 
 struct fixture {
@@ -123,9 +123,12 @@ CAF_TEST(subscriptions survive a restart of the gateway bridge) {
   auto killed = api_call(node.address(), "POST", "/api/v1/kill",
                          R"({"path":"/gateway","reason":"test"})");
   CAF_REQUIRE(killed);
-  // The bridge is back once the API answers through it again.
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds{10};
-  while (!api_call(node.address(), "GET", "/api/v1/status"))
+  // The bridge is back once the API answers through it again. A request
+  // that reached the dying bridge is never answered (the gateway answers 504
+  // after 10 s), so each try gives up after a second.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds{20};
+  while (!api_call(node.address(), "GET", "/api/v1/status", {},
+                   std::chrono::seconds{1}))
     CAF_REQUIRE(std::chrono::steady_clock::now() < deadline);
   auto sender = connect_client(node.address());
   CAF_REQUIRE(!sender->send_text(protocol::send_frame("kept", "m1", "still")));
@@ -203,9 +206,11 @@ CAF_TEST(a configured token refuses upgrades without it) {
   auto wrong = ep;
   wrong.token = "nope";
   CAF_CHECK(!ws_client::connect(wrong));
+  // Without an admin token, the admin API of a loopback gateway is open
+  // (tests/process/security.cpp covers the admin token).
   auto status = http_request(missing, "GET", "/api/v1/status");
   CAF_REQUIRE(status);
-  CAF_CHECK_EQUAL(status->status, 401u);
+  CAF_CHECK_EQUAL(status->status, 200u);
   auto ok = http_request(ep, "GET", "/api/v1/status");
   CAF_REQUIRE(ok);
   CAF_CHECK_EQUAL(ok->status, 200u);

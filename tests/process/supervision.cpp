@@ -26,6 +26,7 @@ std::string node_yaml(const temp_dir& dir) {
                         "supervision:\n"
                         "  root:\n    max_restarts: 20\n"
                         "  conversations:\n    max_restarts: 1000\n"
+                        "chaos:\n  kill: true\n"
                         "logging:\n  level: warn\n");
 }
 

@@ -9,6 +9,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -20,12 +21,14 @@ namespace keel::test {
 
 /// A node config on 127.0.0.1 (free port) with data in `data_dir`, whose
 /// default pool is a scripted provider answering "answer to {input}" after
-/// `delay` (so kills land mid-turn too); `extra` is appended as is.
+/// `delay` (so kills land mid-turn too); `extra` is appended as is. The
+/// gateway's per-connection rate limit is off: the load tools send many
+/// threads' traffic over few connections as fast as the node answers.
 inline std::string
 slow_echo_yaml(const std::string& name, const std::string& data_dir,
                const std::string& delay, const std::string& extra = {}) {
   return "node:\n  name: " + name + "\n  data_dir: " + data_dir
-         + "\ngateway:\n  port: 0\n"
+         + "\ngateway:\n  port: 0\n  rate_limit:\n    per_second: 0\n"
            "providers:\n"
            "  - name: slow-echo\n    kind: scripted\n"
            "    script:\n      - reply: \"answer to {input}\"\n"
@@ -81,20 +84,36 @@ receive_until(ws_client& client, Pred pred,
 }
 
 /// Asks for the first 1,000 entries of `thread`'s history; returns them (the
-/// history frame's `entries`), or std::nullopt if none came in time.
+/// history frame's `entries`), or std::nullopt if none came in time. A
+/// request the node drops under its per-connection rate limit (an error
+/// frame `rate_limited`) is asked again once the limit has had time to
+/// refill, so callers may poll a history in a loop.
 inline std::optional<nlohmann::json>
 read_history(ws_client& client, const std::string& thread,
              std::chrono::milliseconds timeout = std::chrono::seconds{10}) {
-  if (client.send_text(
-        protocol::history_request_frame(thread, "h-" + thread, 0, 1000)))
-    return std::nullopt;
-  auto page = receive_until(
-    client,
-    [&](auto& j) { return j["type"] == "history" && j["thread"] == thread; },
-    timeout);
-  if (!page)
-    return std::nullopt;
-  return std::move((*page)["entries"]);
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0
+        || client.send_text(
+          protocol::history_request_frame(thread, "h-" + thread, 0, 1000)))
+      return std::nullopt;
+    auto page = receive_until(
+      client,
+      [&](auto& j) {
+        return (j["type"] == "history" && j["thread"] == thread)
+               || (j["type"] == "error" && j["code"] == "rate_limited");
+      },
+      left);
+    if (!page)
+      return std::nullopt;
+    if ((*page)["type"] == "history")
+      return std::move((*page)["entries"]);
+    // No event announces a refilled bucket: the default limit refills one
+    // frame every 20 ms.
+    std::this_thread::sleep_for(std::chrono::milliseconds{100});
+  }
 }
 
 } // namespace keel::test

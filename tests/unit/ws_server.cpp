@@ -271,6 +271,8 @@ CAF_TEST(healthz answers without auth) {
 
 CAF_TEST(a configured token is required for the upgrade) {
   cfg.token = "s3cret";
+  cfg.admin_token = "adm1n";
+  cfg.allow_query_token = true;
   start();
   auto none = ws_client::connect(ep());
   CAF_REQUIRE(!none);
@@ -297,7 +299,7 @@ CAF_TEST(a configured token is required for the upgrade) {
   CAF_CHECK_EQUAL(api->status, 401u);
   CAF_CHECK_EQUAL(json::parse(api->body)["code"].get<std::string>(),
                   "unauthorized");
-  auto api_ok = http_request(ep("s3cret"), "GET", "/api/v1/echo");
+  auto api_ok = http_request(ep("adm1n"), "GET", "/api/v1/echo");
   CAF_REQUIRE(api_ok);
   CAF_CHECK_EQUAL(api_ok->status, 200u);
 }

@@ -44,6 +44,9 @@ struct gateway_bridge_config {
   /// Thread subscriptions (outlive the bridge actor).
   std::shared_ptr<subscription_table> subscriptions
     = std::make_shared<subscription_table>();
+  /// Which chaos endpoints answer (`POST /api/v1/kill`,
+  /// `POST /api/v1/chaos/disk`); both off unless the node's `chaos:` says so.
+  chaos_config chaos;
   /// The store's fault switches when `chaos.disk` is on (for
   /// `POST /api/v1/chaos/disk`); null otherwise.
   std::shared_ptr<fault_injection> disk_faults;

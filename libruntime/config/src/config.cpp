@@ -1,6 +1,7 @@
 #include "keel/config.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <iterator>
 #include <utility>
@@ -26,7 +27,15 @@ const pool_config* node_config::find_pool(const std::string& x) const {
 }
 
 bool is_loopback_host(std::string_view host) {
-  if (host == "localhost" || host == "::1" || host == "[::1]")
+  // Host names are case-insensitive (RFC 4343).
+  constexpr std::string_view local = "localhost";
+  auto is_local
+    = host.size() == local.size()
+      && std::equal(host.begin(), host.end(), local.begin(),
+                    [](char x, char y) {
+                      return std::tolower(static_cast<unsigned char>(x)) == y;
+                    });
+  if (is_local || host == "::1" || host == "[::1]")
     return true;
   // 127.0.0.0/8 written as a dotted quad.
   if (host.substr(0, 4) != "127.")

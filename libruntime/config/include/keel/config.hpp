@@ -97,8 +97,8 @@ struct gateway_config {
   tls_config tls;
 };
 
-/// Returns whether `host` names the loopback interface only: "localhost",
-/// an address in 127.0.0.0/8 or ::1.
+/// Returns whether `host` names the loopback interface only: "localhost" (in
+/// any case), an address in 127.0.0.0/8 or ::1.
 bool is_loopback_host(std::string_view host);
 
 /// Returns whether `host` is a wildcard listen address (0.0.0.0 or ::).

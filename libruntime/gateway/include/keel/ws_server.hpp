@@ -38,7 +38,8 @@ public:
   /// once for every connection that saw `on_open`, at the latest in `stop()`.
   virtual void on_close(connection_id conn) = 0;
 
-  /// An authorized HTTP request for a path under `/api/`. Answer it with
+  /// An HTTP request for a path under `/api/` that the request policy
+  /// allowed with the admin role (keel/gateway_policy.hpp). Answer it with
   /// `ws_server::respond(request, ...)`, exactly once.
   virtual void on_http(uint64_t request, const std::string& method,
                        const std::string& target, const std::string& body)
@@ -53,13 +54,15 @@ struct ws_server_stats {
   uint64_t frames_out = 0;
   uint64_t bad_frames = 0;
   uint64_t slow_client_disconnects = 0;
+  uint64_t rate_limited_frames = 0;
 };
 
 class ws_server {
 public:
-  /// Binds, listens and starts the I/O threads. Fails with
-  /// `ec::connection_failed` naming the address when it cannot bind.
-  /// Serves `GET /healthz` (no auth) itself.
+  /// Binds, listens and starts the I/O threads (serving TLS only when
+  /// `cfg.tls` is enabled). Fails with `ec::connection_failed` naming the
+  /// address when it cannot bind, `ec::config_invalid` when the certificate
+  /// or key cannot be loaded. Serves `GET /healthz` (no auth) itself.
   static caf::expected<std::unique_ptr<ws_server>>
   start(const gateway_config& cfg, std::shared_ptr<gateway_handler> handler,
         const std::string& node_name);

@@ -56,6 +56,10 @@ public:
   /// The node's current address (port changes on every start).
   endpoint address() const;
 
+  /// The node's address with its admin token (`gateway.admin_token:` of the
+  /// config), or with the client token when it has none.
+  endpoint admin_address() const;
+
   /// Everything the node wrote to stderr so far.
   std::string stderr_text() const;
 
@@ -69,6 +73,7 @@ private:
   std::string config_path_;
   std::string stderr_path_;
   std::string token_;
+  std::string admin_token_;
   std::unique_ptr<child_process> child_;
   uint16_t port_ = 0;
 };

@@ -1,0 +1,292 @@
+#include "http_session.hpp"
+
+#include <type_traits>
+
+#include <boost/asio/dispatch.hpp>
+
+namespace keel::gateway {
+
+namespace {
+
+/// Time allowed to read one HTTP request (headers and body), and for the TLS
+/// handshake.
+constexpr auto http_read_timeout = 30s;
+
+/// Time the `/api/` handler has to answer before the client gets a 504.
+constexpr auto api_timeout = 10s;
+
+std::string json_error(const std::string& code, const std::string& message) {
+  return protocol::error_frame(code, message);
+}
+
+std::string_view view(beast::string_view x) {
+  return {x.data(), x.size()};
+}
+
+template <class Stream>
+constexpr bool is_tls = std::is_same_v<Stream, tls_stream>;
+
+/// The parts of `req` the request policy decides on.
+request_facts facts_of(const request& req, bool tls) {
+  request_facts facts;
+  facts.method = view(req.method_string());
+  facts.target = view(req.target());
+  facts.upgrade = websocket::is_upgrade(req);
+  facts.tls = tls;
+  facts.authorization = view(req[http::field::authorization]);
+  facts.origin = view(req[http::field::origin]);
+  facts.host = view(req[http::field::host]);
+  facts.content_type = view(req[http::field::content_type]);
+  return facts;
+}
+
+} // namespace
+
+template <class Stream>
+http_session<Stream>::http_session(server_impl* srv, connection_id id,
+                                   Stream&& stream)
+  : srv_(srv), id_(id), ex_(stream.get_executor()), stream_(std::move(stream)) {
+  // nop
+}
+
+template <class Stream>
+http_session<Stream>::~http_session() {
+  srv_->remove_http(id_);
+  if (pending_ != 0)
+    srv_->remove_request(pending_);
+  if (!handed_off_)
+    srv_->release_slot();
+}
+
+template <class Stream>
+void http_session<Stream>::run() {
+  srv_->add(id_, std::weak_ptr<http_link>{this->shared_from_this()});
+  if constexpr (is_tls<Stream>) {
+    beast::get_lowest_layer(stream_).expires_after(http_read_timeout);
+    stream_.async_handshake(ssl::stream_base::server,
+                            [self = this->shared_from_this()](error_code err) {
+                              // A failed handshake (plain HTTP, an old
+                              // protocol version) closes this connection only.
+                              if (err)
+                                self->close_socket();
+                              else
+                                self->do_read();
+                            });
+  } else {
+    net::dispatch(ex_, beast::bind_front_handler(&http_session::do_read,
+                                                 this->shared_from_this()));
+  }
+}
+
+template <class Stream>
+void http_session<Stream>::close_socket() {
+  beast::get_lowest_layer(stream_).socket().close(ignored_);
+}
+
+template <class Stream>
+void http_session<Stream>::shutdown() {
+  shut_down_ = true;
+  if (timer_)
+    timer_->cancel();
+  if (!handed_off_)
+    close_socket();
+}
+
+template <class Stream>
+void http_session<Stream>::deliver(uint64_t id, unsigned status,
+                                   std::string content_type, std::string body) {
+  if (pending_ != id || shut_down_)
+    return;
+  pending_ = 0;
+  if (timer_)
+    timer_->cancel();
+  reply(static_cast<http::status>(status), std::move(content_type),
+        std::move(body));
+}
+
+// -- reading and routing ------------------------------------------------------
+
+template <class Stream>
+void http_session<Stream>::do_read() {
+  if (shut_down_ || srv_->stopping())
+    return;
+  parser_.emplace();
+  parser_->header_limit(16 * 1024);
+  parser_->body_limit(srv_->cfg().max_frame_bytes);
+  beast::get_lowest_layer(stream_).expires_after(http_read_timeout);
+  http::async_read(stream_, buf_, *parser_,
+                   beast::bind_front_handler(&http_session::on_read,
+                                             this->shared_from_this()));
+}
+
+template <class Stream>
+void http_session<Stream>::on_read(error_code err, size_t) {
+  if (err == http::error::body_limit) {
+    keep_alive_ = false;
+    reply(http::status::payload_too_large, "application/json",
+          json_error("too_large",
+                     "request body exceeds "
+                       + std::to_string(srv_->cfg().max_frame_bytes)
+                       + " bytes"));
+    return;
+  }
+  if (err) {
+    close_socket();
+    return;
+  }
+  route(parser_->release());
+}
+
+template <class Stream>
+void http_session<Stream>::route(request req) {
+  keep_alive_ = req.keep_alive();
+  version_ = req.version();
+  auto path = path_of(view(req.target()));
+  if (path == "/healthz" && !websocket::is_upgrade(req))
+    return healthz(req);
+  if (path == protocol::ws_path && !websocket::is_upgrade(req))
+    return reply(http::status::upgrade_required, "application/json",
+                 json_error("bad_request",
+                            "this path only accepts WebSocket upgrades"));
+  if (!websocket::is_upgrade(req) && path.substr(0, 5) != "/api/")
+    return not_found(path);
+  if (websocket::is_upgrade(req) && path != protocol::ws_path) {
+    keep_alive_ = false;
+    return not_found(path);
+  }
+  auto decision = check_request(facts_of(req, is_tls<Stream>), srv_->cfg());
+  if (!decision.allowed)
+    return refuse(decision);
+  if (websocket::is_upgrade(req))
+    return upgrade(req, path);
+  api_request(req);
+}
+
+/// Hands a WebSocket upgrade to a new `ws_session`, with this connection's
+/// slot. A refused upgrade gets an HTTP answer, then the connection closes.
+template <class Stream>
+void http_session<Stream>::upgrade(request& req, std::string_view) {
+  if (srv_->stopping()) {
+    keep_alive_ = false;
+    return reply(http::status::service_unavailable, "application/json",
+                 json_error("unavailable", "the node is shutting down"));
+  }
+  beast::get_lowest_layer(stream_).expires_never();
+  handed_off_ = true;
+  srv_->remove_http(id_);
+  auto ws = std::make_shared<ws_session<Stream>>(srv_, id_, std::move(stream_));
+  ws->run(std::move(req));
+}
+
+template <class Stream>
+void http_session<Stream>::healthz(const request& req) {
+  if (req.method() != http::verb::get)
+    return reply(http::status::method_not_allowed, "application/json",
+                 json_error("bad_request", "use GET /healthz"));
+  nlohmann::json body{{"status", "ok"}, {"node", srv_->node()}};
+  reply(http::status::ok, "application/json",
+        body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+}
+
+/// Passes an `/api/` request to the handler, which answers through
+/// `deliver`; if it does not answer in time, the client gets a 504.
+template <class Stream>
+void http_session<Stream>::api_request(const request& req) {
+  pending_
+    = srv_->add_request(std::weak_ptr<http_link>{this->shared_from_this()});
+  start_api_timer();
+  // Nothing reads the socket while the handler works: no expiry.
+  beast::get_lowest_layer(stream_).expires_never();
+  auto id = pending_;
+  try {
+    srv_->handler().on_http(id, std::string{req.method_string()},
+                            std::string{req.target()}, req.body());
+  } catch (const std::exception& e) {
+    if (srv_->remove_request(id))
+      deliver(id, 500, "application/json", json_error("internal", e.what()));
+  }
+}
+
+/// Answers 504 unless the handler answers the pending request first.
+template <class Stream>
+void http_session<Stream>::start_api_timer() {
+  if (!timer_)
+    timer_ = std::make_unique<net::steady_timer>(ex_);
+  timer_->expires_after(api_timeout);
+  timer_->async_wait(
+    [self = this->shared_from_this(), id = pending_](error_code err) {
+      if (err || self->pending_ != id || !self->srv_->remove_request(id))
+        return;
+      self->pending_ = 0;
+      self->reply(http::status::gateway_timeout, "application/json",
+                  json_error("timeout", "the node did not answer in time"));
+    });
+}
+
+// -- answering ----------------------------------------------------------------
+
+template <class Stream>
+void http_session<Stream>::not_found(std::string_view path) {
+  reply(http::status::not_found, "application/json",
+        json_error("not_found", "no such path: " + std::string{path}));
+}
+
+template <class Stream>
+void http_session<Stream>::refuse(const request_decision& decision) {
+  keep_alive_ = false;
+  res_ = {};
+  if (decision.challenge)
+    res_.set(http::field::www_authenticate, "Bearer");
+  reply(static_cast<http::status>(decision.status), "application/json",
+        json_error(decision.code, decision.message), false);
+}
+
+template <class Stream>
+void http_session<Stream>::reply(http::status status, std::string content_type,
+                                 std::string body, bool fresh) {
+  if (fresh)
+    res_ = {};
+  res_.result(status);
+  res_.version(version_);
+  res_.set(http::field::server, "keel");
+  res_.set(http::field::content_type, content_type);
+  res_.body() = std::move(body);
+  res_.keep_alive(keep_alive_ && !srv_->stopping());
+  res_.prepare_payload();
+  beast::get_lowest_layer(stream_).expires_after(http_read_timeout);
+  http::async_write(stream_, res_,
+                    beast::bind_front_handler(&http_session::on_write,
+                                              this->shared_from_this()));
+}
+
+template <class Stream>
+void http_session<Stream>::on_write(error_code err, size_t) {
+  if (err || !res_.keep_alive()) {
+    auto& sock = beast::get_lowest_layer(stream_).socket();
+    sock.shutdown(tcp::socket::shutdown_send, ignored_);
+    sock.close(ignored_);
+    return;
+  }
+  res_ = {};
+  do_read();
+}
+
+template class http_session<plain_stream>;
+template class http_session<tls_stream>;
+
+// -- starting sessions --------------------------------------------------------
+
+void start_http(server_impl* srv, connection_id id, tcp::socket socket) {
+  std::make_shared<http_session<plain_stream>>(srv, id,
+                                               plain_stream{std::move(socket)})
+    ->run();
+}
+
+void start_https(server_impl* srv, connection_id id, tcp::socket socket,
+                 ssl::context& tls) {
+  std::make_shared<http_session<tls_stream>>(
+    srv, id, tls_stream{plain_stream{std::move(socket)}, tls})
+    ->run();
+}
+
+} // namespace keel::gateway

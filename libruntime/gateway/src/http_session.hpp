@@ -1,0 +1,74 @@
+#pragma once
+
+// One HTTP connection, over a plain or a TLS stream: reads requests, asks
+// the request policy (keel/gateway_policy.hpp), serves `/healthz`, hands
+// `/api/` requests to the handler and WebSocket upgrades to a ws_session.
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "keel/gateway_policy.hpp"
+
+#include "ws_session.hpp"
+
+namespace keel::gateway {
+
+template <class Stream>
+class http_session : public http_link,
+                     public std::enable_shared_from_this<http_session<Stream>> {
+public:
+  http_session(server_impl* srv, connection_id id, Stream&& stream);
+
+  ~http_session() override;
+
+  /// Starts reading (after the TLS handshake on a TLS stream).
+  void run();
+
+  void shutdown() override;
+
+  void deliver(uint64_t id, unsigned status, std::string content_type,
+               std::string body) override;
+
+  const executor_type& executor() const override {
+    return ex_;
+  }
+
+private:
+  void do_read();
+  void on_read(error_code err, size_t);
+  void route(request req);
+  void upgrade(request& req, std::string_view path);
+  void healthz(const request& req);
+  void api_request(const request& req);
+  void start_api_timer();
+  void not_found(std::string_view path);
+  void refuse(const request_decision& decision);
+  void reply(http::status status, std::string content_type, std::string body,
+             bool fresh = true);
+  void on_write(error_code err, size_t);
+  void close_socket();
+
+  server_impl* srv_;
+  connection_id id_;
+  const executor_type ex_;
+  Stream stream_;
+  beast::flat_buffer buf_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  http::response<http::string_body> res_;
+  std::unique_ptr<net::steady_timer> timer_;
+  uint64_t pending_ = 0;
+  unsigned version_ = 11;
+  bool keep_alive_ = false;
+  bool shut_down_ = false;
+  // The stream moved to a ws_session (which took over the slot too): never
+  // touch it again.
+  bool handed_off_ = false;
+  error_code ignored_;
+};
+
+extern template class http_session<plain_stream>;
+extern template class http_session<tls_stream>;
+
+} // namespace keel::gateway

@@ -1,0 +1,398 @@
+#include "server_impl.hpp"
+
+#include <iostream>
+
+#include <malloc.h>
+
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/websocket.hpp>
+#include <openssl/ssl.h>
+
+namespace keel {
+
+gateway_handler::~gateway_handler() {
+  // nop
+}
+
+ws_server::~ws_server() {
+  // nop
+}
+
+} // namespace keel
+
+namespace keel::gateway {
+
+namespace {
+
+/// How long `stop()` waits for connections to wind down.
+constexpr auto stop_deadline = 5s;
+
+/// Freed queues at least this big are handed back to the OS at once.
+constexpr size_t trim_threshold = 1 << 20;
+
+/// The answer to a connection beyond `max_connections`, written before
+/// anything is read from it.
+std::string refused_answer() {
+  auto body = protocol::error_frame("overloaded",
+                                    "too many connections; try again later");
+  return "HTTP/1.1 503 Service Unavailable\r\nServer: keel\r\n"
+         "Content-Type: application/json\r\nConnection: close\r\n"
+         "Content-Length: "
+         + std::to_string(body.size()) + "\r\n\r\n" + body;
+}
+
+} // namespace
+
+ws_link::~ws_link() {
+  // nop
+}
+
+http_link::~http_link() {
+  // nop
+}
+
+void release_memory(size_t freed) {
+  if (freed >= trim_threshold)
+    malloc_trim(0);
+}
+
+server_impl::server_impl(const gateway_config& cfg,
+                         std::shared_ptr<gateway_handler> handler,
+                         std::string node)
+  : cfg_(cfg),
+    handler_(std::move(handler)),
+    node_(std::move(node)),
+    acceptor_(net::make_strand(ioc_)),
+    accept_retry_(acceptor_.get_executor()),
+    work_(net::make_work_guard(ioc_)) {
+  limits_.max_text_bytes = cfg_.max_text_bytes;
+}
+
+server_impl::~server_impl() {
+  stop();
+}
+
+ws_server_stats server_impl::stats() const {
+  ws_server_stats result;
+  result.connections_open = ctr_.connections_open.load();
+  result.connections_total = ctr_.connections_total.load();
+  result.frames_in = ctr_.frames_in.load();
+  result.frames_out = ctr_.frames_out.load();
+  result.bad_frames = ctr_.bad_frames.load();
+  result.slow_client_disconnects = ctr_.slow_client_disconnects.load();
+  result.rate_limited_frames = ctr_.rate_limited_frames.load();
+  return result;
+}
+
+// -- connections and requests -------------------------------------------------
+
+bool server_impl::reserve_slot() {
+  auto n = slots_.fetch_add(1);
+  if (n >= cfg_.max_connections) {
+    slots_.fetch_sub(1);
+    return false;
+  }
+  return true;
+}
+
+void server_impl::release_slot() {
+  slots_.fetch_sub(1);
+}
+
+void server_impl::ws_opened() {
+  ctr_.connections_open.fetch_add(1);
+  ctr_.connections_total.fetch_add(1, std::memory_order_relaxed);
+}
+
+void server_impl::ws_closed() {
+  ctr_.connections_open.fetch_sub(1);
+}
+
+void server_impl::add(connection_id id, std::weak_ptr<ws_link> ptr) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  ws_.emplace(id, std::move(ptr));
+}
+
+void server_impl::add(connection_id id, std::weak_ptr<http_link> ptr) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  http_.emplace(id, std::move(ptr));
+}
+
+void server_impl::remove_ws(connection_id id) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  ws_.erase(id);
+}
+
+void server_impl::remove_http(connection_id id) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  http_.erase(id);
+}
+
+uint64_t server_impl::add_request(std::weak_ptr<http_link> ptr) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  auto id = ++next_request_;
+  requests_.emplace(id, std::move(ptr));
+  return id;
+}
+
+bool server_impl::remove_request(uint64_t id) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  return requests_.erase(id) > 0;
+}
+
+// -- listening ----------------------------------------------------------------
+
+caf::error server_impl::listen() {
+  auto where = cfg_.host + ":" + std::to_string(cfg_.port);
+  error_code err;
+  tcp::endpoint ep;
+  if (auto addr = net::ip::make_address(cfg_.host, err); !err) {
+    ep = tcp::endpoint{addr, cfg_.port};
+  } else {
+    // A host name such as "localhost": listen on its first address.
+    tcp::resolver resolver{ioc_};
+    auto results = resolver.resolve(cfg_.host, std::to_string(cfg_.port),
+                                    tcp::resolver::passive, err);
+    if (err || results.empty())
+      return caf::make_error(ec::connection_failed,
+                             "cannot listen on " + where + ": cannot resolve '"
+                               + cfg_.host + "'"
+                               + (err ? ": " + err.message() : ""));
+    ep = results.begin()->endpoint();
+  }
+  if (acceptor_.open(ep.protocol(), err)
+      || acceptor_.set_option(net::socket_base::reuse_address(true), err)
+      || acceptor_.bind(ep, err)
+      || acceptor_.listen(net::socket_base::max_listen_connections, err))
+    return caf::make_error(ec::connection_failed,
+                           "cannot listen on " + where + ": " + err.message());
+  port_ = acceptor_.local_endpoint(err).port();
+  return caf::none;
+}
+
+/// Loads the certificate and key and fixes the oldest protocol version; TLS
+/// below 1.2 is never offered.
+caf::error server_impl::setup_tls() {
+  const auto& tls = cfg_.tls;
+  if (!tls.enabled())
+    return caf::none;
+  auto fail = [](const std::string& what, const error_code& err) {
+    return caf::make_error(ec::config_invalid,
+                           "gateway.tls: " + what + ": " + err.message());
+  };
+  tls_ = std::make_unique<ssl::context>(ssl::context::tls_server);
+  error_code err;
+  tls_->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2
+                      | ssl::context::no_sslv3 | ssl::context::no_tlsv1
+                      | ssl::context::no_tlsv1_1 | ssl::context::single_dh_use,
+                    err);
+  auto min = tls.min_version == "1.3" ? TLS1_3_VERSION : TLS1_2_VERSION;
+  SSL_CTX_set_min_proto_version(tls_->native_handle(), min);
+  if (tls_->use_certificate_chain_file(tls.certificate_file, err))
+    return fail("cannot load certificate_file '" + tls.certificate_file + "'",
+                err);
+  if (tls_->use_private_key_file(tls.key_file, ssl::context::pem, err))
+    return fail("cannot load key_file '" + tls.key_file + "'", err);
+  return caf::none;
+}
+
+void server_impl::launch() {
+  do_accept();
+  auto n = std::max<size_t>(cfg_.io_threads, 1);
+  threads_running_ = n;
+  threads_.reserve(n);
+  for (size_t i = 0; i < n; ++i)
+    threads_.emplace_back([this] {
+      for (;;) {
+        try {
+          ioc_.run();
+          break;
+        } catch (const std::exception& e) {
+          // A handler threw past every boundary: keep serving.
+          std::cerr << "keel gateway: I/O thread caught: " << e.what() << '\n';
+        }
+      }
+      std::lock_guard<std::mutex> guard{stop_mtx_};
+      if (--threads_running_ == 0)
+        threads_done_cv_.notify_all();
+    });
+}
+
+void server_impl::do_accept() {
+  acceptor_.async_accept(net::make_strand(ioc_),
+                         beast::bind_front_handler(&server_impl::on_accept,
+                                                   this));
+}
+
+void server_impl::on_accept(error_code err, tcp::socket socket) {
+  if (stopping() || !acceptor_.is_open())
+    return;
+  if (err) {
+    // Out of file descriptors, or similar: back off instead of spinning.
+    accept_retry_.expires_after(50ms);
+    accept_retry_.async_wait([this](error_code e) {
+      if (!e && !stopping())
+        do_accept();
+    });
+    return;
+  }
+  error_code ignored;
+  socket.set_option(tcp::no_delay(true), ignored);
+  if (!reserve_slot()) {
+    refuse_connection(std::move(socket));
+  } else {
+    auto id = next_id_.fetch_add(1) + 1;
+    if (tls_)
+      start_https(this, id, std::move(socket), *tls_);
+    else
+      start_http(this, id, std::move(socket));
+  }
+  do_accept();
+}
+
+/// Answers a connection beyond `max_connections` with 503 (plain HTTP only:
+/// a TLS client would not understand it) and closes it.
+void server_impl::refuse_connection(tcp::socket socket) {
+  auto sock = std::make_shared<tcp::socket>(std::move(socket));
+  if (tls_) {
+    error_code ignored;
+    sock->close(ignored);
+    return;
+  }
+  static const std::string answer = refused_answer();
+  net::async_write(*sock, net::buffer(answer), [sock](error_code, size_t) {
+    error_code ignored;
+    sock->shutdown(tcp::socket::shutdown_send, ignored);
+    sock->close(ignored);
+  });
+}
+
+// -- sending and answering ----------------------------------------------------
+
+void server_impl::send(connection_id conn, std::string frame) {
+  if (stopping())
+    return;
+  std::shared_ptr<ws_link> session;
+  {
+    std::lock_guard<std::mutex> guard{mtx_};
+    auto i = ws_.find(conn);
+    if (i == ws_.end())
+      return;
+    session = i->second.lock();
+  }
+  if (!session)
+    return;
+  // Runs inline when called from this connection's own strand (the handler
+  // answering a frame), otherwise queues a small task on it.
+  auto ex = session->executor();
+  net::dispatch(ex, [s = std::move(session), f = std::move(frame)]() mutable {
+    s->enqueue(std::move(f));
+  });
+}
+
+void server_impl::respond(uint64_t request, unsigned status,
+                          std::string content_type, std::string body) {
+  if (stopping())
+    return;
+  std::shared_ptr<http_link> session;
+  {
+    std::lock_guard<std::mutex> guard{mtx_};
+    auto i = requests_.find(request);
+    if (i == requests_.end())
+      return;
+    session = i->second.lock();
+    requests_.erase(i);
+  }
+  if (!session)
+    return;
+  auto ex = session->executor();
+  net::dispatch(ex,
+                [s = std::move(session), request, status,
+                 ct = std::move(content_type), b = std::move(body)]() mutable {
+                  s->deliver(request, status, std::move(ct), std::move(b));
+                });
+}
+
+// -- stopping -----------------------------------------------------------------
+
+std::vector<std::shared_ptr<ws_link>> server_impl::live_ws() {
+  std::vector<std::shared_ptr<ws_link>> result;
+  std::lock_guard<std::mutex> guard{mtx_};
+  for (auto& kvp : ws_)
+    if (auto ptr = kvp.second.lock())
+      result.push_back(std::move(ptr));
+  return result;
+}
+
+void server_impl::stop() {
+  std::unique_lock<std::mutex> lock{stop_mtx_};
+  if (stopped_)
+    return;
+  stopped_ = true;
+  stopping_ = true;
+  net::post(acceptor_.get_executor(), [this] {
+    error_code ignored;
+    acceptor_.close(ignored);
+    accept_retry_.cancel();
+  });
+  std::vector<std::shared_ptr<http_link>> http;
+  {
+    std::lock_guard<std::mutex> guard{mtx_};
+    for (auto& kvp : http_)
+      if (auto ptr = kvp.second.lock())
+        http.push_back(std::move(ptr));
+  }
+  for (auto& s : live_ws()) {
+    net::post(s->executor(), [s] {
+      s->start_close(websocket::close_code::going_away, "server shutting down");
+    });
+  }
+  for (auto& s : http)
+    net::post(s->executor(), [s] { s->shutdown(); });
+  http.clear();
+  // Without the work guard, run() returns once every connection is gone.
+  work_.reset();
+  threads_done_cv_.wait_for(lock, stop_deadline,
+                            [this] { return threads_running_ == 0; });
+  lock.unlock();
+  ioc_.stop();
+  for (auto& t : threads_)
+    if (t.joinable())
+      t.join();
+  threads_.clear();
+  // Connections that did not finish in time: tell the handler now, since
+  // their handlers will never run (no I/O thread is left).
+  for (auto& s : live_ws())
+    s->finish();
+}
+
+} // namespace keel::gateway
+
+namespace keel {
+
+caf::expected<std::unique_ptr<ws_server>>
+ws_server::start(const gateway_config& cfg,
+                 std::shared_ptr<gateway_handler> handler,
+                 const std::string& node_name) {
+  if (!handler)
+    return caf::make_error(ec::unavailable, "ws_server: no handler");
+  try {
+    auto srv = std::make_unique<gateway::server_impl>(cfg, std::move(handler),
+                                                      node_name);
+    if (auto err = srv->setup_tls())
+      return err;
+    if (auto err = srv->listen())
+      return err;
+    srv->launch();
+    return std::unique_ptr<ws_server>{std::move(srv)};
+  } catch (const std::exception& e) {
+    return caf::make_error(ec::connection_failed,
+                           "cannot start the gateway on " + cfg.host + ":"
+                             + std::to_string(cfg.port) + ": " + e.what());
+  }
+}
+
+} // namespace keel
