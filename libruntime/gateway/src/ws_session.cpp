@@ -1,5 +1,7 @@
 #include "ws_session.hpp"
 
+#include "keel/text.hpp"
+
 #include <iostream>
 
 namespace keel::gateway {
@@ -184,10 +186,13 @@ void ws_session<Stream>::on_read(error_code err, size_t) {
     ctr.rate_limited_frames.fetch_add(1, std::memory_order_relaxed);
     const auto& limit = srv_->cfg().rate_limit;
     enqueue(protocol::error_frame(
-      "rate_limited", "too many frames: this node accepts "
-                        + std::to_string(limit.per_second)
-                        + " per second per connection (bursts of "
-                        + std::to_string(limit.burst) + "); frame dropped"));
+      "rate_limited",
+      "too many frames: this node accepts "
+        + fixed(limit.per_second,
+                limit.per_second == static_cast<int64_t>(limit.per_second) ? 0
+                                                                           : 2)
+        + " per second per connection (bursts of " + std::to_string(limit.burst)
+        + "); frame dropped"));
   } else if (!ws_.got_text()) {
     ctr.bad_frames.fetch_add(1, std::memory_order_relaxed);
     enqueue(protocol::error_frame("binary_frame",
@@ -236,7 +241,9 @@ void ws_session<Stream>::enqueue(std::string frame) {
     return;
   queued_bytes_ += frame.size();
   queue_.push_back(std::move(frame));
-  if (queued_bytes_ > srv_->cfg().max_queued_bytes) {
+  // One frame alone never counts as slow (a history page may be larger
+  // than the cap); frames piling up behind it do.
+  if (queued_bytes_ > srv_->cfg().max_queued_bytes && queue_.size() > 1) {
     srv_->ctr().slow_client_disconnects.fetch_add(1, std::memory_order_relaxed);
     drop_queue();
     start_close(websocket::close_code::policy_error, "client too slow");
