@@ -142,6 +142,13 @@ private:
   /// `key_file`; errors never show the secret.
   std::string read_secret(const map_reader& m, const std::string& key,
                           const std::string& key_file);
+  /// Reads the list at `key` (`list_expected` in errors), each item a
+  /// string `valid` accepts (`item_expected` in errors).
+  std::vector<std::string>
+  read_checked_strings(const map_reader& m, const std::string& key,
+                       const std::string& list_expected,
+                       const std::string& item_expected,
+                       bool (*valid)(const std::string&));
   std::vector<std::string> read_origins(const map_reader& m);
   std::vector<std::string> read_hosts(const map_reader& m);
   void read_rate_limit(const map_reader& m, rate_limit_config& cfg);
@@ -340,50 +347,52 @@ std::string parser::read_secret(const map_reader& m, const std::string& key,
   return result;
 }
 
-std::vector<std::string> parser::read_origins(const map_reader& m) {
+std::vector<std::string>
+parser::read_checked_strings(const map_reader& m, const std::string& key,
+                             const std::string& list_expected,
+                             const std::string& item_expected,
+                             bool (*valid)(const std::string&)) {
   std::vector<std::string> result;
-  auto x = m.get("allowed_origins");
+  auto x = m.get(key);
   if (!x)
     return result;
-  auto path = m.path("allowed_origins");
-  auto items = read_list(*x, path, "a list of origins");
+  auto path = m.path(key);
+  auto items = read_list(*x, path, list_expected);
   for (size_t i = 0; i < items.size(); ++i) {
     auto item_path = indexed(path, i);
-    auto origin = read_string(items[i], item_path);
-    auto scheme_end = origin.find("://");
-    auto well_formed
-      = origin == "*"
-        || (scheme_end != std::string::npos && scheme_end > 0
-            && origin.size() > scheme_end + 3
-            && origin.find('/', scheme_end + 3) == std::string::npos);
-    if (!well_formed)
-      bad_value(items[i], item_path, origin,
-                "an origin such as \"https://app.example.com\" (scheme, host "
-                "and optional port, no path) or \"*\"");
-    result.push_back(std::move(origin));
+    auto item = read_string(items[i], item_path);
+    if (!valid(item))
+      bad_value(items[i], item_path, item, item_expected);
+    result.push_back(std::move(item));
   }
   return result;
 }
 
+std::vector<std::string> parser::read_origins(const map_reader& m) {
+  auto valid = [](const std::string& origin) {
+    auto scheme_end = origin.find("://");
+    return origin == "*"
+           || (scheme_end != std::string::npos && scheme_end > 0
+               && origin.size() > scheme_end + 3
+               && origin.find('/', scheme_end + 3) == std::string::npos);
+  };
+  return read_checked_strings(m, "allowed_origins", "a list of origins",
+                              "an origin such as \"https://app.example.com\" "
+                              "(scheme, host and optional port, no path) or "
+                              "\"*\"",
+                              valid);
+}
+
 std::vector<std::string> parser::read_hosts(const map_reader& m) {
-  std::vector<std::string> result;
-  auto x = m.get("allowed_hosts");
-  if (!x)
-    return result;
-  auto path = m.path("allowed_hosts");
-  auto items = read_list(*x, path, "a list of host names");
-  for (size_t i = 0; i < items.size(); ++i) {
-    auto item_path = indexed(path, i);
-    auto host = read_string(items[i], item_path);
+  auto valid = [](const std::string& host) {
     auto bad_char = [](char c) {
       return c <= ' ' || c >= 0x7f || c == '/' || c == '@';
     };
-    if (host.empty() || std::any_of(host.begin(), host.end(), bad_char))
-      bad_value(items[i], item_path, host,
-                "a host name or address, optionally with :port");
-    result.push_back(std::move(host));
-  }
-  return result;
+    return !host.empty() && std::none_of(host.begin(), host.end(), bad_char);
+  };
+  return read_checked_strings(m, "allowed_hosts", "a list of host names",
+                              "a host name or address, optionally with :port",
+                              valid);
 }
 
 void parser::read_rate_limit(const map_reader& m, rate_limit_config& cfg) {
