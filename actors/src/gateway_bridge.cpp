@@ -160,10 +160,18 @@ void respond_refused(self_ptr self, uint64_t request, const caf::error& err) {
                 readable_message(err));
 }
 
-// The body of GET /api/v1/status, from the orchestrator's counts of running
-// and passivated conversations and the persistence counters.
-nlohmann::json status_body(const gateway_bridge_config& cfg, uint64_t active,
-                           uint64_t passivations, const persistence_stats& ps) {
+/// The orchestrator's counts of conversations.
+struct conversation_counts {
+  uint64_t active;
+  uint64_t passivations;
+  uint64_t evictions;
+};
+
+// The body of GET /api/v1/status, from the orchestrator's counts of
+// conversations and the persistence counters.
+nlohmann::json status_body(const gateway_bridge_config& cfg,
+                           const conversation_counts& counts,
+                           const persistence_stats& ps) {
   auto gw = cfg.server->stats();
   auto uptime = std::chrono::steady_clock::now() - cfg.started;
   auto mem = own_memory();
@@ -174,8 +182,9 @@ nlohmann::json status_body(const gateway_bridge_config& cfg, uint64_t active,
     {"uptime_ms",
      std::chrono::duration_cast<std::chrono::milliseconds>(uptime).count()},
     {"threads",
-     {{"active", active},
-      {"passivations", passivations},
+     {{"active", counts.active},
+      {"passivations", counts.passivations},
+      {"evictions", counts.evictions},
       {"stored", ps.sessions},
       {"quarantined", ps.quarantined_threads}}},
     {"gateway",
@@ -208,13 +217,14 @@ void on_status(self_ptr self, uint64_t request, const std::string&) {
   auto timeout = std::chrono::seconds{10};
   self->request(orch, timeout, atom::stats_v)
     .then(
-      [self, request, db, timeout](uint64_t active, uint64_t passivations) {
+      [self, request, db, timeout](uint64_t active, uint64_t passivations,
+                                   uint64_t evictions) {
+        conversation_counts counts{active, passivations, evictions};
         self->request(db, timeout, atom::stats_v)
           .then(
-            [self, request, active, passivations](persistence_stats& ps) {
+            [self, request, counts](persistence_stats& ps) {
               respond_json(self, request, 200,
-                           status_body(self->state.cfg, active, passivations,
-                                       ps));
+                           status_body(self->state.cfg, counts, ps));
             },
             [self, request](caf::error& err) {
               respond_unavailable(self, request, err);

@@ -647,9 +647,9 @@ orchestrator_actor::behavior_type orchestrator(self_ptr self,
     },
     [self](atom::stats) {
       auto& st = self->state;
-      return caf::make_result(uint64_t{st.threads.size()}, st.passivations);
+      return caf::make_result(uint64_t{st.threads.size()}, st.passivations,
+                              st.evictions);
     },
-    [self](atom::evictions) { return self->state.evictions; },
     [self](atom::recover) { recover(self); },
   };
 }

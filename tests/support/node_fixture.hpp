@@ -144,7 +144,7 @@ public:
     auto hdl = self->request(orchestrator(), caf::infinite, atom::stats_v);
     consume_messages();
     uint64_t result = 0;
-    hdl.receive([&](uint64_t active, uint64_t) { result = active; },
+    hdl.receive([&](uint64_t active, uint64_t, uint64_t) { result = active; },
                 [&](caf::error& err) { CAF_FAIL(render(err)); });
     return result;
   }

@@ -138,10 +138,10 @@ struct limits_fixture : fixture {
   }
 
   uint64_t evictions() {
-    auto hdl = self->request(orchestrator(), caf::infinite, atom::evictions_v);
+    auto hdl = self->request(orchestrator(), caf::infinite, atom::stats_v);
     consume_messages();
     uint64_t result = 0;
-    hdl.receive([&](uint64_t n) { result = n; },
+    hdl.receive([&](uint64_t, uint64_t, uint64_t n) { result = n; },
                 [&](caf::error& err) { CAF_FAIL(render(err)); });
     return result;
   }

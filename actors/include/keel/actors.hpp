@@ -121,7 +121,6 @@ CAF_ADD_ATOM(keel, keel::atom, report, "report")
 CAF_ADD_ATOM(keel, keel::atom, redeliver, "redeliver")
 CAF_ADD_ATOM(keel, keel::atom, deadline, "deadline")
 CAF_ADD_ATOM(keel, keel::atom, readback, "readback")
-CAF_ADD_ATOM(keel, keel::atom, evictions, "evictions")
 
 CAF_ADD_TYPE_ID(keel, (keel::session_record))
 CAF_ADD_TYPE_ID(keel, (keel::inbox_entry))
@@ -320,13 +319,10 @@ using orchestrator_actor = caf::typed_actor<
   // A conversation (re)started: messages routed before may have been lost
   // with an earlier incarnation.
   caf::reacts_to<atom::started, std::string>,
-  // Returns the number of running conversations and of conversations
-  // stopped for being idle since the orchestrator started.
-  caf::replies_to<atom::stats>::with<uint64_t, uint64_t>,
-  // Returns the number of conversations passivated to make room under
-  // `threads.max_live` since the orchestrator started (also counted as
-  // passivations).
-  caf::replies_to<atom::evictions>::with<uint64_t>,
+  // Returns the number of running conversations, of conversations stopped
+  // for being idle since the orchestrator started, and of those among them
+  // passivated to make room under `threads.max_live` (evictions).
+  caf::replies_to<atom::stats>::with<uint64_t, uint64_t, uint64_t>,
   // Delivers a message between threads (an outbox entry) to its target;
   // answers once it is durable in the target's inbox.
   caf::replies_to<atom::deliver, outbox_entry>::with<accept_result>,
