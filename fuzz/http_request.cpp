@@ -6,7 +6,8 @@
 // exception escapes; refusals are 4xx with a code and show a token only
 // where they quote what the client sent (never from Authorization);
 // whatever is allowed presented a token that opens it, or the
-// configuration needs none; only the admin role reaches `/api/`.
+// configuration needs none; only the admin role reaches `/api/` (other
+// than by an upgrade, which the server serves only on /ws).
 
 #include <string>
 #include <vector>
@@ -81,7 +82,9 @@ void check(const keel::request_facts& req, const keel::gateway_config& cfg) {
     return;
   }
   auto open = cfg.allow_unauthenticated || keel::is_loopback_host(cfg.host);
-  bool api = keel::path_of(req.target).substr(0, 5) == "/api/";
+  // An upgrade is a WebSocket whatever its path (the server serves it only
+  // on /ws); any other request under /api/ is the admin API.
+  bool api = !req.upgrade && keel::path_of(req.target).substr(0, 5) == "/api/";
   if (api)
     require(decision.role == keel::request_role::admin,
             "a client role reached /api/");
