@@ -4,6 +4,12 @@
 
 #include <filesystem>
 #include <fstream>
+#include <thread>
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core/buffers_to_string.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/websocket.hpp>
 
 #include "node_client.hpp"
 #include "temp_dir.hpp"
@@ -14,6 +20,10 @@
 using namespace keel;
 using namespace keel::test;
 using nlohmann::json;
+
+namespace net = boost::asio;
+namespace websocket = boost::beast::websocket;
+using tcp = net::ip::tcp;
 
 namespace {
 
@@ -61,13 +71,62 @@ std::string nofile_limits(pid_t pid) {
 }
 
 // Sends and returns the ack or error frame for `id`.
-json send(ws_client& ws, const std::string& thread, const std::string& id) {
-  CAF_REQUIRE(!ws.send_text(protocol::send_frame(thread, id, "hello")));
+json send(ws_client& ws, const std::string& thread, const std::string& id,
+          const std::string& text = "hello") {
+  CAF_REQUIRE(!ws.send_text(protocol::send_frame(thread, id, text)));
   auto answer = receive_until(ws, [&](auto& j) {
     return (j["type"] == "ack" || j["type"] == "error") && j["id"] == id;
   });
   CAF_REQUIRE(answer);
   return *answer;
+}
+
+// VmRSS and VmHWM (peak) of process `pid` in KiB.
+struct memory_kib {
+  int64_t resident = 0;
+  int64_t peak = 0;
+};
+
+memory_kib memory_of(pid_t pid) {
+  auto text = read_text_file("/proc/" + std::to_string(pid) + "/status");
+  auto field = [&](const std::string& name) -> int64_t {
+    auto pos = text.find(name + ":");
+    return pos == std::string::npos
+             ? 0
+             : std::stoll(text.substr(pos + name.size() + 1));
+  };
+  return {field("VmRSS"), field("VmHWM")};
+}
+
+using raw_ws = websocket::stream<tcp::socket>;
+
+// A client with a 4 KiB receive buffer that subscribes to `thread`, reads
+// up to the `subscribed` answer and from then on never reads again.
+std::unique_ptr<raw_ws> stalled_subscriber(net::io_context& ioc,
+                                           const endpoint& ep,
+                                           const std::string& thread) {
+  auto ws = std::make_unique<raw_ws>(ioc);
+  auto& sock = ws->next_layer();
+  sock.open(tcp::v4());
+  sock.set_option(net::socket_base::receive_buffer_size(4096));
+  sock.connect({net::ip::make_address(ep.host), ep.port});
+  ws->handshake(ep.host + ":" + std::to_string(ep.port), "/ws");
+  ws->text(true);
+  ws->write(net::buffer(protocol::subscribe_frame(thread, "sub")));
+  for (;;) {
+    boost::beast::flat_buffer buf;
+    ws->read(buf);
+    if (json::parse(boost::beast::buffers_to_string(buf.data()))["type"]
+        == "subscribed")
+      return ws;
+  }
+}
+
+// The gateway section of the node's status.
+json gateway_status(const endpoint& ep) {
+  auto status = api_call(ep, "GET", "/api/v1/status");
+  CAF_REQUIRE(status);
+  return (*status)["gateway"];
 }
 
 } // namespace
@@ -136,4 +195,61 @@ CAF_TEST(risky settings are logged as warnings at start) {
   CAF_CHECK(contains(log, "storage.sync is false"));
   CAF_CHECK(contains(log, "chaos.kill is true"));
   CAF_CHECK(contains(log, "warn"));
+}
+
+CAF_TEST(stalled readers are disconnected and their memory is freed) {
+  constexpr size_t readers = 8;
+  constexpr int messages = 100;
+  temp_dir dir{"keel-limits"};
+  // A queue cap far above the flood: the write timeout is what ends the
+  // stalled readers, and their queues hold everything until then.
+  node_process node{dir.str(), node_yaml(dir,
+                                         "  max_queued_bytes: 1GiB\n"
+                                         "  write_timeout: 3s\n"
+                                         "  socket_send_buffer: 8KiB\n"
+                                         "  rate_limit:\n    per_second: 0\n",
+                                         "storage:\n  sync: false\n")};
+  auto flooder = connect_client(node.address());
+  std::string text(48 * 1024, 'x');
+  auto flood = [&](const std::string& thread) {
+    for (int i = 0; i < messages; ++i) {
+      auto ack = send(*flooder, thread, thread + std::to_string(i), text);
+      CAF_REQUIRE_EQUAL(ack["type"], "ack");
+    }
+  };
+  // What storing a flood costs the node by itself, without readers.
+  auto start = memory_of(node.pid());
+  flood("quiet");
+  auto stored = memory_of(node.pid());
+  net::io_context ioc;
+  std::vector<std::unique_ptr<raw_ws>> stalled;
+  for (size_t i = 0; i < readers; ++i)
+    stalled.push_back(stalled_subscriber(ioc, node.address(), "loud"));
+  auto before = memory_of(node.pid());
+  flood("loud");
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds{30};
+  while (gateway_status(node.address())["slow_client_disconnects"] < readers) {
+    CAF_REQUIRE(std::chrono::steady_clock::now() < deadline);
+    std::this_thread::sleep_for(std::chrono::milliseconds{100});
+  }
+  auto after = memory_of(node.pid());
+  CAF_MESSAGE("RSS in MiB: "
+              << start.resident / 1024 << " at start, "
+              << stored.resident / 1024 << " after a flood nobody reads, "
+              << before.resident / 1024 << " with " << readers
+              << " stalled readers, " << after.peak / 1024
+              << " at the peak of a second flood, " << after.resident / 1024
+              << " once they were dropped");
+  auto gw = gateway_status(node.address());
+  CAF_CHECK_EQUAL(gw["connections_open"], 1u);
+  CAF_CHECK_EQUAL(gw["slow_client_disconnects"], readers);
+  // The queues held the flood for every reader ...
+  auto queued = after.peak - before.resident;
+  CAF_CHECK_GREATER(queued, int64_t{readers} * 48 * messages);
+  // ... and were given back: the node keeps less than a quarter of it
+  // (without returning freed memory to the system it keeps over half).
+  CAF_CHECK_LESS(after.resident - before.resident, queued / 4);
+  // The flooder was never held up.
+  auto last = send(*flooder, "loud", "after");
+  CAF_CHECK_EQUAL(last["type"], "ack");
 }

@@ -91,6 +91,7 @@ void check_same(const node_config& x, const node_config& y) {
   CAF_CHECK_EQUAL(x.gateway.allow_unauthenticated,
                   y.gateway.allow_unauthenticated);
   CAF_CHECK_EQUAL(x.gateway.write_timeout, y.gateway.write_timeout);
+  CAF_CHECK_EQUAL(x.gateway.socket_send_buffer, y.gateway.socket_send_buffer);
   CAF_CHECK_EQUAL(x.gateway.max_history_bytes, y.gateway.max_history_bytes);
   CAF_CHECK_EQUAL(x.gateway.rate_limit.per_second,
                   y.gateway.rate_limit.per_second);
@@ -193,6 +194,7 @@ gateway:
   max_text_bytes: 1024
   max_connections: 50
   max_queued_bytes: 16KiB
+  socket_send_buffer: 32KiB
   io_threads: 4
 providers:
   - name: s
@@ -269,6 +271,7 @@ storage:
   CAF_CHECK_EQUAL(cfg->gateway.max_text_bytes, 1024u);
   CAF_CHECK_EQUAL(cfg->gateway.max_connections, 50u);
   CAF_CHECK_EQUAL(cfg->gateway.max_queued_bytes, 16u * 1024);
+  CAF_CHECK_EQUAL(cfg->gateway.socket_send_buffer, 32u * 1024);
   CAF_CHECK_EQUAL(cfg->gateway.io_threads, 4u);
   CAF_REQUIRE_EQUAL(cfg->providers.size(), 2u);
   auto& s = cfg->providers[0];

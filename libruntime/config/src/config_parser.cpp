@@ -46,6 +46,7 @@ constexpr const char* gateway_keys[] = {"host",
                                         "max_connections",
                                         "max_queued_bytes",
                                         "write_timeout",
+                                        "socket_send_buffer",
                                         "max_history_bytes",
                                         "rate_limit",
                                         "io_threads",
@@ -307,6 +308,8 @@ void parser::read_gateway_limits(const map_reader& m, gateway_config& cfg) {
     cfg.max_queued_bytes = read_size(*x, m.path("max_queued_bytes"), 1024);
   if (auto x = m.get("write_timeout"))
     cfg.write_timeout = read_duration(*x, m.path("write_timeout"), true);
+  if (auto x = m.get("socket_send_buffer"))
+    cfg.socket_send_buffer = read_size(*x, m.path("socket_send_buffer"), 0);
   if (auto x = m.get("max_history_bytes"))
     cfg.max_history_bytes = read_size(*x, m.path("max_history_bytes"), 1024);
   if (auto r = section(m, "rate_limit", {"per_second", "burst"}))

@@ -1,5 +1,7 @@
 #include "server_impl.hpp"
 
+#include <algorithm>
+#include <climits>
 #include <iostream>
 
 #include <malloc.h>
@@ -241,6 +243,10 @@ void server_impl::on_accept(error_code err, tcp::socket socket) {
   }
   error_code ignored;
   socket.set_option(tcp::no_delay(true), ignored);
+  if (auto bytes = cfg_.socket_send_buffer; bytes > 0)
+    socket.set_option(net::socket_base::send_buffer_size(
+                        static_cast<int>(std::min<size_t>(bytes, INT_MAX))),
+                      ignored);
   if (!reserve_slot()) {
     refuse_connection(std::move(socket));
   } else {

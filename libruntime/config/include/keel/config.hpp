@@ -86,6 +86,10 @@ struct gateway_config {
   size_t max_queued_bytes = 4 << 20;
   /// A write that makes no progress for this long disconnects the client.
   caf::timespan write_timeout = std::chrono::seconds{30};
+  /// SO_SNDBUF of each client socket; 0 keeps the kernel's autotuning (up
+  /// to net.ipv4.tcp_wmem's maximum, 4 MiB on Debian 12). Bounds the kernel
+  /// memory a stalled reader holds before its queue starts to grow.
+  size_t socket_send_buffer = 0;
   /// Bytes of message texts in one `history` page; a page stops early
   /// (with `more: true`) when the next message would pass this.
   size_t max_history_bytes = 1 << 20;
