@@ -34,7 +34,8 @@ inline CLI::Option* add_duration(CLI::App& app, const std::string& name,
     ->type_name("DURATION");
 }
 
-/// A CLI11 check for "HOST:PORT" (see `keel::parse_endpoint`).
+/// A CLI11 check for "HOST:PORT" or "wss://HOST:PORT" (see
+/// `keel::parse_endpoint`).
 inline std::string check_endpoint(const std::string& str) {
   auto ep = keel::parse_endpoint(str);
   return ep ? std::string{} : keel::error_message(ep.error());
@@ -43,7 +44,9 @@ inline std::string check_endpoint(const std::string& str) {
 /// Adds --node (env KEEL_NODE) and --token (env KEEL_TOKEN).
 inline void add_node_options(CLI::App& app, std::string& node,
                              std::string& token) {
-  app.add_option("--node", node, "The node's address")
+  app
+    .add_option("--node", node,
+                "The node's address; wss://HOST:PORT for a node serving TLS")
     ->type_name("HOST:PORT")
     ->envname("KEEL_NODE")
     ->check(check_endpoint)
@@ -61,6 +64,17 @@ inline void add_admin_token_option(CLI::App& app, std::string& token) {
                 "commands that use the admin API")
     ->type_name("TOKEN")
     ->envname("KEEL_ADMIN_TOKEN");
+}
+
+/// Adds --ca-file (env KEEL_CA_FILE): the certificates that sign a TLS
+/// node's certificate.
+inline void add_ca_file_option(CLI::App& app, std::string& file) {
+  app
+    .add_option("--ca-file", file,
+                "PEM certificates to trust for a wss:// node (default: the "
+                "system's)")
+    ->type_name("FILE")
+    ->envname("KEEL_CA_FILE");
 }
 
 } // namespace keel::cli

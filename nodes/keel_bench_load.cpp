@@ -214,6 +214,12 @@ int run_node(load_args& args) {
   auto& opts = args.opts;
   auto& load = opts.load;
   load.node = *keel::parse_endpoint(args.node); // checked by the option
+  if (load.node.tls) {
+    std::cerr << "keel-bench: --node " << args.node
+              << ": the load generator speaks plain ws:// only; measure a "
+                 "node without gateway.tls\n";
+    return exit_usage;
+  }
   load.node.token = args.token;
   opts.raw = !args.no_raw;
   opts.progress = say;

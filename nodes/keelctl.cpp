@@ -1,11 +1,13 @@
 // keelctl: talks to a running node. One subcommand per task; each takes
-// --node HOST:PORT (env KEEL_NODE) and --token (env KEEL_TOKEN). `verify`,
+// --node HOST:PORT or wss://HOST:PORT (env KEEL_NODE), --token (env
+// KEEL_TOKEN) and, for TLS, --ca-file (env KEEL_CA_FILE). `verify`,
 // and `recovery` and `tree --agents` with --data-dir, read a node's data
 // folder instead (read-only: the node may be stopped or running).
 //
 // Exit codes: 0 success, 1 the request failed (error frame, timeout) or
-// `verify` found a violated invariant, 2 bad arguments or a data folder
-// that cannot be read, 3 the node cannot be reached or refuses the token.
+// `verify` found a violated invariant, 2 bad arguments (an unreadable
+// --ca-file too) or a data folder that cannot be read, 3 the node cannot be
+// reached or refuses the token.
 //
 // This file wires the subcommands up; each is in keelctl_*.cpp.
 
@@ -25,6 +27,7 @@ int main(int argc, char** argv) {
   node_args node;
   keel::cli::add_node_options(app, node.address, node.token);
   keel::cli::add_admin_token_option(app, node.admin_token);
+  keel::cli::add_ca_file_option(app, node.ca_file);
   std::vector<command> commands{
     add_send_command(app, node),   add_history_command(app, node),
     add_status_command(app, node), add_tree_command(app, node),

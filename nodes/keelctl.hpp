@@ -27,13 +27,15 @@ constexpr int exit_failed = 1;
 constexpr int exit_usage = 2;
 constexpr int exit_unreachable = 3;
 
-/// The global options --node (HOST:PORT), --token and --admin-token, as
-/// given.
+/// The global options --node (HOST:PORT or wss://HOST:PORT), --token,
+/// --admin-token and --ca-file, as given.
 struct node_args {
   std::string address = "127.0.0.1:8080";
   std::string token;
   /// Sent instead of `token` by the commands that call `/api/v1/*`.
   std::string admin_token;
+  /// Trusted certificates for a TLS node; empty for the system's.
+  std::string ca_file;
 };
 
 /// A subcommand and what runs it once the command line is parsed; `run`

@@ -11,6 +11,8 @@ namespace keelctl {
 int fail(const keel::endpoint& ep, const caf::error& err) {
   auto described = keel::describe_node_error(ep, err);
   std::cerr << "keelctl: " << keel::readable_message(described) << '\n';
+  if (described == keel::ec::config_invalid) // e.g. an unreadable --ca-file
+    return exit_usage;
   return described == keel::ec::connection_failed
              || described == keel::ec::unauthorized
            ? exit_unreachable
@@ -30,14 +32,16 @@ int with_node(const node_args& node,
     return fail(keel::error_message(ep.error()), exit_usage);
   ep->token = admin && !node.admin_token.empty() ? node.admin_token
                                                  : node.token;
+  ep->ca_file = node.ca_file;
   return run(*ep);
 }
 
 CLI::App* add_node_command(CLI::App& app, const std::string& name,
                            const std::string& description) {
   auto cmd = app.add_subcommand(name, description);
-  cmd->footer("Every command also takes --node HOST:PORT (env KEEL_NODE, "
-              "default 127.0.0.1:8080), --token TOKEN (env KEEL_TOKEN) and, "
+  cmd->footer("Every command also takes --node HOST:PORT or wss://HOST:PORT "
+              "(env KEEL_NODE, default 127.0.0.1:8080), --token TOKEN (env "
+              "KEEL_TOKEN), --ca-file FILE for TLS (env KEEL_CA_FILE) and, "
               "for the commands that use the admin API, --admin-token TOKEN "
               "(env KEEL_ADMIN_TOKEN).");
   return cmd;

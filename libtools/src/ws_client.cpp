@@ -1,16 +1,20 @@
 #include "keel/tools/ws_client.hpp"
 
 #include <cctype>
+#include <type_traits>
 
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 #include <boost/beast/websocket.hpp>
+#include <boost/beast/websocket/ssl.hpp>
 
 #include <nlohmann/json.hpp>
 
 #include "keel/text.hpp"
+#include "keel/tls_client.hpp"
 #include "ws_identity.hpp"
 
 namespace keel {
@@ -25,8 +29,14 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 namespace websocket = beast::websocket;
 namespace net = boost::asio;
+namespace ssl = net::ssl;
 using tcp = net::ip::tcp;
 using error_code = beast::error_code;
+using plain_stream = beast::tcp_stream;
+using tls_stream = beast::ssl_stream<beast::tcp_stream>;
+
+template <class Stream>
+constexpr bool is_tls = std::is_same_v<Stream, tls_stream>;
 using clock_type = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
@@ -113,6 +123,55 @@ caf::error connect_tcp(net::io_context& ioc, beast::tcp_stream& stream,
   return caf::none;
 }
 
+/// The TLS context for `ep`, or nothing for a plain endpoint.
+caf::expected<std::unique_ptr<ssl::context>>
+client_context(const endpoint& ep) {
+  if (!ep.tls)
+    return std::unique_ptr<ssl::context>{};
+  return make_tls_client_context(ep.ca_file);
+}
+
+/// Makes a stream over a new socket of `ioc`; `tls` is set for a TLS one.
+template <class Stream>
+Stream make_stream(net::io_context& ioc, ssl::context* tls) {
+  if constexpr (is_tls<Stream>)
+    return Stream{ioc, *tls};
+  else
+    return Stream{ioc};
+}
+
+/// Opens a TCP connection to `ep` on `stream` and, for TLS, completes the
+/// handshake with the peer's certificate checked against `ep.host`.
+template <class Stream>
+caf::error connect_stream(net::io_context& ioc, Stream& stream,
+                          const endpoint& ep, clock_type::time_point deadline,
+                          std::chrono::milliseconds timeout) {
+  auto& lowest = beast::get_lowest_layer(stream);
+  if (auto err = connect_tcp(ioc, lowest, ep, deadline, timeout))
+    return err;
+  if constexpr (is_tls<Stream>) {
+    set_tls_peer(stream, ep.host);
+    error_code err;
+    bool done = false;
+    stream.async_handshake(ssl::stream_base::client, [&](error_code e) {
+      err = e;
+      done = true;
+    });
+    finish_or_close(ioc, lowest, done, err, deadline + 1s);
+    if (err == beast::error::timeout)
+      return caf::make_error(ec::connection_failed,
+                             "cannot reach " + to_string(ep)
+                               + ": the TLS handshake timed out after "
+                               + human_duration(timeout));
+    if (err)
+      return caf::make_error(
+        ec::connection_failed,
+        "cannot reach " + to_string(ep) + ": the TLS handshake failed: "
+          + tls_failure_reason(err, stream.native_handle()));
+  }
+  return caf::none;
+}
+
 /// Turns the body of one of our JSON error responses into its message.
 std::string body_message(const std::string& body) {
   auto j = nlohmann::json::parse(body, nullptr, false);
@@ -141,9 +200,13 @@ caf::error upgrade_refused(const endpoint& ep,
   }
 }
 
+template <class Stream>
 class client_impl : public ws_client {
 public:
-  explicit client_impl(endpoint ep) : ep_(std::move(ep)), ws_(ioc_) {
+  client_impl(endpoint ep, std::unique_ptr<ssl::context> tls)
+    : ep_(std::move(ep)),
+      tls_(std::move(tls)),
+      ws_(make_stream<Stream>(ioc_, tls_.get())) {
     // nop
   }
 
@@ -155,7 +218,8 @@ public:
                      std::chrono::milliseconds timeout) {
     auto deadline = clock_type::now() + timeout;
     auto& stream = beast::get_lowest_layer(ws_);
-    if (auto err = connect_tcp(ioc_, stream, ep_, deadline, timeout))
+    if (auto err = connect_stream(ioc_, ws_.next_layer(), ep_, deadline,
+                                  timeout))
       return err;
     detail::set_client_identity(ws_, "keel-client", ep_.token);
     ws_.read_message_max(max_message_bytes);
@@ -302,7 +366,8 @@ private:
   // Declared first: destroyed last, after everything that uses it.
   net::io_context ioc_;
   endpoint ep_;
-  websocket::stream<beast::tcp_stream> ws_;
+  std::unique_ptr<ssl::context> tls_;
+  websocket::stream<Stream> ws_;
   beast::flat_buffer buf_;
   std::optional<uint16_t> close_code_;
   std::string failure_;
@@ -314,14 +379,30 @@ private:
 
 } // namespace
 
+namespace {
+
+template <class Stream>
+caf::expected<std::unique_ptr<ws_client>>
+connect_client(const endpoint& ep, std::unique_ptr<ssl::context> tls,
+               const std::string& path, std::chrono::milliseconds timeout) {
+  auto result = std::make_unique<client_impl<Stream>>(ep, std::move(tls));
+  if (auto err = result->connect(path, timeout))
+    return err;
+  return std::unique_ptr<ws_client>{std::move(result)};
+}
+
+} // namespace
+
 caf::expected<std::unique_ptr<ws_client>>
 ws_client::connect(const endpoint& ep, const std::string& path,
                    std::chrono::milliseconds timeout) {
   try {
-    auto result = std::make_unique<client_impl>(ep);
-    if (auto err = result->connect(path, timeout))
-      return err;
-    return std::unique_ptr<ws_client>{std::move(result)};
+    auto tls = client_context(ep);
+    if (!tls)
+      return std::move(tls.error());
+    if (*tls)
+      return connect_client<tls_stream>(ep, std::move(*tls), path, timeout);
+    return connect_client<plain_stream>(ep, nullptr, path, timeout);
   } catch (const std::exception& e) {
     return caf::make_error(ec::connection_failed,
                            "cannot reach " + to_string(ep) + ": " + e.what());
@@ -354,14 +435,14 @@ string_request make_request(const endpoint& ep, const std::string& method,
 
 /// Writes `req` and reads the response into `parser` by `deadline`; a
 /// timeout shows as beast::error::timeout.
-error_code exchange(net::io_context& ioc, beast::tcp_stream& stream,
-                    string_request& req,
+template <class Stream>
+error_code exchange(net::io_context& ioc, Stream& stream, string_request& req,
                     http::response_parser<http::string_body>& parser,
                     clock_type::time_point deadline) {
   beast::flat_buffer buf;
   error_code err;
   bool done = false;
-  stream.expires_at(deadline);
+  beast::get_lowest_layer(stream).expires_at(deadline);
   http::async_write(stream, req, [&](error_code e, size_t) {
     err = e;
     if (err) {
@@ -373,8 +454,43 @@ error_code exchange(net::io_context& ioc, beast::tcp_stream& stream,
       done = true;
     });
   });
-  finish_or_close(ioc, stream, done, err, deadline + 1s);
+  finish_or_close(ioc, beast::get_lowest_layer(stream), done, err,
+                  deadline + 1s);
   return err;
+}
+
+template <class Stream>
+caf::expected<http_response>
+request_on(const endpoint& ep, ssl::context* tls, const std::string& method,
+           const std::string& target, const std::string& body,
+           std::chrono::milliseconds timeout) {
+  auto deadline = clock_type::now() + timeout;
+  net::io_context ioc;
+  auto stream = make_stream<Stream>(ioc, tls);
+  if (auto err = connect_stream(ioc, stream, ep, deadline, timeout))
+    return err;
+  auto req = make_request(ep, method, target, body);
+  http::response_parser<http::string_body> parser;
+  parser.body_limit(max_message_bytes);
+  auto err = exchange(ioc, stream, req, parser, deadline);
+  if (err == beast::error::timeout)
+    return caf::make_error(ec::timeout, to_string(ep) + " did not answer "
+                                          + method + " " + target + " within "
+                                          + human_duration(timeout));
+  if (err)
+    return caf::make_error(ec::connection_failed,
+                           method + " " + target + " on " + to_string(ep)
+                             + " failed: " + err.message());
+  auto res = parser.release();
+  http_response result;
+  result.status = res.result_int();
+  result.content_type = std::string{res[http::field::content_type]};
+  result.body = std::move(res.body());
+  // Connection: close; no TLS close_notify is waited for.
+  error_code ignored;
+  beast::get_lowest_layer(stream).socket().shutdown(tcp::socket::shutdown_both,
+                                                    ignored);
+  return result;
 }
 
 } // namespace
@@ -384,31 +500,13 @@ http_request(const endpoint& ep, const std::string& method,
              const std::string& target, const std::string& body,
              std::chrono::milliseconds timeout) {
   try {
-    auto deadline = clock_type::now() + timeout;
-    net::io_context ioc;
-    beast::tcp_stream stream{ioc};
-    if (auto err = connect_tcp(ioc, stream, ep, deadline, timeout))
-      return err;
-    auto req = make_request(ep, method, target, body);
-    http::response_parser<http::string_body> parser;
-    parser.body_limit(max_message_bytes);
-    auto err = exchange(ioc, stream, req, parser, deadline);
-    if (err == beast::error::timeout)
-      return caf::make_error(ec::timeout, to_string(ep) + " did not answer "
-                                            + method + " " + target + " within "
-                                            + human_duration(timeout));
-    if (err)
-      return caf::make_error(ec::connection_failed,
-                             method + " " + target + " on " + to_string(ep)
-                               + " failed: " + err.message());
-    auto res = parser.release();
-    http_response result;
-    result.status = res.result_int();
-    result.content_type = std::string{res[http::field::content_type]};
-    result.body = std::move(res.body());
-    error_code ignored;
-    stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
-    return result;
+    auto tls = client_context(ep);
+    if (!tls)
+      return std::move(tls.error());
+    if (*tls)
+      return request_on<tls_stream>(ep, tls->get(), method, target, body,
+                                    timeout);
+    return request_on<plain_stream>(ep, nullptr, method, target, body, timeout);
   } catch (const std::exception& e) {
     return caf::make_error(ec::connection_failed,
                            "cannot reach " + to_string(ep) + ": " + e.what());

@@ -137,3 +137,57 @@ CAF_TEST(plain websockets and old tls versions are refused) {
   CAF_CHECK_EQUAL(n.handshake(good), beast::error_code{});
   CAF_CHECK(n.node.running());
 }
+
+CAF_TEST(the tools reach a tls node with wss addresses) {
+  tls_node n;
+  auto port = std::to_string(n.node.address().port);
+  auto ep = parse_endpoint("wss://127.0.0.1:" + port);
+  CAF_REQUIRE(ep);
+  ep->ca_file = n.files.certificate_file;
+  auto ws = connect_client(*ep);
+  CAF_REQUIRE(!ws->send_text(protocol::send_frame("t1", "m1", "hi")));
+  auto ack = receive_until(*ws, [](auto& j) { return j["type"] == "ack"; });
+  CAF_CHECK(ack);
+  auto status = api_call(*ep, "GET", "/api/v1/status");
+  CAF_REQUIRE(status);
+  CAF_CHECK_EQUAL((*status)["node"], "tls");
+  auto ctl = tool_binary("keelctl");
+  auto sent = run_command({ctl, "send", "--node", "wss://127.0.0.1:" + port,
+                           "--ca-file", n.files.certificate_file, "t2", "hey"});
+  CAF_CHECK_EQUAL(sent.exit_code, 0);
+  CAF_CHECK(sent.out.find("echo: hey") != std::string::npos);
+  auto shown
+    = run_command({ctl, "status", "--node", "https://127.0.0.1:" + port,
+                   "--ca-file", n.files.certificate_file});
+  CAF_CHECK_EQUAL(shown.exit_code, 0);
+  CAF_CHECK(shown.out.find("tls") != std::string::npos);
+}
+
+CAF_TEST(the tools refuse a certificate they cannot trust) {
+  tls_node n;
+  auto port = std::to_string(n.node.address().port);
+  auto ctl = tool_binary("keelctl");
+  // The system's store does not know the self-signed certificate.
+  auto untrusted
+    = run_command({ctl, "status", "--node", "wss://127.0.0.1:" + port});
+  CAF_CHECK_EQUAL(untrusted.exit_code, 3);
+  CAF_MESSAGE("untrusted: " << untrusted.err);
+  CAF_CHECK(untrusted.err.find("TLS handshake failed") != std::string::npos);
+  CAF_CHECK(untrusted.err.find("self-signed") != std::string::npos
+            || untrusted.err.find("self signed") != std::string::npos);
+  // The certificate names 127.0.0.1, not localhost.
+  auto wrong_name
+    = run_command({ctl, "status", "--node", "wss://localhost:" + port,
+                   "--ca-file", n.files.certificate_file});
+  CAF_CHECK_EQUAL(wrong_name.exit_code, 3);
+  CAF_MESSAGE("wrong name: " << wrong_name.err);
+  CAF_CHECK(wrong_name.err.find("TLS handshake failed") != std::string::npos);
+  CAF_CHECK(wrong_name.err.find("hostname mismatch") != std::string::npos);
+  auto no_file
+    = run_command({ctl, "status", "--node", "wss://127.0.0.1:" + port,
+                   "--ca-file", n.files.certificate_file + ".none"});
+  CAF_CHECK_EQUAL(no_file.exit_code, 2);
+  CAF_MESSAGE("missing CA file: " << no_file.err);
+  CAF_CHECK(no_file.err.find(".none': No such file") != std::string::npos);
+  CAF_CHECK(n.node.running());
+}

@@ -631,8 +631,21 @@ CAF_TEST(parse_endpoint accepts host and port or just a port) {
   CAF_REQUIRE(c);
   CAF_CHECK_EQUAL(c->host, "::1");
   CAF_CHECK_EQUAL(c->port, 7000u);
-  for (auto bad : {"", "host:", "host:0", "host:65536", "host:80x", "abc",
-                   "::1:80", "[::1]80"}) {
+  CAF_CHECK(!c->tls);
+  // A scheme says whether the node speaks TLS.
+  for (auto [str, tls] : {std::pair{"wss://node.example:8443", true},
+                          {"https://node.example:8443", true},
+                          {"ws://node.example:8443", false},
+                          {"http://node.example:8443", false}}) {
+    auto d = parse_endpoint(str);
+    CAF_REQUIRE(d);
+    CAF_CHECK_EQUAL(d->host, "node.example");
+    CAF_CHECK_EQUAL(d->port, 8443u);
+    CAF_CHECK_EQUAL(d->tls, tls);
+  }
+  for (auto bad :
+       {"", "host:", "host:0", "host:65536", "host:80x", "abc", "::1:80",
+        "[::1]80", "wss://", "ftp://host:21", "wss://host:8443/ws"}) {
     auto r = parse_endpoint(bad);
     CAF_CHECK(!r);
     if (!r)

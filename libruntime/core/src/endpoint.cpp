@@ -1,14 +1,39 @@
 #include "keel/endpoint.hpp"
 
+#include <string>
+#include <utility>
+
 namespace keel {
 
-caf::expected<endpoint> parse_endpoint(const std::string& str) {
+namespace {
+
+/// Removes a leading scheme from `str`; returns whether it asks for TLS.
+bool strip_scheme(std::string& str) {
+  for (auto [scheme, tls] : {std::pair{"wss://", true},
+                             {"https://", true},
+                             {"ws://", false},
+                             {"http://", false}}) {
+    auto len = std::char_traits<char>::length(scheme);
+    if (str.compare(0, len, scheme) == 0) {
+      str.erase(0, len);
+      return tls;
+    }
+  }
+  return false;
+}
+
+} // namespace
+
+caf::expected<endpoint> parse_endpoint(const std::string& input) {
   auto bad = [&](const std::string& why) {
     return caf::make_error(ec::config_invalid,
-                           "bad address '" + str + "': " + why
-                             + " (expected HOST:PORT or PORT)");
+                           "bad address '" + input + "': " + why
+                             + " (expected HOST:PORT or PORT, optionally "
+                               "after ws://, wss://, http:// or https://)");
   };
   endpoint result;
+  auto str = input;
+  result.tls = strip_scheme(str);
   std::string host;
   std::string port;
   if (str.empty())

@@ -22,11 +22,9 @@
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
 
-#include <openssl/ssl.h>
-#include <openssl/x509.h>
-
 #include "keel/llm_wire.hpp"
 #include "keel/text.hpp"
+#include "keel/tls_client.hpp"
 
 namespace keel {
 
@@ -54,12 +52,6 @@ constexpr size_t idle_buffer_bytes = 64 * 1024;
 /// the HTTP body (so that the connection can be reused) before the answer
 /// is delivered anyway and the connection closed.
 constexpr auto finish_grace = 1s;
-
-bool is_ip_literal(const std::string& host) {
-  error_code err;
-  net::ip::make_address(host, err);
-  return !err;
-}
 
 /// Maps a socket, resolver or TLS error to what `classify` understands.
 transport_error transport_of(const error_code& err) {
@@ -532,12 +524,7 @@ private:
       return;
     }
     auto& stream = *conn_->tls;
-    auto& host_name = ep_->url().host;
-    // SNI is for names only (RFC 6066); the certificate check covers both.
-    if (!is_ip_literal(host_name))
-      SSL_set_tlsext_host_name(stream.native_handle(), host_name.c_str());
-    stream.set_verify_mode(ssl::verify_peer, err);
-    stream.set_verify_callback(ssl::host_name_verification(host_name), err);
+    set_tls_peer(stream, ep_->url().host);
     stream.async_handshake(ssl::stream_base::client,
                            bind([self = shared_from_this()](error_code err) {
                              self->on_handshake(err);
@@ -548,10 +535,8 @@ private:
     if (phase_ != phase::connecting)
       return;
     if (err) {
-      auto what = "TLS handshake with " + host() + " failed: " + err.message();
-      auto verify = SSL_get_verify_result(conn_->tls->native_handle());
-      if (verify != X509_V_OK)
-        what += std::string{" ("} + X509_verify_cert_error_string(verify) + ")";
+      auto what = "TLS handshake with " + host() + " failed: "
+                  + tls_failure_reason(err, conn_->tls->native_handle());
       fail(failure(err, std::move(what)));
       return;
     }
@@ -1102,27 +1087,11 @@ make_endpoint(http_io& io, const provider_config& cfg) {
                            key("base_url") + ": " + error_message(url.error()));
   std::unique_ptr<ssl::context> tls_ctx;
   if (url->tls) {
-    error_code err;
-    tls_ctx = std::make_unique<ssl::context>(ssl::context::tls_client);
-    tls_ctx->set_options(ssl::context::default_workarounds
-                           | ssl::context::no_sslv2 | ssl::context::no_sslv3
-                           | ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1,
-                         err);
-    tls_ctx->set_verify_mode(ssl::verify_peer, err);
-    if (!cfg.ca_file.empty()) {
-      tls_ctx->load_verify_file(cfg.ca_file, err);
-      if (err)
-        return caf::make_error(ec::config_invalid,
-                               key("ca_file") + ": cannot load '" + cfg.ca_file
-                                 + "': " + err.message());
-    } else {
-      tls_ctx->set_default_verify_paths(err);
-      if (err)
-        return caf::make_error(ec::config_invalid, key("ca_file")
-                                                     + ": cannot load the "
-                                                       "system's CA store: "
-                                                     + err.message());
-    }
+    auto ctx = make_tls_client_context(cfg.ca_file);
+    if (!ctx)
+      return caf::make_error(
+        ec::config_invalid, key("ca_file") + ": " + error_message(ctx.error()));
+    tls_ctx = std::move(*ctx);
   }
   auto& impl = io.get_impl();
   auto ep = std::make_shared<endpoint_impl>(

@@ -24,7 +24,9 @@ struct http_response {
   std::string body;
 };
 
-/// Performs one HTTP request (Connection: close). Fails with
+/// Performs one HTTP request (Connection: close), over TLS when `ep.tls`
+/// (the node's certificate checked against `ep.ca_file`, or the system's
+/// store, and against `ep.host`). Fails with
 /// `ec::connection_failed` ("cannot reach HOST:PORT: reason") when the node
 /// cannot be reached, or a timeout error after `timeout`.
 caf::expected<http_response>
@@ -58,10 +60,12 @@ struct ws_message {
 
 class ws_client {
 public:
-  /// Connects and upgrades on `path` (token as `Authorization: Bearer`).
-  /// Fails with `ec::connection_failed` naming the address when the node
-  /// cannot be reached, `ec::unauthorized` on 401, and the HTTP status
-  /// otherwise.
+  /// Connects and upgrades on `path` (token as `Authorization: Bearer`),
+  /// over TLS when `ep.tls` (checked as `http_request` does). Fails with
+  /// `ec::connection_failed` naming the address when the node cannot be
+  /// reached or its certificate is refused, `ec::config_invalid` when
+  /// `ep.ca_file` cannot be loaded, `ec::unauthorized` on 401, and the HTTP
+  /// status otherwise.
   static caf::expected<std::unique_ptr<ws_client>>
   connect(const endpoint& ep, const std::string& path = "/ws",
           std::chrono::milliseconds timeout = std::chrono::seconds{10});
