@@ -21,8 +21,8 @@ namespace {
 /// OpenSSL's reason for `err` where asio only says "asio.ssl error".
 std::string ssl_error_text(const boost::system::error_code& err) {
   if (err.category() == boost::asio::error::get_ssl_category())
-    if (auto reason = ERR_reason_error_string(static_cast<unsigned long>(
-          err.value())))
+    if (auto reason
+        = ERR_reason_error_string(static_cast<unsigned long>(err.value())))
       return reason;
   return err.message();
 }
@@ -40,14 +40,14 @@ make_tls_client_context(const std::string& ca_file) {
   ctx->set_verify_mode(ssl::verify_peer, err);
   if (!ca_file.empty()) {
     if (std::ifstream probe{ca_file}; !probe)
-      return caf::make_error(ec::config_invalid, "cannot load '" + ca_file
-                                                   + "': "
-                                                   + std::strerror(errno));
+      return caf::make_error(ec::config_invalid,
+                             "cannot load '" + ca_file
+                               + "': " + std::strerror(errno));
     ctx->load_verify_file(ca_file, err);
     if (err)
-      return caf::make_error(ec::config_invalid, "cannot load '" + ca_file
-                                                   + "': "
-                                                   + ssl_error_text(err));
+      return caf::make_error(ec::config_invalid,
+                             "cannot load '" + ca_file
+                               + "': " + ssl_error_text(err));
   } else {
     ctx->set_default_verify_paths(err);
     if (err)
