@@ -5,6 +5,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -198,6 +199,15 @@ std::string own_executable() {
 
 std::string sibling_path(const std::string& path, const std::string& name) {
   return path.substr(0, path.rfind('/') + 1) + name;
+}
+
+std::string make_temp_dir(const std::string& prefix) {
+  auto pattern
+    = (std::filesystem::temp_directory_path() / (prefix + "-XXXXXX")).string();
+  if (::mkdtemp(pattern.data()) == nullptr)
+    throw std::runtime_error("cannot create a folder " + pattern + ": "
+                             + std::strerror(errno));
+  return pattern;
 }
 
 std::string read_text_file(const std::string& path) {

@@ -243,14 +243,12 @@ private:
 
   bool setup() {
     if (opts_.work_dir.empty()) {
-      auto pattern
-        = (std::filesystem::temp_directory_path() / "keel-crash-fuzz-XXXXXX")
-            .string();
-      if (::mkdtemp(pattern.data()) == nullptr) {
-        violation("cannot create a work dir " + pattern);
+      try {
+        work_dir_ = make_temp_dir("keel-crash-fuzz");
+      } catch (const std::exception& e) {
+        violation(e.what());
         return false;
       }
-      work_dir_ = pattern;
       remove_work_dir_ = true;
     } else {
       work_dir_ = opts_.work_dir;

@@ -1,9 +1,9 @@
 #pragma once
 
-#include <cstdlib>
 #include <filesystem>
-#include <stdexcept>
 #include <string>
+
+#include "keel/tools/process.hpp"
 
 namespace keel::test {
 
@@ -11,13 +11,9 @@ namespace keel::test {
 /// removed with everything in it on destruction.
 class temp_dir {
 public:
-  explicit temp_dir(const std::string& prefix = "keel-test") {
-    auto pattern
-      = (std::filesystem::temp_directory_path() / (prefix + "-XXXXXX"))
-          .string();
-    if (::mkdtemp(pattern.data()) == nullptr)
-      throw std::runtime_error("mkdtemp failed for " + pattern);
-    path_ = pattern;
+  explicit temp_dir(const std::string& prefix = "keel-test")
+    : path_(make_temp_dir(prefix)) {
+    // nop
   }
 
   ~temp_dir() {

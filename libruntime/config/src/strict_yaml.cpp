@@ -1,10 +1,15 @@
-#include "strict_yaml.hpp"
+#include "keel/strict_yaml.hpp"
 
 #include <cctype>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <sstream>
 #include <utility>
+
+#include <yaml-cpp/eventhandler.h>
 
 #include "keel/units.hpp"
 
@@ -375,6 +380,135 @@ std::string reader::lookup(std::string_view inner, std::string_view ref,
          "environment variable " + name + " is not set (write ${" + name
            + ":-default} to make it optional)");
   return *value;
+}
+
+namespace {
+
+/// Receives yaml-cpp's parse events and keeps, per document, where it starts
+/// and where its first node is.
+class document_marks : public YAML::EventHandler {
+public:
+  struct document {
+    YAML::Mark start;
+    YAML::Mark first_node;
+  };
+
+  std::vector<document> documents;
+
+  void OnDocumentStart(const YAML::Mark& mark) override {
+    documents.push_back({mark, mark});
+    first_ = true;
+  }
+  void OnDocumentEnd() override {
+    // nop
+  }
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t) override {
+    node(mark);
+  }
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override {
+    node(mark);
+  }
+  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                const std::string&) override {
+    node(mark);
+  }
+  void OnSequenceStart(const YAML::Mark& mark, const std::string&,
+                       YAML::anchor_t, YAML::EmitterStyle::value) override {
+    node(mark);
+  }
+  void OnSequenceEnd() override {
+    // nop
+  }
+  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {
+    node(mark);
+  }
+  void OnMapEnd() override {
+    // nop
+  }
+
+private:
+  void node(const YAML::Mark& mark) {
+    if (first_ && !documents.empty())
+      documents.back().first_node = mark;
+    first_ = false;
+  }
+
+  bool first_ = false;
+};
+
+/// The documents of `yaml`. Each must start past the one before: where the
+/// parser stops advancing (yaml-cpp's LoadAll then yields empty documents
+/// forever, e.g. for a lone ','), this throws a syntax error at that place.
+std::vector<document_marks::document> scan_documents(const std::string& yaml) {
+  std::istringstream in{yaml};
+  YAML::Parser parser{in};
+  document_marks marks;
+  auto& docs = marks.documents;
+  for (size_t n = 0; parser.HandleNextDocument(marks); n = docs.size()) {
+    if (docs.size() == n
+        || (n > 0 && docs[n].start.pos <= docs[n - 1].start.pos)) {
+      auto at = docs.size() == n ? docs.back().start : docs[n].start;
+      auto pos = static_cast<size_t>(std::max(at.pos, 0));
+      throw YAML::ParserException(at,
+                                  "unexpected '" + yaml.substr(pos, 1) + "'");
+    }
+  }
+  return docs;
+}
+
+} // namespace
+
+caf::expected<YAML::Node> load_document(const std::string& yaml,
+                                        const std::string& source) {
+  YAML::Node root;
+  try {
+    auto docs = scan_documents(yaml);
+    // A second document would be silently ignored by Load; refuse it.
+    if (docs.size() > 1)
+      return caf::make_error(
+        ec::config_invalid,
+        source + ":" + std::to_string(std::max(docs[1].first_node.line, 0) + 1)
+          + ": expected a single YAML document, got "
+          + std::to_string(docs.size()));
+    if (!docs.empty())
+      root = YAML::Load(yaml);
+  } catch (const YAML::Exception& ex) {
+    return caf::make_error(ec::config_invalid,
+                           source + ":"
+                             + std::to_string(std::max(ex.mark.line, 0) + 1)
+                             + ": YAML syntax error: " + ex.msg);
+  } catch (const std::exception& ex) {
+    return caf::make_error(ec::config_invalid,
+                           source + ": YAML syntax error: " + ex.what());
+  }
+  return root;
+}
+
+caf::expected<std::string> read_file(const std::string& path) {
+  auto unreadable = [&path] {
+    return caf::make_error(ec::config_unreadable, path
+                                                    + ": cannot read the file: "
+                                                    + std::strerror(errno));
+  };
+  errno = 0;
+  auto file = std::fopen(path.c_str(), "rb");
+  if (file == nullptr)
+    return unreadable();
+  std::string text;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), file)) > 0)
+    text.append(buf, n);
+  auto failed = std::ferror(file) != 0;
+  // Keep the read's errno (fclose of a read-only stream does not fail).
+  auto saved = errno;
+  std::fclose(file);
+  if (failed) {
+    errno = saved;
+    return unreadable();
+  }
+  return text;
 }
 
 } // namespace keel::strict_yaml

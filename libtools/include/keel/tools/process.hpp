@@ -55,6 +55,11 @@ std::string own_executable();
 /// "keelctl" give "a/b/keelctl"); `name` itself when `path` has no folder.
 std::string sibling_path(const std::string& path, const std::string& name);
 
+/// Creates a fresh, uniquely named folder `PREFIX-XXXXXX` under the
+/// system's temp folder (mkdtemp) and returns its path. Throws
+/// std::runtime_error when it cannot.
+std::string make_temp_dir(const std::string& prefix);
+
 /// How to start a child_process.
 struct child_options {
   /// The command; argv[0] is the program's path (no $PATH search: see

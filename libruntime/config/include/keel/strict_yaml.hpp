@@ -1,9 +1,10 @@
 #pragma once
 
-// Strict reading of a YAML document into typed values, private to the
-// config module. Every problem throws `strict_yaml::error` with one message
-// "SOURCE:LINE: KEY.PATH: what was expected, got what", so the schema code
-// (config_parser.cpp) reads like a list of keys and their rules.
+// Strict reading of a YAML document into typed values, for node configs
+// (config_parser.cpp) and every other file Keel reads with the same rules
+// (keel-chaos scenarios). Every problem throws `strict_yaml::error` with one
+// message "SOURCE:LINE: KEY.PATH: what was expected, got what", so schema
+// code reads like a list of keys and their rules.
 
 #include <algorithm>
 #include <cstdint>
@@ -22,11 +23,22 @@
 
 namespace keel::strict_yaml {
 
-/// Thrown by the reader to unwind from any depth with one message; caught in
-/// `parse_config`, so it never leaves the config module.
+/// Thrown by the reader to unwind from any depth with one message; each
+/// parser catches it at its entry point (`parse_config`, ...), so it never
+/// leaves one.
 struct error {
   std::string message;
 };
+
+/// Parses `yaml` as one document (null when empty). Fails with
+/// `ec::config_invalid` and "SOURCE:LINE: YAML syntax error: ..." or, for a
+/// second document, "expected a single YAML document".
+caf::expected<YAML::Node> load_document(const std::string& yaml,
+                                        const std::string& source);
+
+/// The contents of the file at `path`; fails with `ec::config_unreadable`
+/// and "PATH: cannot read the file: REASON".
+caf::expected<std::string> read_file(const std::string& path);
 
 /// Upper bound for `reader::read_int` that means "none".
 constexpr int64_t no_limit = std::numeric_limits<int64_t>::max();

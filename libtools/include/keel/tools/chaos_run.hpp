@@ -1,0 +1,106 @@
+#pragma once
+
+// Runs a keel-chaos scenario: starts its nodes, sends its traffic through
+// clients that reconnect and resend like real ones, plays its fault steps on
+// time, then, once everything is answered, checks the record kept here
+// against the threads' histories and `keelctl verify` on each data folder.
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "keel/tools/chaos_oracle.hpp"
+#include "keel/tools/chaos_scenario.hpp"
+
+namespace keel::chaos {
+
+struct run_options {
+  std::string node_binary;
+  std::string keelctl_binary;
+  /// Where the nodes' folders go; empty: a fresh temporary folder, removed
+  /// after a run in which every invariant held.
+  std::string work_dir;
+  /// Tests the checker itself: tampers with the record or a history before
+  /// the check ("lost": an ack the node never gave; "duplicate": a second
+  /// outcome of one message; "order": two outcomes swapped), so that the
+  /// run must fail naming that rule.
+  std::string sabotage;
+  /// Receives progress lines.
+  std::function<void(const std::string&)> progress;
+};
+
+/// A fault step as it was played.
+struct played_step {
+  /// From the start of the traffic.
+  std::chrono::milliseconds at{0};
+  std::string what;
+  /// Empty when it worked, else why not.
+  std::string error;
+};
+
+/// Percentiles of the time from a fault to the first answer on a thread
+/// after it, over every (fault, thread) pair.
+struct recovery_figures {
+  uint64_t samples = 0;
+  double p50_ms = 0;
+  double p99_ms = 0;
+  double max_ms = 0;
+};
+
+/// Answers and their latency in one second of the run.
+struct second_figures {
+  uint64_t answered = 0;
+  double latency_p50_ms = 0;
+  double latency_max_ms = 0;
+};
+
+struct run_report {
+  std::string scenario;
+  uint64_t seed = 0;
+  double seconds = 0;
+  uint64_t sent = 0;
+  uint64_t acknowledged = 0;
+  /// Sends whose connection died before an answer and that were never
+  /// answered after resends (should be 0: clients resend until answered).
+  uint64_t unknown = 0;
+  uint64_t refused = 0;
+  uint64_t resends = 0;
+  uint64_t reconnects = 0;
+  /// Outcomes (replies and error outcomes) found in the histories.
+  uint64_t outcomes = 0;
+  uint64_t lost = 0;
+  uint64_t duplicated = 0;
+  /// Node exits nobody asked for (the node stopped itself, e.g. after its
+  /// supervisor gave up); the runner restarts the node, as a service
+  /// manager would.
+  uint64_t unplanned_exits = 0;
+  /// Error frames by code (refusals and error outcomes).
+  std::map<std::string, uint64_t> errors_by_code;
+  std::vector<played_step> steps;
+  recovery_figures recovery;
+  std::vector<second_figures> timeline;
+  std::vector<violation> violations;
+
+  bool clean() const {
+    return violations.empty();
+  }
+};
+
+/// Plays `sc`; returns the report (violations included). Fails only when
+/// the run cannot be made at all (a node that does not start, an
+/// unwritable folder).
+caf::expected<run_report> run_scenario(const scenario& sc,
+                                       const run_options& opts);
+
+nlohmann::json to_json(const run_report& x);
+
+/// A summary a person reads: the counts, the steps, the recovery figures
+/// and every violation.
+std::string render_text(const run_report& x);
+
+} // namespace keel::chaos

@@ -1,0 +1,114 @@
+#pragma once
+
+// A keel-chaos scenario: the nodes to start, the traffic to send them and
+// the timed fault steps, read from YAML as strictly as a node config
+// (unknown keys are errors naming the key path and line).
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "keel/error.hpp"
+
+namespace keel::chaos {
+
+/// What a step does.
+enum class action : uint8_t {
+  /// POST /api/v1/kill for `path` (once, or every `every` until `until`).
+  kill_actor,
+  /// SIGKILL the node; it stays down until a `restart_node` step.
+  kill_node,
+  /// Start a killed node again (on the same data folder).
+  restart_node,
+  /// SIGSTOP the node, SIGCONT it after `lasting`.
+  pause_node,
+  /// Injected disk write failures (`disk_error`) for `lasting`, through
+  /// POST /api/v1/chaos/disk.
+  disk_fault,
+};
+
+/// The step's key in a scenario file ("kill_actor", ...).
+const char* to_string(action x);
+
+/// One timed step.
+struct step {
+  /// From the start of the traffic.
+  std::chrono::milliseconds at{0};
+  action what = action::kill_actor;
+  /// Index of the node it acts on.
+  size_t node = 0;
+  /// kill_actor: the actor's path, e.g. "/persistence".
+  std::string path;
+  /// kill_actor: repeat this often (0: once) ...
+  std::chrono::milliseconds every{0};
+  /// ... up to this time from the start (0: the end of the traffic).
+  std::chrono::milliseconds until{0};
+  /// pause_node, disk_fault: how long the fault lasts.
+  std::chrono::milliseconds lasting{0};
+  /// disk_fault: "eio" or "enospc".
+  std::string disk_error;
+  /// Where the step is in the file, for messages: its line and its index
+  /// in `steps`.
+  int line = 0;
+  size_t index = 0;
+};
+
+/// What `x` does in one line, e.g. "kill_actor /persistence every 500 ms on
+/// node 0" (without its time).
+std::string to_string(const step& x);
+
+/// The nodes a scenario starts.
+struct node_spec {
+  size_t count = 1;
+  /// A node config to start from (absolute path); empty for the built-in
+  /// one (a scripted provider answering after `provider_delay`).
+  std::string config_file;
+  /// A YAML mapping merged over the config, key by key ("" for none).
+  std::string overrides;
+  /// The built-in config's provider latency.
+  std::chrono::milliseconds provider_delay{5};
+};
+
+/// What the clients send.
+struct traffic_spec {
+  /// WebSocket connections, spread over the nodes.
+  size_t connections = 4;
+  /// Threads, spread over the connections; each thread belongs to one
+  /// connection, which sends it one message at a time.
+  size_t threads = 16;
+  /// Messages per second, all connections together.
+  double rate = 20;
+  size_t message_bytes = 64;
+  /// How long messages are sent.
+  std::chrono::milliseconds duration{10000};
+  /// After the traffic and the last step, how long every acknowledged
+  /// message may take to be answered.
+  std::chrono::milliseconds answer_timeout{60000};
+};
+
+struct scenario {
+  std::string name;
+  /// The file it was read from.
+  std::string source;
+  uint64_t seed = 1;
+  node_spec nodes;
+  traffic_spec traffic;
+  /// In the order of `at`.
+  std::vector<step> steps;
+
+  /// Whether a step needs the node's kill or disk chaos endpoint.
+  bool uses(action x) const;
+};
+
+/// Parses scenario YAML; `source` names it in messages and relative paths
+/// (`nodes.config`) are resolved against `base_dir`. Fails with
+/// `ec::config_invalid` and one line "SOURCE:LINE: KEY.PATH: problem".
+caf::expected<scenario> parse_scenario(const std::string& yaml,
+                                       const std::string& source,
+                                       const std::string& base_dir);
+
+/// Reads and parses a scenario file.
+caf::expected<scenario> load_scenario(const std::string& path);
+
+} // namespace keel::chaos

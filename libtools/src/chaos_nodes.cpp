@@ -1,0 +1,161 @@
+#include "chaos_nodes.hpp"
+
+#include <csignal>
+#include <filesystem>
+#include <stdexcept>
+
+#include <yaml-cpp/yaml.h>
+
+#include "keel/text.hpp"
+
+namespace keel::chaos::detail {
+
+namespace {
+
+/// A node answering every message after `delay` with "answer to TEXT",
+/// without a network.
+std::string builtin_config(std::chrono::milliseconds delay) {
+  return "node:\n  name: chaos\n"
+         "gateway:\n  rate_limit:\n    per_second: 0\n"
+         "providers:\n  - name: scripted\n    kind: scripted\n"
+         "    script:\n      - reply: \"answer to {input}\"\n"
+         "        delay: "
+         + std::to_string(delay.count())
+         + "ms\n"
+           "pools:\n  - name: default\n    chain: [scripted]\n";
+}
+
+/// Merges mapping `over` into `base`, key by key; other values replace.
+void merge(YAML::Node base, const YAML::Node& over) {
+  for (auto kv : over) {
+    auto key = kv.first.Scalar();
+    if (kv.second.IsMap() && base[key].IsMap())
+      merge(base[key], kv.second);
+    else
+      base[key] = kv.second;
+  }
+}
+
+YAML::Node load_base(const scenario& sc) {
+  if (sc.nodes.config_file.empty())
+    return YAML::Load(builtin_config(sc.nodes.provider_delay));
+  try {
+    return YAML::LoadFile(sc.nodes.config_file);
+  } catch (const YAML::Exception& ex) {
+    throw std::runtime_error(sc.nodes.config_file + ": " + ex.what());
+  }
+}
+
+} // namespace
+
+std::string node_yaml(const scenario& sc, size_t index,
+                      const std::string& dir) {
+  auto root = load_base(sc);
+  if (!sc.nodes.overrides.empty())
+    merge(root, YAML::Load(sc.nodes.overrides));
+  auto name = root["node"]["name"] ? root["node"]["name"].as<std::string>()
+                                   : std::string{"chaos"};
+  if (sc.nodes.count > 1)
+    root["node"]["name"] = name + "-" + std::to_string(index);
+  root["node"]["data_dir"] = dir + "/data";
+  root["gateway"]["port"] = 0;
+  if (sc.uses(action::kill_actor))
+    root["chaos"]["kill"] = true;
+  if (sc.uses(action::disk_fault))
+    root["chaos"]["disk"] = true;
+  YAML::Emitter out;
+  out << root;
+  return std::string{out.c_str()} + "\n";
+}
+
+node_set::node_set(const scenario& sc, const std::string& node_binary,
+                   const std::string& work_dir) {
+  for (size_t i = 0; i < sc.nodes.count; ++i) {
+    auto dir = work_dir + "/node-" + std::to_string(i);
+    std::filesystem::create_directories(dir);
+    nodes_.push_back(
+      std::make_unique<node_process>(dir, node_yaml(sc, i, dir), node_binary));
+    dirs_.push_back(dir + "/data");
+    addresses_.push_back(nodes_.back()->address());
+    admin_addresses_.push_back(nodes_.back()->admin_address());
+    down_.push_back(false);
+  }
+}
+
+endpoint node_set::address(size_t index) const {
+  std::lock_guard<std::mutex> guard{mtx_};
+  return addresses_.at(index);
+}
+
+endpoint node_set::admin_address(size_t index) const {
+  std::lock_guard<std::mutex> guard{mtx_};
+  return admin_addresses_.at(index);
+}
+
+void node_set::refresh(size_t index) {
+  addresses_[index] = nodes_[index]->address();
+  admin_addresses_[index] = nodes_[index]->admin_address();
+}
+
+void node_set::kill9(size_t index) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  down_.at(index) = true;
+  nodes_[index]->kill9();
+}
+
+void node_set::restart(size_t index) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  nodes_.at(index)->start();
+  down_[index] = false;
+  refresh(index);
+}
+
+void node_set::pause(size_t index) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  if (auto pid = nodes_.at(index)->pid(); pid > 0)
+    ::kill(pid, SIGSTOP);
+}
+
+void node_set::resume(size_t index) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  if (auto pid = nodes_.at(index)->pid(); pid > 0)
+    ::kill(pid, SIGCONT);
+}
+
+uint64_t node_set::restart_exited() {
+  std::lock_guard<std::mutex> guard{mtx_};
+  uint64_t result = 0;
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    if (down_[i] || nodes_[i]->running())
+      continue;
+    nodes_[i]->start();
+    refresh(i);
+    ++result;
+  }
+  return result;
+}
+
+void node_set::restart_killed() {
+  std::lock_guard<std::mutex> guard{mtx_};
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    if (!down_[i])
+      continue;
+    nodes_[i]->start();
+    down_[i] = false;
+    refresh(i);
+  }
+}
+
+bool node_set::stop_all() {
+  std::lock_guard<std::mutex> guard{mtx_};
+  bool clean = true;
+  for (auto& node : nodes_)
+    clean &= node->stop() == 0;
+  return clean;
+}
+
+std::vector<std::string> node_set::data_dirs() const {
+  return dirs_;
+}
+
+} // namespace keel::chaos::detail

@@ -1,0 +1,380 @@
+#include "keel/tools/chaos_run.hpp"
+
+#include <algorithm>
+#include <filesystem>
+#include <sstream>
+#include <thread>
+
+#include "chaos_nodes.hpp"
+#include "chaos_traffic.hpp"
+#include "keel/protocol.hpp"
+#include "keel/text.hpp"
+#include "keel/tools/json_fields.hpp"
+#include "keel/tools/latency.hpp"
+#include "keel/tools/process.hpp"
+#include "keel/tools/ws_client.hpp"
+
+namespace keel::chaos {
+
+namespace {
+
+using namespace detail;
+using namespace std::chrono_literals;
+using std::chrono::duration_cast;
+using std::chrono::milliseconds;
+
+using history_map = std::map<std::string, std::vector<history_entry>>;
+
+/// A moment of a step: its start, or the end of a fault that lasts.
+struct event {
+  milliseconds at{0};
+  const step* source = nullptr;
+  /// False for the end of a pause or a disk fault.
+  bool begins = true;
+};
+
+/// The steps as events in time order (repeated kills expanded).
+std::vector<event> expand(const scenario& sc) {
+  std::vector<event> result;
+  for (auto& x : sc.steps) {
+    if (x.what == action::kill_actor && x.every.count() > 0) {
+      auto until = x.until.count() > 0 ? x.until : sc.traffic.duration;
+      for (auto t = x.at; t <= until; t += x.every)
+        result.push_back({t, &x, true});
+      continue;
+    }
+    result.push_back({x.at, &x, true});
+    if (x.lasting.count() > 0)
+      result.push_back({x.at + x.lasting, &x, false});
+  }
+  std::stable_sort(result.begin(), result.end(),
+                   [](const event& a, const event& b) { return a.at < b.at; });
+  return result;
+}
+
+/// Reads the whole history of `thread`; nullopt when it could not.
+std::optional<std::vector<history_entry>>
+read_history(ws_client& ws, const std::string& thread) {
+  std::vector<history_entry> result;
+  uint64_t after = 0;
+  for (;;) {
+    if (ws.send_text(protocol::history_request_frame(thread, "h", after, 1000)))
+      return std::nullopt;
+    nlohmann::json page;
+    do {
+      auto msg = ws.receive(10s);
+      if (!msg)
+        return std::nullopt;
+      page = nlohmann::json::parse(msg->payload, nullptr, false);
+    } while (!page.is_object() || json_string(page, "type") != "history"
+             || json_string(page, "thread") != thread);
+    for (auto& j : page.value("entries", nlohmann::json::array())) {
+      history_entry e;
+      if (from_json(j, e))
+        result.push_back(std::move(e));
+    }
+    if (!page.value("more", false) || result.empty())
+      return result;
+    after = result.back().seq;
+  }
+}
+
+class runner {
+public:
+  runner(const scenario& sc, const run_options& opts, const std::string& dir)
+    : sc_(sc), opts_(opts), nodes_(sc, opts.node_binary, dir) {
+    for (size_t i = 0; i < sc.traffic.connections; ++i)
+      clients_.push_back(std::make_unique<traffic_client>(sc, i, nodes_, ctl_));
+  }
+
+  run_report run() {
+    report_.scenario = sc_.name;
+    report_.seed = sc_.seed;
+    ctl_.start = clock_type::now();
+    std::vector<std::thread> threads;
+    for (auto& c : clients_)
+      threads.emplace_back([&c] { c->run(); });
+    play_steps();
+    settle();
+    ctl_.stop = true;
+    for (auto& t : threads)
+      t.join();
+    conclude();
+    report_.seconds
+      = std::chrono::duration<double>(clock_type::now() - ctl_.start).count();
+    return std::move(report_);
+  }
+
+private:
+  void say(const std::string& line) {
+    if (opts_.progress)
+      opts_.progress(line);
+  }
+
+  milliseconds elapsed() const {
+    return duration_cast<milliseconds>(clock_type::now() - ctl_.start);
+  }
+
+  /// Waits until `at` from the start, restarting nodes that exited on
+  /// their own meanwhile.
+  void wait_until(milliseconds at) {
+    while (elapsed() < at) {
+      report_.unplanned_exits += nodes_.restart_exited();
+      std::this_thread::sleep_for(std::min<milliseconds>(at - elapsed(), 50ms));
+    }
+  }
+
+  void play_steps() {
+    auto events = expand(sc_);
+    bool sending = true;
+    for (auto& ev : events) {
+      if (sending && ev.at > sc_.traffic.duration) {
+        wait_until(sc_.traffic.duration);
+        stop_sending();
+        sending = false;
+      }
+      wait_until(ev.at);
+      play(ev);
+    }
+    if (sending) {
+      wait_until(sc_.traffic.duration);
+      stop_sending();
+    }
+    nodes_.restart_killed();
+  }
+
+  void stop_sending() {
+    ctl_.sending = false;
+    say("traffic stopped at " + human_duration(elapsed()));
+  }
+
+  void play(const event& ev) {
+    auto& x = *ev.source;
+    played_step played;
+    played.at = elapsed();
+    played.what = ev.begins ? to_string(x)
+                            : std::string{"end of "} + to_string(x);
+    try {
+      played.error = act(x, ev.begins);
+    } catch (const std::exception& e) {
+      played.error = e.what();
+    }
+    if (ev.begins && x.what != action::restart_node)
+      faults_.push_back(played.at);
+    say(human_duration(played.at) + ": " + played.what
+        + (played.error.empty() ? "" : " FAILED: " + played.error));
+    report_.steps.push_back(std::move(played));
+  }
+
+  /// Does the step (or ends it); returns "" or why it failed.
+  std::string act(const step& x, bool begins) {
+    switch (x.what) {
+      case action::kill_actor:
+        return call(x.node, "/api/v1/kill",
+                    {{"path", x.path}, {"reason", "keel-chaos"}});
+      case action::kill_node: nodes_.kill9(x.node); return {};
+      case action::restart_node: nodes_.restart(x.node); return {};
+      case action::pause_node:
+        begins ? nodes_.pause(x.node) : nodes_.resume(x.node);
+        return {};
+      default:
+        return call(x.node, "/api/v1/chaos/disk",
+                    {{"fail_writes", begins},
+                     {"no_space", begins && x.disk_error == "enospc"}});
+    }
+  }
+
+  std::string call(size_t node, const std::string& target,
+                   const nlohmann::json& body) {
+    auto res = api_call(nodes_.admin_address(node), "POST", target, body.dump(),
+                        5s);
+    return res ? std::string{} : error_message(res.error());
+  }
+
+  size_t unacknowledged() const {
+    size_t n = 0;
+    for (auto& c : clients_)
+      n += c->unacknowledged();
+    return n;
+  }
+
+  /// Waits (up to answer_timeout) until every send is acknowledged and
+  /// every stored message has its outcome.
+  void settle() {
+    auto deadline = elapsed() + sc_.traffic.answer_timeout;
+    while (unacknowledged() > 0 && elapsed() < deadline)
+      wait_until(elapsed() + 100ms);
+    say("every send answered at " + human_duration(elapsed()) + " ("
+        + std::to_string(unacknowledged()) + " still unacknowledged)");
+    for (;;) {
+      histories_ = read_histories();
+      auto merged = merged_record();
+      auto found = check(merged, histories_);
+      bool waiting = std::any_of(found.begin(), found.end(), [](auto& v) {
+        return v.rule == "UNANSWERED";
+      });
+      if (!waiting || elapsed() >= deadline)
+        return;
+      wait_until(elapsed() + 500ms);
+    }
+  }
+
+  history_map read_histories() {
+    history_map result;
+    for (auto& c : clients_) {
+      auto ws = ws_client::connect(nodes_.address(c->node()), "/ws", 5s);
+      for (auto& thread : c->threads()) {
+        auto h = ws ? read_history(**ws, thread) : std::nullopt;
+        result[thread] = h ? std::move(*h) : std::vector<history_entry>{};
+      }
+    }
+    return result;
+  }
+
+  record merged_record() {
+    record result;
+    for (auto& c : clients_)
+      result.merge(c->result().rec);
+    return result;
+  }
+
+  void conclude() {
+    auto rec = merged_record();
+    sabotage(rec);
+    report_.violations = check(rec, histories_);
+    count(rec);
+    verify();
+    figures();
+  }
+
+  /// --sabotage: tampers with the record or a history (see run_options).
+  void sabotage(record& rec) {
+    auto& what = opts_.sabotage;
+    if (what == "lost" && !rec.threads().empty()) {
+      auto& thread = rec.threads().begin()->second;
+      auto& fake = thread["sabotage-lost"];
+      fake.thread = rec.threads().begin()->first;
+      fake.id = "sabotage-lost";
+      fake.acked = true;
+      fake.seq = 1'000'000;
+      return;
+    }
+    for (auto& [thread, log] : histories_) {
+      std::vector<size_t> outcomes;
+      for (size_t i = 0; i < log.size(); ++i)
+        if (log[i].kind != "user")
+          outcomes.push_back(i);
+      if (what == "duplicate" && !outcomes.empty()) {
+        auto copy = log[outcomes[0]];
+        copy.seq = log.back().seq + 1;
+        log.push_back(copy);
+        return;
+      }
+      if (what == "order" && outcomes.size() >= 2) {
+        std::swap(log[outcomes[0]].reply_to, log[outcomes[1]].reply_to);
+        std::swap(log[outcomes[0]].client_id, log[outcomes[1]].client_id);
+        return;
+      }
+    }
+  }
+
+  void count(const record& rec) {
+    report_.acknowledged = rec.acknowledged();
+    report_.unknown = rec.unknown();
+    for (auto& c : clients_) {
+      auto& r = c->result();
+      report_.sent += r.sent;
+      report_.resends += r.resends;
+      report_.reconnects += r.reconnects;
+      for (auto& [code, n] : r.errors_by_code)
+        report_.errors_by_code[code] += n;
+    }
+    for (auto& [thread, msgs] : rec.threads())
+      for (auto& [id, m] : msgs)
+        report_.refused += m.refusal.empty() ? 0 : 1;
+    for (auto& [thread, log] : histories_)
+      for (auto& e : log)
+        report_.outcomes += e.kind == "user" ? 0 : 1;
+    for (auto& v : report_.violations) {
+      report_.lost += v.rule == "LOST" ? 1 : 0;
+      report_.duplicated += v.rule == "DUPLICATE" ? 1 : 0;
+    }
+  }
+
+  /// Stops the nodes and runs `keelctl verify` on each data folder.
+  void verify() {
+    if (!nodes_.stop_all())
+      report_.violations.push_back(
+        {"STOP", "a node did not stop cleanly on SIGTERM"});
+    for (auto& dir : nodes_.data_dirs()) {
+      auto res
+        = run_command({opts_.keelctl_binary, "verify", "--data-dir", dir});
+      if (res.exit_code != 0)
+        report_.violations.push_back(
+          {"VERIFY", "keelctl verify --data-dir " + dir + " exited with "
+                       + std::to_string(res.exit_code) + ": " + res.out
+                       + res.err});
+    }
+  }
+
+  void figures() {
+    std::map<std::string, std::vector<milliseconds>> by_thread;
+    std::map<int64_t, bench::latency_recorder> by_second;
+    for (auto& c : clients_)
+      for (auto& a : c->result().answers) {
+        by_thread[a.thread].push_back(a.at);
+        by_second[a.at.count() / 1000].record(a.latency);
+      }
+    bench::latency_recorder recovery;
+    for (auto& [thread, times] : by_thread) {
+      std::sort(times.begin(), times.end());
+      for (auto fault : faults_) {
+        auto i = std::lower_bound(times.begin(), times.end(), fault);
+        if (i != times.end())
+          recovery.record(*i - fault);
+      }
+    }
+    auto r = recovery.summary();
+    report_.recovery = {recovery.count(), r.p50, r.p99, r.max};
+    auto last = by_second.empty() ? -1 : by_second.rbegin()->first;
+    for (int64_t s = 0; s <= last; ++s) {
+      auto& rec = by_second[s];
+      auto sum = rec.summary();
+      report_.timeline.push_back({rec.count(), sum.p50, sum.max});
+    }
+  }
+
+  const scenario& sc_;
+  const run_options& opts_;
+  node_set nodes_;
+  traffic_control ctl_;
+  std::vector<std::unique_ptr<traffic_client>> clients_;
+  std::vector<milliseconds> faults_;
+  history_map histories_;
+  run_report report_;
+};
+
+} // namespace
+
+caf::expected<run_report> run_scenario(const scenario& sc,
+                                       const run_options& opts) {
+  auto dir = opts.work_dir;
+  bool temporary = dir.empty();
+  try {
+    if (temporary)
+      dir = make_temp_dir("keel-chaos-" + sc.name);
+    std::filesystem::create_directories(dir);
+    dir = std::filesystem::absolute(dir).lexically_normal().string();
+    auto report = runner{sc, opts, dir}.run();
+    if (temporary && report.clean())
+      std::filesystem::remove_all(dir);
+    else if (opts.progress)
+      opts.progress("data folders kept in " + dir);
+    return report;
+  } catch (const std::exception& e) {
+    return caf::make_error(ec::unavailable,
+                           "cannot run scenario " + sc.name + ": " + e.what());
+  }
+}
+
+} // namespace keel::chaos

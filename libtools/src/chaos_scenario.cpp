@@ -1,0 +1,320 @@
+#include "keel/tools/chaos_scenario.hpp"
+
+#include <algorithm>
+#include <filesystem>
+#include <optional>
+
+#include <yaml-cpp/yaml.h>
+
+#include "keel/config.hpp"
+#include "keel/strict_yaml.hpp"
+#include "keel/text.hpp"
+
+namespace keel::chaos {
+
+namespace {
+
+using strict_yaml::indexed;
+using strict_yaml::line_of;
+using strict_yaml::map_reader;
+using strict_yaml::no_limit;
+
+constexpr const char* root_keys[] = {"name", "seed", "nodes", "traffic",
+                                     "steps"};
+
+constexpr const char* node_keys[] = {"count", "config", "overrides",
+                                     "provider_delay"};
+
+constexpr const char* traffic_keys[] = {"connections", "threads",
+                                        "rate",        "message_bytes",
+                                        "duration",    "answer_timeout"};
+
+constexpr const char* step_keys[]
+  = {"at",        "node",         "kill_actor", "every", "until",
+     "kill_node", "restart_node", "pause_node", "for",   "disk_fault"};
+
+constexpr action all_actions[] = {action::kill_actor, action::kill_node,
+                                  action::restart_node, action::pause_node,
+                                  action::disk_fault};
+
+constexpr const char* disk_errors[] = {"eio", "enospc"};
+
+/// Scenarios take no `${VAR}` from the environment: a run is what the file
+/// says.
+const env_lookup& no_env() {
+  static const env_lookup env
+    = [](const std::string&) -> std::optional<std::string> {
+    return std::nullopt;
+  };
+  return env;
+}
+
+/// Reads a scenario document; every problem throws `strict_yaml::error`.
+class scenario_reader : public strict_yaml::reader {
+public:
+  scenario_reader(const std::string& source, std::string base_dir)
+    : reader(source, no_env()), base_dir_(std::move(base_dir)) {
+    // nop
+  }
+
+  scenario run(const YAML::Node& root) {
+    scenario result;
+    result.source = source();
+    if (!root.IsDefined() || root.IsNull())
+      fail(1, "steps",
+           "the scenario is empty (expected nodes, traffic and "
+           "steps)");
+    map_reader m{*this, root, "", line_of(root),
+                 strict_yaml::strings(root_keys)};
+    result.name = m.get("name")
+                    ? read_name(*m.get("name"), "name")
+                    : std::filesystem::path{source()}.stem().string();
+    if (auto x = m.get("seed"))
+      result.seed = static_cast<uint64_t>(read_int(*x, "seed", 0, no_limit));
+    if (auto s = section(m, "nodes", strict_yaml::strings(node_keys)))
+      read_nodes(*s, result.nodes);
+    if (auto s = section(m, "traffic", strict_yaml::strings(traffic_keys)))
+      read_traffic(*s, result.traffic);
+    auto steps = read_list(required(m, "steps", "a list of steps"), "steps",
+                           "a list of steps");
+    for (size_t i = 0; i < steps.size(); ++i) {
+      result.steps.push_back(read_step(steps[i], indexed("steps", i), result));
+      result.steps.back().index = i;
+    }
+    std::stable_sort(result.steps.begin(), result.steps.end(),
+                     [](const step& x, const step& y) { return x.at < y.at; });
+    check_restarts(result);
+    return result;
+  }
+
+private:
+  void read_nodes(const map_reader& m, node_spec& out) {
+    if (auto x = m.get("count"))
+      out.count = static_cast<size_t>(read_int(*x, m.path("count"), 1, 8));
+    if (auto x = m.get("config")) {
+      auto path = std::filesystem::path{read_string(*x, m.path("config"))};
+      if (path.is_relative())
+        path = std::filesystem::path{base_dir_} / path;
+      out.config_file = path.lexically_normal().string();
+    }
+    if (auto x = m.get("overrides")) {
+      if (!x->IsMap())
+        fail(line_of(*x), m.path("overrides"),
+             "expected a mapping of node config keys, got "
+               + strict_yaml::describe(*x));
+      YAML::Emitter out_yaml;
+      out_yaml << *x;
+      out.overrides = out_yaml.c_str();
+    }
+    if (auto x = m.get("provider_delay"))
+      out.provider_delay = read_millis(*x, m.path("provider_delay"), false);
+  }
+
+  void read_traffic(const map_reader& m, traffic_spec& out) {
+    auto count = [&](const char* key, size_t& field, int64_t hi) {
+      if (auto x = m.get(key))
+        field = static_cast<size_t>(read_int(*x, m.path(key), 1, hi));
+    };
+    count("connections", out.connections, 1000);
+    count("threads", out.threads, 100000);
+    if (auto x = m.get("rate"))
+      out.rate = read_number(*x, m.path("rate"), 0.1, 100000);
+    if (auto x = m.get("message_bytes"))
+      out.message_bytes = read_size(*x, m.path("message_bytes"), 1);
+    if (auto x = m.get("duration"))
+      out.duration = read_millis(*x, m.path("duration"), true);
+    if (auto x = m.get("answer_timeout"))
+      out.answer_timeout = read_millis(*x, m.path("answer_timeout"), true);
+    if (out.threads < out.connections)
+      fail(m.line("threads"), m.path("threads"),
+           "fewer threads (" + std::to_string(out.threads)
+             + ") than connections (" + std::to_string(out.connections)
+             + "): every connection sends to threads of its own");
+  }
+
+  step read_step(const YAML::Node& node, const std::string& path,
+                 const scenario& sc) {
+    map_reader m{*this, node, path, line_of(node),
+                 strict_yaml::strings(step_keys)};
+    step result;
+    result.line = m.line();
+    result.at = read_millis(required(m, "at", "a time from the start, e.g. 2s"),
+                            m.path("at"), false);
+    if (result.at > sc.traffic.duration)
+      fail(m.line("at"), m.path("at"),
+           "after the end of the traffic (traffic.duration is "
+             + human_duration(sc.traffic.duration) + ")");
+    result.what = read_action(m);
+    result.node = read_node_index(m, sc);
+    read_options(m, result, sc);
+    return result;
+  }
+
+  /// The one action key of a step.
+  action read_action(const map_reader& m) {
+    std::vector<action> found;
+    for (auto x : all_actions)
+      if (m.has(to_string(x)))
+        found.push_back(x);
+    if (found.size() != 1) {
+      std::vector<std::string> names;
+      for (auto x : all_actions)
+        names.emplace_back(to_string(x));
+      fail(m.line(), m.path(found.empty() ? "at" : to_string(found[1])),
+           found.empty()
+             ? "a step needs one action: " + strict_yaml::one_of(names)
+             : std::string{"a step has one action, not "} + to_string(found[0])
+                 + " and " + to_string(found[1]));
+    }
+    return found[0];
+  }
+
+  /// The node a step acts on: `node:` or the value of a node action.
+  size_t read_node_index(const map_reader& m, const scenario& sc) {
+    auto hi = static_cast<int64_t>(sc.nodes.count) - 1;
+    auto key = std::string{"node"};
+    for (auto x : {action::kill_node, action::restart_node, action::pause_node})
+      if (m.has(to_string(x)))
+        key = to_string(x);
+    auto value = m.get(key);
+    if (!value)
+      return 0;
+    if (key != "node" && m.has("node"))
+      fail(m.line("node"), m.path("node"),
+           "give the node as the value of " + key);
+    return static_cast<size_t>(read_int(*value, m.path(key), 0, hi));
+  }
+
+  void read_options(const map_reader& m, step& out, const scenario& sc) {
+    auto only_with = [&](const char* key, action owner) {
+      if (m.has(key) && out.what != owner
+          && !(std::string{key} == "for" && out.what == action::disk_fault))
+        fail(m.line(key), m.path(key),
+             std::string{"only a "} + to_string(owner) + " step takes " + key);
+    };
+    only_with("every", action::kill_actor);
+    only_with("until", action::kill_actor);
+    only_with("for", action::pause_node);
+    switch (out.what) {
+      case action::kill_actor: read_kill_actor(m, out, sc); break;
+      case action::pause_node:
+      case action::disk_fault: read_lasting(m, out); break;
+      default: break;
+    }
+  }
+
+  void read_kill_actor(const map_reader& m, step& out, const scenario& sc) {
+    out.path = read_string(*m.get("kill_actor"), m.path("kill_actor"));
+    if (out.path.empty() || out.path.front() != '/')
+      fail(m.line("kill_actor"), m.path("kill_actor"),
+           "expected an actor path such as /persistence, got "
+             + strict_yaml::quote(out.path));
+    if (auto x = m.get("every"))
+      out.every = read_millis(*x, m.path("every"), true);
+    if (auto x = m.get("until")) {
+      if (out.every.count() == 0)
+        fail(m.line("until"), m.path("until"), "until needs every");
+      out.until = read_millis(*x, m.path("until"), true);
+      if (out.until <= out.at || out.until > sc.traffic.duration)
+        fail(m.line("until"), m.path("until"),
+             "expected a time after at and within traffic.duration");
+    }
+  }
+
+  void read_lasting(const map_reader& m, step& out) {
+    if (out.what == action::disk_fault)
+      out.disk_error = read_enum(*m.get("disk_fault"), m.path("disk_fault"),
+                                 disk_errors);
+    out.lasting = read_millis(required(m, "for", "how long the fault lasts"),
+                              m.path("for"), true);
+  }
+
+  /// A node is restarted only after it was killed, and killed only while
+  /// it runs, so the steps' effect does not depend on timing.
+  void check_restarts(const scenario& sc) {
+    std::vector<bool> down(sc.nodes.count, false);
+    for (auto& x : sc.steps) {
+      auto path = indexed("steps", x.index) + "." + to_string(x.what);
+      if (x.what == action::restart_node && !down[x.node])
+        fail(x.line, path,
+             "node " + std::to_string(x.node)
+               + " is not down then (restart_node follows a "
+                 "kill_node of it)");
+      if (x.what == action::kill_node && down[x.node])
+        fail(x.line, path,
+             "node " + std::to_string(x.node) + " is already down then");
+      if (x.what == action::kill_node || x.what == action::restart_node)
+        down[x.node] = x.what == action::kill_node;
+      else if (down[x.node])
+        fail(x.line, path,
+             "node " + std::to_string(x.node)
+               + " is down then (killed and not restarted)");
+    }
+  }
+
+  std::string base_dir_;
+};
+
+} // namespace
+
+const char* to_string(action x) {
+  switch (x) {
+    case action::kill_actor: return "kill_actor";
+    case action::kill_node: return "kill_node";
+    case action::restart_node: return "restart_node";
+    case action::pause_node: return "pause_node";
+    default: return "disk_fault";
+  }
+}
+
+std::string to_string(const step& x) {
+  auto result = std::string{to_string(x.what)} + " ";
+  switch (x.what) {
+    case action::kill_actor:
+      result += x.path;
+      if (x.every.count() > 0)
+        result += " every " + human_duration(x.every);
+      if (x.until.count() > 0)
+        result += " until " + human_duration(x.until);
+      return result + " on node " + std::to_string(x.node);
+    case action::disk_fault:
+      return result + x.disk_error + " for " + human_duration(x.lasting)
+             + " on node " + std::to_string(x.node);
+    case action::pause_node:
+      return result + std::to_string(x.node) + " for "
+             + human_duration(x.lasting);
+    default: return result + std::to_string(x.node);
+  }
+}
+
+bool scenario::uses(action x) const {
+  return std::any_of(steps.begin(), steps.end(),
+                     [x](const step& s) { return s.what == x; });
+}
+
+caf::expected<scenario> parse_scenario(const std::string& yaml,
+                                       const std::string& source,
+                                       const std::string& base_dir) {
+  auto root = strict_yaml::load_document(yaml, source);
+  if (!root)
+    return std::move(root.error());
+  try {
+    scenario_reader p{source, base_dir};
+    return p.run(*root);
+  } catch (const strict_yaml::error& err) {
+    return caf::make_error(ec::config_invalid, err.message);
+  } catch (const std::exception& ex) {
+    return caf::make_error(ec::config_invalid,
+                           source + ": cannot read the scenario: " + ex.what());
+  }
+}
+
+caf::expected<scenario> load_scenario(const std::string& path) {
+  auto text = strict_yaml::read_file(path);
+  if (!text)
+    return std::move(text.error());
+  auto dir = std::filesystem::path{path}.parent_path().string();
+  return parse_scenario(*text, path, dir.empty() ? "." : dir);
+}
+
+} // namespace keel::chaos

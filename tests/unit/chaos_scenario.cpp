@@ -1,0 +1,133 @@
+#define CAF_SUITE chaos_scenario
+
+#include <caf/test/unit_test.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "keel/tools/chaos_scenario.hpp"
+
+using namespace keel;
+using namespace keel::chaos;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::string parse_error(const std::string& yaml) {
+  auto sc = parse_scenario(yaml, "s.yaml", "/base");
+  return sc ? std::string{"none"} : error_message(sc.error());
+}
+
+const char* minimal = "traffic:\n  duration: 10s\nsteps:\n";
+
+} // namespace
+
+CAF_TEST(a scenario reads nodes traffic and steps in time order) {
+  auto sc = parse_scenario(R"(name: demo
+seed: 7
+nodes:
+  count: 2
+  config: nodes/a.yaml
+  overrides:
+    threads: {idle_timeout: 200ms}
+traffic:
+  connections: 2
+  threads: 8
+  rate: 12.5
+  message_bytes: 1KiB
+  duration: 10s
+  answer_timeout: 30s
+steps:
+  - {at: 5s, pause_node: 1, for: 2s}
+  - {at: 1s, kill_actor: /persistence, every: 500ms, until: 3s}
+  - {at: 6s, disk_fault: enospc, for: 1s, node: 0}
+  - {at: 7s, kill_node: 0}
+  - {at: 8s, restart_node: 0}
+)",
+                           "s.yaml", "/base");
+  CAF_REQUIRE(sc);
+  CAF_CHECK_EQUAL(sc->name, "demo");
+  CAF_CHECK_EQUAL(sc->seed, 7u);
+  CAF_CHECK_EQUAL(sc->nodes.count, 2u);
+  CAF_CHECK_EQUAL(sc->nodes.config_file, "/base/nodes/a.yaml");
+  CAF_CHECK(sc->nodes.overrides.find("idle_timeout") != std::string::npos);
+  CAF_CHECK_EQUAL(sc->traffic.threads, 8u);
+  CAF_CHECK_EQUAL(sc->traffic.rate, 12.5);
+  CAF_CHECK_EQUAL(sc->traffic.message_bytes, 1024u);
+  CAF_REQUIRE_EQUAL(sc->steps.size(), 5u);
+  auto& kill = sc->steps[0];
+  CAF_CHECK(kill.what == action::kill_actor);
+  CAF_CHECK_EQUAL(kill.path, "/persistence");
+  CAF_CHECK_EQUAL(kill.every.count(), 500);
+  CAF_CHECK_EQUAL(to_string(kill),
+                  "kill_actor /persistence every 500 ms until 3s on node 0");
+  CAF_CHECK(sc->steps[1].what == action::pause_node);
+  CAF_CHECK_EQUAL(sc->steps[1].node, 1u);
+  CAF_CHECK_EQUAL(sc->steps[1].lasting.count(), 2000);
+  CAF_CHECK_EQUAL(sc->steps[2].disk_error, "enospc");
+  CAF_CHECK(sc->uses(action::disk_fault));
+}
+
+CAF_TEST(scenario errors name the key path and line) {
+  CAF_CHECK_EQUAL(parse_error("trafic: {}\nsteps: []\n"),
+                  "s.yaml:1: trafic: unknown key (did you mean traffic?)");
+  CAF_CHECK_EQUAL(
+    parse_error(std::string{minimal} + "  - {at: 1s, kil_node: 0}\n"),
+    "s.yaml:4: steps[0].kil_node: unknown key (did you mean "
+    "kill_node?)");
+  CAF_CHECK_EQUAL(parse_error(std::string{minimal} + "  - {at: 1s}\n"),
+                  "s.yaml:4: steps[0].at: a step needs one action: "
+                  "kill_actor, kill_node, restart_node, pause_node or "
+                  "disk_fault");
+  CAF_CHECK_EQUAL(parse_error(std::string{minimal}
+                              + "  - {at: 1s, kill_node: 0, pause_node: 0}\n"),
+                  "s.yaml:4: steps[0].pause_node: a step has one action, not "
+                  "kill_node and pause_node");
+  CAF_CHECK_EQUAL(
+    parse_error(std::string{minimal} + "  - {at: 11s, kill_node: 0}\n"),
+    "s.yaml:4: steps[0].at: after the end of the traffic "
+    "(traffic.duration is 10s)");
+  CAF_CHECK_EQUAL(
+    parse_error(std::string{minimal} + "  - {at: 1s, kill_node: 1}\n"),
+    "s.yaml:4: steps[0].kill_node: expected an integer in 0..0, "
+    "got \"1\"");
+  CAF_CHECK_EQUAL(
+    parse_error(std::string{minimal} + "  - {at: 1s, restart_node: 0}\n"),
+    "s.yaml:4: steps[0].restart_node: node 0 is not down then "
+    "(restart_node follows a kill_node of it)");
+  CAF_CHECK_EQUAL(
+    parse_error(std::string{minimal} + "  - {at: 1s, pause_node: 0}\n"),
+    "s.yaml:4: steps[0].for: missing required key (expected how "
+    "long the fault lasts)");
+  CAF_CHECK_EQUAL(parse_error(std::string{minimal}
+                              + "  - {at: 1s, kill_node: 0, every: 1s}\n"),
+                  "s.yaml:4: steps[0].every: only a kill_actor step takes "
+                  "every");
+  CAF_CHECK_EQUAL(parse_error(std::string{minimal}
+                              + "  - {at: 1s, disk_fault: full, for: 1s}\n"),
+                  "s.yaml:4: steps[0].disk_fault: unknown value \"full\" "
+                  "(expected eio or enospc)");
+  CAF_CHECK_EQUAL(parse_error("traffic: {connections: 8, threads: 4}\n"
+                              "steps: []\n"),
+                  "s.yaml:1: traffic.threads: fewer threads (4) than "
+                  "connections (8): every connection sends to threads of "
+                  "its own");
+  CAF_CHECK_EQUAL(parse_error("steps: [\n"),
+                  "s.yaml:2: YAML syntax error: end of sequence flow not "
+                  "found");
+}
+
+CAF_TEST(every shipped scenario is valid) {
+  auto root = std::getenv("KEEL_SOURCE_DIR");
+  CAF_REQUIRE(root != nullptr);
+  size_t count = 0;
+  for (auto& entry : std::filesystem::directory_iterator{std::string{root}
+                                                         + "/config/chaos"}) {
+    ++count;
+    auto sc = load_scenario(entry.path().string());
+    CAF_MESSAGE(entry.path()
+                << ": " << (sc ? "valid" : error_message(sc.error())));
+    CAF_CHECK(sc);
+  }
+  CAF_CHECK_GREATER_OR_EQUAL(count, 2u);
+}
