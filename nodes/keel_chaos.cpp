@@ -26,6 +26,7 @@ constexpr int exit_not_run = 3;
 struct args {
   std::string scenario;
   std::string json_file;
+  std::string html_file;
   std::string work_dir;
   std::string sabotage;
   bool check_only = false;
@@ -37,6 +38,11 @@ void add_options(CLI::App& app, args& a) {
     ->required()
     ->type_name("SCENARIO.yaml");
   app.add_option("--json", a.json_file, "Also write the report as JSON here")
+    ->type_name("FILE");
+  app
+    .add_option("--html", a.html_file,
+                "Also write the timeline (answers per second, latency, the "
+                "fault steps marked) as a self-contained HTML page here")
     ->type_name("FILE");
   app
     .add_option("--work-dir", a.work_dir,
@@ -81,6 +87,8 @@ int run(const args& a) {
   std::cout << keel::chaos::render_text(*report);
   if (!a.json_file.empty())
     std::ofstream{a.json_file} << keel::chaos::to_json(*report).dump(2) << '\n';
+  if (!a.html_file.empty())
+    std::ofstream{a.html_file} << keel::chaos::render_html(*report);
   return report->clean() ? 0 : exit_violated;
 }
 

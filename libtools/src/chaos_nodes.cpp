@@ -7,6 +7,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "keel/text.hpp"
+#include "keel/tools/process.hpp"
 
 namespace keel::chaos::detail {
 
@@ -46,19 +47,45 @@ YAML::Node load_base(const scenario& sc) {
   }
 }
 
+/// Replaces the providers and pools of `root` with one OpenAI provider per
+/// URL, chained in that order in pool `default`.
+void use_fault_servers(YAML::Node root, const std::vector<std::string>& urls) {
+  YAML::Node providers{YAML::NodeType::Sequence};
+  YAML::Node chain{YAML::NodeType::Sequence};
+  for (size_t i = 0; i < urls.size(); ++i) {
+    YAML::Node p;
+    p["name"] = i == 0 ? "primary" : "backup";
+    p["kind"] = "openai";
+    p["base_url"] = urls[i];
+    p["model"] = "fault-llm";
+    providers.push_back(p);
+    chain.push_back(p["name"]);
+  }
+  YAML::Node pool;
+  pool["name"] = "default";
+  pool["chain"] = chain;
+  root["providers"] = providers;
+  root["pools"] = YAML::Node{YAML::NodeType::Sequence};
+  root["pools"].push_back(pool);
+  root["threads"]["pool"] = "default";
+}
+
 } // namespace
 
-std::string node_yaml(const scenario& sc, size_t index,
-                      const std::string& dir) {
+std::string node_yaml(const scenario& sc, size_t index, const std::string& dir,
+                      const std::vector<std::string>& provider_urls,
+                      uint16_t port) {
   auto root = load_base(sc);
   if (!sc.nodes.overrides.empty())
     merge(root, YAML::Load(sc.nodes.overrides));
+  if (!provider_urls.empty())
+    use_fault_servers(root, provider_urls);
   auto name = root["node"]["name"] ? root["node"]["name"].as<std::string>()
                                    : std::string{"chaos"};
   if (sc.nodes.count > 1)
     root["node"]["name"] = name + "-" + std::to_string(index);
   root["node"]["data_dir"] = dir + "/data";
-  root["gateway"]["port"] = 0;
+  root["gateway"]["port"] = port;
   if (sc.uses(action::kill_actor))
     root["chaos"]["kill"] = true;
   if (sc.uses(action::disk_fault))
@@ -69,16 +96,24 @@ std::string node_yaml(const scenario& sc, size_t index,
 }
 
 node_set::node_set(const scenario& sc, const std::string& node_binary,
-                   const std::string& work_dir) {
+                   const std::string& work_dir,
+                   const std::vector<std::string>& provider_urls) {
+  bool proxied = sc.breaks_link("clients");
   for (size_t i = 0; i < sc.nodes.count; ++i) {
     auto dir = work_dir + "/node-" + std::to_string(i);
     std::filesystem::create_directories(dir);
-    nodes_.push_back(
-      std::make_unique<node_process>(dir, node_yaml(sc, i, dir), node_binary));
+    // A proxied node keeps its port across restarts: the proxy's target.
+    uint16_t port = proxied ? free_port() : 0;
+    nodes_.push_back(std::make_unique<node_process>(
+      dir, node_yaml(sc, i, dir, provider_urls, port), node_binary));
     dirs_.push_back(dir + "/data");
-    addresses_.push_back(nodes_.back()->address());
-    admin_addresses_.push_back(nodes_.back()->admin_address());
+    addresses_.emplace_back();
+    admin_addresses_.emplace_back();
     down_.push_back(false);
+    armed_.push_back(false);
+    links_.push_back(proxied ? std::make_unique<fault_proxy>("127.0.0.1", port)
+                             : nullptr);
+    refresh(i);
   }
 }
 
@@ -94,13 +129,41 @@ endpoint node_set::admin_address(size_t index) const {
 
 void node_set::refresh(size_t index) {
   addresses_[index] = nodes_[index]->address();
+  if (auto& proxy = links_[index])
+    addresses_[index].port = proxy->port();
   admin_addresses_[index] = nodes_[index]->admin_address();
+}
+
+fault_proxy* node_set::link(size_t index) const {
+  std::lock_guard<std::mutex> guard{mtx_};
+  return links_.at(index).get();
 }
 
 void node_set::kill9(size_t index) {
   std::lock_guard<std::mutex> guard{mtx_};
   down_.at(index) = true;
+  armed_[index] = false;
   nodes_[index]->kill9();
+}
+
+void node_set::arm(size_t index, const std::string& spec) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  nodes_.at(index)->kill9();
+  nodes_[index]->start({"--kill-at", spec});
+  armed_[index] = true;
+  refresh(index);
+}
+
+void node_set::disarm_all() {
+  std::lock_guard<std::mutex> guard{mtx_};
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    if (!armed_[i])
+      continue;
+    nodes_[i]->kill9();
+    nodes_[i]->start();
+    armed_[i] = false;
+    refresh(i);
+  }
 }
 
 void node_set::restart(size_t index) {
@@ -122,15 +185,16 @@ void node_set::resume(size_t index) {
     ::kill(pid, SIGCONT);
 }
 
-uint64_t node_set::restart_exited() {
+uint64_t node_set::restart_exited(uint64_t& armed_deaths) {
   std::lock_guard<std::mutex> guard{mtx_};
   uint64_t result = 0;
   for (size_t i = 0; i < nodes_.size(); ++i) {
     if (down_[i] || nodes_[i]->running())
       continue;
+    (armed_[i] ? armed_deaths : result) += 1;
+    armed_[i] = false;
     nodes_[i]->start();
     refresh(i);
-    ++result;
   }
   return result;
 }

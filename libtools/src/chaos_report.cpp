@@ -34,6 +34,7 @@ nlohmann::json to_json(const run_report& x) {
             {"duplicated", x.duplicated}}},
           {"reconnects", x.reconnects},
           {"unplanned_exits", x.unplanned_exits},
+          {"kill_point_deaths", x.kill_point_deaths},
           {"errors_by_code", x.errors_by_code},
           {"recovery",
            {{"samples", x.recovery.samples},
@@ -55,7 +56,8 @@ std::string render_text(const run_report& x) {
       << " unknown, " << x.resends << " resends, " << x.outcomes
       << " outcomes; lost " << x.lost << ", duplicated " << x.duplicated << '\n'
       << "  reconnects " << x.reconnects << ", unplanned node exits "
-      << x.unplanned_exits << '\n'
+      << x.unplanned_exits << ", kill point deaths " << x.kill_point_deaths
+      << '\n'
       << "  recovery (fault to the first answer on a thread, "
       << x.recovery.samples << " samples): p50 " << fixed(x.recovery.p50_ms, 0)
       << " ms, p99 " << fixed(x.recovery.p99_ms, 0) << " ms, max "

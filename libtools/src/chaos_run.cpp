@@ -9,6 +9,8 @@
 #include "chaos_traffic.hpp"
 #include "keel/protocol.hpp"
 #include "keel/text.hpp"
+#include "keel/tools/fault_llm_server.hpp"
+#include "keel/tools/fault_proxy.hpp"
 #include "keel/tools/json_fields.hpp"
 #include "keel/tools/latency.hpp"
 #include "keel/tools/process.hpp"
@@ -82,7 +84,11 @@ read_history(ws_client& ws, const std::string& thread) {
 class runner {
 public:
   runner(const scenario& sc, const run_options& opts, const std::string& dir)
-    : sc_(sc), opts_(opts), nodes_(sc, opts.node_binary, dir) {
+    : sc_(sc),
+      opts_(opts),
+      servers_(start_servers(sc)),
+      server_links_(link_servers(sc, servers_)),
+      nodes_(sc, opts.node_binary, dir, urls(servers_, server_links_)) {
     for (size_t i = 0; i < sc.traffic.connections; ++i)
       clients_.push_back(std::make_unique<traffic_client>(sc, i, nodes_, ctl_));
   }
@@ -119,7 +125,8 @@ private:
   /// their own meanwhile.
   void wait_until(milliseconds at) {
     while (elapsed() < at) {
-      report_.unplanned_exits += nodes_.restart_exited();
+      report_.unplanned_exits
+        += nodes_.restart_exited(report_.kill_point_deaths);
       std::this_thread::sleep_for(std::min<milliseconds>(at - elapsed(), 50ms));
     }
   }
@@ -141,6 +148,7 @@ private:
       stop_sending();
     }
     nodes_.restart_killed();
+    nodes_.disarm_all();
   }
 
   void stop_sending() {
@@ -177,11 +185,34 @@ private:
       case action::pause_node:
         begins ? nodes_.pause(x.node) : nodes_.resume(x.node);
         return {};
-      default:
+      case action::disk_fault:
         return call(x.node, "/api/v1/chaos/disk",
                     {{"fail_writes", begins},
                      {"no_space", begins && x.disk_error == "enospc"}});
+      case action::provider_fault:
+        servers_.at(x.server)->set_default(
+          begins ? *fault_llm::parse_fault(x.fault_spec) : fault_llm::fault{});
+        return {};
+      case action::link_fault: break_link(x, begins); return {};
+      default:
+        nodes_.arm(x.node, x.kill_point_name + ":"
+                             + std::to_string(x.probability) + ":"
+                             + std::to_string(sc_.seed | 1));
+        return {};
     }
+  }
+
+  void break_link(const step& x, bool begins) {
+    auto proxy = x.link == "clients" ? nodes_.link(x.node)
+                                     : server_links_.at(x.server).get();
+    if (!begins) {
+      proxy->set_mode(link_mode::pass);
+      return;
+    }
+    auto mode = x.link_mode == "delay"       ? link_mode::delay
+                : x.link_mode == "blackhole" ? link_mode::blackhole
+                                             : link_mode::reset;
+    proxy->set_mode(mode, x.link_delay);
   }
 
   std::string call(size_t node, const std::string& target,
@@ -344,8 +375,43 @@ private:
     }
   }
 
+  static std::vector<std::unique_ptr<fault_llm::fault_llm_server>>
+  start_servers(const scenario& sc) {
+    std::vector<std::unique_ptr<fault_llm::fault_llm_server>> result;
+    for (size_t i = 0; i < sc.providers.fault_servers; ++i)
+      result.push_back(std::make_unique<fault_llm::fault_llm_server>());
+    return result;
+  }
+
+  /// A fault proxy in front of each fault server when the scenario breaks
+  /// that link.
+  static std::vector<std::unique_ptr<fault_proxy>> link_servers(
+    const scenario& sc,
+    const std::vector<std::unique_ptr<fault_llm::fault_llm_server>>& servers) {
+    std::vector<std::unique_ptr<fault_proxy>> result;
+    if (sc.breaks_link("provider"))
+      for (auto& s : servers)
+        result.push_back(std::make_unique<fault_proxy>("127.0.0.1", s->port()));
+    return result;
+  }
+
+  /// The URL the nodes call each fault server at: its proxy's, if any.
+  static std::vector<std::string>
+  urls(const std::vector<std::unique_ptr<fault_llm::fault_llm_server>>& servers,
+       const std::vector<std::unique_ptr<fault_proxy>>& links) {
+    std::vector<std::string> result;
+    for (size_t i = 0; i < servers.size(); ++i)
+      result.push_back(links.empty() ? servers[i]->base_url()
+                                     : "http://127.0.0.1:"
+                                         + std::to_string(links[i]->port()));
+    return result;
+  }
+
   const scenario& sc_;
   const run_options& opts_;
+  /// Declared before the nodes: they call the servers until they stop.
+  std::vector<std::unique_ptr<fault_llm::fault_llm_server>> servers_;
+  std::vector<std::unique_ptr<fault_proxy>> server_links_;
   node_set nodes_;
   traffic_control ctl_;
   std::vector<std::unique_ptr<traffic_client>> clients_;

@@ -7,8 +7,10 @@
 #include <yaml-cpp/yaml.h>
 
 #include "keel/config.hpp"
+#include "keel/kill_point.hpp"
 #include "keel/strict_yaml.hpp"
 #include "keel/text.hpp"
+#include "keel/tools/fault_llm_server.hpp"
 
 namespace keel::chaos {
 
@@ -19,23 +21,31 @@ using strict_yaml::line_of;
 using strict_yaml::map_reader;
 using strict_yaml::no_limit;
 
-constexpr const char* root_keys[] = {"name", "seed", "nodes", "traffic",
-                                     "steps"};
+constexpr const char* root_keys[] = {"name",      "seed",    "nodes",
+                                     "providers", "traffic", "steps"};
 
 constexpr const char* node_keys[] = {"count", "config", "overrides",
                                      "provider_delay"};
 
-constexpr const char* traffic_keys[] = {"connections", "threads",
-                                        "rate",        "message_bytes",
-                                        "duration",    "answer_timeout"};
+constexpr const char* traffic_keys[]
+  = {"connections", "threads",        "rate",       "message_bytes",
+     "duration",    "answer_timeout", "ack_timeout"};
 
 constexpr const char* step_keys[]
-  = {"at",        "node",         "kill_actor", "every", "until",
-     "kill_node", "restart_node", "pause_node", "for",   "disk_fault"};
+  = {"at",         "node",        "kill_actor",     "every",
+     "until",      "kill_node",   "restart_node",   "pause_node",
+     "for",        "disk_fault",  "provider_fault", "server",
+     "kill_point", "probability", "link_fault",     "link",
+     "delay"};
 
-constexpr action all_actions[] = {action::kill_actor, action::kill_node,
+constexpr action all_actions[] = {action::kill_actor,   action::kill_node,
                                   action::restart_node, action::pause_node,
-                                  action::disk_fault};
+                                  action::disk_fault,   action::provider_fault,
+                                  action::kill_point,   action::link_fault};
+
+constexpr const char* link_modes[] = {"delay", "blackhole", "reset"};
+
+constexpr const char* links[] = {"clients", "provider"};
 
 constexpr const char* disk_errors[] = {"eio", "enospc"};
 
@@ -73,6 +83,10 @@ public:
       result.seed = static_cast<uint64_t>(read_int(*x, "seed", 0, no_limit));
     if (auto s = section(m, "nodes", strict_yaml::strings(node_keys)))
       read_nodes(*s, result.nodes);
+    if (auto s = section(m, "providers", {"fault_servers"}))
+      if (auto x = s->get("fault_servers"))
+        result.providers.fault_servers
+          = static_cast<size_t>(read_int(*x, s->path("fault_servers"), 0, 2));
     if (auto s = section(m, "traffic", strict_yaml::strings(traffic_keys)))
       read_traffic(*s, result.traffic);
     auto steps = read_list(required(m, "steps", "a list of steps"), "steps",
@@ -125,6 +139,8 @@ private:
       out.duration = read_millis(*x, m.path("duration"), true);
     if (auto x = m.get("answer_timeout"))
       out.answer_timeout = read_millis(*x, m.path("answer_timeout"), true);
+    if (auto x = m.get("ack_timeout"))
+      out.ack_timeout = read_millis(*x, m.path("ack_timeout"), true);
     if (out.threads < out.connections)
       fail(m.line("threads"), m.path("threads"),
            "fewer threads (" + std::to_string(out.threads)
@@ -187,20 +203,94 @@ private:
 
   void read_options(const map_reader& m, step& out, const scenario& sc) {
     auto only_with = [&](const char* key, action owner) {
-      if (m.has(key) && out.what != owner
-          && !(std::string{key} == "for" && out.what == action::disk_fault))
+      if (m.has(key) && out.what != owner)
         fail(m.line(key), m.path(key),
              std::string{"only a "} + to_string(owner) + " step takes " + key);
     };
     only_with("every", action::kill_actor);
     only_with("until", action::kill_actor);
-    only_with("for", action::pause_node);
+    if (m.has("server") && out.what != action::provider_fault
+        && out.what != action::link_fault)
+      fail(m.line("server"), m.path("server"),
+           "only a provider_fault or link_fault step takes server");
+    only_with("link", action::link_fault);
+    only_with("delay", action::link_fault);
+    only_with("probability", action::kill_point);
+    if (m.has("for") && !lasts(out.what))
+      fail(m.line("for"), m.path("for"),
+           std::string{"a "} + to_string(out.what) + " step takes no for");
     switch (out.what) {
       case action::kill_actor: read_kill_actor(m, out, sc); break;
-      case action::pause_node:
-      case action::disk_fault: read_lasting(m, out); break;
+      case action::disk_fault:
+        out.disk_error = read_enum(*m.get("disk_fault"), m.path("disk_fault"),
+                                   disk_errors);
+        break;
+      case action::provider_fault: read_provider_fault(m, out, sc); break;
+      case action::kill_point: read_kill_point(m, out); break;
+      case action::link_fault: read_link_fault(m, out, sc); break;
       default: break;
     }
+    if (lasts(out.what))
+      out.lasting = read_millis(required(m, "for", "how long the fault lasts"),
+                                m.path("for"), true);
+  }
+
+  /// Whether a step's fault lasts `for` and then ends.
+  static bool lasts(action x) {
+    return x == action::pause_node || x == action::disk_fault
+           || x == action::provider_fault || x == action::link_fault;
+  }
+
+  void read_link_fault(const map_reader& m, step& out, const scenario& sc) {
+    out.link_mode = read_enum(*m.get("link_fault"), m.path("link_fault"),
+                              link_modes);
+    if (auto x = m.get("link"))
+      out.link = read_enum(*x, m.path("link"), links);
+    if (out.link_mode == "delay")
+      out.link_delay = read_millis(
+        required(m, "delay", "the delay added to each chunk, e.g. 200ms"),
+        m.path("delay"), true);
+    else if (m.has("delay"))
+      fail(m.line("delay"), m.path("delay"),
+           "only a link_fault: delay step takes delay");
+    if (out.link == "clients" && m.has("server"))
+      fail(m.line("server"), m.path("server"),
+           "a link to the clients is chosen by node, not server");
+    if (out.link == "provider") {
+      if (sc.providers.fault_servers == 0)
+        fail(m.line("link"), m.path("link"),
+             "a provider link needs fault servers (set "
+             "providers.fault_servers to 1 or 2)");
+      read_server(m, out, sc);
+    }
+  }
+
+  void read_provider_fault(const map_reader& m, step& out, const scenario& sc) {
+    auto key = m.path("provider_fault");
+    out.fault_spec = read_string(*m.get("provider_fault"), key);
+    std::string why;
+    if (!fault_llm::parse_fault(out.fault_spec, &why))
+      fail(m.line("provider_fault"), key, why);
+    if (sc.providers.fault_servers == 0)
+      fail(m.line("provider_fault"), key,
+           "needs fault servers (set providers.fault_servers to 1 or 2)");
+    read_server(m, out, sc);
+  }
+
+  void read_server(const map_reader& m, step& out, const scenario& sc) {
+    if (auto x = m.get("server"))
+      out.server = static_cast<size_t>(
+        read_int(*x, m.path("server"), 0,
+                 static_cast<int64_t>(sc.providers.fault_servers) - 1));
+  }
+
+  void read_kill_point(const map_reader& m, step& out) {
+    auto key = m.path("kill_point");
+    out.kill_point_name = read_string(*m.get("kill_point"), key);
+    if (auto p = parse_kill_point(out.kill_point_name); !p)
+      fail(m.line("kill_point"), key, error_message(p.error()));
+    if (auto x = m.get("probability"))
+      out.probability = read_number(*x, m.path("probability"), 0.001, 1);
   }
 
   void read_kill_actor(const map_reader& m, step& out, const scenario& sc) {
@@ -221,14 +311,6 @@ private:
     }
   }
 
-  void read_lasting(const map_reader& m, step& out) {
-    if (out.what == action::disk_fault)
-      out.disk_error = read_enum(*m.get("disk_fault"), m.path("disk_fault"),
-                                 disk_errors);
-    out.lasting = read_millis(required(m, "for", "how long the fault lasts"),
-                              m.path("for"), true);
-  }
-
   /// A node is restarted only after it was killed, and killed only while
   /// it runs, so the steps' effect does not depend on timing.
   void check_restarts(const scenario& sc) {
@@ -245,7 +327,8 @@ private:
              "node " + std::to_string(x.node) + " is already down then");
       if (x.what == action::kill_node || x.what == action::restart_node)
         down[x.node] = x.what == action::kill_node;
-      else if (down[x.node])
+      else if (down[x.node] && x.what != action::provider_fault
+               && !(x.what == action::link_fault && x.link == "provider"))
         fail(x.line, path,
              "node " + std::to_string(x.node)
                + " is down then (killed and not restarted)");
@@ -263,7 +346,10 @@ const char* to_string(action x) {
     case action::kill_node: return "kill_node";
     case action::restart_node: return "restart_node";
     case action::pause_node: return "pause_node";
-    default: return "disk_fault";
+    case action::disk_fault: return "disk_fault";
+    case action::provider_fault: return "provider_fault";
+    case action::kill_point: return "kill_point";
+    default: return "link_fault";
   }
 }
 
@@ -283,8 +369,28 @@ std::string to_string(const step& x) {
     case action::pause_node:
       return result + std::to_string(x.node) + " for "
              + human_duration(x.lasting);
+    case action::provider_fault:
+      return result + x.fault_spec + " for " + human_duration(x.lasting)
+             + " on fault server " + std::to_string(x.server);
+    case action::kill_point:
+      return result + x.kill_point_name + " (probability "
+             + fixed(x.probability, 3) + ") on node " + std::to_string(x.node);
+    case action::link_fault:
+      return result + x.link_mode
+             + (x.link_mode == "delay" ? " " + human_duration(x.link_delay)
+                                       : std::string{})
+             + " for " + human_duration(x.lasting) + " on the link "
+             + (x.link == "clients"
+                  ? "from the clients to node " + std::to_string(x.node)
+                  : "to fault server " + std::to_string(x.server));
     default: return result + std::to_string(x.node);
   }
+}
+
+bool scenario::breaks_link(const std::string& link) const {
+  return std::any_of(steps.begin(), steps.end(), [&link](const step& s) {
+    return s.what == action::link_fault && s.link == link;
+  });
 }
 
 bool scenario::uses(action x) const {

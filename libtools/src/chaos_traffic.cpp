@@ -54,6 +54,9 @@ void traffic_client::disconnect() {
 
 void traffic_client::send(const std::string& thread, const std::string& id) {
   result_.rec.sent(thread, id);
+  for (auto& slot : slots_)
+    if (slot.thread == thread)
+      slot.sent_at = clock_type::now();
   first_sent_.emplace(id, clock_type::now());
   // Without a connection, connect() sends it once there is one.
   if (ws_ && ws_->send_text(protocol::send_frame(thread, id, text_)))
@@ -86,6 +89,13 @@ void traffic_client::resend_due(clock_type::time_point now) {
   }
 }
 
+bool traffic_client::ack_overdue(clock_type::time_point now) const {
+  return std::any_of(slots_.begin(), slots_.end(), [&](const thread_slot& s) {
+    return !s.outstanding.empty() && s.retry_at == clock_type::time_point::max()
+           && now - s.sent_at > sc_.traffic.ack_timeout;
+  });
+}
+
 void traffic_client::run() {
   auto next_send = ctl_.start;
   while (!ctl_.stop) {
@@ -94,6 +104,10 @@ void traffic_client::run() {
       continue;
     }
     auto now = clock_type::now();
+    if (ack_overdue(now)) {
+      disconnect(); // connect() resends what is unacknowledged
+      continue;
+    }
     resend_due(now);
     if (ws_ && ctl_.sending && now >= next_send) {
       send_next();

@@ -86,6 +86,8 @@ private:
     std::string outstanding;
     /// When to send `outstanding` again after a refusal that may pass.
     clock_type::time_point retry_at = clock_type::time_point::max();
+    /// When `outstanding` was last sent.
+    clock_type::time_point sent_at;
   };
 
   bool connect();
@@ -93,6 +95,7 @@ private:
   void send(const std::string& thread, const std::string& id);
   void send_next();
   void resend_due(clock_type::time_point now);
+  bool ack_overdue(clock_type::time_point now) const;
   void on_frame(const nlohmann::json& frame);
   void on_ack(const nlohmann::json& frame);
   void on_error(const nlohmann::json& frame);

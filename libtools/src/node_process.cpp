@@ -57,9 +57,10 @@ node_process::~node_process() {
   kill9();
 }
 
-void node_process::start() {
+void node_process::start(const std::vector<std::string>& extra_args) {
   child_options opts;
   opts.argv = {binary_, "--config", config_path_};
+  opts.argv.insert(opts.argv.end(), extra_args.begin(), extra_args.end());
   opts.log_path = stderr_path_;
   opts.capture_stdout = true;
   child_ = std::make_unique<child_process>(std::move(opts));

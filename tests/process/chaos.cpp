@@ -26,8 +26,11 @@ bool has(const std::string& str, const std::string& part) {
   return str.find(part) != std::string::npos;
 }
 
-/// Four seconds of traffic with one fault of each kind a single node has.
+/// Five seconds of traffic with one fault of each kind a single node has,
+/// its provider calls going to two fault servers.
 const char* smoke_scenario = R"(name: smoke
+providers:
+  fault_servers: 2
 traffic:
   connections: 2
   threads: 6
@@ -41,15 +44,22 @@ steps:
   - {at: 2s, restart_node: 0}
   - {at: 3s, pause_node: 0, for: 500ms}
   - {at: 4s, disk_fault: eio, for: 300ms}
+  - {at: 2500ms, provider_fault: "503", for: 500ms}
+  - {at: 3700ms, kill_point: batch_written, probability: 0.2}
 )";
 
 command_result run_chaos(const temp_dir& dir, const std::string& yaml,
                          std::vector<std::string> extra = {}) {
   auto path = dir.str() + "/scenario.yaml";
   std::ofstream{path} << yaml;
-  std::vector<std::string> argv{
-    tool_binary("keel-chaos"), path,     "--work-dir",
-    dir.str() + "/work",       "--json", dir.str() + "/report.json"};
+  std::vector<std::string> argv{tool_binary("keel-chaos"),
+                                path,
+                                "--work-dir",
+                                dir.str() + "/work",
+                                "--json",
+                                dir.str() + "/report.json",
+                                "--html",
+                                dir.str() + "/timeline.html"};
   argv.insert(argv.end(), extra.begin(), extra.end());
   return run_command(argv, std::chrono::seconds{120});
 }
@@ -70,12 +80,15 @@ CAF_TEST(a scenario with every single node fault holds every invariant) {
   CAF_CHECK_EQUAL(msgs["lost"], 0);
   CAF_CHECK_EQUAL(msgs["duplicated"], 0);
   CAF_CHECK_EQUAL(msgs["outcomes"], msgs["acknowledged"]);
-  // Six steps, two of which end later.
-  CAF_CHECK_EQUAL(report["steps"].size(), 8u);
+  // Eight steps, three of which end later.
+  CAF_CHECK_EQUAL(report["steps"].size(), 11u);
   for (auto& step : report["steps"])
     CAF_CHECK_EQUAL(step["error"], "");
   CAF_CHECK_GREATER(report["reconnects"].get<uint64_t>(), 0u);
   CAF_CHECK_GREATER(report["recovery"]["samples"].get<uint64_t>(), 0u);
+  auto page = read_text_file(dir.str() + "/timeline.html");
+  CAF_CHECK(has(page, "<svg"));
+  CAF_CHECK(has(page, "kill_node 0"));
 }
 
 CAF_TEST(a tampered record is reported as a violation) {

@@ -3,14 +3,14 @@
 // Provider pools end to end: a real keel-node calls real HTTP servers over
 // the OpenAI wire protocol: @dwmkerr/mock-llm from npm (tests/mock-llm) for
 // the API's status codes and streaming, and our fault-injecting server
-// (tests/support/fault_llm_server.hpp) for what mock-llm cannot do: refused
-// connections, resets, hangs, slow drips, malformed JSON, truncated streams.
-// Through every fault the node keeps answering, and every message gets a
-// reply or a descriptive error.
+// (libtools/include/keel/tools/fault_llm_server.hpp) for what mock-llm cannot
+// do: refused connections, resets, hangs, slow drips, malformed JSON, truncated
+// streams. Through every fault the node keeps answering, and every message gets
+// a reply or a descriptive error.
 
 #include <caf/test/unit_test.hpp>
 
-#include "fault_llm_server.hpp"
+#include "keel/tools/fault_llm_server.hpp"
 #include "node_client.hpp"
 #include "npm_server.hpp"
 #include "temp_dir.hpp"
@@ -20,6 +20,7 @@
 
 using namespace keel;
 using namespace keel::test;
+using namespace keel::fault_llm;
 using namespace std::chrono_literals;
 
 namespace {

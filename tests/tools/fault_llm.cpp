@@ -1,6 +1,7 @@
 // keel-fault-llm: a fault-injecting OpenAI/Anthropic-compatible LLM server
-// (tests/support/fault_llm_server.hpp, whose top comment documents the fault
-// SPECs and the `[[fault:SPEC]]` directives requests may carry).
+// (libtools/include/keel/tools/fault_llm_server.hpp, whose top comment
+// documents the fault SPECs and the `[[fault:SPEC]]` directives requests may
+// carry).
 //
 //   keel-fault-llm [--port N] [--mode SPEC] [--sequence SPEC,SPEC,...]
 //                  [--tls CERT_FILE]
@@ -21,7 +22,7 @@
 #include <iostream>
 #include <string>
 
-#include "fault_llm_server.hpp"
+#include "keel/tools/fault_llm_server.hpp"
 
 namespace {
 
@@ -35,7 +36,7 @@ int usage(const std::string& error) {
 /// Reads the command line into `opts` and `cert_file`; returns the usage
 /// error, if any.
 std::string parse_args(int argc, char** argv,
-                       keel::test::fault_llm_server::options& opts,
+                       keel::fault_llm::fault_llm_server::options& opts,
                        std::string& cert_file) {
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
@@ -50,12 +51,12 @@ std::string parse_args(int argc, char** argv,
         return "--port needs a number in 0..65535";
       opts.port = static_cast<uint16_t>(std::stoul(value));
     } else if (arg == "--mode") {
-      auto f = keel::test::parse_fault(value, &error);
+      auto f = keel::fault_llm::parse_fault(value, &error);
       if (!f)
         return error;
       opts.fallback = std::move(*f);
     } else if (arg == "--sequence") {
-      auto seq = keel::test::parse_fault_sequence(value, &error);
+      auto seq = keel::fault_llm::parse_fault_sequence(value, &error);
       if (!seq)
         return error;
       opts.script = std::move(*seq);
@@ -71,7 +72,7 @@ std::string parse_args(int argc, char** argv,
 } // namespace
 
 int main(int argc, char** argv) {
-  using keel::test::fault_llm_server;
+  using keel::fault_llm::fault_llm_server;
   fault_llm_server::options opts;
   std::string cert_file;
   if (auto error = parse_args(argc, argv, opts, cert_file); !error.empty())
@@ -84,7 +85,7 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   try {
     if (!cert_file.empty()) {
-      auto identity = keel::test::make_self_signed_identity();
+      auto identity = keel::fault_llm::make_self_signed_identity();
       std::ofstream out{cert_file};
       out << identity.cert_pem;
       if (!out.flush())

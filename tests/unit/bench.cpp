@@ -19,7 +19,7 @@
 #include "keel/tools/verify.hpp"
 #include "keel/ws_server.hpp"
 
-#include "fault_llm_server.hpp"
+#include "keel/tools/fault_llm_server.hpp"
 #include "temp_dir.hpp"
 
 using namespace keel;
@@ -330,7 +330,7 @@ CAF_TEST_FIXTURE_SCOPE_END()
 namespace {
 
 /// A fixed number of sequential calls, no warmup (no clock decides).
-bench::http_load_options http_load(const test::fault_llm_server& server,
+bench::http_load_options http_load(const fault_llm::fault_llm_server& server,
                                    uint64_t messages) {
   bench::http_load_options opts;
   opts.server.base_url = server.base_url() + "/v1";
@@ -345,7 +345,7 @@ bench::http_load_options http_load(const test::fault_llm_server& server,
 } // namespace
 
 CAF_TEST(the HTTP load counts every call) {
-  test::fault_llm_server server;
+  fault_llm::fault_llm_server server;
   auto opts = http_load(server, 20);
   auto res = bench::run_http_load(opts);
   CAF_REQUIRE(res);
@@ -368,11 +368,11 @@ CAF_TEST(the HTTP load counts every call) {
 }
 
 CAF_TEST(HTTP failures are counted and make the run unclean) {
-  test::fault_llm_server::options sopts;
+  fault_llm::fault_llm_server::options sopts;
   // The probe passes; three of the ten calls fail.
   for (auto spec : {"ok", "503", "ok", "503", "503"})
-    sopts.script.push_back(*test::parse_fault(spec));
-  test::fault_llm_server server{sopts};
+    sopts.script.push_back(*fault_llm::parse_fault(spec));
+  fault_llm::fault_llm_server server{sopts};
   auto res = bench::run_http_load(http_load(server, 10));
   CAF_REQUIRE(res);
   CAF_CHECK_EQUAL(res->sent, 10u);
@@ -386,8 +386,8 @@ CAF_TEST(HTTP failures are counted and make the run unclean) {
 CAF_TEST(an HTTP server that refuses or cannot be reached fails the run) {
   std::string dead_url;
   {
-    test::fault_llm_server refusing;
-    refusing.set_default(*test::parse_fault("400"));
+    fault_llm::fault_llm_server refusing;
+    refusing.set_default(*fault_llm::parse_fault("400"));
     auto res = bench::run_http_load(http_load(refusing, 1));
     CAF_REQUIRE(!res);
     CAF_CHECK_EQUAL(res.error(), ec::provider_failed);

@@ -68,6 +68,57 @@ steps:
   CAF_CHECK(sc->uses(action::disk_fault));
 }
 
+CAF_TEST(link faults name their link and mode) {
+  auto sc = parse_scenario(R"(providers: {fault_servers: 2}
+traffic: {duration: 10s}
+steps:
+  - {at: 1s, link_fault: delay, delay: 300ms, for: 2s}
+  - {at: 4s, link_fault: reset, for: 1s, link: provider, server: 1}
+)",
+                           "s.yaml", "/base");
+  CAF_REQUIRE(sc);
+  CAF_CHECK(sc->breaks_link("clients"));
+  CAF_CHECK(sc->breaks_link("provider"));
+  CAF_CHECK_EQUAL(to_string(sc->steps[0]),
+                  "link_fault delay 300 ms for 2s on the link from the "
+                  "clients to node 0");
+  CAF_CHECK_EQUAL(to_string(sc->steps[1]),
+                  "link_fault reset for 1s on the link to fault server 1");
+  CAF_CHECK_EQUAL(parse_error(std::string{minimal}
+                              + "  - {at: 1s, link_fault: delay, for: 1s}\n"),
+                  "s.yaml:4: steps[0].delay: missing required key (expected "
+                  "the delay added to each chunk, e.g. 200ms)");
+  CAF_CHECK_EQUAL(parse_error(std::string{minimal}
+                              + "  - {at: 1s, link_fault: cut, for: 1s}\n"),
+                  "s.yaml:4: steps[0].link_fault: unknown value \"cut\" "
+                  "(expected delay, blackhole or reset)");
+  CAF_CHECK_EQUAL(parse_error(std::string{minimal}
+                              + "  - {at: 1s, link_fault: reset, for: 1s, "
+                                "link: provider}\n"),
+                  "s.yaml:4: steps[0].link: a provider link needs fault "
+                  "servers (set providers.fault_servers to 1 or 2)");
+}
+
+CAF_TEST(provider faults and kill points are read with their options) {
+  auto sc = parse_scenario(R"(providers: {fault_servers: 2}
+traffic: {duration: 10s}
+steps:
+  - {at: 1s, provider_fault: "status=429;retry_after=2", for: 3s, server: 1}
+  - {at: 2s, kill_point: batch_written, probability: 0.25}
+)",
+                           "s.yaml", "/base");
+  CAF_REQUIRE(sc);
+  CAF_CHECK_EQUAL(sc->providers.fault_servers, 2u);
+  CAF_REQUIRE_EQUAL(sc->steps.size(), 2u);
+  CAF_CHECK_EQUAL(sc->steps[0].fault_spec, "status=429;retry_after=2");
+  CAF_CHECK_EQUAL(sc->steps[0].server, 1u);
+  CAF_CHECK_EQUAL(sc->steps[0].lasting.count(), 3000);
+  CAF_CHECK_EQUAL(sc->steps[1].kill_point_name, "batch_written");
+  CAF_CHECK_EQUAL(sc->steps[1].probability, 0.25);
+  CAF_CHECK_EQUAL(to_string(sc->steps[1]),
+                  "kill_point batch_written (probability 0.250) on node 0");
+}
+
 CAF_TEST(scenario errors name the key path and line) {
   CAF_CHECK_EQUAL(parse_error("trafic: {}\nsteps: []\n"),
                   "s.yaml:1: trafic: unknown key (did you mean traffic?)");
@@ -77,8 +128,8 @@ CAF_TEST(scenario errors name the key path and line) {
     "kill_node?)");
   CAF_CHECK_EQUAL(parse_error(std::string{minimal} + "  - {at: 1s}\n"),
                   "s.yaml:4: steps[0].at: a step needs one action: "
-                  "kill_actor, kill_node, restart_node, pause_node or "
-                  "disk_fault");
+                  "kill_actor, kill_node, restart_node, pause_node, "
+                  "disk_fault, provider_fault, kill_point or link_fault");
   CAF_CHECK_EQUAL(parse_error(std::string{minimal}
                               + "  - {at: 1s, kill_node: 0, pause_node: 0}\n"),
                   "s.yaml:4: steps[0].pause_node: a step has one action, not "
@@ -112,6 +163,26 @@ CAF_TEST(scenario errors name the key path and line) {
                   "s.yaml:1: traffic.threads: fewer threads (4) than "
                   "connections (8): every connection sends to threads of "
                   "its own");
+  CAF_CHECK_EQUAL(parse_error(std::string{minimal}
+                              + "  - {at: 1s, provider_fault: \"503\", "
+                                "for: 1s}\n"),
+                  "s.yaml:4: steps[0].provider_fault: needs fault servers "
+                  "(set providers.fault_servers to 1 or 2)");
+  CAF_CHECK_EQUAL(parse_error("providers: {fault_servers: 1}\n"
+                              + std::string{minimal}
+                              + "  - {at: 1s, provider_fault: \"status=abc\", "
+                                "for: 1s}\n"),
+                  "s.yaml:5: steps[0].provider_fault: bad fault 'status=abc': "
+                  "status needs a number");
+  CAF_CHECK_EQUAL(parse_error(std::string{minimal}
+                              + "  - {at: 1s, kill_point: batch_writen}\n"),
+                  "s.yaml:4: steps[0].kill_point: unknown kill point "
+                  "'batch_writen' (known: session_created, session_written, "
+                  "provider_call, call_completed, message_enqueued, "
+                  "tree_link_written, batch_written)");
+  CAF_CHECK_EQUAL(
+    parse_error(std::string{minimal} + "  - {at: 1s, kill_node: 0, for: 1s}\n"),
+    "s.yaml:4: steps[0].for: a kill_node step takes no for");
   CAF_CHECK_EQUAL(parse_error("steps: [\n"),
                   "s.yaml:2: YAML syntax error: end of sequence flow not "
                   "found");

@@ -12,14 +12,14 @@
 
 #include <nlohmann/json.hpp>
 
-#include "fault_llm_server.hpp"
+#include "keel/tools/fault_llm_server.hpp"
 #include "temp_dir.hpp"
 #include "text_checks.hpp"
 
 using namespace keel;
 using namespace std::chrono_literals;
 using json = nlohmann::json;
-using keel::test::fault_llm_server;
+using keel::fault_llm::fault_llm_server;
 
 namespace {
 
@@ -592,8 +592,8 @@ CAF_TEST(stream errors and garbage fail the decoder) {
 // -- the fault server's specs ------------------------------------------------
 
 CAF_TEST(fault specs parse into behaviours) {
-  using keel::test::fault;
-  using keel::test::parse_fault;
+  using keel::fault_llm::fault;
+  using keel::fault_llm::parse_fault;
   auto f = parse_fault("status=429;retry_after=2;error=insufficient_quota");
   CAF_REQUIRE(f);
   CAF_CHECK(f->what == fault::kind::status);
@@ -609,7 +609,8 @@ CAF_TEST(fault specs parse into behaviours) {
   f = parse_fault("drip=2s");
   CAF_REQUIRE(f);
   CAF_CHECK_EQUAL(f->drip.count(), 2000);
-  auto seq = keel::test::parse_fault_sequence("503,529;retry_after_ms=5,ok");
+  auto seq
+    = keel::fault_llm::parse_fault_sequence("503,529;retry_after_ms=5,ok");
   CAF_REQUIRE(seq);
   CAF_REQUIRE_EQUAL(seq->size(), 3u);
   CAF_CHECK_EQUAL((*seq)[0].status, 503);
@@ -766,7 +767,7 @@ CAF_TEST(a pooled connection failing before the answer is retried once) {
   run_ok(*ep, "pooled");
   // The server closes the reused connection as the request arrives: the
   // client sends it again on a fresh connection.
-  server->push(*keel::test::parse_fault("drop"));
+  server->push(*keel::fault_llm::parse_fault("drop"));
   CAF_CHECK_EQUAL(run_ok(*ep, "retried").text, "echo: retried");
   CAF_CHECK_EQUAL(server->requests(), 3u);
   CAF_CHECK_EQUAL(server->connections(), 2u);
@@ -779,7 +780,7 @@ CAF_TEST(a pooled connection failing before the answer is retried once) {
 }
 
 CAF_TEST(refused connections fail as connect_refused) {
-  auto port = keel::test::closed_port();
+  auto port = keel::fault_llm::closed_port();
   auto ep = endpoint(
     http_provider("openai", "http://127.0.0.1:" + std::to_string(port), false));
   auto f = run_failing(*ep, "hi");
@@ -938,8 +939,8 @@ CAF_TEST(quota and overload errors classify) {
 }
 
 CAF_TEST(scripted failures then success) {
-  server->push(*keel::test::parse_fault("503"));
-  server->push(*keel::test::parse_fault("reset"));
+  server->push(*keel::fault_llm::parse_fault("503"));
+  server->push(*keel::fault_llm::parse_fault("reset"));
   auto ep = endpoint("openai", false);
   auto first = run_failing(*ep, "1");
   CAF_CHECK(first.failure.status == 503);
@@ -1029,8 +1030,8 @@ CAF_TEST(a cancelled call fails at once and closes its connection) {
 }
 
 CAF_TEST(https verifies the server certificate) {
-  auto identity = keel::test::make_self_signed_identity();
-  keel::test::fault_server_options opts;
+  auto identity = keel::fault_llm::make_self_signed_identity();
+  keel::fault_llm::fault_server_options opts;
   opts.tls = identity;
   server = std::make_unique<fault_llm_server>(opts);
   auto untrusted = endpoint("openai", false);

@@ -79,6 +79,8 @@ struct run_report {
   /// supervisor gave up); the runner restarts the node, as a service
   /// manager would.
   uint64_t unplanned_exits = 0;
+  /// Nodes that died at an armed kill point (and were started unarmed).
+  uint64_t kill_point_deaths = 0;
   /// Error frames by code (refusals and error outcomes).
   std::map<std::string, uint64_t> errors_by_code;
   std::vector<played_step> steps;
@@ -102,5 +104,10 @@ nlohmann::json to_json(const run_report& x);
 /// A summary a person reads: the counts, the steps, the recovery figures
 /// and every violation.
 std::string render_text(const run_report& x);
+
+/// The timeline as one self-contained HTML page (inline SVG, no scripts or
+/// resources from elsewhere): answered messages per second and their
+/// latency over the run, with every fault step marked, and the summary.
+std::string render_html(const run_report& x);
 
 } // namespace keel::chaos

@@ -26,6 +26,17 @@ enum class action : uint8_t {
   /// Injected disk write failures (`disk_error`) for `lasting`, through
   /// POST /api/v1/chaos/disk.
   disk_fault,
+  /// Fault server `server` answers every request with `fault_spec` for
+  /// `lasting`, then normally again.
+  provider_fault,
+  /// kill -9 the node and start it again with `kill_point_name` armed
+  /// (`--kill-at`); once the point fires the node is started unarmed.
+  kill_point,
+  /// The TCP link between the clients and node `node` (`link` "clients"),
+  /// or between the nodes and fault server `server` ("provider"), breaks
+  /// as `link_mode` says ("delay" by `link_delay`, "blackhole", "reset")
+  /// for `lasting`, through a fault proxy.
+  link_fault,
 };
 
 /// The step's key in a scenario file ("kill_actor", ...).
@@ -48,6 +59,17 @@ struct step {
   std::chrono::milliseconds lasting{0};
   /// disk_fault: "eio" or "enospc".
   std::string disk_error;
+  /// provider_fault: the fault server's SPEC (e.g. "status=429;retry_after=2")
+  /// and which server (0: the pool's first provider, 1: its backup).
+  std::string fault_spec;
+  size_t server = 0;
+  /// kill_point: the point's name and the chance it fires when reached.
+  std::string kill_point_name;
+  double probability = 1.0;
+  /// link_fault: which link, the mode, and the delay for "delay".
+  std::string link = "clients";
+  std::string link_mode;
+  std::chrono::milliseconds link_delay{0};
   /// Where the step is in the file, for messages: its line and its index
   /// in `steps`.
   int line = 0;
@@ -70,6 +92,15 @@ struct node_spec {
   std::chrono::milliseconds provider_delay{5};
 };
 
+/// The providers of the built-in node config.
+struct provider_spec {
+  /// 0: the built-in scripted provider. 1 or 2: that many OpenAI-compatible
+  /// fault servers started by keel-chaos, chained in the nodes' pool
+  /// `default` (the second is the first one's failover), replacing the
+  /// config's providers and pools.
+  size_t fault_servers = 0;
+};
+
 /// What the clients send.
 struct traffic_spec {
   /// WebSocket connections, spread over the nodes.
@@ -82,6 +113,9 @@ struct traffic_spec {
   size_t message_bytes = 64;
   /// How long messages are sent.
   std::chrono::milliseconds duration{10000};
+  /// A send without an ack this long makes its client drop the connection,
+  /// reconnect and resend, as a real client gives up on a silent node.
+  std::chrono::milliseconds ack_timeout{5000};
   /// After the traffic and the last step, how long every acknowledged
   /// message may take to be answered.
   std::chrono::milliseconds answer_timeout{60000};
@@ -93,12 +127,16 @@ struct scenario {
   std::string source;
   uint64_t seed = 1;
   node_spec nodes;
+  provider_spec providers;
   traffic_spec traffic;
   /// In the order of `at`.
   std::vector<step> steps;
 
   /// Whether a step needs the node's kill or disk chaos endpoint.
   bool uses(action x) const;
+
+  /// Whether a link_fault step breaks `link` ("clients" or "provider").
+  bool breaks_link(const std::string& link) const;
 };
 
 /// Parses scenario YAML; `source` names it in messages and relative paths

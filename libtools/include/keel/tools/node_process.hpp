@@ -8,6 +8,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <sys/types.h>
 
@@ -37,8 +38,9 @@ public:
   node_process(const node_process&) = delete;
   node_process& operator=(const node_process&) = delete;
 
-  /// Starts the node again (after kill or stop) with the same config.
-  void start();
+  /// Starts the node again (after kill or stop) with the same config, and
+  /// `extra_args` after it (e.g. `--kill-at POINT`).
+  void start(const std::vector<std::string>& extra_args = {});
 
   /// SIGKILL, then reap.
   void kill9();

@@ -1,9 +1,9 @@
 #pragma once
 
-// An in-process, fault-injecting LLM server for tests (and, wrapped by
-// tests/tools/fault_llm.cpp, the `keel-fault-llm` executable). It listens on
-// 127.0.0.1 (port 0 by default) on its own thread, speaks the OpenAI chat
-// completions API (`POST .../chat/completions`) and the Anthropic Messages
+// An in-process, fault-injecting LLM server for tests and keel-chaos (and,
+// wrapped by tests/tools/fault_llm.cpp, the `keel-fault-llm` executable). It
+// listens on 127.0.0.1 (port 0 by default) on its own thread, speaks the OpenAI
+// chat completions API (`POST .../chat/completions`) and the Anthropic Messages
 // API (`POST .../messages`), plain or streamed (server-sent events) as the
 // request's `stream` says, keeps connections alive, and optionally serves
 // TLS with a certificate made in memory (`make_self_signed_identity`).
@@ -80,7 +80,7 @@
 
 #include "keel/tools/process.hpp"
 
-namespace keel::test {
+namespace keel::fault_llm {
 
 /// What the server does with one request (see the top of this file).
 struct fault {
@@ -1180,4 +1180,4 @@ inline uint16_t closed_port() {
   return free_port();
 }
 
-} // namespace keel::test
+} // namespace keel::fault_llm
