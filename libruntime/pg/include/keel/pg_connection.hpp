@@ -1,0 +1,93 @@
+#pragma once
+
+// One PostgreSQL connection through libpq, owned (closed on destruction),
+// with statements that take text parameters ($1, $2, ...) and answer a
+// result or an error naming the server's SQLSTATE. Blocking; one thread at
+// a time per connection.
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "keel/error.hpp"
+
+// libpq's handles, kept out of this header.
+struct pg_conn;
+struct pg_result;
+
+namespace keel::pg {
+
+/// The rows a statement returned, in text format.
+class result {
+public:
+  result() = default;
+
+  size_t rows() const;
+  size_t columns() const;
+
+  bool is_null(size_t row, size_t column) const;
+
+  /// The value at (row, column); empty for NULL.
+  std::string_view value(size_t row, size_t column) const;
+
+  /// Rows an INSERT, UPDATE or DELETE touched.
+  uint64_t affected() const;
+
+private:
+  friend class connection;
+  explicit result(pg_result* res);
+
+  std::shared_ptr<pg_result> res_;
+};
+
+/// A statement parameter: text, or NULL.
+using param = std::optional<std::string>;
+
+class connection {
+public:
+  /// Connects to `url` (a libpq URI or conninfo string) and waits at most
+  /// `timeout`. Fails with `ec::storage_io` and "cannot connect to
+  /// PostgreSQL: REASON"; the message never contains the URL (it may hold a
+  /// password).
+  static caf::expected<connection>
+  open(const std::string& url,
+       std::chrono::milliseconds timeout = std::chrono::seconds{10});
+
+  connection(connection&& other) noexcept;
+  connection& operator=(connection&& other) noexcept;
+  connection(const connection&) = delete;
+  connection& operator=(const connection&) = delete;
+  ~connection();
+
+  /// Runs `sql` with `params` and returns its rows. Fails with
+  /// `ec::storage_io` and "SQLSTATE CODE: MESSAGE" when the server refuses
+  /// it, or "connection lost: REASON" when the connection broke or the
+  /// server ended the session (SQLSTATE class 08, 57P01..03); `ok()` is
+  /// then false.
+  caf::expected<result> exec(const std::string& sql,
+                             const std::vector<param>& params = {});
+
+  /// Whether the connection is open and usable.
+  bool ok() const;
+
+  /// The server's version as a number (150008 for 15.8).
+  int server_version() const;
+
+private:
+  explicit connection(pg_conn* conn) noexcept;
+
+  pg_conn* conn_ = nullptr;
+  /// The server ended the session (a shutdown or connection error came as
+  /// a statement's error): the connection is not used again.
+  bool broken_ = false;
+};
+
+/// The SQLSTATE of an error from `connection::exec` ("23505", ...), or ""
+/// when it did not come from the server.
+std::string sqlstate_of(const caf::error& err);
+
+} // namespace keel::pg

@@ -1,0 +1,166 @@
+#include "keel/pg_connection.hpp"
+
+#include <utility>
+
+#include <libpq-fe.h>
+
+namespace keel::pg {
+
+namespace {
+
+/// libpq's last message for `conn`, without its trailing newline.
+std::string last_error(const PGconn* conn) {
+  std::string msg = conn != nullptr ? PQerrorMessage(conn) : "out of memory";
+  while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' '))
+    msg.pop_back();
+  return msg.empty() ? "no reason given" : msg;
+}
+
+/// "SQLSTATE CODE: MESSAGE" of a refused statement.
+std::string describe(const PGresult* res) {
+  auto code = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+  auto text = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
+  return std::string{"SQLSTATE "} + (code ? code : "?????") + ": "
+         + (text ? text : "no message");
+}
+
+/// Whether the session ended rather than the statement: an error libpq
+/// made itself (no SQLSTATE: the socket closed under it), connection
+/// exceptions (class 08) and shutdowns (57P01..57P03, e.g. the postmaster
+/// died under the backend).
+bool ends_session(const PGresult* res) {
+  auto field = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+  std::string_view code = field != nullptr ? field : "";
+  return code.empty() || code.substr(0, 2) == "08"
+         || code.substr(0, 3) == "57P";
+}
+
+/// The message of an error result, without its trailing newline.
+std::string result_message(const PGresult* res) {
+  std::string msg = PQresultErrorMessage(res);
+  while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' '))
+    msg.pop_back();
+  return msg.empty() ? "no reason given" : msg;
+}
+
+} // namespace
+
+// -- result -------------------------------------------------------------------
+
+result::result(pg_result* res) : res_(res, PQclear) {
+  // nop
+}
+
+size_t result::rows() const {
+  return res_ ? static_cast<size_t>(PQntuples(res_.get())) : 0;
+}
+
+size_t result::columns() const {
+  return res_ ? static_cast<size_t>(PQnfields(res_.get())) : 0;
+}
+
+bool result::is_null(size_t row, size_t column) const {
+  return PQgetisnull(res_.get(), static_cast<int>(row),
+                     static_cast<int>(column))
+         != 0;
+}
+
+std::string_view result::value(size_t row, size_t column) const {
+  auto r = static_cast<int>(row);
+  auto c = static_cast<int>(column);
+  return {PQgetvalue(res_.get(), r, c),
+          static_cast<size_t>(PQgetlength(res_.get(), r, c))};
+}
+
+uint64_t result::affected() const {
+  std::string_view text = res_ ? PQcmdTuples(res_.get()) : "";
+  uint64_t n = 0;
+  for (auto c : text)
+    n = n * 10 + static_cast<uint64_t>(c - '0');
+  return n;
+}
+
+// -- connection ---------------------------------------------------------------
+
+caf::expected<connection> connection::open(const std::string& url,
+                                           std::chrono::milliseconds timeout) {
+  auto secs = std::max<int64_t>(
+    1, std::chrono::duration_cast<std::chrono::seconds>(timeout).count());
+  auto seconds = std::to_string(secs);
+  const char* keys[] = {"dbname", "connect_timeout", nullptr};
+  const char* values[] = {url.c_str(), seconds.c_str(), nullptr};
+  // expand_dbname = 1: `dbname` holds the URL or conninfo string.
+  connection conn{PQconnectdbParams(keys, values, 1)};
+  if (!conn.ok())
+    return caf::make_error(ec::storage_io, "cannot connect to PostgreSQL: "
+                                             + last_error(conn.conn_));
+  return conn;
+}
+
+connection::connection(pg_conn* conn) noexcept : conn_(conn) {
+  // nop
+}
+
+connection::connection(connection&& other) noexcept
+  : conn_(std::exchange(other.conn_, nullptr)),
+    broken_(std::exchange(other.broken_, false)) {
+  // nop
+}
+
+connection& connection::operator=(connection&& other) noexcept {
+  if (this != &other) {
+    if (conn_ != nullptr)
+      PQfinish(conn_);
+    conn_ = std::exchange(other.conn_, nullptr);
+    broken_ = std::exchange(other.broken_, false);
+  }
+  return *this;
+}
+
+connection::~connection() {
+  if (conn_ != nullptr)
+    PQfinish(conn_);
+}
+
+bool connection::ok() const {
+  return conn_ != nullptr && !broken_ && PQstatus(conn_) == CONNECTION_OK;
+}
+
+int connection::server_version() const {
+  return conn_ != nullptr ? PQserverVersion(conn_) : 0;
+}
+
+caf::expected<result> connection::exec(const std::string& sql,
+                                       const std::vector<param>& params) {
+  if (!ok())
+    return caf::make_error(ec::storage_io,
+                           "connection lost: " + last_error(conn_));
+  std::vector<const char*> values;
+  values.reserve(params.size());
+  for (auto& p : params)
+    values.push_back(p ? p->c_str() : nullptr);
+  result res{PQexecParams(conn_, sql.c_str(), static_cast<int>(values.size()),
+                          nullptr, values.data(), nullptr, nullptr, 0)};
+  auto status = res.res_ ? PQresultStatus(res.res_.get()) : PGRES_FATAL_ERROR;
+  if (status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK)
+    return res;
+  if (!ok() || !res.res_)
+    return caf::make_error(ec::storage_io,
+                           "connection lost: " + last_error(conn_));
+  if (ends_session(res.res_.get())) {
+    broken_ = true;
+    return caf::make_error(ec::storage_io, "connection lost: "
+                                             + result_message(res.res_.get()));
+  }
+  return caf::make_error(ec::storage_io, describe(res.res_.get()));
+}
+
+std::string sqlstate_of(const caf::error& err) {
+  auto msg = error_message(err);
+  const std::string prefix = "SQLSTATE ";
+  if (msg.compare(0, prefix.size(), prefix) != 0 || msg.size() < 14)
+    return {};
+  return msg.substr(prefix.size(), 5);
+}
+
+} // namespace keel::pg
