@@ -146,12 +146,37 @@ void node_set::kill9(size_t index) {
   nodes_[index]->kill9();
 }
 
-void node_set::arm(size_t index, const std::string& spec) {
+namespace {
+
+/// How often a kill point fired in `log` (keel-node's stderr, where each
+/// firing writes "keel: kill point NAME fired (hit N)").
+size_t kill_point_firings(const std::string& log) {
+  size_t n = 0;
+  for (auto pos = log.find(" fired (hit "); pos != std::string::npos;
+       pos = log.find(" fired (hit ", pos + 1))
+    ++n;
+  return n;
+}
+
+} // namespace
+
+bool node_set::arm(size_t index, const std::string& spec) {
   std::lock_guard<std::mutex> guard{mtx_};
-  nodes_.at(index)->kill9();
-  nodes_[index]->start({"--kill-at", spec});
-  armed_[index] = true;
+  auto& node = *nodes_.at(index);
+  node.kill9();
+  auto fired_before = kill_point_firings(node.stderr_text());
+  bool armed = true;
+  try {
+    node.start({"--kill-at", spec});
+  } catch (const std::runtime_error&) {
+    if (kill_point_firings(node.stderr_text()) == fired_before)
+      throw;
+    node.start(); // it died at the point during recovery
+    armed = false;
+  }
+  armed_[index] = armed;
   refresh(index);
+  return armed;
 }
 
 void node_set::disarm_all() {

@@ -53,8 +53,10 @@ public:
   }
 
   void kill9(size_t index);
-  /// kill -9 and start again with `--kill-at spec`.
-  void arm(size_t index, const std::string& spec);
+  /// kill -9 and start again with `--kill-at spec`. Returns false when the
+  /// point fired while the node was still starting (its recovery reaches
+  /// the points too); the node is then started unarmed.
+  bool arm(size_t index, const std::string& spec);
   /// kill -9 and start again unarmed every node still armed.
   void disarm_all();
   void restart(size_t index);

@@ -195,9 +195,10 @@ private:
         return {};
       case action::link_fault: break_link(x, begins); return {};
       default:
-        nodes_.arm(x.node, x.kill_point_name + ":"
-                             + std::to_string(x.probability) + ":"
-                             + std::to_string(sc_.seed | 1));
+        if (!nodes_.arm(x.node, x.kill_point_name + ":"
+                                  + std::to_string(x.probability) + ":"
+                                  + std::to_string(sc_.seed | 1)))
+          ++report_.kill_point_deaths;
         return {};
     }
   }

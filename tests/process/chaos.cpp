@@ -119,3 +119,27 @@ CAF_TEST(a bad scenario is refused naming the key) {
   CAF_MESSAGE(res.err);
   CAF_CHECK(has(res.err, "steps[0].kill_actor: expected an actor path"));
 }
+
+CAF_TEST(a kill point that fires at once is a kill point death) {
+  temp_dir dir{"keel-chaos"};
+  // At probability 1 the point fires at the first batch the armed node
+  // writes: during its recovery (before it listens, when threads were
+  // ACTIVE at the kill) or with the next message; both are kill point
+  // deaths, after which the node runs unarmed.
+  auto res = run_chaos(dir, R"(traffic:
+  connections: 2
+  threads: 4
+  rate: 20
+  duration: 4s
+steps:
+  - {at: 2s, kill_point: batch_written}
+)",
+                       {"--quiet"});
+  CAF_MESSAGE(res.out);
+  CAF_CHECK_EQUAL(res.exit_code, 0);
+  auto report = json::parse(read_text_file(dir.str() + "/report.json"));
+  CAF_CHECK_EQUAL(report["kill_point_deaths"], 1);
+  CAF_CHECK_EQUAL(report["unplanned_exits"], 0);
+  CAF_CHECK_EQUAL(report["steps"][0]["error"], "");
+  CAF_CHECK_EQUAL(report["messages"]["lost"], 0);
+}
