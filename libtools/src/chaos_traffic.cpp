@@ -54,9 +54,8 @@ void traffic_client::disconnect() {
 
 void traffic_client::send(const std::string& thread, const std::string& id) {
   result_.rec.sent(thread, id);
-  for (auto& slot : slots_)
-    if (slot.thread == thread)
-      slot.sent_at = clock_type::now();
+  if (auto slot = slot_of(thread))
+    slot->sent_at = clock_type::now();
   first_sent_.emplace(id, clock_type::now());
   // Without a connection, connect() sends it once there is one.
   if (ws_ && ws_->send_text(protocol::send_frame(thread, id, text_)))
@@ -164,9 +163,8 @@ void traffic_client::on_error(const nlohmann::json& frame) {
   auto code = json_string(frame, "code");
   if (code == "storage_io" || code == "overloaded" || code == "unavailable"
       || code == "internal" || code == "rate_limited") {
-    for (auto& slot : slots_)
-      if (slot.thread == thread && slot.outstanding == id)
-        slot.retry_at = clock_type::now() + 200ms;
+    if (auto slot = slot_of(thread); slot && slot->outstanding == id)
+      slot->retry_at = clock_type::now() + 200ms;
     return;
   }
   result_.rec.refused(thread, id, code);
@@ -189,12 +187,19 @@ void traffic_client::on_outcome(const nlohmann::json& frame) {
 /// The message `id` of `thread` got its answer: the thread may take the
 /// next one.
 void traffic_client::settle(const std::string& thread, const std::string& id) {
+  if (auto slot = slot_of(thread); slot && slot->outstanding == id) {
+    slot->outstanding.clear();
+    slot->retry_at = clock_type::time_point::max();
+    --pending_;
+  }
+}
+
+traffic_client::thread_slot*
+traffic_client::slot_of(const std::string& thread) {
   for (auto& slot : slots_)
-    if (slot.thread == thread && slot.outstanding == id) {
-      slot.outstanding.clear();
-      slot.retry_at = clock_type::time_point::max();
-      --pending_;
-    }
+    if (slot.thread == thread)
+      return &slot;
+  return nullptr;
 }
 
 } // namespace keel::chaos::detail

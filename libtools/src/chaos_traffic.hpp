@@ -101,6 +101,8 @@ private:
   void on_error(const nlohmann::json& frame);
   void on_outcome(const nlohmann::json& frame);
   void settle(const std::string& thread, const std::string& id);
+  /// The slot of `thread`, or null for a thread of another client.
+  thread_slot* slot_of(const std::string& thread);
 
   const scenario& sc_;
   const node_set& nodes_;
