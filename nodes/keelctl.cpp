@@ -1,8 +1,9 @@
 // keelctl: talks to a running node. One subcommand per task; each takes
 // --node HOST:PORT or wss://HOST:PORT (env KEEL_NODE), --token (env
 // KEEL_TOKEN) and, for TLS, --ca-file (env KEEL_CA_FILE). `verify`,
-// and `recovery` and `tree --agents` with --data-dir, read a node's data
-// folder instead (read-only: the node may be stopped or running).
+// and `recovery` and `tree --agents` with --data-dir DIR or --pg URL, read
+// a node's data instead (read-only: the node may be stopped or running);
+// `migrate` copies a stopped node's RocksDB data into PostgreSQL.
 //
 // Exit codes: 0 success, 1 the request failed (error frame, timeout) or
 // `verify` found a violated invariant, 2 bad arguments (an unreadable
@@ -33,6 +34,7 @@ int main(int argc, char** argv) {
     add_status_command(app, node), add_tree_command(app, node),
     add_kill_command(app, node),   add_providers_command(app, node),
     add_verify_command(app),       add_recovery_command(app, node),
+    add_migrate_command(app),
   };
   try {
     app.parse(argc, argv);

@@ -16,6 +16,7 @@
 #include "keel/endpoint.hpp"
 #include "keel/error.hpp"
 #include "keel/store.hpp"
+#include "keel/tools/data_dir.hpp"
 #include "keel/tools/json_fields.hpp"
 
 namespace keelctl {
@@ -81,10 +82,17 @@ std::chrono::milliseconds millis_at(const json& j,
 /// Prints an error frame's code and message; returns `exit_failed`.
 int print_error_frame(const json& body);
 
-/// Opens the data folder `dir` read-only and calls `run` with its store; a
-/// folder that cannot be opened fails with `exit_usage`.
-int with_data_dir(const std::string& dir,
-                  const std::function<int(keel::store&)>& run);
+/// Adds --data-dir DIR and --pg URL, one or the other, reading a node's
+/// data rather than asking the node; `required` (the command reads nothing
+/// else): --pg also comes from env KEEL_PG_URL. Returns the --data-dir
+/// option.
+CLI::Option* add_data_options(CLI::App* cmd, keel::data_source& src,
+                              bool required);
+
+/// Opens `src` read-only and calls `run` with its store; data that cannot
+/// be opened fails with `exit_usage`.
+int with_data(const keel::data_source& src,
+              const std::function<int(keel::store&)>& run);
 
 // -- the subcommands ----------------------------------------------------------
 
@@ -96,5 +104,6 @@ command add_kill_command(CLI::App& app, const node_args& node);
 command add_providers_command(CLI::App& app, const node_args& node);
 command add_verify_command(CLI::App& app);
 command add_recovery_command(CLI::App& app, const node_args& node);
+command add_migrate_command(CLI::App& app);
 
 } // namespace keelctl

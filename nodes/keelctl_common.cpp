@@ -69,9 +69,31 @@ int print_error_frame(const json& body) {
   return exit_failed;
 }
 
-int with_data_dir(const std::string& dir,
-                  const std::function<int(keel::store&)>& run) {
-  auto db = keel::open_data_dir(dir);
+CLI::Option* add_data_options(CLI::App* cmd, keel::data_source& src,
+                              bool required) {
+  auto dir = cmd
+               ->add_option("--data-dir", src.data_dir,
+                            "Read a node's data folder (its database is in "
+                            "DIR/db)")
+               ->type_name("DIR");
+  auto pg = cmd
+              ->add_option("--pg", src.pg_url,
+                           "Read a node's PostgreSQL store (a libpq URL; "
+                           "env KEEL_PG_URL)")
+              ->type_name("URL");
+  dir->excludes(pg);
+  // Only where data is all the command reads: elsewhere a set KEEL_PG_URL
+  // must not turn a question to the node into one to the database.
+  if (required)
+    pg->envname("KEEL_PG_URL");
+  return dir;
+}
+
+int with_data(const keel::data_source& src,
+              const std::function<int(keel::store&)>& run) {
+  if (src.data_dir.empty() && src.pg_url.empty())
+    return fail("give --data-dir DIR or --pg URL", exit_usage);
+  auto db = keel::open_data_source(src);
   if (!db)
     return fail(keel::error_message(db.error()), exit_usage);
   return run(**db);

@@ -1,10 +1,13 @@
-// keelctl verify and keelctl recovery: the oracle on a node's data folder,
-// and the last recovery's report from the node or its data folder.
+// keelctl verify, recovery and migrate: the oracle on a node's data (its
+// folder or its PostgreSQL store), the last recovery's report from the node
+// or its data, and the copy of a stopped node's RocksDB data into
+// PostgreSQL.
 
 #include <iostream>
 #include <optional>
 
 #include "keel/json_codec.hpp"
+#include "keel/pg_store.hpp"
 #include "keel/tools/data_dir.hpp"
 #include "keel/tools/verify.hpp"
 #include "keel/tools/ws_client.hpp"
@@ -16,14 +19,14 @@ namespace {
 
 /// The options of the subcommands that may read a data folder.
 struct data_args {
-  std::string data_dir;
+  keel::data_source source;
   bool json = false;
 };
 
-int run_verify(keel::store& db, const std::string& data_dir, bool as_json) {
+int run_verify(keel::store& db, const std::string& where, bool as_json) {
   auto report = keel::verify_store(db);
   if (!report)
-    return fail("cannot verify " + data_dir + ": "
+    return fail("cannot verify " + where + ": "
                   + keel::error_message(report.error()),
                 exit_usage);
   if (as_json)
@@ -59,10 +62,10 @@ int print_stored_recovery(keel::store& db, bool as_json) {
   return print_recovery(*report, as_json);
 }
 
-int run_recovery(const keel::endpoint& ep, const std::string& data_dir,
+int run_recovery(const keel::endpoint& ep, const keel::data_source& src,
                  bool as_json) {
-  if (!data_dir.empty())
-    return with_data_dir(data_dir, [&](keel::store& db) {
+  if (!src.data_dir.empty() || !src.pg_url.empty())
+    return with_data(src, [&](keel::store& db) {
       return print_stored_recovery(db, as_json);
     });
   auto res = keel::api_call(ep, "GET", "/api/v1/recovery");
@@ -84,21 +87,62 @@ command add_verify_command(CLI::App& app) {
   auto args = std::make_shared<data_args>();
   auto cmd = app.add_subcommand(
     "verify", "Checks the crash recovery invariants on a stopped node's "
-              "data folder (read-only; beside a running node its live "
-              "threads show as ACTIVE): exit 0 if they all hold, 1 if any is "
-              "violated, 2 if the data cannot be read");
-  cmd
-    ->add_option("--data-dir", args->data_dir,
-                 "The node's data folder (its database is in DIR/db)")
-    ->type_name("DIR")
-    ->required();
+              "data (--data-dir or --pg; read-only; beside a running node "
+              "its live threads show as ACTIVE): exit 0 if they all hold, 1 "
+              "if any is violated, 2 if the data cannot be read");
+  add_data_options(cmd, args->source, true);
   cmd->add_flag("--json", args->json, "Print the report as JSON");
   // Needs no node, so a bad --node / KEEL_NODE does not stop it.
   return {cmd, [args] {
-            return with_data_dir(args->data_dir, [&](keel::store& db) {
-              return run_verify(db, args->data_dir, args->json);
+            return with_data(args->source, [&](keel::store& db) {
+              return run_verify(db, args->source.name(), args->json);
             });
           }};
+}
+
+int run_migrate(const std::string& data_dir, const std::string& url) {
+  // Writable: RocksDB's lock proves no node runs on the folder.
+  auto from = keel::open_data_dir(data_dir, true);
+  if (!from)
+    return fail("cannot migrate " + data_dir + ": "
+                  + keel::error_message(from.error())
+                  + " (a node running on it holds its LOCK: stop it first)",
+                exit_usage);
+  keel::pg_store_options opts;
+  opts.url = url;
+  auto to = keel::open_pg_store(opts);
+  if (!to)
+    return fail(keel::error_message(to.error()), exit_usage);
+  auto copied = keel::copy_store(**from, **to);
+  if (!copied)
+    return fail("migration failed: " + keel::error_message(copied.error()));
+  for (auto& [family, count] : copied->families)
+    std::cout << "  " << family << ": " << count << '\n';
+  std::cout << "copied " << copied->records
+            << " records; read back, every one identical\n";
+  return run_verify(**to, "the PostgreSQL store", false);
+}
+
+command add_migrate_command(CLI::App& app) {
+  struct migrate_args {
+    std::string data_dir;
+    std::string url;
+  };
+  auto args = std::make_shared<migrate_args>();
+  auto cmd = app.add_subcommand(
+    "migrate", "Copies a stopped node's RocksDB data into an empty "
+               "PostgreSQL store, reads every record back to compare, then "
+               "checks the invariants there: exit 0 when all is copied and "
+               "holds, 1 if not, 2 if either side cannot be opened");
+  cmd
+    ->add_option("--data-dir", args->data_dir, "The stopped node's data folder")
+    ->type_name("DIR")
+    ->required();
+  cmd->add_option("--to", args->url, "The PostgreSQL database (a libpq URL)")
+    ->type_name("URL")
+    ->envname("KEEL_PG_URL")
+    ->required();
+  return {cmd, [args] { return run_migrate(args->data_dir, args->url); }};
 }
 
 command add_recovery_command(CLI::App& app, const node_args& node) {
@@ -107,17 +151,13 @@ command add_recovery_command(CLI::App& app, const node_args& node) {
     app, "recovery",
     "Prints what the last recovery on boot found and did: its steps with "
     "counts and durations, and the problems it met");
-  cmd
-    ->add_option("--data-dir", args->data_dir,
-                 "Read the report from a node's data folder rather than ask "
-                 "the node")
-    ->type_name("DIR");
+  add_data_options(cmd, args->source, false);
   cmd->add_flag("--json", args->json,
                 "Print the report as JSON (null if none has run)");
   return node_command(
     cmd, node,
     [args](const keel::endpoint& ep) {
-      return run_recovery(ep, args->data_dir, args->json);
+      return run_recovery(ep, args->source, args->json);
     },
     true);
 }

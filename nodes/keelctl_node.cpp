@@ -130,10 +130,10 @@ int print_agents(const std::vector<keel::agent_info>& agents, bool as_json) {
   return exit_ok;
 }
 
-int run_agents(const keel::endpoint& ep, const std::string& data_dir,
+int run_agents(const keel::endpoint& ep, const keel::data_source& src,
                bool as_json) {
-  if (!data_dir.empty())
-    return with_data_dir(data_dir, [&](keel::store& db) {
+  if (!src.data_dir.empty() || !src.pg_url.empty())
+    return with_data(src, [&](keel::store& db) {
       auto agents = keel::read_agents(db);
       if (!agents)
         return fail(keel::error_message(agents.error()), exit_usage);
@@ -238,7 +238,7 @@ command add_tree_command(CLI::App& app, const node_args& node) {
   struct tree_args {
     bool json = false;
     bool agents = false;
-    std::string data_dir;
+    keel::data_source source;
   };
   auto args = std::make_shared<tree_args>();
   auto cmd = add_node_command(
@@ -249,16 +249,13 @@ command add_tree_command(CLI::App& app, const node_args& node) {
   cmd->add_flag("--agents", args->agents,
                 "Print the agent tree: every root agent with its children "
                 "and their session states");
-  cmd
-    ->add_option("--data-dir", args->data_dir,
-                 "With --agents: read the agent tree from a node's data "
-                 "folder rather than ask the node")
-    ->type_name("DIR")
-    ->needs("--agents");
+  auto agents = cmd->get_option("--agents");
+  add_data_options(cmd, args->source, false)->needs(agents);
+  cmd->get_option("--pg")->needs(agents);
   return node_command(
     cmd, node,
     [args](const keel::endpoint& ep) {
-      return args->agents ? run_agents(ep, args->data_dir, args->json)
+      return args->agents ? run_agents(ep, args->source, args->json)
                           : run_tree(ep, args->json);
     },
     true);

@@ -16,6 +16,7 @@
 #include "keel/lookup.hpp"
 #include "keel/orchestrator.hpp"
 #include "keel/persistence.hpp"
+#include "keel/pg_store.hpp"
 #include "keel/provider_pool.hpp"
 #include "keel/supervisor.hpp"
 #include "keel/system_config.hpp"
@@ -24,21 +25,36 @@ namespace keel {
 
 namespace {
 
-// Persistence, its database in `data_dir/db`. Detached when asked:
-// RocksDB's synced writes block, and must not block a scheduler worker.
-// (Tests on the test coordinator run it scheduled.)
+// Opens the store `cfg.storage.backend` names: RocksDB in `data_dir/db`,
+// or the PostgreSQL database of `storage.postgres`.
+store_opener make_store_opener(const node_config& cfg,
+                               const store_options& opts) {
+  if (cfg.storage.backend == storage_backend::postgres) {
+    pg_store_options pg;
+    pg.url = cfg.storage.postgres.url;
+    pg.connections = cfg.storage.postgres.connections;
+    pg.statement_timeout
+      = std::chrono::duration_cast<std::chrono::milliseconds>(
+        cfg.storage.postgres.statement_timeout);
+    return [pg] { return open_pg_store(pg); };
+  }
+  auto db_dir = (std::filesystem::path{cfg.data_dir} / "db").string();
+  return [db_dir, opts] { return store::open(db_dir, opts); };
+}
+
+// Persistence. Detached when asked: synced writes (RocksDB's fsync, a
+// PostgreSQL COMMIT) block, and must not block a scheduler worker. (Tests
+// on the test coordinator run it scheduled.)
 child_spec persistence_child(const node_config& cfg, const store_options& opts,
                              bool detached) {
-  auto db_dir = (std::filesystem::path{cfg.data_dir} / "db").string();
   // One recovery on boot per tree, by the first persistence incarnation.
   auto boot_recovery = std::make_shared<std::atomic<bool>>(true);
   return {
     "persistence", names::persistence,
-    [db_dir, opts, detached, boot_recovery,
+    [open = make_store_opener(cfg, opts), detached, boot_recovery,
      max_threads = cfg.threads.max_stored_threads,
      max_history = cfg.gateway.max_history_bytes](caf::local_actor* parent) {
-      persistence_config pcfg{db_dir, opts, boot_recovery, max_threads,
-                              max_history};
+      persistence_config pcfg{open, boot_recovery, max_threads, max_history};
       if (detached)
         return caf::actor_cast<caf::actor>(
           parent->spawn<caf::detached>(persistence, pcfg));

@@ -57,7 +57,7 @@ persistence_state::persistence_state(self_ptr self) : self(self) {
 }
 
 caf::error persistence_state::init(const persistence_config& cfg) {
-  auto opened = store::open(cfg.dir, cfg.options);
+  auto opened = cfg.open_store();
   if (!opened)
     return std::move(opened.error());
   db = std::move(*opened);

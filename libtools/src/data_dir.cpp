@@ -8,6 +8,7 @@
 #include <system_error>
 
 #include "keel/json_codec.hpp"
+#include "keel/pg_store.hpp"
 #include "keel/text.hpp"
 
 namespace keel {
@@ -92,7 +93,8 @@ private:
 
 } // namespace
 
-caf::expected<std::unique_ptr<store>> open_data_dir(const std::string& dir) {
+caf::expected<std::unique_ptr<store>> open_data_dir(const std::string& dir,
+                                                    bool writable) {
   namespace fs = std::filesystem;
   std::error_code err;
   if (!fs::is_directory(dir, err))
@@ -103,13 +105,23 @@ caf::expected<std::unique_ptr<store>> open_data_dir(const std::string& dir) {
   for (auto candidate : {fs::path{dir} / "db", fs::path{dir}})
     if (fs::exists(candidate / "CURRENT", err)) {
       store_options opts;
-      opts.read_only = true;
+      opts.read_only = !writable;
       opts.create_if_missing = false;
       return store::open(candidate.string(), opts);
     }
   return caf::make_error(ec::storage_open_failed, "no database in " + dir
                                                     + " (looked in " + dir
                                                     + "/db and " + dir + ")");
+}
+
+caf::expected<std::unique_ptr<store>> open_data_source(const data_source& src) {
+  if (src.pg_url.empty())
+    return open_data_dir(src.data_dir);
+  pg_store_options opts;
+  opts.url = src.pg_url;
+  opts.connections = 1;
+  opts.read_only = true;
+  return open_pg_store(opts);
 }
 
 std::string render_agent_tree(const std::vector<agent_info>& agents) {

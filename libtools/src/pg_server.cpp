@@ -69,8 +69,8 @@ pg_server::~pg_server() {
   }
 }
 
-std::string pg_server::url() const {
-  return "postgresql:///keel?host=" + socket_dir_
+std::string pg_server::url(const std::string& database) const {
+  return "postgresql:///" + database + "?host=" + socket_dir_
          + "&port=" + std::to_string(port_) + "&user=keel";
 }
 

@@ -41,7 +41,8 @@ std::string agents_yaml(const temp_dir& dir) {
            "        reply: \"slow answer\"\n"
            "        delay: 2s\n"
            "      - reply: \"answer to {input}\"\n"
-           "pools:\n  - name: default\n    chain: [agent-script]\n";
+           "pools:\n  - name: default\n    chain: [agent-script]\n"
+         + storage_yaml(dir.str() + "/data");
 }
 
 struct fixture {
@@ -191,7 +192,7 @@ CAF_TEST(a tool spawn of an id another thread holds is refused and noted) {
   CAF_CHECK_EQUAL(count_text(root, "user", "[parent z]"), 0u);
   CAF_CHECK_EQUAL(count_text(root, "reply", "answer to hello"), 1u);
   CAF_REQUIRE_EQUAL(node.stop(), 0);
-  CAF_CHECK_EQUAL(data_violations(dir.str() + "/data/db"), "");
+  CAF_CHECK_EQUAL(data_violations(dir.str() + "/data"), "");
 }
 
 CAF_TEST(cancelling a parent cancels its children and answers pending work) {
@@ -244,7 +245,7 @@ CAF_TEST(a restart after kill - 9 recovers and reports what it did) {
   CAF_CHECK_EQUAL(report["links"].get<uint64_t>(), 1u);
   CAF_CHECK_EQUAL(report["steps"].size(), 6u);
   CAF_REQUIRE_EQUAL(node.stop(), 0);
-  CAF_CHECK_EQUAL(data_violations(dir.str() + "/data/db"), "");
+  CAF_CHECK_EQUAL(data_violations(dir.str() + "/data"), "");
 }
 
 CAF_TEST_FIXTURE_SCOPE_END()

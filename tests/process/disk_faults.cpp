@@ -62,14 +62,6 @@ struct fixture {
   }
 };
 
-size_t outcomes_for(const json& entries, uint64_t seq) {
-  size_t n = 0;
-  for (auto& e : entries)
-    if (e["kind"] != "user" && e["reply_to"] == seq)
-      ++n;
-  return n;
-}
-
 } // namespace
 
 CAF_TEST_FIXTURE_SCOPE(disk_fault_tests, fixture)
@@ -119,7 +111,7 @@ CAF_TEST(a failed commit tells the thread and the turn is retried) {
     *ws, [](auto& j) { return j["type"] == "reply" && j["id"] == "m1"; }, 20s);
   CAF_REQUIRE(reply);
   CAF_CHECK_EQUAL((*reply)["text"], "slow answer");
-  CAF_CHECK_EQUAL(outcomes_for(history("u"), seq), 1u);
+  CAF_CHECK_EQUAL(outcomes_by_seq(history("u"))[seq], 1);
   CAF_REQUIRE_EQUAL(node.stop(), 0);
   CAF_CHECK_EQUAL(data_violations(dir.str() + "/data"), "");
 }

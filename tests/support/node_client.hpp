@@ -5,17 +5,20 @@
 // and running the oracle on a stopped node's data.
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "keel/protocol.hpp"
 #include "keel/tools/node_process.hpp"
 #include "keel/tools/ws_client.hpp"
+#include "test_store.hpp"
 
 namespace keel::test {
 
@@ -23,10 +26,13 @@ namespace keel::test {
 /// default pool is a scripted provider answering "answer to {input}" after
 /// `delay` (so kills land mid-turn too); `extra` is appended as is. The
 /// gateway's per-connection rate limit is off: the load tools send many
-/// threads' traffic over few connections as fast as the node answers.
+/// threads' traffic over few connections as fast as the node answers. The
+/// store is the suites' backend (`storage_yaml`); `storage` holds more
+/// `storage:` keys, indented.
 inline std::string
 slow_echo_yaml(const std::string& name, const std::string& data_dir,
-               const std::string& delay, const std::string& extra = {}) {
+               const std::string& delay, const std::string& extra = {},
+               const std::string& storage = {}) {
   return "node:\n  name: " + name + "\n  data_dir: " + data_dir
          + "\ngateway:\n  port: 0\n  rate_limit:\n    per_second: 0\n"
            "providers:\n"
@@ -36,15 +42,28 @@ slow_echo_yaml(const std::string& name, const std::string& data_dir,
          + delay
          + "\n"
            "pools:\n  - name: default\n    chain: [slow-echo]\n"
-         + extra;
+         + storage_yaml(data_dir, storage) + extra;
 }
 
-/// Runs `keelctl verify` (the oracle) on a stopped node's data folder:
-/// returns an empty string when every invariant holds, else the exit code
-/// and the violations it printed.
+/// The outcomes (replies and errors) per user message seq in a thread's
+/// history entries.
+inline std::map<uint64_t, int> outcomes_by_seq(const nlohmann::json& entries) {
+  std::map<uint64_t, int> result;
+  for (auto& e : entries)
+    if (e["kind"] != "user")
+      ++result[e["reply_to"].get<uint64_t>()];
+  return result;
+}
+
+/// Runs `keelctl verify` (the oracle) on the data of a stopped node on
+/// `data_dir` (its folder, or its PostgreSQL database): returns an empty
+/// string when every invariant holds, else the exit code and the
+/// violations it printed.
 inline std::string data_violations(const std::string& data_dir) {
-  auto res
-    = run_command({tool_binary("keelctl"), "verify", "--data-dir", data_dir});
+  std::vector<std::string> argv{tool_binary("keelctl"), "verify"};
+  for (auto& arg : data_args(data_dir))
+    argv.push_back(arg);
+  auto res = run_command(argv);
   if (res.exit_code == 0)
     return {};
   return "keelctl verify exited with " + std::to_string(res.exit_code) + ":\n"

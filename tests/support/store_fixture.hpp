@@ -1,7 +1,9 @@
 #pragma once
 
-// A store in a fresh folder and the records the store and verify suites
-// build their data from.
+// A fresh store and the records the store and verify suites build their
+// data from. The store is RocksDB in a fresh folder, or, with
+// KEEL_STORE_BACKEND=postgres, a fresh schema on the test process's own
+// PostgreSQL server (test_store.hpp).
 
 #include <memory>
 #include <string>
@@ -9,11 +11,19 @@
 
 #include <caf/test/unit_test.hpp>
 
+#include "keel/pg_store.hpp"
 #include "keel/store.hpp"
 #include "raw_records.hpp"
 #include "temp_dir.hpp"
+#include "test_store.hpp"
 
 namespace keel::test {
+
+/// The value of `x`, or `fallback` on error.
+template <class T, class U>
+T value_or(const caf::expected<T>& x, U fallback) {
+  return x ? *x : T(fallback);
+}
 
 /// "none" for a value, else the rendered error: a readable check.
 template <class T>
@@ -122,20 +132,83 @@ struct store_fixture {
   temp_dir tmp;
   std::string dir = (tmp.path() / "db").string();
   std::unique_ptr<store> db;
+  /// RocksDB's file system faults (see `fail_writes`).
+  std::shared_ptr<fault_injection> faults = std::make_shared<fault_injection>();
 
   store_fixture() {
+    if (store_on_postgres()) {
+      // A fresh schema: the store creates it again on open.
+      auto conn = test_pg_connection();
+      CAF_REQUIRE(conn.exec("DROP SCHEMA IF EXISTS keel CASCADE").engaged());
+    }
     open();
+  }
+
+  /// Opens a store on the suite's backend (beside `db`, if it is open).
+  caf::expected<std::unique_ptr<store>> try_open(store_options opts = {}) {
+    if (!store_on_postgres()) {
+      if (!opts.faults)
+        opts.faults = faults;
+      return store::open(dir, opts);
+    }
+    pg_store_options pg;
+    pg.url = test_pg_server().url();
+    pg.read_only = opts.read_only;
+    return open_pg_store(pg);
+  }
+
+  /// How the backend's messages name the store.
+  std::string where() const {
+    return store_on_postgres() ? "the PostgreSQL store"
+                               : "the database in " + dir;
   }
 
   void open(store_options opts = {}) {
     db.reset();
-    auto res = store::open(dir, opts);
+    auto res = try_open(opts);
     CAF_REQUIRE_EQUAL(outcome(res), "none");
     db = std::move(*res);
   }
 
   void close() {
     db.reset();
+  }
+
+  /// Makes every write of the store fail (or work again): on RocksDB with an
+  /// I/O error from its file system, on PostgreSQL with a trigger that
+  /// refuses the transaction.
+  void fail_writes(bool on) {
+    if (!store_on_postgres()) {
+      faults->fail_writes = on;
+      return;
+    }
+    auto conn = test_pg_connection();
+    std::vector<std::string> steps{"DROP TRIGGER IF EXISTS refuse ON "
+                                   "keel.commit_marks"};
+    if (on)
+      steps = {"CREATE OR REPLACE FUNCTION keel.refuse() RETURNS trigger "
+               "LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'injected "
+               "fault'; END $$",
+               "CREATE OR REPLACE TRIGGER refuse BEFORE INSERT OR UPDATE ON "
+               "keel.commit_marks FOR EACH ROW EXECUTE FUNCTION "
+               "keel.refuse()"};
+    for (auto& sql : steps) {
+      auto res = conn.exec(sql);
+      CAF_REQUIRE_EQUAL(outcome(res), "none");
+    }
+  }
+
+  /// The number of log entries of `thread` after `after` (up to `limit`).
+  size_t log_size(const std::string& thread, seq_t after, size_t limit) {
+    auto res = db->history(thread, after, limit);
+    CAF_REQUIRE_EQUAL(outcome(res), "none");
+    return res->entries.size();
+  }
+
+  thread_snapshot load(const std::string& thread) {
+    auto res = db->load_thread(thread);
+    CAF_REQUIRE_EQUAL(outcome(res), "none");
+    return std::move(*res);
   }
 
   /// Stages an accept that must not be a duplicate.
@@ -163,7 +236,17 @@ struct store_fixture {
   void put_raw(const std::string& cf, const std::string& key,
                const std::string& value, bool reopen = true) {
     close();
-    put_raw_record(dir, cf, key, value);
+    if (store_on_postgres()) {
+      auto conn = test_pg_connection();
+      auto res = conn.exec_binary("INSERT INTO keel." + cf
+                                    + " (key, value) VALUES ($1, $2) ON "
+                                      "CONFLICT (key) DO UPDATE SET value = "
+                                      "EXCLUDED.value",
+                                  {key, value});
+      CAF_REQUIRE_EQUAL(outcome(res), "none");
+    } else {
+      put_raw_record(dir, cf, key, value);
+    }
     if (reopen)
       open();
   }

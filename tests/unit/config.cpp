@@ -1257,3 +1257,46 @@ CAF_TEST(pools take retry breaker and cooldown settings) {
                   "retry_after needs fail (it is part of a simulated "
                   "failure)");
 }
+
+CAF_TEST(storage takes a postgres backend from the environment) {
+  auto cfg = parse("storage:\n  backend: postgres\n  postgres:\n"
+                   "    url: ${KEEL_PG_URL}\n    connections: 4\n"
+                   "    statement_timeout: 2s\n",
+                   {{"KEEL_PG_URL", "postgresql://keel@db/keel"}});
+  CAF_REQUIRE_EQUAL(outcome(cfg), "none");
+  CAF_CHECK(cfg->storage.backend == storage_backend::postgres);
+  CAF_CHECK_EQUAL(cfg->storage.postgres.url, "postgresql://keel@db/keel");
+  CAF_CHECK_EQUAL(cfg->storage.postgres.connections, 4u);
+  CAF_CHECK_EQUAL(cfg->storage.postgres.statement_timeout,
+                  caf::timespan{std::chrono::seconds{2}});
+  auto plain = parse("");
+  CAF_REQUIRE_EQUAL(outcome(plain), "none");
+  CAF_CHECK(plain->storage.backend == storage_backend::rocksdb);
+}
+
+CAF_TEST(storage mistakes are named) {
+  CAF_CHECK_EQUAL(error_of("storage:\n  backend: postgres\n"),
+                  "node.yaml:2: storage.postgres.url: required when "
+                  "storage.backend is \"postgres\" (a libpq URI such as "
+                  "postgresql://keel@db.example/keel; write ${KEEL_PG_URL} "
+                  "to take it from the environment)");
+  CAF_CHECK_EQUAL(error_of("storage:\n  backend: mysql\n"),
+                  "node.yaml:2: storage.backend: unknown value \"mysql\" "
+                  "(expected rocksdb or postgres)");
+  CAF_CHECK_EQUAL(
+    error_of("storage:\n  postgres:\n    statement_timeout: 500us\n"),
+    "node.yaml:3: storage.postgres.statement_timeout: expected at least 1ms, "
+    "got 500us");
+  CAF_CHECK_EQUAL(error_of("storage:\n  postgres:\n    connections: 0\n"),
+                  "node.yaml:3: storage.postgres.connections: expected an "
+                  "integer in 1..64, got \"0\"");
+  CAF_CHECK_EQUAL(error_of("storage:\n  postgres:\n    port: 5432\n"),
+                  "node.yaml:3: storage.postgres.port: unknown key (expected "
+                  "url, connections or statement_timeout)");
+  CAF_CHECK_EQUAL(error_of("storage:\n  backend: postgres\n  postgres:\n"
+                           "    url: x\nchaos:\n  disk: true\n"),
+                  "node.yaml:6: chaos.disk: injects faults into RocksDB's "
+                  "file system and has no effect when storage.backend is "
+                  "\"postgres\" (to test database faults, stop or kill the "
+                  "PostgreSQL server)");
+}

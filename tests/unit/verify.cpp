@@ -284,12 +284,18 @@ CAF_TEST(an outbox entry must target a thread with a session) {
   CAF_CHECK_EQUAL(what(), "message to ghost, which has no session");
 }
 
-CAF_TEST(the folder of a node is checked through a read - only store) {
+CAF_TEST(a node data is checked through a read - only store) {
   auto rec = make_session("q");
   db->stage_session(rec);
   flush();
-  // Beside the writer, as keelctl does it.
-  auto reader = open_data_dir(tmp.str());
+  // Beside the writer, as keelctl does it: the data folder, or the
+  // PostgreSQL store.
+  data_source src;
+  if (store_on_postgres())
+    src.pg_url = test_pg_server().url();
+  else
+    src.data_dir = tmp.str();
+  auto reader = open_data_source(src);
   CAF_REQUIRE_EQUAL(outcome(reader), "none");
   auto report = verify_store(**reader);
   CAF_REQUIRE_EQUAL(outcome(report), "none");

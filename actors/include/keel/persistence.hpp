@@ -20,12 +20,13 @@
 
 namespace keel {
 
+/// Opens the node's store; each persistence incarnation opens its own.
+using store_opener = std::function<caf::expected<std::unique_ptr<store>>()>;
+
 /// Configuration of the persistence actor.
 struct persistence_config {
-  /// The database folder.
-  std::string dir;
-  /// Store options (sync, create).
-  store_options options;
+  /// Opens the store (RocksDB in a folder, or PostgreSQL).
+  store_opener open_store;
   /// Shared by every incarnation of the node's persistence actor: true until
   /// the first one has run the recovery on boot (a restarted persistence
   /// actor must not: conversations are live then).

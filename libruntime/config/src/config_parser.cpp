@@ -80,6 +80,8 @@ constexpr const char* failure_classes[]
 constexpr const char* log_levels[] = {"trace", "debug", "info",
                                       "warn",  "error", "off"};
 
+constexpr const char* storage_backends[] = {"rocksdb", "postgres"};
+
 constexpr const char* supervisor_names[] = {"root", "providers",
                                             "conversations"};
 
@@ -173,6 +175,7 @@ private:
   void read_backoff(const map_reader& m, backoff_config& cfg);
   void read_logging(const map_reader& m, logging_config& cfg);
   void read_storage(const map_reader& m, storage_config& cfg);
+  void read_postgres(const map_reader& m, postgres_config& cfg);
   void read_chaos(const map_reader& m, chaos_config& cfg);
 
   // -- checks across fields ---------------------------------------------------
@@ -187,6 +190,7 @@ private:
   void check_pools(const node_config& cfg) const;
   void check_chain(const node_config& cfg, size_t pool_index) const;
   void check_thread_pool(const node_config& cfg) const;
+  void check_storage(const node_config& cfg) const;
 
   /// Fails for `path` because `value` is below `lower`, the value of
   /// `lower_path`.
@@ -229,7 +233,8 @@ node_config parser::run(const YAML::Node& root) {
     read_supervision(*m, cfg.supervision);
   if (auto m = section(top, "logging", {"level", "file"}))
     read_logging(*m, cfg.logging);
-  if (auto m = section(top, "storage", {"sync", "request_timeout"}))
+  if (auto m = section(top, "storage",
+                       {"backend", "sync", "request_timeout", "postgres"}))
     read_storage(*m, cfg.storage);
   if (auto m = section(top, "chaos", {"kill", "disk"}))
     read_chaos(*m, cfg.chaos);
@@ -760,6 +765,31 @@ void parser::read_storage(const map_reader& m, storage_config& cfg) {
     cfg.sync = read_bool(*x, m.path("sync"));
   if (auto x = m.get("request_timeout"))
     cfg.request_timeout = read_duration(*x, m.path("request_timeout"), true);
+  if (auto x = m.get("backend"))
+    cfg.backend = read_enum(*x, m.path("backend"), storage_backends)
+                      == "postgres"
+                    ? storage_backend::postgres
+                    : storage_backend::rocksdb;
+  if (auto p = section(m, "postgres",
+                       {"url", "connections", "statement_timeout"}))
+    read_postgres(*p, cfg.postgres);
+}
+
+void parser::read_postgres(const map_reader& m, postgres_config& cfg) {
+  if (auto x = m.get("url"))
+    cfg.url = read_string(*x, m.path("url"));
+  if (auto x = m.get("connections"))
+    cfg.connections
+      = static_cast<size_t>(read_int(*x, m.path("connections"), 1, 64));
+  if (auto x = m.get("statement_timeout")) {
+    cfg.statement_timeout = read_duration(*x, m.path("statement_timeout"),
+                                          true);
+    // PostgreSQL counts milliseconds, and 0 turns the timeout off.
+    if (cfg.statement_timeout < std::chrono::milliseconds{1})
+      fail(m.line("statement_timeout"), m.path("statement_timeout"),
+           "expected at least 1ms, got "
+             + render_duration(cfg.statement_timeout));
+  }
 }
 
 void parser::read_chaos(const map_reader& m, chaos_config& cfg) {
@@ -779,6 +809,7 @@ void parser::validate(const node_config& cfg) const {
   check_providers(cfg.providers);
   check_pools(cfg);
   check_thread_pool(cfg);
+  check_storage(cfg);
 }
 
 void parser::fail_below(int line, const std::string& path,
@@ -928,6 +959,22 @@ void parser::check_chain(const node_config& cfg, size_t pool_index) const {
     if (!seen.insert(entry).second)
       fail(at, path, "provider " + quote(entry) + " is listed twice");
   }
+}
+
+void parser::check_storage(const node_config& cfg) const {
+  if (cfg.storage.backend != storage_backend::postgres)
+    return;
+  if (cfg.chaos.disk)
+    fail(line("chaos.disk", "storage.backend"), "chaos.disk",
+         "injects faults into RocksDB's file system and has no effect when "
+         "storage.backend is \"postgres\" (to test database faults, stop "
+         "or kill the PostgreSQL server)");
+  if (!cfg.storage.postgres.url.empty())
+    return;
+  fail(line("storage.postgres.url", "storage.backend"), "storage.postgres.url",
+       "required when storage.backend is \"postgres\" (a libpq URI such as "
+       "postgresql://keel@db.example/keel; write ${KEEL_PG_URL} to take it "
+       "from the environment)");
 }
 
 void parser::check_thread_pool(const node_config& cfg) const {

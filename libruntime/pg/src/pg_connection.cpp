@@ -139,8 +139,33 @@ caf::expected<result> connection::exec(const std::string& sql,
   values.reserve(params.size());
   for (auto& p : params)
     values.push_back(p ? p->c_str() : nullptr);
-  result res{PQexecParams(conn_, sql.c_str(), static_cast<int>(values.size()),
-                          nullptr, values.data(), nullptr, nullptr, 0)};
+  return checked(
+    result{PQexecParams(conn_, sql.c_str(), static_cast<int>(values.size()),
+                        nullptr, values.data(), nullptr, nullptr, 0)});
+}
+
+caf::expected<result>
+connection::exec_binary(const std::string& sql,
+                        const std::vector<std::string_view>& params) {
+  if (!ok())
+    return caf::make_error(ec::storage_io,
+                           "connection lost: " + last_error(conn_));
+  std::vector<const char*> values;
+  std::vector<int> lengths;
+  std::vector<int> formats(params.size(), 1);
+  values.reserve(params.size());
+  lengths.reserve(params.size());
+  for (auto p : params) {
+    // A null pointer would be SQL NULL; an empty value is not.
+    values.push_back(p.data() != nullptr ? p.data() : "");
+    lengths.push_back(static_cast<int>(p.size()));
+  }
+  return checked(result{
+    PQexecParams(conn_, sql.c_str(), static_cast<int>(values.size()), nullptr,
+                 values.data(), lengths.data(), formats.data(), 1)});
+}
+
+caf::expected<result> connection::checked(result res) {
   auto status = res.res_ ? PQresultStatus(res.res_.get()) : PGRES_FATAL_ERROR;
   if (status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK)
     return res;
@@ -153,6 +178,14 @@ caf::expected<result> connection::exec(const std::string& sql,
                                              + result_message(res.res_.get()));
   }
   return caf::make_error(ec::storage_io, describe(res.res_.get()));
+}
+
+bool connection::idle() const {
+  return conn_ != nullptr && PQtransactionStatus(conn_) == PQTRANS_IDLE;
+}
+
+int connection::backend_pid() const {
+  return conn_ != nullptr ? PQbackendPID(conn_) : 0;
 }
 
 std::string sqlstate_of(const caf::error& err) {

@@ -24,7 +24,7 @@ std::string client_id_key(const std::string& thread,
   return range_begin(thread) + client_id;
 }
 
-std::optional<seq_t> key_seq(const rocksdb::Slice& key, size_t prefix_len) {
+std::optional<seq_t> key_seq(std::string_view key, size_t prefix_len) {
   if (key.size() != prefix_len + 8)
     return std::nullopt;
   seq_t result = 0;
@@ -38,8 +38,8 @@ std::string tree_key(const std::string& parent, const std::string& child) {
 }
 
 std::string quarantine_key(const std::string& thread, size_t cf,
-                           const rocksdb::Slice& key) {
-  return thread + '/' + cf_names[cf] + '/' + key.ToString();
+                           std::string_view key) {
+  return thread + '/' + cf_names[cf] + '/' + std::string{key};
 }
 
 std::string health_key(const std::string& pool, const std::string& provider) {
@@ -55,7 +55,7 @@ bool has_seq_keys(size_t cf) {
 
 } // namespace
 
-std::string printable_key(size_t cf, const rocksdb::Slice& key) {
+std::string printable_key(size_t cf, std::string_view key) {
   std::string_view str{key.data(), key.size()};
   if (has_seq_keys(cf)) {
     auto slash = str.find('/');
@@ -79,8 +79,7 @@ std::string printable_key(size_t cf, const rocksdb::Slice& key) {
   return result;
 }
 
-caf::error corrupt(size_t cf, const rocksdb::Slice& key,
-                   const std::string& what) {
+caf::error corrupt(size_t cf, std::string_view key, const std::string& what) {
   return caf::make_error(ec::storage_corrupt,
                          std::string{"corrupt record in "} + cf_names[cf]
                            + " at " + printable_key(cf, key) + ": " + what);

@@ -14,7 +14,7 @@
 #include <optional>
 #include <string>
 
-#include <rocksdb/slice.h>
+#include <string_view>
 
 #include "keel/error.hpp"
 #include "keel/types.hpp"
@@ -67,23 +67,22 @@ std::string tree_key(const std::string& parent, const std::string& child);
 /// The key in `quarantine` of a record moved there from `key` in `cf`:
 /// `thread/CF/key`.
 std::string quarantine_key(const std::string& thread, size_t cf,
-                           const rocksdb::Slice& key);
+                           std::string_view key);
 
 /// The key of a provider's health record in `health`.
 std::string health_key(const std::string& pool, const std::string& provider);
 
 /// Reads the big-endian seq behind `prefix_len` bytes, if the key has the
 /// shape of a seq key.
-std::optional<seq_t> key_seq(const rocksdb::Slice& key, size_t prefix_len);
+std::optional<seq_t> key_seq(std::string_view key, size_t prefix_len);
 
 /// Renders a key for error messages: `thread/seq` for seq keys, the key
 /// itself (thread ids and client ids are printable) otherwise.
-std::string printable_key(size_t cf, const rocksdb::Slice& key);
+std::string printable_key(size_t cf, std::string_view key);
 
 /// The error for a record of `cf` under `key` that is not what it should
 /// be: "corrupt record in CF at KEY: WHAT".
-caf::error corrupt(size_t cf, const rocksdb::Slice& key,
-                   const std::string& what);
+caf::error corrupt(size_t cf, std::string_view key, const std::string& what);
 
 /// Parses a stored decimal number (a client id's seq, the schema version).
 std::optional<uint64_t> parse_decimal(const std::string& str);

@@ -324,8 +324,31 @@ struct logging_config {
   std::string file;
 };
 
-/// Storage tuning (`storage:`).
+/// Where the store lives (`storage.backend`).
+enum class storage_backend {
+  /// RocksDB in `node.data_dir`/db: no outside service.
+  rocksdb,
+  /// A PostgreSQL database (`storage.postgres`), shared by a cluster.
+  postgres,
+};
+
+/// The PostgreSQL store (`storage.postgres:`).
+struct postgres_config {
+  /// libpq URI or conninfo string; write `${KEEL_PG_URL}` to keep a
+  /// password out of the file. Never logged.
+  std::string url;
+  /// Connections the store keeps open (a thread's writes always use the
+  /// same one).
+  size_t connections = 2;
+  /// The server cancels a statement running longer; the write is then a
+  /// failed write, retried like a disk fault.
+  caf::timespan statement_timeout = std::chrono::seconds{10};
+};
+
+/// Storage (`storage:`).
 struct storage_config {
+  storage_backend backend = storage_backend::rocksdb;
+  postgres_config postgres;
   /// Sync every acknowledged write (the contract; turn off only for tests
   /// of throughput ceilings, never in production).
   bool sync = true;

@@ -71,6 +71,19 @@ public:
   caf::expected<result> exec(const std::string& sql,
                              const std::vector<param>& params = {});
 
+  /// Like `exec`, but the parameters go as raw bytes (binary format: a
+  /// `bytea` parameter is the bytes as they are, no escaping) and the rows
+  /// come in binary format (a `bytea` value is its bytes).
+  caf::expected<result>
+  exec_binary(const std::string& sql,
+              const std::vector<std::string_view>& params);
+
+  /// The process id of the server process serving this connection.
+  int backend_pid() const;
+
+  /// Whether no transaction is open (none begun, or it ended).
+  bool idle() const;
+
   /// Whether the connection is open and usable.
   bool ok() const;
 
@@ -79,6 +92,9 @@ public:
 
 private:
   explicit connection(pg_conn* conn) noexcept;
+
+  // Turns what libpq answered into a result or an error (see `exec`).
+  caf::expected<result> checked(result res);
 
   pg_conn* conn_ = nullptr;
   /// The server ended the session (a shutdown or connection error came as

@@ -1,14 +1,16 @@
 #pragma once
 
-// The durable store: an interface (`store`) to what Keel keeps on disk, with
-// one backend, RocksDB (`store::open`). RocksDB headers stay out of this
-// header.
+// The durable store: an interface (`store`) to what Keel keeps, with two
+// backends over one key-value engine interface (`keel/kv_engine.hpp`):
+// RocksDB (`store::open`) and PostgreSQL (`open_pg_store`,
+// `keel/pg_store.hpp`). Neither's headers are in this header.
 //
-// Writes are staged into a group and committed with `flush()`: one WriteBatch
-// written with sync=true (WAL fsynced) for everything staged since the last
-// flush. That is the group commit: many callers share one fsync, and each
-// staged operation is atomic because the whole group is. Until `flush()`
-// returns successfully nothing staged may be acknowledged.
+// Writes are staged into a group and committed with `flush()`: on RocksDB
+// one WriteBatch written with sync=true (WAL fsynced), on PostgreSQL one
+// transaction per connection, for everything staged since the last flush.
+// That is the group commit: many callers share one fsync, and each staged
+// operation is atomic. Until `flush()` returns successfully nothing staged
+// may be acknowledged.
 //
 // A store is not thread-safe: one owner (the persistence actor) calls it.
 
@@ -253,7 +255,9 @@ public:
   /// `stage_*` function that staged something (an accept, a commit, a
   /// session, a meta value each count 1; a duplicate accept counts 0, or 1
   /// when it removes an outbox entry, which then needs a flush like any
-  /// other write).
+  /// other write), plus 1 once a `void` stage could not stage its write
+  /// (the store unreachable, read-only): that failure is the flush's to
+  /// report, so the caller must flush before acknowledging anything.
   virtual size_t staged() const = 0;
 
   /// Writes everything staged as one WriteBatch (synced when the options say
@@ -275,5 +279,18 @@ public:
   /// Counters.
   virtual store_stats stats() const = 0;
 };
+
+/// What `copy_store` copied.
+struct copy_report {
+  /// Records per column family (every family, in `column_families` order).
+  std::vector<std::pair<std::string, uint64_t>> families;
+  uint64_t records = 0;
+};
+
+/// Copies every record of `from` into `to` byte for byte under the same
+/// keys, in groups of at most 1,000 records, then reads both back and
+/// compares every record. `to` must hold nothing but its schema version.
+/// Fails naming what is in the way or the first record that differs.
+caf::expected<copy_report> copy_store(store& from, store& to);
 
 } // namespace keel

@@ -21,11 +21,31 @@
 
 namespace keel {
 
-/// Opens the database of a node's data folder `dir` for reading only: in
-/// `dir/db` (keel-node's layout) or in `dir` itself. Works beside a running
-/// node. Fails with `ec::storage_open_failed` naming the folder when it does
-/// not exist or holds no database, or when RocksDB cannot open it.
-caf::expected<std::unique_ptr<store>> open_data_dir(const std::string& dir);
+/// Opens the database of a node's data folder `dir`: in `dir/db`
+/// (keel-node's layout) or in `dir` itself. Read-only (the default) works
+/// beside a running node; `writable` takes RocksDB's lock, so it fails
+/// while a node runs on the folder. Fails with `ec::storage_open_failed`
+/// naming the folder when it does not exist or holds no database, or when
+/// RocksDB cannot open it.
+caf::expected<std::unique_ptr<store>> open_data_dir(const std::string& dir,
+                                                    bool writable = false);
+
+/// Where a stopped (or running) node's data is: a data folder, or a
+/// PostgreSQL database (a libpq URL).
+struct data_source {
+  std::string data_dir;
+  std::string pg_url;
+
+  /// How messages name it: the folder, or "PostgreSQL" (a URL may hold a
+  /// password and is never shown).
+  std::string name() const {
+    return pg_url.empty() ? data_dir : "the PostgreSQL store";
+  }
+};
+
+/// Opens `src` for reading only (`open_data_dir`, or the PostgreSQL store
+/// read-only). Fails with `ec::storage_open_failed` naming what is wrong.
+caf::expected<std::unique_ptr<store>> open_data_source(const data_source& src);
 
 /// The agent tree, indented: every root (an agent without a parent, or one
 /// whose parent is unknown) with its descendants below it, one line each

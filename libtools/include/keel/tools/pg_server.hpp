@@ -25,8 +25,9 @@ public:
   pg_server(const pg_server&) = delete;
   pg_server& operator=(const pg_server&) = delete;
 
-  /// A libpq URI for database `keel` on the server's socket.
-  std::string url() const;
+  /// A libpq URI for `database` (created by initdb: `keel`) on the
+  /// server's socket.
+  std::string url(const std::string& database = "keel") const;
 
   /// Starts the server again after `stop` or `kill9`.
   void start();

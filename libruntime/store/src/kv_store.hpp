@@ -1,39 +1,35 @@
 #pragma once
 
-// The RocksDB backend of `store`. Its members are defined in three files:
-// rocksdb_store.cpp (opening, reopening, options, low-level access),
-// rocksdb_store_reads.cpp and rocksdb_store_writes.cpp (the staged group
-// and its flush).
+// The store over a `kv_engine`: every record, key, check and staging rule,
+// the same for every backend. Its members are defined in four files:
+// kv_store.cpp (schema check, low-level access), kv_store_reads.cpp,
+// kv_store_writes.cpp (the staged group and its flush) and
+// kv_store_quarantine.cpp.
 
-#include <array>
 #include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
-#include <rocksdb/cache.h>
-#include <rocksdb/db.h>
-#include <rocksdb/env.h>
-#include <rocksdb/file_system.h>
-#include <rocksdb/options.h>
-#include <rocksdb/write_batch.h>
-
+#include "keel/kv_engine.hpp"
 #include "keel/store.hpp"
 #include "keys.hpp"
 
 namespace keel::store_backend {
 
-class rocksdb_store : public store {
+class kv_store : public store {
 public:
-  rocksdb_store(std::string dir, store_options opts);
+  explicit kv_store(std::unique_ptr<kv_engine> engine);
 
-  ~rocksdb_store() override;
+  ~kv_store() override;
 
-  /// Opens the database for writing (or, if `read_only`, for reading only).
-  caf::error open_db(bool read_only);
+  /// Checks the stored schema version; writes ours into a new store.
+  caf::error check_schema();
 
-  void close_db();
+  kv_engine& engine() {
+    return *engine_;
+  }
 
   // -- reads ------------------------------------------------------------------
 
@@ -110,68 +106,22 @@ public:
   store_stats stats() const override;
 
 private:
-  // -- opening (rocksdb_store.cpp) --------------------------------------------
-
-  // The column families to open: ours plus any of a newer build's (RocksDB
-  // insists on opening every one). Read-only: only those that exist.
-  caf::expected<std::vector<rocksdb::ColumnFamilyDescriptor>>
-  families_to_open(const rocksdb::Options& options, bool read_only);
-
-  // Points `cf_` at the opened handles; fails if one of ours is missing
-  // from a writable instance.
-  caf::error map_families(bool read_only);
-
-  rocksdb::Options db_options();
-
-  rocksdb::ColumnFamilyOptions cf_options();
-
-  // Checks the stored schema version; writes ours into a new database.
-  caf::error check_schema();
-
-  // Closes the database and opens it again, for writing if possible.
-  caf::error reopen();
-
-  caf::error ensure_writable();
-
-  caf::error ensure_readable();
-
-  caf::error open_failed(const rocksdb::Status& status);
-
-  caf::error read_failed(size_t cf, const rocksdb::Status& status);
-
-  caf::error read_only_error() const;
-
-  // -- low-level reads (rocksdb_store.cpp) ------------------------------------
-
-  // What a scan callback tells the scan: go on, stop, or fail.
-  struct scan_result {
-    enum flag_t { next, stop };
-    scan_result() = default;
-    explicit scan_result(flag_t x) : flag(x) {
-      // nop
-    }
-    explicit scan_result(caf::error x) : err(std::move(x)) {
-      // nop
-    }
-    flag_t flag = next;
-    caf::error err;
-  };
+  // -- low-level access (kv_store.cpp) ----------------------------------------
 
   // Calls `fn(key, value)` for each key of `cf` in [lower, upper); an empty
   // bound is open.
-  template <class Fn>
-  caf::error
-  scan(size_t cf, const std::string& lower, const std::string& upper, Fn fn);
+  caf::error scan(size_t cf, std::string_view lower, std::string_view upper,
+                  const scan_fn& fn);
 
-  // An iterator over `cf`; an empty one for a column family the database
-  // lacks (read-only open of an older build's database).
-  std::unique_ptr<rocksdb::Iterator>
-  new_iterator(size_t cf, const rocksdb::ReadOptions& ropts);
+  // Reads one value, or none.
+  caf::expected<std::optional<std::string>> get(size_t cf,
+                                                std::string_view key);
 
-  // Reads one value; NotFound in a column family the database lacks.
-  rocksdb::Status get(size_t cf, const std::string& key, std::string& value);
+  caf::error ensure_readable();
 
-  // -- reading records (rocksdb_store_reads.cpp) ------------------------------
+  caf::error read_only_error() const;
+
+  // -- reading records (kv_store_reads.cpp) ------------------------------
 
   // Appends the records of `cf` in [lower, upper) to `out`. A record that
   // cannot be read fails the call, or, given `bad`, is listed there and
@@ -192,7 +142,7 @@ private:
   // Returns the seq of the last key of `thread` in `cf`, or 0.
   caf::expected<seq_t> last_seq(size_t cf, const std::string& thread);
 
-  // -- quarantine (rocksdb_store_quarantine.cpp) ------------------------------
+  // -- quarantine (kv_store_quarantine.cpp) ------------------------------
 
   // Stages moving the records of `thread` in `cf` (decoded as `T`) that
   // cannot be read to quarantine; with `whole`, all of them once one is bad.
@@ -202,10 +152,9 @@ private:
 
   // Stages moving one record to quarantine.
   void move_to_quarantine(size_t cf, const std::string& thread,
-                          const rocksdb::Slice& key,
-                          const rocksdb::Slice& value);
+                          std::string_view key, std::string_view value);
 
-  // -- the staged group (rocksdb_store_writes.cpp) ----------------------------
+  // -- the staged group (kv_store_writes.cpp) ----------------------------
 
   // The seq stored for a client id of a thread (staged, else on disk), or
   // none if the id is new.
@@ -237,23 +186,22 @@ private:
   // record naming a parent is right as it is: parents never change.
   caf::expected<session_record> with_stored_parent(session_record rec);
 
-  // Makes sure column family handles exist for staging (a batch records
-  // column family ids, which stay the same when the database is reopened).
-  // A `void` stage reports failure through the group.
-  bool ready_to_stage();
+  // Makes sure the engine can take staged writes; a `void` stage reports
+  // failure through the group.
+  bool ready_to_stage(const std::string& thread);
 
-  // A column family can only be missing in a read-only instance, which
-  // takes no writes; the guard keeps a null handle out of the batch anyway.
-  bool have_family(size_t cf);
+  // Starts an operation of `thread` in the batch (see `kv_batch`).
+  void begin_operation(const std::string& thread);
 
-  void batch_put(size_t cf, const std::string& key, const std::string& value);
+  void batch_put(size_t cf, std::string_view key, std::string_view value);
 
-  void batch_delete(size_t cf, const std::string& key);
+  void batch_delete(size_t cf, std::string_view key);
 
   // Stages one record under `key` (encoding never fails: see `encode`).
   // Returns whether it staged the record (false once the group failed).
   template <class T>
-  bool stage_record(size_t cf, const std::string& key, const T& rec);
+  bool stage_record(size_t cf, const std::string& thread,
+                    const std::string& key, const T& rec);
 
   void count_staged();
 
@@ -266,19 +214,9 @@ private:
 
   // -- state ------------------------------------------------------------------
 
-  std::string dir_;
-  store_options opts_;
-  // The file system and Env for fault injection (null otherwise); they must
-  // outlive db_.
-  std::shared_ptr<rocksdb::FileSystem> fs_;
-  std::unique_ptr<rocksdb::Env> env_;
-  std::shared_ptr<rocksdb::Cache> cache_;
-  rocksdb::DB* db_ = nullptr;
-  bool writable_ = false;
-  std::vector<rocksdb::ColumnFamilyHandle*> handles_;
-  std::array<rocksdb::ColumnFamilyHandle*, cf_count> cf_{};
+  std::unique_ptr<kv_engine> engine_;
   // The staged group.
-  rocksdb::WriteBatch batch_;
+  std::unique_ptr<kv_batch> batch_;
   std::unordered_map<std::string, seq_t> pending_ids_;
   // The latest staged session record per thread, for `stage_spawn`.
   std::unordered_map<std::string, session_record> pending_sessions_;
@@ -286,25 +224,5 @@ private:
   caf::error poisoned_;
   store_stats stats_;
 };
-
-template <class Fn>
-caf::error rocksdb_store::scan(size_t cf, const std::string& lower,
-                               const std::string& upper, Fn fn) {
-  rocksdb::Slice upper_slice{upper};
-  rocksdb::ReadOptions ropts;
-  if (!upper.empty())
-    ropts.iterate_upper_bound = &upper_slice;
-  auto it = new_iterator(cf, ropts);
-  for (it->Seek(lower); it->Valid(); it->Next()) {
-    auto res = fn(it->key(), it->value());
-    if (res.err)
-      return std::move(res.err);
-    if (res.flag == scan_result::stop)
-      return caf::none;
-  }
-  if (!it->status().ok())
-    return read_failed(cf, it->status());
-  return caf::none;
-}
 
 } // namespace keel::store_backend

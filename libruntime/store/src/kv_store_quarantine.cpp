@@ -1,4 +1,4 @@
-#include "rocksdb_store.hpp"
+#include "kv_store.hpp"
 
 #include <string_view>
 
@@ -18,21 +18,20 @@ size_t family_named(std::string_view name) {
 
 } // namespace
 
-void rocksdb_store::move_to_quarantine(size_t cf, const std::string& thread,
-                                       const rocksdb::Slice& key,
-                                       const rocksdb::Slice& value) {
-  batch_put(cf_quarantine, quarantine_key(thread, cf, key), value.ToString());
-  batch_delete(cf, key.ToString());
+void kv_store::move_to_quarantine(size_t cf, const std::string& thread,
+                                  std::string_view key,
+                                  std::string_view value) {
+  batch_put(cf_quarantine, quarantine_key(thread, cf, key), value);
+  batch_delete(cf, key);
 }
 
 template <class T>
-caf::error rocksdb_store::quarantine_range(size_t cf, const std::string& thread,
-                                           bool whole,
-                                           quarantine_report& report) {
+caf::error kv_store::quarantine_range(size_t cf, const std::string& thread,
+                                      bool whole, quarantine_report& report) {
   std::vector<std::pair<std::string, std::string>> readable;
   bool any_bad = false;
   auto err = scan(cf, range_begin(thread), range_end(thread),
-                  [&](const rocksdb::Slice& key, const rocksdb::Slice& val) {
+                  [&](std::string_view key, std::string_view val) {
                     T x;
                     if (auto why = read_record(key, val, x)) {
                       any_bad = true;
@@ -40,7 +39,7 @@ caf::error rocksdb_store::quarantine_range(size_t cf, const std::string& thread,
                         bad_record{cf_names[cf], printable_key(cf, key), *why});
                       move_to_quarantine(cf, thread, key, val);
                     } else if (whole) {
-                      readable.emplace_back(key.ToString(), val.ToString());
+                      readable.emplace_back(key, val);
                     }
                     return scan_result{};
                   });
@@ -53,20 +52,23 @@ caf::error rocksdb_store::quarantine_range(size_t cf, const std::string& thread,
 }
 
 caf::expected<quarantine_report>
-rocksdb_store::stage_quarantine(const std::string& thread) {
-  if (opts_.read_only)
+kv_store::stage_quarantine(const std::string& thread) {
+  if (engine_->read_only())
     return read_only_error();
   if (auto err = ensure_readable())
     return err;
   quarantine_report report;
   report.thread = thread;
-  std::string value;
-  if (get(cf_sessions, thread, value).ok()) {
+  begin_operation(thread);
+  auto value = get(cf_sessions, thread);
+  if (!value)
+    return std::move(value.error());
+  if (*value) {
     session_record rec;
-    if (auto why = read_record(thread, value, rec)) {
+    if (auto why = read_record(thread, **value, rec)) {
       report.unreadable.push_back(
         bad_record{cf_names[cf_sessions], thread, *why});
-      move_to_quarantine(cf_sessions, thread, thread, value);
+      move_to_quarantine(cf_sessions, thread, thread, **value);
     }
   }
   caf::error err;
@@ -83,13 +85,12 @@ rocksdb_store::stage_quarantine(const std::string& thread) {
   return report;
 }
 
-caf::expected<std::vector<quarantined_record>> rocksdb_store::quarantined() {
+caf::expected<std::vector<quarantined_record>> kv_store::quarantined() {
   if (auto err = ensure_readable())
     return err;
   std::vector<quarantined_record> result;
   auto err = scan(
-    cf_quarantine, {}, {},
-    [&](const rocksdb::Slice& key, const rocksdb::Slice& val) {
+    cf_quarantine, {}, {}, [&](std::string_view key, std::string_view val) {
       std::string_view str{key.data(), key.size()};
       auto first = str.find('/');
       auto second = str.find('/', first + 1);
@@ -99,10 +100,10 @@ caf::expected<std::vector<quarantined_record>> rocksdb_store::quarantined() {
       rec.thread = std::string{str.substr(0, first)};
       rec.column_family
         = std::string{str.substr(first + 1, second - first - 1)};
-      rocksdb::Slice original{key.data() + second + 1, key.size() - second - 1};
+      auto original = str.substr(second + 1);
       auto cf = family_named(rec.column_family);
       rec.key = cf < cf_count ? printable_key(cf, original)
-                              : original.ToString();
+                              : std::string{original};
       rec.bytes = val.size();
       result.push_back(std::move(rec));
       return scan_result{};

@@ -1,4 +1,4 @@
-#include "rocksdb_store.hpp"
+#include "kv_store.hpp"
 
 #include <exception>
 
@@ -25,7 +25,7 @@ log_entry user_log_entry(const inbox_entry& entry) {
 // -- the staged group ---------------------------------------------------------
 
 caf::expected<std::optional<session_record>>
-rocksdb_store::find_session(const std::string& thread) {
+kv_store::find_session(const std::string& thread) {
   if (auto i = pending_sessions_.find(thread); i != pending_sessions_.end())
     return std::optional<session_record>{i->second};
   auto rec = session(thread);
@@ -36,8 +36,7 @@ rocksdb_store::find_session(const std::string& thread) {
   return std::move(rec.error());
 }
 
-caf::expected<session_record>
-rocksdb_store::with_stored_parent(session_record rec) {
+caf::expected<session_record> kv_store::with_stored_parent(session_record rec) {
   if (!rec.parent.empty())
     return rec;
   auto existing = find_session(rec.thread);
@@ -48,8 +47,8 @@ rocksdb_store::with_stored_parent(session_record rec) {
   return rec;
 }
 
-bool rocksdb_store::ready_to_stage() {
-  if (opts_.read_only) {
+bool kv_store::ready_to_stage(const std::string& thread) {
+  if (engine_->read_only()) {
     poison(error_message(read_only_error()));
     return false;
   }
@@ -57,71 +56,68 @@ bool rocksdb_store::ready_to_stage() {
     poison(error_message(err));
     return false;
   }
+  begin_operation(thread);
   return true;
 }
 
-bool rocksdb_store::have_family(size_t cf) {
-  if (cf_[cf] != nullptr)
-    return true;
-  poison(std::string{"column family "} + cf_names[cf] + " is missing");
-  return false;
+void kv_store::begin_operation(const std::string& thread) {
+  batch_->begin_operation(thread);
 }
 
-void rocksdb_store::batch_put(size_t cf, const std::string& key,
-                              const std::string& value) {
-  // Only fails on a batch over 4 GB (max_bytes is unlimited by default).
-  if (have_family(cf))
-    static_cast<void>(batch_.Put(cf_[cf], key, value));
+void kv_store::batch_put(size_t cf, std::string_view key,
+                         std::string_view value) {
+  if (!batch_->put(cf, key, value))
+    poison(std::string{"cannot stage a write to "} + cf_names[cf]);
 }
 
-void rocksdb_store::batch_delete(size_t cf, const std::string& key) {
-  if (have_family(cf))
-    static_cast<void>(batch_.Delete(cf_[cf], key));
+void kv_store::batch_delete(size_t cf, std::string_view key) {
+  if (!batch_->erase(cf, key))
+    poison(std::string{"cannot stage a removal from "} + cf_names[cf]);
 }
 
 template <class T>
-bool rocksdb_store::stage_record(size_t cf, const std::string& key,
-                                 const T& rec) {
-  if (!ready_to_stage())
+bool kv_store::stage_record(size_t cf, const std::string& thread,
+                            const std::string& key, const T& rec) {
+  if (!ready_to_stage(thread))
     return false;
   batch_put(cf, key, encode(rec));
   count_staged();
   return true;
 }
 
-void rocksdb_store::count_staged() {
+void kv_store::count_staged() {
   ++staged_;
   ++stats_.staged_operations;
 }
 
-void rocksdb_store::poison(std::string what) {
+void kv_store::poison(std::string what) {
   if (!poisoned_)
     poisoned_ = caf::make_error(ec::storage_io, std::move(what));
 }
 
-void rocksdb_store::clear_group() {
-  batch_.Clear();
+void kv_store::clear_group() {
+  batch_->clear();
   pending_ids_.clear();
   pending_sessions_.clear();
   staged_ = 0;
   poisoned_ = caf::none;
 }
 
-void rocksdb_store::drop_group() {
+void kv_store::drop_group() {
   clear_group();
   ++stats_.failed_flushes;
 }
 
 // -- accepting a message ------------------------------------------------------
 
-caf::expected<accept_result>
-rocksdb_store::stage_accept(const accept_request& req) {
-  if (opts_.read_only)
+caf::expected<accept_result> kv_store::stage_accept(const accept_request& req) {
+  if (engine_->read_only())
     return read_only_error();
   auto id_key = client_id_key(req.thread, req.entry.client_id);
   auto known = known_client_id(id_key);
   if (!known)
     return std::move(known.error());
+  begin_operation(req.thread);
   if (*known) {
     // A duplicate is in the target already: the outbox entry it came from
     // goes all the same.
@@ -135,26 +131,25 @@ rocksdb_store::stage_accept(const accept_request& req) {
 }
 
 caf::expected<std::optional<seq_t>>
-rocksdb_store::known_client_id(const std::string& id_key) {
+kv_store::known_client_id(const std::string& id_key) {
   // The staged group first: a resend may arrive before its first copy is
   // flushed.
   if (auto i = pending_ids_.find(id_key); i != pending_ids_.end())
     return std::optional<seq_t>{i->second};
   if (auto err = ensure_readable())
     return err;
-  std::string value;
-  auto status = get(cf_client_ids, id_key, value);
-  if (status.IsNotFound())
+  auto value = get(cf_client_ids, id_key);
+  if (!value)
+    return std::move(value.error());
+  if (!*value)
     return std::optional<seq_t>{};
-  if (!status.ok())
-    return read_failed(cf_client_ids, status);
-  auto seq = parse_decimal(value);
+  auto seq = parse_decimal(**value);
   if (!seq)
     return corrupt(cf_client_ids, id_key, "not a sequence number");
   return std::optional<seq_t>{*seq};
 }
 
-bool rocksdb_store::remove_delivered(const accept_request& req) {
+bool kv_store::remove_delivered(const accept_request& req) {
   // A message from another thread leaves the sender's outbox in the batch
   // that puts it into the target's inbox.
   if (req.outbox_from.empty())
@@ -163,8 +158,8 @@ bool rocksdb_store::remove_delivered(const accept_request& req) {
   return true;
 }
 
-caf::error rocksdb_store::stage_new_message(const accept_request& req,
-                                            std::string id_key) {
+caf::error kv_store::stage_new_message(const accept_request& req,
+                                       std::string id_key) {
   const auto& entry = req.entry;
   std::optional<session_record> session;
   if (req.create_session) {
@@ -189,8 +184,8 @@ caf::error rocksdb_store::stage_new_message(const accept_request& req,
 
 // -- other staged writes ------------------------------------------------------
 
-void rocksdb_store::stage_commit(const turn_commit& commit) {
-  if (!ready_to_stage())
+void kv_store::stage_commit(const turn_commit& commit) {
+  if (!ready_to_stage(commit.thread))
     return;
   // Encode everything first so that a failure stages nothing.
   using kv_list = std::vector<std::pair<std::string, std::string>>;
@@ -230,9 +225,8 @@ void rocksdb_store::stage_commit(const turn_commit& commit) {
   count_staged();
 }
 
-caf::expected<spawn_result>
-rocksdb_store::stage_spawn(const spawn_request& req) {
-  if (opts_.read_only)
+caf::expected<spawn_result> kv_store::stage_spawn(const spawn_request& req) {
+  if (engine_->read_only())
     return read_only_error();
   if (auto err = ensure_readable())
     return err;
@@ -241,6 +235,7 @@ rocksdb_store::stage_spawn(const spawn_request& req) {
     return std::move(resent.error());
   if (*resent)
     return **resent;
+  begin_operation(req.link.parent);
   const auto& child = req.child.thread;
   const auto& parent = req.link.parent;
   batch_put(cf_sessions, child, encode(req.child));
@@ -251,7 +246,7 @@ rocksdb_store::stage_spawn(const spawn_request& req) {
 }
 
 caf::expected<std::optional<spawn_result>>
-rocksdb_store::check_spawn(const spawn_request& req) {
+kv_store::check_spawn(const spawn_request& req) {
   const auto& child = req.child.thread;
   const auto& parent = req.link.parent;
   auto refuse = [&](ec code, const std::string& why) {
@@ -289,16 +284,16 @@ rocksdb_store::check_spawn(const spawn_request& req) {
                                 : "the thread exists under " + other);
 }
 
-void rocksdb_store::stage_dead_letter(const outbox_entry& entry,
-                                      const std::string& reason) {
+void kv_store::stage_dead_letter(const outbox_entry& entry,
+                                 const std::string& reason) {
   dead_letter letter{entry, reason, wall_clock_millis()};
   auto key = seq_key(entry.from, entry.seq);
-  if (stage_record(cf_dead_letters, key, letter))
+  if (stage_record(cf_dead_letters, entry.from, key, letter))
     batch_delete(cf_outbox, key);
 }
 
-void rocksdb_store::stage_session(const session_record& given) {
-  if (!ready_to_stage())
+void kv_store::stage_session(const session_record& given) {
+  if (!ready_to_stage(given.thread))
     return;
   auto rec = with_stored_parent(given);
   if (!rec) {
@@ -306,29 +301,30 @@ void rocksdb_store::stage_session(const session_record& given) {
            + render(rec.error()));
     return;
   }
-  if (stage_record(cf_sessions, rec->thread, *rec))
+  if (stage_record(cf_sessions, rec->thread, rec->thread, *rec))
     pending_sessions_[rec->thread] = std::move(*rec);
 }
 
-void rocksdb_store::stage_health(const provider_health_record& rec) {
+void kv_store::stage_health(const provider_health_record& rec) {
   auto key = health_key(rec.pool, rec.provider);
-  stage_record(cf_health, key, rec);
+  stage_record(cf_health, rec.pool, key, rec);
 }
 
-void rocksdb_store::stage_meta(const std::string& key,
-                               const std::string& value) {
-  if (!ready_to_stage())
+void kv_store::stage_meta(const std::string& key, const std::string& value) {
+  if (!ready_to_stage(key))
     return;
   batch_put(cf_meta, key, value);
   count_staged();
 }
 
-size_t rocksdb_store::staged() const {
-  return staged_;
+size_t kv_store::staged() const {
+  // A write that could not be staged failed the group: its owner waits for
+  // the flush like any other, and the flush reports the failure.
+  return staged_ + (poisoned_ ? 1 : 0);
 }
 
-caf::error rocksdb_store::flush() {
-  if (opts_.read_only) {
+caf::error kv_store::flush() {
+  if (engine_->read_only()) {
     drop_group();
     return read_only_error();
   }
@@ -339,28 +335,19 @@ caf::error rocksdb_store::flush() {
     drop_group();
     return err;
   }
-  if (auto err = ensure_writable()) {
+  if (auto err = engine_->write(*batch_)) {
     drop_group();
     return err;
-  }
-  rocksdb::WriteOptions wopts;
-  wopts.sync = opts_.sync;
-  auto status = db_->Write(wopts, &batch_);
-  if (!status.ok()) {
-    drop_group();
-    // RocksDB refuses every later write after a failed WAL write; a fresh
-    // instance starts a new WAL. Failing that, keep serving reads.
-    reopen();
-    return caf::make_error(ec::storage_io,
-                           "write failed: " + status.ToString());
   }
   ++stats_.flushes;
   clear_group();
   return caf::none;
 }
 
-store_stats rocksdb_store::stats() const {
-  return stats_;
+store_stats kv_store::stats() const {
+  auto result = stats_;
+  result.reopens = engine_->reopens();
+  return result;
 }
 
 } // namespace keel::store_backend

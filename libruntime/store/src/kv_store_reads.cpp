@@ -1,4 +1,4 @@
-#include "rocksdb_store.hpp"
+#include "kv_store.hpp"
 
 #include <algorithm>
 #include <limits>
@@ -11,12 +11,11 @@ namespace keel::store_backend {
 // -- reading records ----------------------------------------------------------
 
 template <class T>
-caf::error rocksdb_store::collect(size_t cf, const std::string& lower,
-                                  const std::string& upper, std::vector<T>& out,
-                                  std::vector<bad_record>* bad) {
+caf::error kv_store::collect(size_t cf, const std::string& lower,
+                             const std::string& upper, std::vector<T>& out,
+                             std::vector<bad_record>* bad) {
   return scan(
-    cf, lower, upper,
-    [&](const rocksdb::Slice& key, const rocksdb::Slice& val) {
+    cf, lower, upper, [&](std::string_view key, std::string_view val) {
       T x;
       auto why = read_record(key, val, x);
       if (!why)
@@ -31,7 +30,7 @@ caf::error rocksdb_store::collect(size_t cf, const std::string& lower,
 
 template <class T>
 caf::expected<std::vector<T>>
-rocksdb_store::collect_all(size_t cf, std::vector<bad_record>* bad) {
+kv_store::collect_all(size_t cf, std::vector<bad_record>* bad) {
   if (auto err = ensure_readable())
     return err;
   std::vector<T> result;
@@ -40,8 +39,8 @@ rocksdb_store::collect_all(size_t cf, std::vector<bad_record>* bad) {
   return result;
 }
 
-caf::expected<thread_dump> rocksdb_store::dump(const std::string& thread,
-                                               std::vector<bad_record>* bad) {
+caf::expected<thread_dump> kv_store::dump(const std::string& thread,
+                                          std::vector<bad_record>* bad) {
   if (auto err = ensure_readable())
     return err;
   thread_dump result;
@@ -54,51 +53,44 @@ caf::expected<thread_dump> rocksdb_store::dump(const std::string& thread,
       || (err = collect(cf_context, begin, end, result.context, bad))
       || (err = collect(cf_outbox, begin, end, result.outbox, bad)))
     return err;
-  err = scan(cf_client_ids, begin, end,
-             [&](const rocksdb::Slice& key, const rocksdb::Slice& val) {
-               auto seq = parse_decimal(val.ToString());
-               if (seq)
-                 result.client_ids.emplace_back(
-                   std::string{key.data() + begin.size(),
-                               key.size() - begin.size()},
-                   *seq);
-               else if (bad != nullptr)
-                 bad->push_back(bad_record{cf_names[cf_client_ids],
-                                           printable_key(cf_client_ids, key),
-                                           "not a sequence number"});
-               else
-                 return scan_result{
-                   corrupt(cf_client_ids, key, "not a sequence number")};
-               return scan_result{};
-             });
+  err = scan(
+    cf_client_ids, begin, end, [&](std::string_view key, std::string_view val) {
+      auto seq = parse_decimal(std::string{val});
+      if (seq)
+        result.client_ids.emplace_back(std::string{key.data() + begin.size(),
+                                                   key.size() - begin.size()},
+                                       *seq);
+      else if (bad != nullptr)
+        bad->push_back(bad_record{cf_names[cf_client_ids],
+                                  printable_key(cf_client_ids, key),
+                                  "not a sequence number"});
+      else
+        return scan_result{
+          corrupt(cf_client_ids, key, "not a sequence number")};
+      return scan_result{};
+    });
   if (err)
     return err;
   return result;
 }
 
-caf::expected<seq_t> rocksdb_store::last_seq(size_t cf,
-                                             const std::string& thread) {
+caf::expected<seq_t> kv_store::last_seq(size_t cf, const std::string& thread) {
   auto begin = range_begin(thread);
-  rocksdb::Slice lower{begin};
-  rocksdb::ReadOptions ropts;
-  ropts.iterate_lower_bound = &lower;
-  auto it = new_iterator(cf, ropts);
-  it->SeekForPrev(seq_key(thread, std::numeric_limits<seq_t>::max()));
-  if (!it->Valid()) {
-    if (!it->status().ok())
-      return read_failed(cf, it->status());
+  auto last = engine_->last_key(cf, begin, range_end(thread));
+  if (!last)
+    return std::move(last.error());
+  if (!*last)
     return seq_t{0};
-  }
-  auto seq = key_seq(it->key(), begin.size());
-  if (!seq || !it->key().starts_with(begin))
-    return corrupt(cf, it->key(), "key is not thread/seq");
+  auto seq = key_seq(**last, begin.size());
+  if (!seq)
+    return corrupt(cf, **last, "key is not thread/seq");
   return *seq;
 }
 
 // -- reads --------------------------------------------------------------------
 
 caf::expected<thread_snapshot>
-rocksdb_store::load_thread(const std::string& thread) {
+kv_store::load_thread(const std::string& thread) {
   if (auto err = ensure_readable())
     return err;
   thread_snapshot result;
@@ -131,9 +123,9 @@ rocksdb_store::load_thread(const std::string& thread) {
   return result;
 }
 
-caf::expected<history_page> rocksdb_store::history(const std::string& thread,
-                                                   seq_t after, size_t limit,
-                                                   size_t max_bytes) {
+caf::expected<history_page> kv_store::history(const std::string& thread,
+                                              seq_t after, size_t limit,
+                                              size_t max_bytes) {
   if (auto err = ensure_readable())
     return err;
   history_page result;
@@ -142,7 +134,7 @@ caf::expected<history_page> rocksdb_store::history(const std::string& thread,
     return result;
   size_t bytes = 0;
   auto err = scan(cf_log, seq_key(thread, after + 1), range_end(thread),
-                  [&](const rocksdb::Slice& key, const rocksdb::Slice& val) {
+                  [&](std::string_view key, std::string_view val) {
                     if (result.entries.size() == limit) {
                       result.more = true;
                       return scan_result{scan_result::stop};
@@ -165,7 +157,7 @@ caf::expected<history_page> rocksdb_store::history(const std::string& thread,
   return result;
 }
 
-caf::expected<std::vector<std::string>> rocksdb_store::threads_with_inbox() {
+caf::expected<std::vector<std::string>> kv_store::threads_with_inbox() {
   auto counts = inbox_counts();
   if (!counts)
     return std::move(counts.error());
@@ -175,60 +167,57 @@ caf::expected<std::vector<std::string>> rocksdb_store::threads_with_inbox() {
   return result;
 }
 
-caf::expected<session_record>
-rocksdb_store::session(const std::string& thread) {
+caf::expected<session_record> kv_store::session(const std::string& thread) {
   if (auto err = ensure_readable())
     return err;
-  std::string value;
-  auto status = get(cf_sessions, thread, value);
-  if (status.IsNotFound())
+  auto value = get(cf_sessions, thread);
+  if (!value)
+    return std::move(value.error());
+  if (!*value)
     return caf::make_error(ec::not_found, "no session for thread " + thread);
-  if (!status.ok())
-    return read_failed(cf_sessions, status);
-  return decode_at<session_record>(cf_sessions, thread, value);
+  return decode_at<session_record>(cf_sessions, thread, **value);
 }
 
-caf::expected<uint64_t> rocksdb_store::count_sessions() {
+caf::expected<uint64_t> kv_store::count_sessions() {
   if (auto err = ensure_readable())
     return err;
   uint64_t result = 0;
-  auto err = scan(cf_sessions, {}, {},
-                  [&](const rocksdb::Slice&, const rocksdb::Slice&) {
-                    ++result;
-                    return scan_result{};
-                  });
+  auto err = scan(cf_sessions, {}, {}, [&](std::string_view, std::string_view) {
+    ++result;
+    return scan_result{};
+  });
   if (err)
     return err;
   return result;
 }
 
-caf::expected<std::vector<session_record>> rocksdb_store::sessions() {
+caf::expected<std::vector<session_record>> kv_store::sessions() {
   return collect_all<session_record>(cf_sessions, nullptr);
 }
 
 caf::expected<std::vector<session_record>>
-rocksdb_store::sessions(std::vector<bad_record>& bad) {
+kv_store::sessions(std::vector<bad_record>& bad) {
   return collect_all<session_record>(cf_sessions, &bad);
 }
 
-caf::expected<std::vector<tree_link>> rocksdb_store::tree_links() {
+caf::expected<std::vector<tree_link>> kv_store::tree_links() {
   return collect_all<tree_link>(cf_tree, nullptr);
 }
 
 caf::expected<std::vector<tree_link>>
-rocksdb_store::tree_links(std::vector<bad_record>& bad) {
+kv_store::tree_links(std::vector<bad_record>& bad) {
   return collect_all<tree_link>(cf_tree, &bad);
 }
 
 caf::expected<std::vector<std::string>>
-rocksdb_store::children(const std::string& parent) {
+kv_store::children(const std::string& parent) {
   if (auto err = ensure_readable())
     return err;
   std::vector<std::string> result;
   auto begin = range_begin(parent);
   // The keys say it all; `tree_links` reads the records.
   auto err = scan(cf_tree, begin, range_end(parent),
-                  [&](const rocksdb::Slice& key, const rocksdb::Slice&) {
+                  [&](std::string_view key, std::string_view) {
                     result.emplace_back(key.data() + begin.size(),
                                         key.size() - begin.size());
                     return scan_result{};
@@ -238,66 +227,63 @@ rocksdb_store::children(const std::string& parent) {
   return result;
 }
 
-caf::expected<std::vector<outbox_entry>> rocksdb_store::outbox() {
+caf::expected<std::vector<outbox_entry>> kv_store::outbox() {
   return collect_all<outbox_entry>(cf_outbox, nullptr);
 }
 
 caf::expected<std::vector<outbox_entry>>
-rocksdb_store::outbox(std::vector<bad_record>& bad) {
+kv_store::outbox(std::vector<bad_record>& bad) {
   return collect_all<outbox_entry>(cf_outbox, &bad);
 }
 
-caf::expected<std::vector<dead_letter>> rocksdb_store::dead_letters() {
+caf::expected<std::vector<dead_letter>> kv_store::dead_letters() {
   return collect_all<dead_letter>(cf_dead_letters, nullptr);
 }
 
 caf::expected<std::vector<std::pair<std::string, uint64_t>>>
-rocksdb_store::inbox_counts() {
+kv_store::inbox_counts() {
   if (auto err = ensure_readable())
     return err;
   std::vector<std::pair<std::string, uint64_t>> result;
-  auto err = scan(
-    cf_inbox, {}, {}, [&](const rocksdb::Slice& key, const rocksdb::Slice&) {
-      std::string_view str{key.data(), key.size()};
-      auto slash = str.find('/');
-      if (slash == std::string_view::npos || !key_seq(key, slash + 1))
-        return scan_result{corrupt(cf_inbox, key, "key is not thread/seq")};
-      auto thread = str.substr(0, slash);
-      if (result.empty() || result.back().first != thread)
-        result.emplace_back(std::string{thread}, 0);
-      ++result.back().second;
-      return scan_result{};
-    });
+  auto err
+    = scan(cf_inbox, {}, {}, [&](std::string_view key, std::string_view) {
+        std::string_view str{key.data(), key.size()};
+        auto slash = str.find('/');
+        if (slash == std::string_view::npos || !key_seq(key, slash + 1))
+          return scan_result{corrupt(cf_inbox, key, "key is not thread/seq")};
+        auto thread = str.substr(0, slash);
+        if (result.empty() || result.back().first != thread)
+          result.emplace_back(std::string{thread}, 0);
+        ++result.back().second;
+        return scan_result{};
+      });
   if (err)
     return err;
   return result;
 }
 
-caf::expected<thread_dump>
-rocksdb_store::dump_thread(const std::string& thread) {
+caf::expected<thread_dump> kv_store::dump_thread(const std::string& thread) {
   return dump(thread, nullptr);
 }
 
-caf::expected<thread_dump>
-rocksdb_store::dump_thread(const std::string& thread,
-                           std::vector<bad_record>& bad) {
+caf::expected<thread_dump> kv_store::dump_thread(const std::string& thread,
+                                                 std::vector<bad_record>& bad) {
   return dump(thread, &bad);
 }
 
-caf::expected<std::vector<provider_health_record>> rocksdb_store::health() {
+caf::expected<std::vector<provider_health_record>> kv_store::health() {
   return collect_all<provider_health_record>(cf_health, nullptr);
 }
 
-caf::expected<std::string> rocksdb_store::meta(const std::string& key) {
+caf::expected<std::string> kv_store::meta(const std::string& key) {
   if (auto err = ensure_readable())
     return err;
-  std::string value;
-  auto status = get(cf_meta, key, value);
-  if (status.IsNotFound())
+  auto value = get(cf_meta, key);
+  if (!value)
+    return std::move(value.error());
+  if (!*value)
     return caf::make_error(ec::not_found, "no meta value " + key);
-  if (!status.ok())
-    return read_failed(cf_meta, status);
-  return value;
+  return std::move(**value);
 }
 
 } // namespace keel::store_backend

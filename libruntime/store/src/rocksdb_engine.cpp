@@ -1,4 +1,4 @@
-#include "rocksdb_store.hpp"
+#include "rocksdb_engine.hpp"
 
 #include <algorithm>
 #include <exception>
@@ -11,13 +11,6 @@
 #include "fault_file_system.hpp"
 
 namespace keel {
-
-const std::vector<std::string> column_families{store_backend::cf_names.begin(),
-                                               store_backend::cf_names.end()};
-
-store::~store() {
-  // nop
-}
 
 caf::expected<std::unique_ptr<store>> store::open(const std::string& dir,
                                                   const store_options& opts) {
@@ -36,10 +29,10 @@ caf::expected<std::unique_ptr<store>> store::open(const std::string& dir,
                                                         + dir
                                                         + ": no such folder");
     }
-    auto result = std::make_unique<store_backend::rocksdb_store>(dir, opts);
-    if (auto err = result->open_db(opts.read_only))
+    auto engine = std::make_unique<store_backend::rocksdb_engine>(dir, opts);
+    if (auto err = engine->open_db(opts.read_only))
       return err;
-    return std::unique_ptr<store>{std::move(result)};
+    return make_kv_store(std::move(engine));
   } catch (const std::exception& ex) {
     return caf::make_error(ec::storage_open_failed,
                            "cannot open database in " + dir + ": " + ex.what());
@@ -52,7 +45,7 @@ namespace keel::store_backend {
 
 // -- opening ------------------------------------------------------------------
 
-rocksdb_store::rocksdb_store(std::string dir, store_options opts)
+rocksdb_engine::rocksdb_engine(std::string dir, store_options opts)
   : dir_(std::move(dir)), opts_(std::move(opts)) {
   if (opts_.faults) {
     fs_ = make_faulty_file_system(opts_.faults);
@@ -63,11 +56,11 @@ rocksdb_store::rocksdb_store(std::string dir, store_options opts)
   cache_ = rocksdb::NewLRUCache(32 << 20);
 }
 
-rocksdb_store::~rocksdb_store() {
+rocksdb_engine::~rocksdb_engine() {
   close_db();
 }
 
-caf::error rocksdb_store::open_db(bool read_only) {
+caf::error rocksdb_engine::open_db(bool read_only) {
   auto options = db_options();
   auto descriptors = families_to_open(options, read_only);
   if (!descriptors)
@@ -87,16 +80,12 @@ caf::error rocksdb_store::open_db(bool read_only) {
     close_db();
     return err;
   }
-  if (auto err = check_schema()) {
-    close_db();
-    return err;
-  }
   return caf::none;
 }
 
 caf::expected<std::vector<rocksdb::ColumnFamilyDescriptor>>
-rocksdb_store::families_to_open(const rocksdb::Options& options,
-                                bool read_only) {
+rocksdb_engine::families_to_open(const rocksdb::Options& options,
+                                 bool read_only) {
   std::vector<std::string> existing;
   // Fails when there is no database yet, which is fine: we create it.
   auto listed = rocksdb::DB::ListColumnFamilies(options, dir_, &existing);
@@ -128,7 +117,7 @@ rocksdb_store::families_to_open(const rocksdb::Options& options,
   return descriptors;
 }
 
-caf::error rocksdb_store::map_families(bool read_only) {
+caf::error rocksdb_engine::map_families(bool read_only) {
   cf_.fill(nullptr);
   for (auto* handle : handles_)
     for (size_t i = 0; i < cf_count; ++i)
@@ -141,7 +130,7 @@ caf::error rocksdb_store::map_families(bool read_only) {
   return caf::none;
 }
 
-void rocksdb_store::close_db() {
+void rocksdb_engine::close_db() {
   if (db_ == nullptr)
     return;
   for (auto* handle : handles_)
@@ -156,7 +145,7 @@ void rocksdb_store::close_db() {
   writable_ = false;
 }
 
-rocksdb::Options rocksdb_store::db_options() {
+rocksdb::Options rocksdb_engine::db_options() {
   rocksdb::Options options;
   // Two cores: one flush and one compaction thread at most.
   options.IncreaseParallelism(2);
@@ -182,7 +171,7 @@ rocksdb::Options rocksdb_store::db_options() {
   return options;
 }
 
-rocksdb::ColumnFamilyOptions rocksdb_store::cf_options() {
+rocksdb::ColumnFamilyOptions rocksdb_engine::cf_options() {
   rocksdb::ColumnFamilyOptions options;
   // Small values, many writes: 16 MB memtables (the budget above caps
   // them together), no compression on the first levels.
@@ -198,38 +187,9 @@ rocksdb::ColumnFamilyOptions rocksdb_store::cf_options() {
   return options;
 }
 
-caf::error rocksdb_store::check_schema() {
-  std::string value;
-  auto status = get(cf_meta, schema_key, value);
-  if (status.ok()) {
-    auto version = parse_decimal(value);
-    if (!version)
-      return caf::make_error(ec::storage_open_failed,
-                             dir_ + ": schema version '" + value
-                               + "' is not a number");
-    if (*version > schema_version)
-      return caf::make_error(ec::storage_open_failed,
-                             dir_ + ": schema version " + value
-                               + " is newer than this build's "
-                               + std::to_string(schema_version));
-    return caf::none;
-  }
-  if (!status.IsNotFound())
-    return open_failed(status);
-  if (!writable_)
-    return caf::none;
-  rocksdb::WriteOptions wopts;
-  wopts.sync = true;
-  status = db_->Put(wopts, cf_[cf_meta], schema_key,
-                    std::to_string(schema_version));
-  if (!status.ok())
-    return open_failed(status);
-  return caf::none;
-}
-
-caf::error rocksdb_store::reopen() {
+caf::error rocksdb_engine::reopen() {
   close_db();
-  ++stats_.reopens;
+  ++reopens_;
   if (opts_.read_only)
     return open_db(true);
   auto err = open_db(false);
@@ -238,11 +198,13 @@ caf::error rocksdb_store::reopen() {
   return err;
 }
 
-caf::error rocksdb_store::ensure_writable() {
+caf::error rocksdb_engine::ensure_writable() {
   if (writable_)
     return caf::none;
   if (opts_.read_only)
-    return read_only_error();
+    return caf::make_error(ec::storage_io, describe()
+                                             + " is open read-only: cannot "
+                                               "write");
   if (auto err = reopen())
     return caf::make_error(ec::storage_io,
                            "database not writable after a failed write: "
@@ -250,7 +212,7 @@ caf::error rocksdb_store::ensure_writable() {
   return caf::none;
 }
 
-caf::error rocksdb_store::ensure_readable() {
+caf::error rocksdb_engine::ensure_readable() {
   if (db_ != nullptr)
     return caf::none;
   if (auto err = reopen())
@@ -260,39 +222,157 @@ caf::error rocksdb_store::ensure_readable() {
   return caf::none;
 }
 
-caf::error rocksdb_store::open_failed(const rocksdb::Status& status) {
+std::string rocksdb_engine::describe() const {
+  return "the database in " + dir_;
+}
+
+bool rocksdb_engine::read_only() const {
+  return opts_.read_only;
+}
+
+uint64_t rocksdb_engine::reopens() const {
+  return reopens_;
+}
+
+caf::error rocksdb_engine::open_failed(const rocksdb::Status& status) {
   return caf::make_error(ec::storage_open_failed, "cannot open database in "
                                                     + dir_ + ": "
                                                     + status.ToString());
 }
 
-caf::error rocksdb_store::read_failed(size_t cf,
-                                      const rocksdb::Status& status) {
+caf::error rocksdb_engine::read_failed(size_t cf,
+                                       const rocksdb::Status& status) {
   return caf::make_error(ec::storage_io, std::string{"read failed in "}
                                            + cf_names[cf] + ": "
                                            + status.ToString());
 }
 
-caf::error rocksdb_store::read_only_error() const {
-  return caf::make_error(ec::storage_io, "the database in " + dir_
-                                           + " is open read-only: cannot "
-                                             "write");
-}
-
-// -- low-level reads ----------------------------------------------------------
+// -- reads --------------------------------------------------------------------
 
 std::unique_ptr<rocksdb::Iterator>
-rocksdb_store::new_iterator(size_t cf, const rocksdb::ReadOptions& ropts) {
+rocksdb_engine::new_iterator(size_t cf, const rocksdb::ReadOptions& ropts) {
   if (cf_[cf] == nullptr)
     return std::unique_ptr<rocksdb::Iterator>{rocksdb::NewEmptyIterator()};
   return std::unique_ptr<rocksdb::Iterator>{db_->NewIterator(ropts, cf_[cf])};
 }
 
-rocksdb::Status rocksdb_store::get(size_t cf, const std::string& key,
-                                   std::string& value) {
+caf::expected<std::optional<std::string>>
+rocksdb_engine::get(size_t cf, std::string_view key) {
   if (cf_[cf] == nullptr)
-    return rocksdb::Status::NotFound();
-  return db_->Get(rocksdb::ReadOptions{}, cf_[cf], key, &value);
+    return std::optional<std::string>{};
+  std::string value;
+  auto status = db_->Get(rocksdb::ReadOptions{}, cf_[cf],
+                         rocksdb::Slice{key.data(), key.size()}, &value);
+  if (status.IsNotFound())
+    return std::optional<std::string>{};
+  if (!status.ok())
+    return read_failed(cf, status);
+  return std::optional<std::string>{std::move(value)};
+}
+
+caf::error rocksdb_engine::scan(size_t cf, std::string_view lower,
+                                std::string_view upper, const scan_fn& fn) {
+  rocksdb::Slice upper_slice{upper.data(), upper.size()};
+  rocksdb::ReadOptions ropts;
+  if (!upper.empty())
+    ropts.iterate_upper_bound = &upper_slice;
+  auto it = new_iterator(cf, ropts);
+  for (it->Seek(rocksdb::Slice{lower.data(), lower.size()}); it->Valid();
+       it->Next()) {
+    auto res = fn(it->key().ToStringView(), it->value().ToStringView());
+    if (res.err)
+      return std::move(res.err);
+    if (res.flag == scan_result::stop)
+      return caf::none;
+  }
+  if (!it->status().ok())
+    return read_failed(cf, it->status());
+  return caf::none;
+}
+
+caf::expected<std::optional<std::string>>
+rocksdb_engine::last_key(size_t cf, std::string_view lower,
+                         std::string_view upper) {
+  rocksdb::Slice lower_slice{lower.data(), lower.size()};
+  rocksdb::Slice upper_slice{upper.data(), upper.size()};
+  rocksdb::ReadOptions ropts;
+  ropts.iterate_lower_bound = &lower_slice;
+  ropts.iterate_upper_bound = &upper_slice;
+  auto it = new_iterator(cf, ropts);
+  it->SeekToLast();
+  if (!it->Valid()) {
+    if (!it->status().ok())
+      return read_failed(cf, it->status());
+    return std::optional<std::string>{};
+  }
+  return std::optional<std::string>{it->key().ToString()};
+}
+
+// -- writes -------------------------------------------------------------------
+
+namespace {
+
+// A group as one WriteBatch. Column family handles are looked up as writes
+// are staged: a batch records column family ids, which stay the same when
+// the database is reopened.
+class rocksdb_batch : public kv_batch {
+public:
+  explicit rocksdb_batch(const rocksdb_engine& engine) : engine_(engine) {
+    // nop
+  }
+
+  void begin_operation(std::string_view) override {
+    // One WriteBatch holds the whole group.
+  }
+
+  bool put(size_t cf, std::string_view key, std::string_view value) override {
+    auto* handle = engine_.handle(cf);
+    // Only fails on a batch over 4 GB (max_bytes is unlimited by default).
+    return handle != nullptr
+           && batch_
+                .Put(handle, rocksdb::Slice{key.data(), key.size()},
+                     rocksdb::Slice{value.data(), value.size()})
+                .ok();
+  }
+
+  bool erase(size_t cf, std::string_view key) override {
+    auto* handle = engine_.handle(cf);
+    return handle != nullptr
+           && batch_.Delete(handle, rocksdb::Slice{key.data(), key.size()})
+                .ok();
+  }
+
+  void clear() override {
+    batch_.Clear();
+  }
+
+  rocksdb::WriteBatch& batch() {
+    return batch_;
+  }
+
+private:
+  const rocksdb_engine& engine_;
+  rocksdb::WriteBatch batch_;
+};
+
+} // namespace
+
+std::unique_ptr<kv_batch> rocksdb_engine::new_batch() {
+  return std::make_unique<rocksdb_batch>(*this);
+}
+
+caf::error rocksdb_engine::write(kv_batch& batch) {
+  if (auto err = ensure_writable())
+    return err;
+  rocksdb::WriteOptions wopts;
+  wopts.sync = opts_.sync;
+  auto status = db_->Write(wopts, &static_cast<rocksdb_batch&>(batch).batch());
+  if (status.ok())
+    return caf::none;
+  // RocksDB refuses every later write after a failed WAL write; a fresh
+  // instance starts a new WAL. Failing that, keep serving reads.
+  reopen();
+  return caf::make_error(ec::storage_io, "write failed: " + status.ToString());
 }
 
 } // namespace keel::store_backend

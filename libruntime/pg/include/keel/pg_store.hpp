@@ -1,0 +1,42 @@
+#pragma once
+
+// The PostgreSQL backend of `store`: the same records under the same keys
+// as the RocksDB backend, one table per family in the schema `keel`, each
+// `(key bytea PRIMARY KEY, value bytea)`. A group is one transaction per
+// connection, committed with synchronous_commit on.
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "keel/store.hpp"
+
+namespace keel {
+
+/// The PostgreSQL schema version this build creates and reads (the table
+/// layout; the records in them carry `schema_version` in `meta` as on
+/// RocksDB).
+constexpr int pg_layout_version = 1;
+
+struct pg_store_options {
+  /// A libpq URI or conninfo string; never shown in messages.
+  std::string url;
+  /// Connections kept open. A group's writes are spread over them by
+  /// thread: a thread's writes always go over the same connection.
+  size_t connections = 2;
+  /// The server cancels a statement running longer (statement_timeout).
+  std::chrono::milliseconds statement_timeout{std::chrono::seconds{10}};
+  /// How long connecting may take.
+  std::chrono::milliseconds connect_timeout{std::chrono::seconds{5}};
+  /// Read only: no tables created, every write fails (`keelctl verify`).
+  bool read_only = false;
+};
+
+/// Connects, creates the schema on first use (or checks the one there) and
+/// returns the store. Fails with `ec::storage_open_failed` naming the
+/// reason (never the URL).
+caf::expected<std::unique_ptr<store>>
+open_pg_store(const pg_store_options& opts);
+
+} // namespace keel

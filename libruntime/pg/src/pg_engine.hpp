@@ -1,0 +1,174 @@
+#pragma once
+
+// The PostgreSQL engine under the store (see `keel/pg_store.hpp`): one
+// table per family, `(key bytea PRIMARY KEY, value bytea)` in the schema
+// `keel`; keys compare bytewise as in RocksDB. Reads go over the first
+// connection; a group's writes over all of them, one transaction each.
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "keel/kv_engine.hpp"
+#include "keel/pg_connection.hpp"
+#include "keel/pg_store.hpp"
+
+namespace keel::pg {
+
+/// A group's writes, the last write per key, each with the share
+/// (connection) of the operation that wrote it. Operations of one thread
+/// share a share; two shares writing one key become one, so that the key's
+/// writes stay in order inside one transaction.
+class batch : public kv_batch {
+public:
+  /// One write: the value, or none for a removal.
+  struct write {
+    std::optional<std::string> value;
+    size_t share = 0;
+  };
+
+  explicit batch(size_t shares);
+
+  void begin_operation(std::string_view thread) override;
+
+  bool put(size_t family, std::string_view key,
+           std::string_view value) override;
+
+  bool erase(size_t family, std::string_view key) override;
+
+  void clear() override;
+
+  /// The share that commits the writes of `share` (after merges).
+  size_t owner(size_t share) const;
+
+  /// The shares that commit something.
+  std::vector<size_t> owners() const;
+
+  /// The writes per family, by key (sorted: statements touch rows in key
+  /// order).
+  const std::vector<std::map<std::string, write, std::less<>>>&
+  families() const {
+    return families_;
+  }
+
+private:
+  void stage(size_t family, std::string_view key,
+             std::optional<std::string> value);
+
+  std::vector<std::map<std::string, write, std::less<>>> families_;
+  // Union-find over shares: `merged_[i]` leads towards the owner of i.
+  std::vector<size_t> merged_;
+  size_t current_ = 0;
+};
+
+class engine : public kv_engine {
+public:
+  explicit engine(pg_store_options opts);
+
+  ~engine() override;
+
+  /// Connects the first connection and creates (or checks) the schema.
+  caf::error open();
+
+  std::string describe() const override;
+
+  bool read_only() const override;
+
+  caf::error ensure_readable() override;
+
+  caf::error ensure_writable() override;
+
+  caf::expected<std::optional<std::string>> get(size_t family,
+                                                std::string_view key) override;
+
+  caf::error scan(size_t family, std::string_view lower, std::string_view upper,
+                  const scan_fn& fn) override;
+
+  caf::expected<std::optional<std::string>>
+  last_key(size_t family, std::string_view lower,
+           std::string_view upper) override;
+
+  std::unique_ptr<kv_batch> new_batch() override;
+
+  /// Commits each connection's share of the batch as one transaction, the
+  /// shares side by side. A COMMIT whose outcome is unknown (the session
+  /// ended during it) is resolved by reading the transaction's status back
+  /// (`pg_xact_status`), never guessed.
+  caf::error write(kv_batch& batch) override;
+
+  uint64_t reopens() const override;
+
+private:
+  // (Re)connects connection `slot` with the session settings Keel needs.
+  caf::error connect(size_t slot);
+
+  // Connection `slot`, connected.
+  caf::expected<connection*> usable(size_t slot);
+
+  // Creates the schema if missing (under an advisory lock: nodes may start
+  // side by side) and checks its layout version.
+  caf::error prepare_schema();
+
+  caf::error check_layout();
+
+  // Runs a read over the first connection; a connection found broken
+  // (the server restarted since its last use) is replaced and the read
+  // asked once more: nothing was done on the broken one.
+  caf::expected<result> query(const std::string& sql,
+                              const std::vector<std::string_view>& params);
+
+  // Fetches one page of [lower, upper) of `family` after `after` (if set).
+  caf::expected<result> scan_page(size_t family, std::string_view lower,
+                                  std::string_view upper,
+                                  const std::optional<std::string>& after);
+
+  caf::error read_failed(size_t family, const caf::error& err) const;
+
+  // What identifies one share's transaction once its session is gone.
+  struct commit_ticket {
+    // Written into `keel.commit_marks` under the connection's writer id in
+    // the transaction itself: there after a COMMIT that took effect only.
+    uint64_t nonce = 0;
+    // The server process that ran it, and when its server started.
+    int pid = 0;
+    std::string server_started;
+  };
+
+  // Commits the writes of `part` of `batch` over connection `part`.
+  caf::error commit_share(class batch& batch, size_t part);
+
+  // BEGIN and the commit mark of `ticket`, over a connection that was
+  // working before (a broken one is replaced once: nothing was sent on it).
+  caf::expected<connection*> begin_share(size_t part, commit_ticket& ticket);
+
+  // The writer id of connection `slot` in `keel.commit_marks`.
+  std::string writer(size_t slot) const;
+
+  // Stages the writes of `part` in the open transaction.
+  caf::error write_share(connection& conn, class batch& batch, size_t part);
+
+  // Reads back whether the transaction of `ticket` committed after its
+  // session ended during COMMIT: waits until its server process is gone
+  // (ending it if it only waits for a COMMIT that will never come), then
+  // looks for its commit mark.
+  caf::error resolve_commit(size_t slot, const commit_ticket& ticket);
+
+  // Whether the server process of `ticket` still runs; ends it when it
+  // idles in the transaction.
+  caf::expected<bool> still_running(connection& conn,
+                                    const commit_ticket& ticket);
+
+  pg_store_options opts_;
+  std::vector<std::optional<connection>> conns_;
+  // Random per engine: writer ids and nonces of no other engine match.
+  std::string instance_;
+  std::atomic<uint64_t> next_nonce_;
+  std::atomic<uint64_t> reopens_ = 0;
+};
+
+} // namespace keel::pg

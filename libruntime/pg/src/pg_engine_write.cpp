@@ -1,0 +1,284 @@
+#include "pg_engine.hpp"
+
+#include <chrono>
+#include <functional>
+#include <thread>
+
+namespace keel::pg {
+
+namespace {
+
+// Rows per INSERT or DELETE statement: far below the protocol's 65535
+// parameters, large enough that a group takes few statements.
+constexpr size_t rows_per_statement = 1000;
+
+// How often `resolve_commit` asks before it gives up.
+constexpr int resolve_attempts = 20;
+
+constexpr auto resolve_pause = std::chrono::milliseconds{100};
+
+std::string table_of(size_t family) {
+  return "keel." + column_families[family];
+}
+
+// "INSERT INTO T (key, value) VALUES ($1, $2), ... ON CONFLICT ..." for
+// `rows` rows.
+std::string upsert_sql(size_t family, size_t rows) {
+  std::string sql = "INSERT INTO " + table_of(family) + " (key, value) VALUES ";
+  for (size_t i = 0; i < rows; ++i) {
+    sql += i == 0 ? "($" : ", ($";
+    sql += std::to_string(2 * i + 1) + ", $" + std::to_string(2 * i + 2) + ")";
+  }
+  return sql + " ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value";
+}
+
+// "DELETE FROM T WHERE key IN ($1, ...)" for `rows` keys.
+std::string delete_sql(size_t family, size_t rows) {
+  std::string sql = "DELETE FROM " + table_of(family) + " WHERE key IN (";
+  for (size_t i = 0; i < rows; ++i)
+    sql += (i == 0 ? "$" : ", $") + std::to_string(i + 1);
+  return sql + ")";
+}
+
+caf::error write_failed(const caf::error& err) {
+  return caf::make_error(ec::storage_io, "write failed: " + error_message(err));
+}
+
+} // namespace
+
+// -- batch --------------------------------------------------------------------
+
+batch::batch(size_t shares) : merged_(std::max<size_t>(shares, 1)) {
+  families_.resize(column_families.size());
+  clear();
+}
+
+void batch::begin_operation(std::string_view thread) {
+  current_ = std::hash<std::string_view>{}(thread) % merged_.size();
+}
+
+bool batch::put(size_t family, std::string_view key, std::string_view value) {
+  stage(family, key, std::string{value});
+  return true;
+}
+
+bool batch::erase(size_t family, std::string_view key) {
+  stage(family, key, std::nullopt);
+  return true;
+}
+
+void batch::stage(size_t family, std::string_view key,
+                  std::optional<std::string> value) {
+  auto& writes = families_[family];
+  auto i = writes.find(key);
+  if (i == writes.end()) {
+    writes.emplace(std::string{key}, write{std::move(value), current_});
+    return;
+  }
+  // Another operation wrote this key in this group: both commit together.
+  auto a = owner(i->second.share);
+  auto b = owner(current_);
+  if (a != b)
+    merged_[std::max(a, b)] = std::min(a, b);
+  i->second = write{std::move(value), current_};
+}
+
+void batch::clear() {
+  for (auto& writes : families_)
+    writes.clear();
+  for (size_t i = 0; i < merged_.size(); ++i)
+    merged_[i] = i;
+  current_ = 0;
+}
+
+size_t batch::owner(size_t share) const {
+  while (merged_[share] != share)
+    share = merged_[share];
+  return share;
+}
+
+std::vector<size_t> batch::owners() const {
+  std::vector<bool> used(merged_.size(), false);
+  for (auto& writes : families_)
+    for (auto& entry : writes)
+      used[owner(entry.second.share)] = true;
+  std::vector<size_t> result;
+  for (size_t i = 0; i < used.size(); ++i)
+    if (used[i])
+      result.push_back(i);
+  return result;
+}
+
+// -- writing a group ----------------------------------------------------------
+
+std::unique_ptr<kv_batch> engine::new_batch() {
+  return std::make_unique<batch>(conns_.size());
+}
+
+caf::error engine::write(kv_batch& given) {
+  if (auto err = ensure_writable())
+    return err;
+  auto& group = static_cast<batch&>(given);
+  auto owners = group.owners();
+  if (owners.size() <= 1)
+    return owners.empty() ? caf::none : commit_share(group, owners.front());
+  // Shares touch disjoint keys: their transactions commit side by side.
+  std::vector<caf::error> errors(owners.size());
+  std::vector<std::thread> workers;
+  for (size_t i = 1; i < owners.size(); ++i)
+    workers.emplace_back(
+      [&, i] { errors[i] = commit_share(group, owners[i]); });
+  errors[0] = commit_share(group, owners[0]);
+  for (auto& worker : workers)
+    worker.join();
+  for (auto& err : errors)
+    if (err)
+      return std::move(err);
+  return caf::none;
+}
+
+std::string engine::writer(size_t slot) const {
+  return instance_ + "-" + std::to_string(slot);
+}
+
+caf::expected<connection*> engine::begin_share(size_t part,
+                                               commit_ticket& ticket) {
+  auto conn = usable(part);
+  if (!conn)
+    return conn;
+  auto begun = (*conn)->exec("BEGIN");
+  if (!begun && !(*conn)->ok()) {
+    // Broken since its last use (a server restart): nothing was sent yet.
+    conn = usable(part);
+    if (!conn)
+      return conn;
+    begun = (*conn)->exec("BEGIN");
+  }
+  auto& db = **conn;
+  ticket.nonce = next_nonce_++;
+  auto marked = begun ? db.exec("INSERT INTO keel.commit_marks (writer, nonce) "
+                                "VALUES ($1, $2) ON CONFLICT (writer) DO "
+                                "UPDATE SET nonce = EXCLUDED.nonce "
+                                "RETURNING pg_postmaster_start_time()::text",
+                                {writer(part), std::to_string(ticket.nonce)})
+                      : std::move(begun);
+  if (!marked)
+    return std::move(marked.error());
+  ticket.pid = db.backend_pid();
+  ticket.server_started = std::string{marked->value(0, 0)};
+  return &db;
+}
+
+caf::error engine::commit_share(batch& group, size_t part) {
+  commit_ticket ticket;
+  auto conn = begin_share(part, ticket);
+  caf::error err = conn ? write_share(**conn, group, part) : conn.error();
+  if (err) {
+    // A transaction left open would fail every later statement on this
+    // connection (25P02): end it.
+    if (conn && (*conn)->ok() && !(*conn)->idle())
+      static_cast<void>((*conn)->exec("ROLLBACK"));
+    return write_failed(err);
+  }
+  auto& db = **conn;
+  auto done = db.exec("COMMIT");
+  if (done)
+    return caf::none;
+  // The server refused the COMMIT: the transaction is rolled back. The
+  // session ended during it: the outcome is unknown until read back.
+  if (db.ok())
+    return write_failed(done.error());
+  return resolve_commit(part, ticket);
+}
+
+caf::error engine::write_share(connection& conn, batch& group, size_t part) {
+  auto& families = group.families();
+  for (size_t family = 0; family < families.size(); ++family) {
+    std::vector<std::string_view> puts;
+    std::vector<std::string_view> removals;
+    auto run = [&](bool upsert) -> caf::error {
+      auto& params = upsert ? puts : removals;
+      if (params.empty())
+        return caf::none;
+      auto rows = upsert ? params.size() / 2 : params.size();
+      auto sql = upsert ? upsert_sql(family, rows) : delete_sql(family, rows);
+      auto res = conn.exec_binary(sql, params);
+      params.clear();
+      return res ? caf::none : std::move(res.error());
+    };
+    for (auto& [key, entry] : families[family]) {
+      if (group.owner(entry.share) != part)
+        continue;
+      if (entry.value) {
+        puts.insert(puts.end(), {key, *entry.value});
+        if (puts.size() == 2 * rows_per_statement)
+          if (auto err = run(true))
+            return err;
+      } else {
+        removals.push_back(key);
+        if (removals.size() == rows_per_statement)
+          if (auto err = run(false))
+            return err;
+      }
+    }
+    if (auto err = run(false))
+      return err;
+    if (auto err = run(true))
+      return err;
+  }
+  return caf::none;
+}
+
+caf::expected<bool> engine::still_running(connection& conn,
+                                          const commit_ticket& ticket) {
+  auto res = conn.exec("SELECT state FROM pg_stat_activity WHERE pid = "
+                       "$1::int AND pg_postmaster_start_time()::text = $2",
+                       {std::to_string(ticket.pid), ticket.server_started});
+  if (!res)
+    return std::move(res.error());
+  if (res->rows() == 0)
+    return false;
+  // Idle in the transaction: the COMMIT never reached it, and ending the
+  // process rolls the transaction back. Anything else (running the COMMIT,
+  // waiting for a synchronous standby) is left to finish.
+  if (res->value(0, 0).substr(0, 19) == "idle in transaction")
+    static_cast<void>(conn.exec("SELECT pg_terminate_backend($1::int)",
+                                {std::to_string(ticket.pid)}));
+  return true;
+}
+
+caf::error engine::resolve_commit(size_t slot, const commit_ticket& ticket) {
+  caf::error last;
+  for (int attempt = 0; attempt < resolve_attempts; ++attempt) {
+    if (attempt > 0)
+      std::this_thread::sleep_for(resolve_pause);
+    auto conn = usable(slot);
+    auto running = conn ? still_running(**conn, ticket)
+                        : caf::expected<bool>{conn.error()};
+    if (!running || *running) {
+      last = running ? caf::make_error(ec::storage_io,
+                                       "its server process still runs")
+                     : std::move(running.error());
+      continue;
+    }
+    auto mark = (*conn)->exec("SELECT nonce::text FROM keel.commit_marks "
+                              "WHERE writer = $1",
+                              {writer(slot)});
+    if (!mark) {
+      last = std::move(mark.error());
+      continue;
+    }
+    if (mark->rows() == 1 && mark->value(0, 0) == std::to_string(ticket.nonce))
+      return caf::none;
+    return caf::make_error(ec::storage_io,
+                           "write failed: the session ended during COMMIT "
+                           "and the transaction did not commit (read back)");
+  }
+  return caf::make_error(ec::storage_io,
+                         "write failed: the session ended during COMMIT and "
+                         "whether the transaction committed could not be "
+                         "read back (not acknowledged): "
+                           + error_message(last));
+}
+
+} // namespace keel::pg
