@@ -78,7 +78,7 @@ void pg_server::start() {
   run_tool({bin_dir() + "/pg_ctl", "start", "-w", "-t", "60", "-D", data_dir_,
             "-l", dir_ + "/server.log", "-o",
             "-k " + socket_dir_ + " -p " + std::to_string(port_)
-              + " -c listen_addresses=''"});
+              + " -c listen_addresses=127.0.0.1"});
 }
 
 void pg_server::stop() {

@@ -2,9 +2,9 @@
 
 // A PostgreSQL server of its own for a test or a benchmark: initdb in a
 // fresh folder, then `pg_ctl start` listening on a unix socket in that
-// folder only (no TCP), stopped (and its folder left to the caller) when the
-// object goes away. PostgreSQL refuses to run as root, so as root the
-// server runs as the `postgres` user, which then owns the folder.
+// folder and on 127.0.0.1 (a free port), stopped (and its folder left to
+// the caller) when the object goes away. PostgreSQL refuses to run as root, so
+// as root the server runs as the `postgres` user, which then owns the folder.
 
 #include <string>
 #include <vector>
@@ -16,7 +16,7 @@ namespace keel {
 class pg_server {
 public:
   /// Creates the cluster in `dir`/pgdata (database `keel`, user `keel`,
-  /// trust authentication on the socket) and starts it. Throws
+  /// trust authentication on the socket and on loopback) and starts it. Throws
   /// std::runtime_error with the tools' output when it cannot.
   explicit pg_server(std::string dir);
 
@@ -28,6 +28,12 @@ public:
   /// A libpq URI for `database` (created by initdb: `keel`) on the
   /// server's socket.
   std::string url(const std::string& database = "keel") const;
+
+  /// The port, on the unix socket and on 127.0.0.1 (for a test that puts
+  /// a proxy between a client and the server).
+  int port() const {
+    return port_;
+  }
 
   /// Starts the server again after `stop` or `kill9`.
   void start();
