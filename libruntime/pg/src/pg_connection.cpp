@@ -180,6 +180,69 @@ caf::expected<result> connection::checked(result res) {
   return caf::make_error(ec::storage_io, describe(res.res_.get()));
 }
 
+bool connection::send_step(const statement& step) {
+  std::vector<const char*> values;
+  std::vector<int> lengths;
+  std::vector<int> formats(step.params.size(), 1);
+  for (auto p : step.params) {
+    values.push_back(p.data() != nullptr ? p.data() : "");
+    lengths.push_back(static_cast<int>(p.size()));
+  }
+  return PQsendQueryParams(conn_, step.sql.c_str(),
+                           static_cast<int>(values.size()), nullptr,
+                           values.data(), lengths.data(), formats.data(), 1)
+         == 1;
+}
+
+caf::expected<result> connection::next_result() {
+  result res{PQgetResult(conn_)};
+  if (!res.res_)
+    return checked(std::move(res));
+  // Each statement's results end with a NULL.
+  while (auto* extra = PQgetResult(conn_))
+    PQclear(extra);
+  if (PQresultStatus(res.res_.get()) == PGRES_PIPELINE_ABORTED)
+    return caf::make_error(ec::storage_io, "skipped: an earlier statement of "
+                                           "the pipeline failed");
+  return checked(std::move(res));
+}
+
+caf::expected<std::vector<result>>
+connection::pipeline(const std::vector<statement>& steps) {
+  if (!ok() || PQenterPipelineMode(conn_) != 1)
+    return caf::make_error(ec::storage_io,
+                           "connection lost: " + last_error(conn_));
+  bool sent = true;
+  for (auto& step : steps)
+    sent = sent && send_step(step);
+  sent = sent && PQpipelineSync(conn_) == 1;
+  std::vector<result> results;
+  caf::error first_error;
+  for (size_t i = 0; sent && i < steps.size(); ++i) {
+    auto res = next_result();
+    if (res)
+      results.push_back(std::move(*res));
+    else if (!first_error)
+      first_error = std::move(res.error());
+    if (!ok())
+      break;
+  }
+  // The sync point's own result, then back to one statement at a time.
+  if (sent && ok())
+    if (auto* sync = PQgetResult(conn_))
+      PQclear(sync);
+  if (!sent || !ok() || PQexitPipelineMode(conn_) != 1) {
+    broken_ = true;
+    return caf::make_error(ec::storage_io,
+                           "connection lost: "
+                             + (first_error ? error_message(first_error)
+                                            : last_error(conn_)));
+  }
+  if (first_error)
+    return first_error;
+  return results;
+}
+
 bool connection::idle() const {
   return conn_ != nullptr && PQtransactionStatus(conn_) == PQTRANS_IDLE;
 }

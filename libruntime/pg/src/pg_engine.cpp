@@ -44,6 +44,7 @@ caf::error bad_answer(const std::string& what) {
 
 engine::engine(pg_store_options opts) : opts_(std::move(opts)) {
   conns_.resize(opts_.connections);
+  server_started_.resize(opts_.connections);
   std::random_device rd;
   std::mt19937_64 gen{(uint64_t{rd()} << 32) ^ rd()};
   char id[17];
@@ -110,11 +111,13 @@ caf::error engine::connect(size_t slot) {
                    "set_config('statement_timeout', $1, false), "
                    "set_config('default_transaction_read_only', $2, false), "
                    "set_config('application_name', 'keel', false), "
-                   "set_config('client_min_messages', 'warning', false)",
+                   "set_config('client_min_messages', 'warning', false), "
+                   "pg_postmaster_start_time()::text",
                    {std::to_string(opts_.statement_timeout.count()),
                     std::string{opts_.read_only ? "on" : "off"}});
   if (!set)
     return std::move(set.error());
+  server_started_[slot] = std::string{set->value(0, 5)};
   conn = std::move(*opened);
   return caf::none;
 }

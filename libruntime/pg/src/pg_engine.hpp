@@ -131,26 +131,37 @@ private:
 
   // What identifies one share's transaction once its session is gone.
   struct commit_ticket {
-    // Written into `keel.commit_marks` under the connection's writer id in
-    // the transaction itself: there after a COMMIT that took effect only.
+    // Written into `keel.commit_marks` under `writer` in the transaction
+    // itself: there after a COMMIT that took effect only.
     uint64_t nonce = 0;
     // The server process that ran it, and when its server started.
     int pid = 0;
     std::string server_started;
+    std::string writer;
+  };
+
+  // How a share's transaction ended: `err` none (committed), or the
+  // failure; `not_committed`: the session ended and reading back showed
+  // the transaction did not commit.
+  struct share_outcome {
+    caf::error err;
+    bool not_committed = false;
   };
 
   // Commits the writes of `part` of `batch` over connection `part`.
   caf::error commit_share(class batch& batch, size_t part);
 
-  // BEGIN and the commit mark of `ticket`, over a connection that was
-  // working before (a broken one is replaced once: nothing was sent on it).
-  caf::expected<connection*> begin_share(size_t part, commit_ticket& ticket);
+  // One attempt of `commit_share`.
+  share_outcome run_share(class batch& batch, size_t part);
+
+  // BEGIN, the commit mark of `ticket`, the writes of `part` in multi-row
+  // statements, COMMIT. The statements point into `batch` and `nonce`.
+  std::vector<statement> share_statements(class batch& batch, size_t part,
+                                          const commit_ticket& ticket,
+                                          std::string& nonce);
 
   // The writer id of connection `slot` in `keel.commit_marks`.
   std::string writer(size_t slot) const;
-
-  // Stages the writes of `part` in the open transaction.
-  caf::error write_share(connection& conn, class batch& batch, size_t part);
 
   // Reads back whether the transaction of `ticket` committed after its
   // session ended during COMMIT: waits until its server process is gone
@@ -165,6 +176,8 @@ private:
 
   pg_store_options opts_;
   std::vector<std::optional<connection>> conns_;
+  // pg_postmaster_start_time() seen by each connection when it connected.
+  std::vector<std::string> server_started_;
   // Random per engine: writer ids and nonces of no other engine match.
   std::string instance_;
   std::atomic<uint64_t> next_nonce_;

@@ -141,92 +141,83 @@ std::string engine::writer(size_t slot) const {
   return instance_ + "-" + std::to_string(slot);
 }
 
-caf::expected<connection*> engine::begin_share(size_t part,
-                                               commit_ticket& ticket) {
-  auto conn = usable(part);
-  if (!conn)
-    return conn;
-  auto begun = (*conn)->exec("BEGIN");
-  if (!begun && !(*conn)->ok()) {
-    // Broken since its last use (a server restart): nothing was sent yet.
-    conn = usable(part);
-    if (!conn)
-      return conn;
-    begun = (*conn)->exec("BEGIN");
-  }
-  auto& db = **conn;
-  ticket.nonce = next_nonce_++;
-  auto marked = begun ? db.exec("INSERT INTO keel.commit_marks (writer, nonce) "
-                                "VALUES ($1, $2) ON CONFLICT (writer) DO "
-                                "UPDATE SET nonce = EXCLUDED.nonce "
-                                "RETURNING pg_postmaster_start_time()::text",
-                                {writer(part), std::to_string(ticket.nonce)})
-                      : std::move(begun);
-  if (!marked)
-    return std::move(marked.error());
-  ticket.pid = db.backend_pid();
-  ticket.server_started = std::string{marked->value(0, 0)};
-  return &db;
-}
-
-caf::error engine::commit_share(batch& group, size_t part) {
-  commit_ticket ticket;
-  auto conn = begin_share(part, ticket);
-  caf::error err = conn ? write_share(**conn, group, part) : conn.error();
-  if (err) {
-    // A transaction left open would fail every later statement on this
-    // connection (25P02): end it.
-    if (conn && (*conn)->ok() && !(*conn)->idle())
-      static_cast<void>((*conn)->exec("ROLLBACK"));
-    return write_failed(err);
-  }
-  auto& db = **conn;
-  auto done = db.exec("COMMIT");
-  if (done)
-    return caf::none;
-  // The server refused the COMMIT: the transaction is rolled back. The
-  // session ended during it: the outcome is unknown until read back.
-  if (db.ok())
-    return write_failed(done.error());
-  return resolve_commit(part, ticket);
-}
-
-caf::error engine::write_share(connection& conn, batch& group, size_t part) {
+std::vector<statement> engine::share_statements(batch& group, size_t part,
+                                                const commit_ticket& ticket,
+                                                std::string& nonce) {
+  nonce = std::to_string(ticket.nonce);
+  std::vector<statement> steps;
+  steps.push_back({"BEGIN", {}});
+  // Text parameters cast from text: binary format is then their bytes.
+  steps.push_back({"INSERT INTO keel.commit_marks (writer, nonce) VALUES "
+                   "($1::text, $2::text::bigint) ON CONFLICT (writer) DO "
+                   "UPDATE SET nonce = EXCLUDED.nonce",
+                   {ticket.writer, nonce}});
   auto& families = group.families();
   for (size_t family = 0; family < families.size(); ++family) {
     std::vector<std::string_view> puts;
     std::vector<std::string_view> removals;
-    auto run = [&](bool upsert) -> caf::error {
+    auto flush_rows = [&](bool upsert) {
       auto& params = upsert ? puts : removals;
       if (params.empty())
-        return caf::none;
+        return;
       auto rows = upsert ? params.size() / 2 : params.size();
-      auto sql = upsert ? upsert_sql(family, rows) : delete_sql(family, rows);
-      auto res = conn.exec_binary(sql, params);
+      steps.push_back(
+        {upsert ? upsert_sql(family, rows) : delete_sql(family, rows),
+         std::move(params)});
       params.clear();
-      return res ? caf::none : std::move(res.error());
     };
     for (auto& [key, entry] : families[family]) {
       if (group.owner(entry.share) != part)
         continue;
-      if (entry.value) {
+      if (entry.value)
         puts.insert(puts.end(), {key, *entry.value});
-        if (puts.size() == 2 * rows_per_statement)
-          if (auto err = run(true))
-            return err;
-      } else {
+      else
         removals.push_back(key);
-        if (removals.size() == rows_per_statement)
-          if (auto err = run(false))
-            return err;
-      }
+      if (puts.size() == 2 * rows_per_statement)
+        flush_rows(true);
+      if (removals.size() == rows_per_statement)
+        flush_rows(false);
     }
-    if (auto err = run(false))
-      return err;
-    if (auto err = run(true))
-      return err;
+    flush_rows(false);
+    flush_rows(true);
   }
-  return caf::none;
+  steps.push_back({"COMMIT", {}});
+  return steps;
+}
+
+engine::share_outcome engine::run_share(batch& group, size_t part) {
+  auto conn = usable(part);
+  if (!conn)
+    return {write_failed(conn.error()), false};
+  commit_ticket ticket{next_nonce_++, (*conn)->backend_pid(),
+                       server_started_[part], writer(part)};
+  std::string nonce;
+  // One round trip: BEGIN, the commit mark, the writes, COMMIT.
+  auto done = (*conn)->pipeline(share_statements(group, part, ticket, nonce));
+  if (done)
+    return {};
+  if ((*conn)->ok()) {
+    // The server refused a statement: the transaction is rolled back (or
+    // left aborted, which would fail every later statement: end it).
+    if (!(*conn)->idle())
+      static_cast<void>((*conn)->exec("ROLLBACK"));
+    return {write_failed(done.error()), false};
+  }
+  // The session ended: whether the COMMIT took effect is read back.
+  auto resolved = resolve_commit(part, ticket);
+  bool not_committed = resolved
+                       && error_message(resolved).find("did not commit")
+                            != std::string::npos;
+  return {std::move(resolved), not_committed};
+}
+
+caf::error engine::commit_share(batch& group, size_t part) {
+  auto first = run_share(group, part);
+  // A connection found dead (the server restarted since its last use) took
+  // nothing: once that is read back, the share goes again on a fresh one.
+  if (first.not_committed)
+    return run_share(group, part).err;
+  return std::move(first.err);
 }
 
 caf::expected<bool> engine::still_running(connection& conn,
@@ -263,7 +254,7 @@ caf::error engine::resolve_commit(size_t slot, const commit_ticket& ticket) {
     }
     auto mark = (*conn)->exec("SELECT nonce::text FROM keel.commit_marks "
                               "WHERE writer = $1",
-                              {writer(slot)});
+                              {ticket.writer});
     if (!mark) {
       last = std::move(mark.error());
       continue;

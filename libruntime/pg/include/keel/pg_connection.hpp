@@ -47,6 +47,13 @@ private:
 /// A statement parameter: text, or NULL.
 using param = std::optional<std::string>;
 
+/// A statement of a pipeline: its parameters go in binary format (see
+/// `connection::exec_binary`), text ones as their bytes.
+struct statement {
+  std::string sql;
+  std::vector<std::string_view> params;
+};
+
 class connection {
 public:
   /// Connects to `url` (a libpq URI or conninfo string) and waits at most
@@ -78,6 +85,14 @@ public:
   exec_binary(const std::string& sql,
               const std::vector<std::string_view>& params);
 
+  /// Sends every statement at once (libpq's pipeline mode: one round trip
+  /// for all of them) and returns their results in order. The server runs
+  /// them in order and skips the rest after one fails: the error is that
+  /// statement's ("SQLSTATE CODE: MESSAGE"), or "connection lost: ..." as
+  /// for `exec`, in which case which statements ran is unknown.
+  caf::expected<std::vector<result>>
+  pipeline(const std::vector<statement>& steps);
+
   /// The process id of the server process serving this connection.
   int backend_pid() const;
 
@@ -95,6 +110,12 @@ private:
 
   // Turns what libpq answered into a result or an error (see `exec`).
   caf::expected<result> checked(result res);
+
+  // Queues `step` in pipeline mode.
+  bool send_step(const statement& step);
+
+  // Reads the result of one queued statement (and the NULL after it).
+  caf::expected<result> next_result();
 
   pg_conn* conn_ = nullptr;
   /// The server ended the session (a shutdown or connection error came as
