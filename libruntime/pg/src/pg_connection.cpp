@@ -43,6 +43,29 @@ std::string result_message(const PGresult* res) {
   return msg.empty() ? "no reason given" : msg;
 }
 
+// A statement's parameters in binary format, as libpq takes them.
+struct binary_params {
+  explicit binary_params(const std::vector<std::string_view>& params)
+    : formats(params.size(), 1) {
+    for (auto p : params) {
+      // A null pointer would be SQL NULL; an empty value is not.
+      values.push_back(p.data() != nullptr ? p.data() : "");
+      lengths.push_back(static_cast<int>(p.size()));
+    }
+  }
+
+  int size() const {
+    return static_cast<int>(values.size());
+  }
+
+  std::vector<const char*> values;
+  std::vector<int> lengths;
+  std::vector<int> formats;
+};
+
+// Statements a connection keeps prepared.
+constexpr size_t max_prepared = 64;
+
 } // namespace
 
 // -- result -------------------------------------------------------------------
@@ -103,7 +126,8 @@ connection::connection(pg_conn* conn) noexcept : conn_(conn) {
 
 connection::connection(connection&& other) noexcept
   : conn_(std::exchange(other.conn_, nullptr)),
-    broken_(std::exchange(other.broken_, false)) {
+    broken_(std::exchange(other.broken_, false)),
+    prepared_(std::move(other.prepared_)) {
   // nop
 }
 
@@ -113,6 +137,7 @@ connection& connection::operator=(connection&& other) noexcept {
       PQfinish(conn_);
     conn_ = std::exchange(other.conn_, nullptr);
     broken_ = std::exchange(other.broken_, false);
+    prepared_ = std::move(other.prepared_);
   }
   return *this;
 }
@@ -150,19 +175,28 @@ connection::exec_binary(const std::string& sql,
   if (!ok())
     return caf::make_error(ec::storage_io,
                            "connection lost: " + last_error(conn_));
-  std::vector<const char*> values;
-  std::vector<int> lengths;
-  std::vector<int> formats(params.size(), 1);
-  values.reserve(params.size());
-  lengths.reserve(params.size());
-  for (auto p : params) {
-    // A null pointer would be SQL NULL; an empty value is not.
-    values.push_back(p.data() != nullptr ? p.data() : "");
-    lengths.push_back(static_cast<int>(p.size()));
-  }
-  return checked(result{
-    PQexecParams(conn_, sql.c_str(), static_cast<int>(values.size()), nullptr,
-                 values.data(), lengths.data(), formats.data(), 1)});
+  binary_params p{params};
+  auto name = prepared_name(sql);
+  if (!name.empty())
+    return checked(
+      result{PQexecPrepared(conn_, name.c_str(), p.size(), p.values.data(),
+                            p.lengths.data(), p.formats.data(), 1)});
+  return checked(
+    result{PQexecParams(conn_, sql.c_str(), p.size(), nullptr, p.values.data(),
+                        p.lengths.data(), p.formats.data(), 1)});
+}
+
+std::string connection::prepared_name(const std::string& sql) {
+  if (auto i = prepared_.find(sql); i != prepared_.end())
+    return i->second;
+  if (prepared_.size() >= max_prepared)
+    return {};
+  auto name = "keel_" + std::to_string(prepared_.size());
+  result res{PQprepare(conn_, name.c_str(), sql.c_str(), 0, nullptr)};
+  if (!res.res_ || PQresultStatus(res.res_.get()) != PGRES_COMMAND_OK)
+    return {};
+  prepared_.emplace(sql, name);
+  return name;
 }
 
 caf::expected<result> connection::checked(result res) {
@@ -181,16 +215,10 @@ caf::expected<result> connection::checked(result res) {
 }
 
 bool connection::send_step(const statement& step) {
-  std::vector<const char*> values;
-  std::vector<int> lengths;
-  std::vector<int> formats(step.params.size(), 1);
-  for (auto p : step.params) {
-    values.push_back(p.data() != nullptr ? p.data() : "");
-    lengths.push_back(static_cast<int>(p.size()));
-  }
-  return PQsendQueryParams(conn_, step.sql.c_str(),
-                           static_cast<int>(values.size()), nullptr,
-                           values.data(), lengths.data(), formats.data(), 1)
+  binary_params p{step.params};
+  return PQsendQueryParams(conn_, step.sql.c_str(), p.size(), nullptr,
+                           p.values.data(), p.lengths.data(), p.formats.data(),
+                           1)
          == 1;
 }
 

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -80,7 +81,9 @@ public:
 
   /// Like `exec`, but the parameters go as raw bytes (binary format: a
   /// `bytea` parameter is the bytes as they are, no escaping) and the rows
-  /// come in binary format (a `bytea` value is its bytes).
+  /// come in binary format (a `bytea` value is its bytes). The first 64
+  /// distinct statements are prepared on the server once per connection
+  /// (parsed and planned once, not on every call).
   caf::expected<result>
   exec_binary(const std::string& sql,
               const std::vector<std::string_view>& params);
@@ -111,6 +114,11 @@ private:
   // Turns what libpq answered into a result or an error (see `exec`).
   caf::expected<result> checked(result res);
 
+  // The name of `sql` prepared on this connection, preparing it now; empty
+  // when no more are kept or the server refused it (the caller then runs
+  // it unprepared, and the server's refusal is reported from there).
+  std::string prepared_name(const std::string& sql);
+
   // Queues `step` in pipeline mode.
   bool send_step(const statement& step);
 
@@ -121,6 +129,8 @@ private:
   /// The server ended the session (a shutdown or connection error came as
   /// a statement's error): the connection is not used again.
   bool broken_ = false;
+  /// Statements prepared on this connection, by their text.
+  std::map<std::string, std::string, std::less<>> prepared_;
 };
 
 /// The SQLSTATE of an error from `connection::exec` ("23505", ...), or ""
