@@ -51,8 +51,9 @@ struct fixture {
   void exchange(ws_client& ws, const std::string& thread, const std::string& id,
                 const std::string& text) {
     CAF_REQUIRE(!ws.send_text(protocol::send_frame(thread, id, text)));
-    auto reply = receive_until(
-      ws, [&](auto& j) { return j["type"] == "reply" && j["id"] == id; });
+    auto reply = receive_until(ws, [&](auto& j) {
+      return j["type"] == "reply" && j["id"] == id;
+    });
     CAF_REQUIRE(reply);
   }
 
@@ -96,10 +97,9 @@ CAF_TEST(a stopped node data moves to postgres and the node carries on) {
   CAF_CHECK_EQUAL(again.exit_code, 1);
   CAF_CHECK(has(again.err, "already holds data"));
   // The node on PostgreSQL sees the same threads and goes on.
-  node_process node{dir.str(),
-                    node_yaml(dir, "storage:\n  backend: postgres\n"
-                                   "  postgres:\n    url: \""
-                                     + pg.url() + "\"\n")};
+  node_process node{dir.str(), node_yaml(dir, "storage:\n  backend: postgres\n"
+                                              "  postgres:\n    url: \""
+                                                + pg.url() + "\"\n")};
   auto ws = connect_client(node.address());
   for (auto& t : threads)
     CAF_CHECK_EQUAL(history(*ws, t), before[t]);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <future>
 #include <iostream>
 #include <memory>
 #include <set>
@@ -199,17 +200,37 @@ private:
       out << "node stderr (end):\n" << text << "\n";
     }
     out << "replay: " << replay_command() << "\n";
-    if (opts_.sabotage.empty() || !remove_work_dir_)
+    if (opts_.sabotage.empty() || !remove_work_dir_) {
+      if (test::store_on_postgres() && !gen_dir_.empty())
+        out << dump_database() << "\n";
       out << "work dir kept: " << work_dir_ << "\n";
+    }
     std::cerr << out.str();
+  }
+
+  /// On PostgreSQL the failing generation's data is in a database that goes
+  /// away with the run's server: dumps it as SQL (`pg_dump`) into the
+  /// generation's folder, which the failure keeps. Says where, or why not.
+  std::string dump_database() const {
+    auto file = gen_dir_ + "/database.sql";
+    try {
+      auto res = run_command({pg_server::bin_dir() + "/pg_dump", "--file", file,
+                              test::test_pg_url_for(gen_dir_ + "/data")},
+                             120s);
+      if (res.exit_code == 0)
+        return "the generation's database dumped to " + file;
+      return "pg_dump failed: " + res.out + res.err;
+    } catch (const std::exception& e) {
+      return std::string{"cannot dump the database: "} + e.what();
+    }
   }
 
   std::string replay_command() const {
     std::ostringstream cmd;
-    cmd << argv0_ << " --seed " << opts_.seed << " --iterations "
-        << current_index_ + 1 << " --node-binary " << opts_.node_binary
-        << " --keelctl-binary " << opts_.keelctl_binary << " --verify-every "
-        << opts_.verify_every << " --generation-length "
+    cmd << argv0_ << " --seed " << opts_.seed << " --backend " << opts_.backend
+        << " --iterations " << current_index_ + 1 << " --node-binary "
+        << opts_.node_binary << " --keelctl-binary " << opts_.keelctl_binary
+        << " --verify-every " << opts_.verify_every << " --generation-length "
         << opts_.shape.generation_length << " --min-ops " << opts_.shape.min_ops
         << " --max-ops " << opts_.shape.max_ops << " --max-threads "
         << opts_.shape.max_threads << " --provider-delay "
@@ -237,6 +258,8 @@ private:
     // makes them happen deterministically.
     if (stats_.quarantined_threads == 0)
       violation("--require-all: no thread was found in quarantine");
+    if (stats_.used.database_server && stats_.pg_kills == 0)
+      violation("--require-all: the PostgreSQL server was never killed");
   }
 
   // -- setup ------------------------------------------------------------------
@@ -255,12 +278,17 @@ private:
       std::filesystem::create_directories(work_dir_);
     }
     ::unsetenv("KEEL_KILL_AT");
+    // test_store.hpp's helpers (a node's storage settings, keelctl's data
+    // arguments, a database per data folder) follow this.
+    ::setenv("KEEL_STORE_BACKEND", opts_.backend.c_str(), 1);
+    stats_.used.database_server = test::store_on_postgres();
     auto help = run_command({opts_.node_binary, "--help"}, 30s);
     stats_.kill_points_available = help.out.find("--kill-at")
                                    != std::string::npos;
     auto verify = run_command({opts_.keelctl_binary, "verify", "--help"}, 30s);
+    auto data_flag = test::store_on_postgres() ? "--pg" : "--data-dir";
     stats_.verify_available = verify.exit_code == 0
-                              && verify.out.find("--data-dir")
+                              && verify.out.find(data_flag)
                                    != std::string::npos;
     // What the node offers is asked of a node of its own: each generation's
     // node starts with that generation's settings.
@@ -270,8 +298,9 @@ private:
     stats_.used.cancel = supports("cancel");
     ws_.reset();
     node_.reset();
-    say("seed " + std::to_string(opts_.seed) + "; work dir " + work_dir_
-        + "; spawn " + (stats_.used.spawn ? "yes" : "NO") + ", cancel "
+    say("seed " + std::to_string(opts_.seed) + "; backend " + opts_.backend
+        + "; work dir " + work_dir_ + "; spawn "
+        + (stats_.used.spawn ? "yes" : "NO") + ", cancel "
         + (stats_.used.cancel ? "yes" : "NO") + ", kill points "
         + (stats_.kill_points_available ? "yes" : "NO") + ", keelctl verify "
         + (stats_.verify_available ? "yes" : "NO"));
@@ -321,14 +350,15 @@ private:
     passivations_seen_ = 0;
     auto settings = "logging:\n  level: warn\nthreads:\n  idle_timeout: "
                     + opts_.idle_timeout + "\n";
-    if (!storage_timeout.empty())
-      settings += "storage:\n  request_timeout: " + storage_timeout + "\n";
+    auto storage = storage_timeout.empty()
+                     ? std::string{}
+                     : "  request_timeout: " + storage_timeout + "\n";
     try {
       ::unsetenv("KEEL_KILL_AT");
       node_ = std::make_unique<node_process>(
         dir,
         test::slow_echo_yaml(name, dir + "/data", opts_.provider_delay,
-                             settings),
+                             settings, storage),
         opts_.node_binary);
     } catch (const std::exception& e) {
       violation(std::string{"a fresh node did not start: "} + e.what());
@@ -397,8 +427,8 @@ private:
   /// the thread must be in quarantine at the next `keelctl verify`.
   bool corrupt_context(const std::string& thread, uint64_t seq) {
     context_corrupted_ = true;
-    auto result = test::write_raw_record(
-      gen_dir_ + "/data/db", "context", test::seq_key(thread, seq), "garbage{");
+    auto result = test::write_node_record(
+      gen_dir_ + "/data", "context", test::seq_key(thread, seq), "garbage{");
     if (result != "OK") {
       violation("cannot corrupt " + thread + "'s context record #"
                 + std::to_string(seq) + ": " + result);
@@ -536,17 +566,21 @@ private:
       return false;
     if (!stats_.verify_available || verified_)
       return true; // Nothing changed since the last verify.
-    auto data = gen_dir_ + "/data";
-    auto result = run_command(
-      {opts_.keelctl_binary, "verify", "--data-dir", data, "--json"}, 120s);
+    std::vector<std::string> argv{opts_.keelctl_binary, "verify", "--json"};
+    std::string where;
+    for (auto& arg : test::data_args(gen_dir_ + "/data")) {
+      argv.push_back(arg);
+      where += " " + arg;
+    }
+    auto result = run_command(argv, 120s);
     ++stats_.verify_runs;
     if (opts_.verbose)
-      say("keelctl verify --data-dir " + data + ": exit "
+      say("keelctl verify" + where + ": exit "
           + std::to_string(result.exit_code));
     verified_ = result.exit_code == 0;
     if (result.exit_code != 0) {
       ++stats_.verify_failures;
-      violation("keelctl verify --data-dir " + data + " exited with "
+      violation("keelctl verify" + where + " exited with "
                 + std::to_string(result.exit_code) + ":\n" + result.out
                 + result.err);
       return false;
@@ -670,8 +704,8 @@ private:
       ++stats_.duplicates;
       violation("DUPLICATE: " + thread + " message #"
                 + std::to_string(e.reply_to) + " (" + e.client_id
-                + ") was answered twice on the wire: #"
-                + std::to_string(i->second) + " and #" + std::to_string(e.seq));
+                + ") was answered twice on the wire: "
+                + to_string(rec.observed[i->second]) + " and " + to_string(e));
     }
     rec.observed[e.seq] = e;
   }
@@ -1097,8 +1131,18 @@ private:
     return op_status::done;
   }
 
+  /// Whether an operation answered with a transient error is sent again:
+  /// up to 5 times, or, once the PostgreSQL server was killed in this
+  /// iteration, until `op_timeout` has passed since its first attempt (the
+  /// node refuses writes until the server is back).
+  bool repeat_transient(int attempt, clock_type::time_point first) const {
+    return attempt < 5
+           || (database_killed_ && clock_type::now() - first < op_timeout);
+  }
+
   op_status execute(const op& x, std::string& result) {
     auto key = x.thread + "/" + x.id;
+    auto started = clock_type::now();
     for (int attempt = 0;; ++attempt) {
       auto first = attempted_.insert(key).second;
       if (ws_->send_text(request(x)))
@@ -1116,9 +1160,10 @@ private:
       }
       auto type = json_string(frame, "type");
       auto code = json_string(frame, "code");
-      if (type == "error" && transient(code) && attempt < 5) {
+      if (type == "error" && transient(code)
+          && repeat_transient(attempt, started)) {
         // The node says to send again later; back off a little.
-        std::this_thread::sleep_for(100ms * (attempt + 1));
+        std::this_thread::sleep_for(std::min(100ms * (attempt + 1), 500ms));
         continue;
       }
       result = type == "error"
@@ -1300,6 +1345,8 @@ private:
 
   /// One life of the node: up (armed as planned), the remaining operations,
   /// the planned kill or a death, else waiting until everything is answered.
+  /// A planned kill of the database server does not end it: the node lives
+  /// through the outage.
   life_end live(const iteration_plan& plan, int life) {
     auto arm = arming(plan, life);
     if (!node_->running() || arm || node_armed_) {
@@ -1311,20 +1358,22 @@ private:
     }
     auto kill_after = life == 0 && !plan.kill.at_point ? plan.kill.after_acks
                                                        : 0;
-    switch (execute_ops(plan, kill_after)) {
+    auto ran = execute_ops(plan, kill_after);
+    if (ran == op_status::kill_now && plan.kill.database_kill)
+      ran = outlive_database_kill(plan);
+    switch (ran) {
       case op_status::failed: return life_end::failed;
       case op_status::died: return died(false, "during operations");
-      case op_status::kill_now:
-        if (plan.kill.snapshot_before_kill) {
-          auto st = refresh_logs();
-          if (st != status::ok)
-            return st == status::died ? died(false, "reading histories")
-                                      : life_end::failed;
-        }
+      case op_status::kill_now: {
+        auto st = read_before_kill(plan.kill);
+        if (st != status::ok)
+          return st == status::died ? died(false, "reading histories")
+                                    : life_end::failed;
         kill9("kill -9 after ack " + std::to_string(acks_) + " (op "
               + std::to_string(next_op_ - 1) + ")");
         ++stats_.kill9_instant;
         return life_end::crashed;
+      }
       case op_status::done: break;
     }
     auto settled = settle();
@@ -1342,11 +1391,55 @@ private:
     return life_end::settled;
   }
 
+  /// Extends the read histories right before a planned kill -9, if the
+  /// plan says so.
+  status read_before_kill(const kill_plan& kill) {
+    return kill.snapshot_before_kill ? refresh_logs() : status::ok;
+  }
+
+  /// The planned kill -9 of the PostgreSQL server, right after the
+  /// acknowledgement it waited for: the server starts again after the
+  /// planned outage while the remaining operations go on (refused or
+  /// unanswered ones are sent again, see `repeat_transient`). `done` once
+  /// every operation is answered and the server is back; the node is never
+  /// restarted, so the settling and checks that follow show that it got
+  /// over the outage by itself.
+  op_status outlive_database_kill(const iteration_plan& plan) {
+    auto st = read_before_kill(plan.kill);
+    if (st != status::ok)
+      return st == status::died ? op_status::died : op_status::failed;
+    auto outage = plan.kill.database_outage;
+    test::test_pg_server().kill9();
+    ++stats_.pg_kills;
+    database_killed_ = true;
+    crash_ += (crash_.empty() ? "" : "; ")
+              + std::string{"kill -9 of PostgreSQL after ack "}
+              + std::to_string(acks_) + " (op " + std::to_string(next_op_ - 1)
+              + "), down " + std::to_string(outage.count()) + " ms";
+    // The restart's own thread touches only the server, which nothing
+    // else uses until it is joined below.
+    auto restarted = std::async(std::launch::async, [outage] {
+      std::this_thread::sleep_for(outage);
+      try {
+        test::test_pg_server().start();
+        return std::string{};
+      } catch (const std::exception& e) {
+        return std::string{e.what()};
+      }
+    });
+    auto ran = execute_ops(plan, 0);
+    auto error = restarted.get();
+    if (!error.empty() && failures_.empty())
+      violation("PostgreSQL did not start again after its kill -9: " + error);
+    return failures_.empty() ? ran : op_status::failed;
+  }
+
   bool run_iteration(const iteration_plan& plan) {
     plan_ = &plan;
     current_index_ = plan.index;
     crash_.clear();
     context_corrupted_ = false;
+    database_killed_ = false;
     next_op_ = 0;
     acks_ = 0;
     op_results_.assign(plan.ops.size(), std::string{});
@@ -1429,6 +1522,8 @@ private:
   std::vector<std::string> op_results_;
   std::string crash_;
   bool context_corrupted_ = false;
+  /// The PostgreSQL server was killed during this iteration.
+  bool database_killed_ = false;
   std::vector<std::string> failures_;
   std::string sabotage_;
 };
@@ -1461,6 +1556,7 @@ nlohmann::json to_json(const fuzz_stats& x) {
     {"kill9_fallback", x.kill9_fallback},
     {"kill_point_deaths", x.kill_point_deaths},
     {"boot_deaths", x.boot_deaths},
+    {"pg_kills", x.pg_kills},
     {"kill_points_fired", fired},
     {"kill_points_armed", armed},
     {"restarts", x.restarts},
@@ -1486,6 +1582,7 @@ nlohmann::json to_json(const fuzz_stats& x) {
      {{"spawn", x.used.spawn},
       {"cancel", x.used.cancel},
       {"kill_points", x.kill_points_available},
+      {"database_server", x.used.database_server},
       {"verify", x.verify_available}}},
   };
 }

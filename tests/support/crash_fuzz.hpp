@@ -4,14 +4,17 @@
 // a single std::mt19937_64, and a runner that plays them against real keel-node
 // processes, kills them (kill -9 at an instant, or an armed kill point),
 // restarts them and checks the contract against its own record of
-// acknowledgements, kept outside the node.
+// acknowledgements, kept outside the node. On PostgreSQL (`--backend
+// postgres`) it also kills the database server mid-traffic and starts it
+// again; the node is not restarted and must carry on by itself.
 //
 // The generator is header-only and needs no node (tests/unit checks that the
 // same seed gives the same plan); the runner is in crash_fuzz.cpp.
 //
 // Determinism: the whole plan (every operation, its thread, tree shape,
 // cancels, resends, the kill mode, the kill point, its probability and seed,
-// the number of acknowledgements before a kill -9, whether a context record
+// the number of acknowledgements before a kill -9 (of the node, or of its
+// PostgreSQL server, and how long that stays down), whether a context record
 // is corrupted before a restart, each generation's storage timeout) is a
 // function of the seed alone: the generator tracks the model it expects
 // (threads, tree, closed threads) and never looks at what the node did. The
@@ -95,6 +98,13 @@ struct kill_plan {
   /// True: arm `point`; false: kill -9 after `after_acks` acknowledgements.
   bool at_point = false;
   size_t after_acks = 0;
+  /// With `at_point` false: the kill -9 after `after_acks` hits the
+  /// PostgreSQL server, not the node. The server stays down for
+  /// `database_outage`, then starts again while the remaining operations go
+  /// on; the node is never restarted for it. No recovery crash and no
+  /// corrupted record go with it (both need a restart of the node).
+  bool database_kill = false;
+  std::chrono::milliseconds database_outage{0};
   kill_point point = kill_point::batch_written;
   double probability = 1.0;
   uint64_t node_seed = 1;
@@ -120,15 +130,19 @@ inline std::string kill_at_spec(kill_point point, double probability,
   return std::string{to_string(point)} + ":" + buf + ":" + std::to_string(seed);
 }
 
-/// One line, e.g. `kill -9 after ack 7` or `kill point batch_written:0.5:9`.
+/// One line, e.g. `kill -9 after ack 7`, `kill point batch_written:0.5:9` or
+/// `kill -9 of PostgreSQL after ack 3, down 250 ms`.
 inline std::string to_string(const kill_plan& x) {
-  auto result = x.at_point
-                  ? "kill point "
-                      + kill_at_spec(x.point, x.probability, x.node_seed)
-                  : "kill -9 after ack " + std::to_string(x.after_acks)
-                      + (x.snapshot_before_kill ? " (histories read "
-                                                  "first)"
-                                                : "");
+  std::string result;
+  if (x.at_point)
+    result = "kill point " + kill_at_spec(x.point, x.probability, x.node_seed);
+  else if (x.database_kill)
+    result = "kill -9 of PostgreSQL after ack " + std::to_string(x.after_acks)
+             + ", down " + std::to_string(x.database_outage.count()) + " ms";
+  else
+    result = "kill -9 after ack " + std::to_string(x.after_acks);
+  if (!x.at_point && x.snapshot_before_kill)
+    result += " (histories read first)";
   if (x.recovery_crash)
     result += ", then kill point "
               + kill_at_spec(x.recovery_point, x.recovery_probability,
@@ -169,6 +183,9 @@ struct thread_model {
 struct features {
   bool spawn = true;
   bool cancel = true;
+  /// The node's store is on a PostgreSQL server the fuzzer runs (and may
+  /// kill).
+  bool database_server = false;
 };
 
 /// Shape of the traffic.
@@ -194,11 +211,15 @@ public:
   generator(uint64_t seed, features feats, generator_options opts = {})
     : rng_(seed), features_(feats), opts_(opts) {
     // The first round visits every kill mode once (kill -9 at an instant,
-    // then each kill point), in a seeded order; later ones are drawn with a
-    // bias toward the interesting points.
-    first_round_.push_back(-1);
+    // each kill point, and on PostgreSQL kill -9 of the server), in a seeded
+    // order; later ones are drawn with a bias toward the interesting points.
+    // Without a database server the plans are those of a generator that
+    // knows no database kill: the same draws in the same order.
+    first_round_.push_back(kill9_node);
     for (auto p : all_kill_points())
       first_round_.push_back(static_cast<int>(p));
+    if (features_.database_server)
+      first_round_.push_back(kill9_database);
     for (size_t i = first_round_.size(); i > 1; --i)
       std::swap(first_round_[i - 1], first_round_[uniform(0, i - 1)]);
   }
@@ -269,29 +290,46 @@ private:
     return pick(short_ones);
   }
 
+  /// Kill modes as the generator draws them: a kill point's number, or one
+  /// of these.
+  static constexpr int kill9_node = -1;
+  static constexpr int kill9_database = -2;
+
+  /// A kill mode after the first round. Weights: instant 3;
+  /// session_created 2, session_written 2, provider_call 2, call_completed
+  /// 3, message_enqueued 3, tree_link_written 3, batch_written 3; the
+  /// database server 3 (0 without one: the draws are those of a generator
+  /// that knows no database kill).
+  int draw_later_mode() {
+    static constexpr int weights[] = {3, 2, 2, 2, 3, 3, 3, 3};
+    auto database_weight = features_.database_server ? 3 : 0;
+    auto total = database_weight;
+    for (auto w : weights)
+      total += w;
+    auto x = static_cast<int>(uniform(0, static_cast<size_t>(total - 1)));
+    auto mode = kill9_node;
+    for (auto w : weights) {
+      if (x < w)
+        return mode;
+      x -= w;
+      ++mode;
+    }
+    return kill9_database;
+  }
+
+  /// How long a killed database server stays down before it starts again
+  /// (starting takes a moment more: crash recovery from its WAL).
+  std::chrono::milliseconds draw_database_outage() {
+    static const std::vector<int> outages_ms{0, 250, 1000, 2500};
+    return std::chrono::milliseconds{pick(outages_ms)};
+  }
+
   kill_plan draw_kill(uint64_t index) {
     kill_plan k;
-    int mode;
-    if (index < first_round_.size()) {
-      mode = first_round_[index];
-    } else {
-      // Weights: instant 3; session_created 2, session_written 2,
-      // provider_call 2, call_completed 3, message_enqueued 3,
-      // tree_link_written 3, batch_written 3.
-      static constexpr int weights[] = {3, 2, 2, 2, 3, 3, 3, 3};
-      auto total = 0;
-      for (auto w : weights)
-        total += w;
-      auto x = static_cast<int>(uniform(0, static_cast<size_t>(total - 1)));
-      mode = -1;
-      for (auto w : weights) {
-        if (x < w)
-          break;
-        x -= w;
-        ++mode;
-      }
-    }
+    auto mode = index < first_round_.size() ? first_round_[index]
+                                            : draw_later_mode();
     k.at_point = mode >= 0;
+    k.database_kill = mode == kill9_database;
     if (k.at_point) {
       k.point = static_cast<kill_point>(mode);
       // The first round fires at the first chance: every point is hit.
@@ -299,8 +337,10 @@ private:
                                                   : probability_for(k.point);
       k.node_seed = rng_() | 1;
     }
+    if (k.database_kill)
+      k.database_outage = draw_database_outage();
     k.snapshot_before_kill = chance(50);
-    k.recovery_crash = chance(20);
+    k.recovery_crash = !k.database_kill && chance(20);
     if (k.recovery_crash) {
       static const std::vector<kill_point> at_recovery{
         kill_point::batch_written, kill_point::provider_call,
@@ -310,7 +350,8 @@ private:
       k.recovery_probability = probability_for(k.recovery_point);
       k.recovery_seed = rng_() | 1;
     }
-    k.corrupt_context = chance(opts_.corrupt_context_percent);
+    k.corrupt_context = !k.database_kill
+                        && chance(opts_.corrupt_context_percent);
     return k;
   }
 
@@ -561,6 +602,10 @@ private:
 /// What a run does (keel-crash-fuzz's command line).
 struct fuzz_options {
   uint64_t seed = 0;
+  /// Where the nodes keep their data: "rocksdb" (a folder each) or
+  /// "postgres" (a database each on a PostgreSQL server the run starts for
+  /// itself; adds kill -9 of that server to the plans).
+  std::string backend = "rocksdb";
   uint64_t iterations = 20;
   /// Stop starting iterations after this long (0: no limit).
   std::chrono::seconds duration{0};
@@ -581,8 +626,9 @@ struct fuzz_options {
   std::string idle_timeout = "200ms";
   /// How long a restarted node may take to answer everything.
   std::chrono::seconds settle_timeout{60};
-  /// Fail unless spawn, cancel, kill points, verify, passivation, storage
-  /// timeouts and quarantine were all exercised.
+  /// Fail unless spawn, cancel, kill points, verify, passivation,
+  /// quarantine and (on PostgreSQL) a kill of the database server were all
+  /// exercised.
   bool require_all = false;
   /// Tests the fuzzer itself: corrupts its own record once ("lost": an
   /// acknowledgement the node never gave; "prefix": a log entry read before
@@ -610,6 +656,9 @@ struct fuzz_stats {
   uint64_t kill_point_deaths = 0;
   /// Kill point deaths while the node was booting (recovering).
   uint64_t boot_deaths = 0;
+  /// kill -9 of the PostgreSQL server (not counted in `kills`: the node
+  /// lives on).
+  uint64_t pg_kills = 0;
   /// Kills after which the restarted node answered everything and every
   /// check held.
   uint64_t kills_survived = 0;

@@ -236,17 +236,11 @@ struct store_fixture {
   void put_raw(const std::string& cf, const std::string& key,
                const std::string& value, bool reopen = true) {
     close();
-    if (store_on_postgres()) {
-      auto conn = test_pg_connection();
-      auto res = conn.exec_binary("INSERT INTO keel." + cf
-                                    + " (key, value) VALUES ($1, $2) ON "
-                                      "CONFLICT (key) DO UPDATE SET value = "
-                                      "EXCLUDED.value",
-                                  {key, value});
-      CAF_REQUIRE_EQUAL(outcome(res), "none");
-    } else {
+    if (store_on_postgres())
+      CAF_REQUIRE_EQUAL(write_pg_record(test_pg_server().url(), cf, key, value),
+                        "OK");
+    else
       put_raw_record(dir, cf, key, value);
-    }
     if (reopen)
       open();
   }

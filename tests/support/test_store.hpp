@@ -15,6 +15,7 @@
 
 #include "keel/pg_connection.hpp"
 #include "keel/tools/pg_server.hpp"
+#include "raw_records.hpp"
 #include "temp_dir.hpp"
 
 namespace keel::test {
@@ -55,6 +56,33 @@ inline std::string test_pg_url_for(const std::string& data_dir) {
   if (!created)
     throw std::runtime_error(error_message(created.error()));
   return urls[data_dir] = test_pg_server().url(name);
+}
+
+/// Writes `value` under `key` in family `cf` of the PostgreSQL store at
+/// `url` behind the store's back. Returns "OK" or why not.
+inline std::string
+write_pg_record(const std::string& url, const std::string& cf,
+                const std::string& key, const std::string& value) {
+  auto conn = pg::connection::open(url);
+  if (!conn)
+    return error_message(conn.error());
+  auto res = conn->exec_binary("INSERT INTO keel." + cf
+                                 + " (key, value) VALUES ($1, $2) ON CONFLICT "
+                                   "(key) DO UPDATE SET value = "
+                                   "EXCLUDED.value",
+                               {key, value});
+  return res ? "OK" : error_message(res.error());
+}
+
+/// Writes `value` under `key` in family `cf` of the node on `data_dir`
+/// behind the store's back (a stopped node's data: RocksDB in
+/// `data_dir`/db, or its PostgreSQL database). Returns "OK" or why not.
+inline std::string
+write_node_record(const std::string& data_dir, const std::string& cf,
+                  const std::string& key, const std::string& value) {
+  if (!store_on_postgres())
+    return write_raw_record(data_dir + "/db", cf, key, value);
+  return write_pg_record(test_pg_url_for(data_dir), cf, key, value);
 }
 
 /// The `storage:` settings of a node on `data_dir` on the suites' backend

@@ -1,13 +1,15 @@
 // keel-crash-fuzz: the seeded crash fuzzer as a program.
 // Starts a keel-node, builds random agent trees, sends random traffic, kills
 // the node (kill -9 after the k-th acknowledgement, or an armed kill point
-// biased toward the interesting ones), restarts it and checks the contract
+// biased toward the interesting ones; on PostgreSQL also kill -9 of the
+// database server, the node living on), restarts it and checks the contract
 // against its own record of acknowledgements: no acknowledged message lost,
 // none answered twice, every log a prefix of what it was plus what came
 // after, every child's outcome forwarded to its parent once; `keelctl
 // verify` on the stopped node's data every few iterations.
 //
 //   keel-crash-fuzz [--seed N] [--iterations N] [--duration SECONDS]
+//                   [--backend rocksdb|postgres]
 //                   [--node-binary PATH] [--keelctl-binary PATH]
 //                   [--work-dir DIR] [--json] [--verbose] ...
 //
@@ -73,6 +75,12 @@ void add_options(CLI::App& app, keel::fuzz::fuzz_options& opts,
                  "stop starting iterations after this many seconds (0: no "
                  "limit); whichever of --iterations and --duration comes "
                  "first ends the run");
+  app
+    .add_option("--backend", opts.backend,
+                "where the nodes keep their data: rocksdb (default) or "
+                "postgres (a PostgreSQL server of the run's own, which the "
+                "plans also kill)")
+    ->check(CLI::IsMember({"rocksdb", "postgres"}));
   app.add_option("--node-binary", opts.node_binary,
                  "keel-node (default: $KEEL_NODE_BINARY, else the build "
                  "tree's)");
@@ -99,8 +107,8 @@ void add_options(CLI::App& app, keel::fuzz::fuzz_options& opts,
                  "(default 60)");
   app.add_flag("--require-all", opts.require_all,
                "fail unless spawn, cancel, keelctl verify, every kill point, "
-               "passivation, a timed-out storage request and quarantine "
-               "were exercised");
+               "passivation, quarantine and (on postgres) a kill of the "
+               "database server were exercised");
   app
     .add_option("--sabotage", opts.sabotage,
                 "tests the fuzzer: corrupt its own record once (lost, "
@@ -132,13 +140,17 @@ void report(const keel::fuzz::fuzz_options& opts,
             const keel::fuzz::fuzz_stats& stats, int rc) {
   auto summary = keel::fuzz::to_json(stats);
   summary["seed"] = opts.seed;
+  summary["backend"] = opts.backend;
   summary["passed"] = rc == 0;
   if (opts.json)
     std::cout << summary.dump(2) << std::endl;
-  std::cerr << "keel-crash-fuzz: seed " << opts.seed << ": "
-            << (rc == 0 ? "PASSED" : "FAILED") << "; " << stats.iterations
-            << " iterations, " << stats.kills << " kills ("
-            << stats.kills_survived << " survived), " << stats.acked
+  std::cerr << "keel-crash-fuzz: seed " << opts.seed << " on " << opts.backend
+            << ": " << (rc == 0 ? "PASSED" : "FAILED") << "; "
+            << stats.iterations << " iterations, " << stats.kills << " kills ("
+            << stats.kill9_instant << " kill -9, " << stats.kill9_fallback
+            << " fallback kill -9, " << stats.kill_point_deaths
+            << " kill points; " << stats.kills_survived << " survived), "
+            << stats.pg_kills << " PostgreSQL kills, " << stats.acked
             << " acked, " << stats.answered << " answered, " << stats.lost
             << " lost, " << stats.duplicates << " duplicates, "
             << stats.verify_runs << " verify runs, " << stats.passivations

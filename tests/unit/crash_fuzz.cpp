@@ -58,6 +58,37 @@ CAF_TEST(the first round visits every kill mode once) {
   CAF_CHECK_EQUAL(modes.size(), rounds);
 }
 
+CAF_TEST(on postgres the first round also kills the database server) {
+  // One more mode in the first round: kill -9 of the PostgreSQL server after
+  // an acknowledgement, with a planned outage and nothing that needs a
+  // restart of the node (no recovery crash, no corrupted record).
+  features on_postgres;
+  on_postgres.database_server = true;
+  generator gen{9, on_postgres};
+  std::set<std::string> modes;
+  auto rounds = all_kill_points().size() + 2;
+  for (size_t i = 0; i < rounds; ++i) {
+    auto plan = gen.next();
+    if (plan.kill.database_kill) {
+      modes.insert("database");
+      CAF_CHECK(!plan.kill.at_point);
+      CAF_CHECK_GREATER_OR_EQUAL(plan.kill.after_acks, 1u);
+      CAF_CHECK(!plan.kill.recovery_crash);
+      CAF_CHECK(!plan.kill.corrupt_context);
+    } else {
+      modes.insert(plan.kill.at_point ? to_string(plan.kill.point) : "instant");
+    }
+  }
+  CAF_CHECK_EQUAL(modes.size(), rounds);
+  CAF_CHECK_EQUAL(modes.count("database"), 1u);
+}
+
+CAF_TEST(without a database server no plan kills one) {
+  generator gen{20251, features{}};
+  for (int i = 0; i < 300; ++i)
+    CAF_CHECK(!gen.next().kill.database_kill);
+}
+
 CAF_TEST(plans follow the model) {
   // Sends go to open threads, refused sends to closed ones, spawns under
   // open parents, resends repeat an earlier id of their thread; a kill -9
