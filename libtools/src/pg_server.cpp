@@ -8,7 +8,11 @@
 #include <stdexcept>
 #include <vector>
 
+#include <fcntl.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include "keel/tools/process.hpp"
 
@@ -56,6 +60,7 @@ pg_server::pg_server(std::string dir)
   run_tool({bin_dir() + "/initdb", "-D", data_dir_, "-U", "keel", "-A", "trust",
             "-E", "UTF8", "--no-instructions"});
   start();
+  start_watchdog();
   run_tool({bin_dir() + "/createdb", "-h", socket_dir_, "-p",
             std::to_string(port_), "-U", "keel", "keel"});
 }
@@ -67,6 +72,46 @@ pg_server::~pg_server() {
   } catch (...) {
     kill9();
   }
+  if (watchdog_fd_ >= 0) {
+    ::close(watchdog_fd_);
+    ::waitpid(watchdog_, nullptr, 0);
+  }
+}
+
+void pg_server::start_watchdog() {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0)
+    throw std::runtime_error("pg_server: cannot create the watchdog's pipe");
+  // Built before the fork: the child may only make system calls.
+  auto pid_path = data_dir_ + "/postmaster.pid";
+  auto child = ::fork();
+  if (child < 0)
+    throw std::runtime_error("pg_server: cannot fork the watchdog");
+  if (child == 0) {
+    // Holds nothing of ours but the pipe (a test waiting for the end of
+    // one of its pipes must not wait for the watchdog).
+    ::dup2(fds[0], 3);
+    ::close_range(4, ~0U, 0);
+    int null_fd = ::open("/dev/null", O_RDWR);
+    for (int fd = 0; fd < 3; ++fd)
+      ::dup2(null_fd, fd);
+    char byte;
+    while (::read(3, &byte, 1) < 0 && errno == EINTR)
+      continue;
+    char text[32] = {};
+    int pid_fd = ::open(pid_path.c_str(), O_RDONLY);
+    if (pid_fd >= 0 && ::read(pid_fd, text, sizeof(text) - 1) > 0) {
+      pid_t pid = 0;
+      for (char* c = text; *c >= '0' && *c <= '9'; ++c)
+        pid = pid * 10 + (*c - '0');
+      if (pid > 0)
+        ::kill(pid, SIGQUIT);
+    }
+    ::_exit(0);
+  }
+  ::close(fds[0]);
+  watchdog_fd_ = fds[1];
+  watchdog_ = child;
 }
 
 std::string pg_server::url(const std::string& database) const {

@@ -3,11 +3,15 @@
 // A PostgreSQL server of its own for a test or a benchmark: initdb in a
 // fresh folder, then `pg_ctl start` listening on a unix socket in that
 // folder and on 127.0.0.1 (a free port), stopped (and its folder left to
-// the caller) when the object goes away. PostgreSQL refuses to run as root, so
-// as root the server runs as the `postgres` user, which then owns the folder.
+// the caller) when the object goes away, or, should this process die
+// without that (a failed test's abort, SIGKILL), by a watchdog process at
+// once. PostgreSQL refuses to run as root, so as root the server runs as the
+// `postgres` user, which then owns the folder.
 
 #include <string>
 #include <vector>
+
+#include <sys/types.h>
 
 #include "keel/tools/process.hpp"
 
@@ -56,10 +60,18 @@ private:
   /// `tool_result`, throwing with the tool's output when it fails.
   void run_tool(const std::vector<std::string>& argv) const;
 
+  /// Forks the watchdog: it waits for the end of a pipe only this process
+  /// holds, then shuts the server down at once (SIGQUIT to the
+  /// postmaster, if one still runs).
+  void start_watchdog();
+
   std::string dir_;
   std::string socket_dir_;
   std::string data_dir_;
   int port_ = 0;
+  /// This process's end of the watchdog's pipe, and the watchdog.
+  int watchdog_fd_ = -1;
+  pid_t watchdog_ = -1;
 };
 
 } // namespace keel
