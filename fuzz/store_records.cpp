@@ -66,10 +66,8 @@ template <class T>
 void check_keyed(std::string_view key, std::string_view value) {
   auto x = decode_checked<T>(value);
   T out;
-  rocksdb::Slice key_slice{key.data(), key.size()};
-  rocksdb::Slice value_slice{value.data(), value.size()};
-  auto why = read_record(key_slice, value_slice, out);
-  require(why.has_value() == (!x || key_mismatch(key_slice, *x).has_value()),
+  auto why = read_record(key, value, out);
+  require(why.has_value() == (!x || key_mismatch(key, *x).has_value()),
           "read_record disagrees with decode and key_mismatch");
   if (x)
     require(!key_mismatch(home_key(*x), *x),

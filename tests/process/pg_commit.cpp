@@ -6,7 +6,8 @@
 // trigger holds the COMMIT on the server for a moment, during which the
 // test cuts the link. The COMMIT then takes effect (the store must report
 // success) or fails on the server (the store must report failure, having
-// read back that nothing committed).
+// read back that nothing committed). A write held past the statement
+// timeout fails like any refused write.
 
 #include <caf/test/unit_test.hpp>
 
@@ -36,10 +37,18 @@ struct fixture {
   std::unique_ptr<store> db;
 
   fixture() {
+    open({});
+  }
+
+  // (Re)opens the store through the proxy, one connection.
+  void open(std::chrono::milliseconds statement_timeout) {
     pg_store_options opts;
     opts.url = "postgresql://keel@127.0.0.1:" + std::to_string(proxy.port())
                + "/keel?connect_timeout=2";
     opts.connections = 1;
+    if (statement_timeout.count() > 0)
+      opts.statement_timeout = statement_timeout;
+    db.reset();
     auto opened = open_pg_store(opts);
     CAF_REQUIRE_EQUAL(outcome(opened), "none");
     db = std::move(*opened);
@@ -57,14 +66,18 @@ struct fixture {
   }
 
   // Makes every COMMIT of a transaction that writes a commit mark wait 1 s
-  // on the server, then run `then` ("" or a RAISE).
-  void hold_commits(const std::string& then) {
+  // on the server, then run `then` ("" or a RAISE). With `at_commit` false,
+  // the statement writing the mark waits instead.
+  void hold_commits(const std::string& then, bool at_commit = true) {
     run("CREATE FUNCTION keel.hold() RETURNS trigger LANGUAGE plpgsql AS $$ "
         "BEGIN PERFORM pg_sleep(1); "
-        + then + " RETURN NULL; END $$");
-    run("CREATE CONSTRAINT TRIGGER hold AFTER INSERT OR UPDATE ON "
-        "keel.commit_marks DEFERRABLE INITIALLY DEFERRED FOR EACH ROW "
-        "EXECUTE FUNCTION keel.hold()");
+        + then + " RETURN NEW; END $$");
+    run(at_commit ? "CREATE CONSTRAINT TRIGGER hold AFTER INSERT OR UPDATE ON "
+                    "keel.commit_marks DEFERRABLE INITIALLY DEFERRED FOR EACH "
+                    "ROW EXECUTE FUNCTION keel.hold()"
+                  : "CREATE TRIGGER hold BEFORE INSERT OR UPDATE ON "
+                    "keel.commit_marks FOR EACH ROW EXECUTE FUNCTION "
+                    "keel.hold()");
   }
 
   // Waits until the store's COMMIT runs on the server, then cuts the link:
@@ -134,6 +147,24 @@ CAF_TEST(a commit that failed on the server is reported failed) {
   CAF_MESSAGE("error: " << error_message(err));
   CAF_CHECK(!stored("m1"));
   // The retry is new, not a duplicate, and lands.
+  run("DROP TRIGGER hold ON keel.commit_marks");
+  auto retried = db->stage_accept(make_accept("t", 1, "m1", "hello", true));
+  CAF_REQUIRE_EQUAL(outcome(retried), "none");
+  CAF_CHECK(!retried->duplicate);
+  CAF_CHECK_EQUAL(render(db->flush()), "none");
+  CAF_CHECK(stored("m1"));
+}
+
+CAF_TEST(a statement timeout fails the write and the next one works) {
+  open(std::chrono::milliseconds{300});
+  hold_commits("", false);
+  auto accepted = db->stage_accept(make_accept("t", 1, "m1", "hello", true));
+  CAF_REQUIRE_EQUAL(outcome(accepted), "none");
+  auto err = db->flush();
+  CAF_CHECK_EQUAL(err, ec::storage_io);
+  CAF_CHECK(contains(error_message(err), "SQLSTATE 57014"));
+  CAF_MESSAGE("error: " << error_message(err));
+  CAF_CHECK(!stored("m1"));
   run("DROP TRIGGER hold ON keel.commit_marks");
   auto retried = db->stage_accept(make_accept("t", 1, "m1", "hello", true));
   CAF_REQUIRE_EQUAL(outcome(retried), "none");
