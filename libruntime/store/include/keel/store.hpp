@@ -260,20 +260,24 @@ public:
   /// report, so the caller must flush before acknowledging anything.
   virtual size_t staged() const = 0;
 
-  /// Writes everything staged as one WriteBatch (synced when the options say
-  /// so); a no-op success if nothing is staged. On failure nothing of the
-  /// group is on disk, the group is dropped (its operations must be retried
-  /// by their owners) and the error (`ec::storage_io`) names RocksDB's
-  /// reason. No single record can fail a group: every record encodes
-  /// (ill-formed UTF-8 in a text field is stored as U+FFFD).
+  /// Writes everything staged as one group: on RocksDB one WriteBatch
+  /// (synced when the options say so), on PostgreSQL one transaction per
+  /// connection; a no-op success if nothing is staged. On failure the group
+  /// is dropped (its operations must be retried by their owners) and the
+  /// error (`ec::storage_io`) names the backend's reason; nothing of it may
+  /// be acknowledged. No single record can fail a group: every record
+  /// encodes (ill-formed UTF-8 in a text field is stored as U+FFFD).
   ///
-  /// RocksDB refuses all writes after a failed WAL write, so a failed flush
-  /// reopens the database (replaying its WAL). If that fails too (disk still
-  /// full), the store serves reads from a read-only instance and every later
-  /// flush first tries to reopen it for writing. Should the failure have
-  /// come from fsync itself, the group's bytes may still be in the file and
-  /// reappear after the reopen; an accept retried then finds its client id
-  /// known and reports a duplicate.
+  /// Part of a failed group may be stored all the same, and retries are
+  /// harmless then: an accept retried finds its client id known and reports
+  /// a duplicate, every other write puts the same values again. On RocksDB
+  /// that happens when fsync itself failed (the bytes may reappear after
+  /// the reopen); on PostgreSQL when one connection's transaction committed
+  /// and another's failed. RocksDB refuses all writes after a failed WAL
+  /// write, so a failed flush reopens the database (replaying its WAL); if
+  /// that fails too (disk still full), the store serves reads from a
+  /// read-only instance and every later flush first tries to reopen it for
+  /// writing.
   virtual caf::error flush() = 0;
 
   /// Counters.
