@@ -99,6 +99,17 @@ struct fixture {
     }};
   }
 
+  // With the server holding nothing back, the message not stored before is
+  // new (not a duplicate) and lands.
+  void retry_lands() {
+    run("DROP TRIGGER hold ON keel.commit_marks");
+    auto retried = db->stage_accept(make_accept("t", 1, "m1", "hello", true));
+    CAF_REQUIRE_EQUAL(outcome(retried), "none");
+    CAF_CHECK(!retried->duplicate);
+    CAF_CHECK_EQUAL(render(db->flush()), "none");
+    CAF_CHECK(stored("m1"));
+  }
+
   // Whether the store holds the message `client_id` of thread `t`.
   bool stored(const std::string& client_id) {
     auto snapshot = db->load_thread("t");
@@ -146,13 +157,7 @@ CAF_TEST(a commit that failed on the server is reported failed) {
   CAF_CHECK_GREATER_OR_EQUAL(db->stats().reopens, 1u);
   CAF_MESSAGE("error: " << error_message(err));
   CAF_CHECK(!stored("m1"));
-  // The retry is new, not a duplicate, and lands.
-  run("DROP TRIGGER hold ON keel.commit_marks");
-  auto retried = db->stage_accept(make_accept("t", 1, "m1", "hello", true));
-  CAF_REQUIRE_EQUAL(outcome(retried), "none");
-  CAF_CHECK(!retried->duplicate);
-  CAF_CHECK_EQUAL(render(db->flush()), "none");
-  CAF_CHECK(stored("m1"));
+  retry_lands();
 }
 
 CAF_TEST(a statement timeout fails the write and the next one works) {
@@ -165,12 +170,7 @@ CAF_TEST(a statement timeout fails the write and the next one works) {
   CAF_CHECK(contains(error_message(err), "SQLSTATE 57014"));
   CAF_MESSAGE("error: " << error_message(err));
   CAF_CHECK(!stored("m1"));
-  run("DROP TRIGGER hold ON keel.commit_marks");
-  auto retried = db->stage_accept(make_accept("t", 1, "m1", "hello", true));
-  CAF_REQUIRE_EQUAL(outcome(retried), "none");
-  CAF_CHECK(!retried->duplicate);
-  CAF_CHECK_EQUAL(render(db->flush()), "none");
-  CAF_CHECK(stored("m1"));
+  retry_lands();
 }
 
 CAF_TEST_FIXTURE_SCOPE_END()

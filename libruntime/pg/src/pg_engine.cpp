@@ -30,16 +30,6 @@ constexpr size_t scan_page_rows = 512;
 // Serializes schema creation between nodes starting side by side.
 constexpr const char* schema_lock_id = "7361057100420015";
 
-// The qualified table of `family`.
-std::string table(size_t family) {
-  return "keel." + column_families[family];
-}
-
-// An unexpected answer from the server, as an error.
-caf::error bad_answer(const std::string& what) {
-  return caf::make_error(ec::storage_io, "PostgreSQL answered " + what);
-}
-
 } // namespace
 
 engine::engine(pg_store_options opts) : opts_(std::move(opts)) {
@@ -141,7 +131,7 @@ caf::error engine::prepare_schema() {
       + " WHERE NOT EXISTS (SELECT 1 FROM keel.layout)",
   };
   for (size_t family = 0; family < column_families.size(); ++family)
-    steps.push_back("CREATE TABLE IF NOT EXISTS " + table(family)
+    steps.push_back("CREATE TABLE IF NOT EXISTS " + table_of(family)
                     + " (key bytea PRIMARY KEY, value bytea NOT NULL)");
   steps.emplace_back("COMMIT");
   for (auto& sql : steps)
@@ -214,7 +204,7 @@ engine::query(const std::string& sql,
 
 caf::expected<std::optional<std::string>> engine::get(size_t family,
                                                       std::string_view key) {
-  auto res = query("SELECT value FROM " + table(family) + " WHERE key = $1",
+  auto res = query("SELECT value FROM " + table_of(family) + " WHERE key = $1",
                    {key});
   if (!res)
     return read_failed(family, res.error());
@@ -226,7 +216,7 @@ caf::expected<std::optional<std::string>> engine::get(size_t family,
 caf::expected<result>
 engine::scan_page(size_t family, std::string_view lower, std::string_view upper,
                   const std::optional<std::string>& after) {
-  std::string sql = "SELECT key, value FROM " + table(family)
+  std::string sql = "SELECT key, value FROM " + table_of(family)
                     + (after ? " WHERE key > $1" : " WHERE key >= $1");
   std::vector<std::string_view> params{after ? std::string_view{*after}
                                              : lower};
@@ -261,7 +251,7 @@ caf::error engine::scan(size_t family, std::string_view lower,
 caf::expected<std::optional<std::string>>
 engine::last_key(size_t family, std::string_view lower,
                  std::string_view upper) {
-  auto res = query("SELECT key FROM " + table(family)
+  auto res = query("SELECT key FROM " + table_of(family)
                      + " WHERE key >= $1 AND key < $2 ORDER BY key DESC "
                        "LIMIT 1",
                    {lower, upper});
@@ -269,9 +259,6 @@ engine::last_key(size_t family, std::string_view lower,
     return read_failed(family, res.error());
   if (res->rows() == 0)
     return std::optional<std::string>{};
-  if (res->columns() != 1)
-    return bad_answer("a row of " + std::to_string(res->columns())
-                      + " columns to a key lookup");
   return std::optional<std::string>{std::string{res->value(0, 0)}};
 }
 

@@ -20,6 +20,11 @@
 
 namespace keel::pg {
 
+/// The qualified table of `family`: `keel.NAME`.
+inline std::string table_of(size_t family) {
+  return "keel." + column_families[family];
+}
+
 /// A group's writes, the last write per key, each with the share
 /// (connection) of the operation that wrote it. Operations of one thread
 /// share a share; two shares writing one key become one, so that the key's
@@ -166,8 +171,8 @@ private:
   // Reads back whether the transaction of `ticket` committed after its
   // session ended during COMMIT: waits until its server process is gone
   // (ending it if it only waits for a COMMIT that will never come), then
-  // looks for its commit mark.
-  caf::error resolve_commit(size_t slot, const commit_ticket& ticket);
+  // looks for its commit mark. `err` none: committed.
+  share_outcome resolve_commit(size_t slot, const commit_ticket& ticket);
 
   // Whether the server process of `ticket` still runs; ends it when it
   // idles in the transaction.

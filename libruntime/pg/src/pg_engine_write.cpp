@@ -17,10 +17,6 @@ constexpr int resolve_attempts = 20;
 
 constexpr auto resolve_pause = std::chrono::milliseconds{100};
 
-std::string table_of(size_t family) {
-  return "keel." + column_families[family];
-}
-
 // "INSERT INTO T (key, value) VALUES ($1, $2), ... ON CONFLICT ..." for
 // `rows` rows.
 std::string upsert_sql(size_t family, size_t rows) {
@@ -204,11 +200,7 @@ engine::share_outcome engine::run_share(batch& group, size_t part) {
     return {write_failed(done.error()), false};
   }
   // The session ended: whether the COMMIT took effect is read back.
-  auto resolved = resolve_commit(part, ticket);
-  bool not_committed = resolved
-                       && error_message(resolved).find("did not commit")
-                            != std::string::npos;
-  return {std::move(resolved), not_committed};
+  return resolve_commit(part, ticket);
 }
 
 caf::error engine::commit_share(batch& group, size_t part) {
@@ -238,7 +230,8 @@ caf::expected<bool> engine::still_running(connection& conn,
   return true;
 }
 
-caf::error engine::resolve_commit(size_t slot, const commit_ticket& ticket) {
+engine::share_outcome engine::resolve_commit(size_t slot,
+                                             const commit_ticket& ticket) {
   caf::error last;
   for (int attempt = 0; attempt < resolve_attempts; ++attempt) {
     if (attempt > 0)
@@ -260,16 +253,18 @@ caf::error engine::resolve_commit(size_t slot, const commit_ticket& ticket) {
       continue;
     }
     if (mark->rows() == 1 && mark->value(0, 0) == std::to_string(ticket.nonce))
-      return caf::none;
-    return caf::make_error(ec::storage_io,
-                           "write failed: the session ended during COMMIT "
-                           "and the transaction did not commit (read back)");
+      return {};
+    return {caf::make_error(ec::storage_io,
+                            "write failed: the session ended during COMMIT "
+                            "and the transaction did not commit (read back)"),
+            true};
   }
-  return caf::make_error(ec::storage_io,
-                         "write failed: the session ended during COMMIT and "
-                         "whether the transaction committed could not be "
-                         "read back (not acknowledged): "
-                           + error_message(last));
+  return {caf::make_error(ec::storage_io,
+                          "write failed: the session ended during COMMIT and "
+                          "whether the transaction committed could not be "
+                          "read back (not acknowledged): "
+                            + error_message(last)),
+          false};
 }
 
 } // namespace keel::pg
