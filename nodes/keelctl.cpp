@@ -3,7 +3,8 @@
 // KEEL_TOKEN) and, for TLS, --ca-file (env KEEL_CA_FILE). `verify`,
 // and `recovery` and `tree --agents` with --data-dir DIR or --pg URL, read
 // a node's data instead (read-only: the node may be stopped or running);
-// `migrate` copies a stopped node's RocksDB data into PostgreSQL.
+// `migrate` copies a stopped node's RocksDB data into PostgreSQL;
+// `cluster` and `drain` show and change a cluster's membership.
 //
 // Exit codes: 0 success, 1 the request failed (error frame, timeout) or
 // `verify` found a violated invariant, 2 bad arguments (an unreadable
@@ -34,7 +35,8 @@ int main(int argc, char** argv) {
     add_status_command(app, node), add_tree_command(app, node),
     add_kill_command(app, node),   add_providers_command(app, node),
     add_verify_command(app),       add_recovery_command(app, node),
-    add_migrate_command(app),
+    add_migrate_command(app),      add_cluster_command(app, node),
+    add_drain_command(app, node),
   };
   try {
     app.parse(argc, argv);

@@ -105,5 +105,7 @@ command add_providers_command(CLI::App& app, const node_args& node);
 command add_verify_command(CLI::App& app);
 command add_recovery_command(CLI::App& app, const node_args& node);
 command add_migrate_command(CLI::App& app);
+command add_cluster_command(CLI::App& app, const node_args& node);
+command add_drain_command(CLI::App& app, const node_args& node);
 
 } // namespace keelctl

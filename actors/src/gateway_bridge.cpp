@@ -64,6 +64,13 @@ void send_error(self_ptr self, connection_id conn, const caf::error& err,
                                 thread));
 }
 
+// In a cluster, asks the owner of `thread` (if another node) to send this
+// bridge the thread's events.
+void follow_remote(self_ptr self, const std::string& thread) {
+  if (auto peers = lookup<caf::actor>(self->system(), names::peers))
+    caf::anon_send(peers, atom::interest_v, thread);
+}
+
 void on_send(self_ptr self, connection_id conn, protocol::client_frame& f) {
   // Sending to a thread subscribes the connection to it, so the sender sees
   // its reply.
@@ -111,9 +118,10 @@ void on_cancel(self_ptr self, connection_id conn,
 // Subscribes or unsubscribes the connection to the frame's thread.
 void on_subscribe(self_ptr self, connection_id conn,
                   const protocol::client_frame& f, bool subscribe) {
-  if (subscribe)
+  if (subscribe) {
     self->state.subs().subscribe(conn, f.thread);
-  else
+    follow_remote(self, f.thread);
+  } else
     self->state.subs().unsubscribe(conn, f.thread);
   self->state.cfg.server->send(
     conn, protocol::subscribed_frame(f.thread, subscribe, f.id));
@@ -169,6 +177,33 @@ struct conversation_counts {
 
 // The body of GET /api/v1/status, from the orchestrator's counts of
 // conversations and the persistence counters.
+nlohmann::json to_json(const cluster_status& c) {
+  auto members = nlohmann::json::array();
+  for (auto& m : c.members)
+    members.push_back({{"node", m.node_id},
+                       {"incarnation", m.incarnation},
+                       {"address", m.address},
+                       {"state", m.state},
+                       {"shards", m.shards},
+                       {"since_renewal_ms", m.since_renewal_ms}});
+  return {{"node", c.node_id},
+          {"incarnation", c.incarnation},
+          {"state", c.state},
+          {"shards", c.shards},
+          {"held", c.held},
+          {"min_epoch", c.min_epoch},
+          {"max_epoch", c.max_epoch},
+          {"orphans", c.orphans},
+          {"handoffs", c.handoffs},
+          {"claimed", c.claimed},
+          {"received", c.received},
+          {"handed_over", c.handed_over},
+          {"declared_dead", c.declared_dead},
+          {"members", std::move(members)},
+          {"owners", c.owners},
+          {"epochs", c.epochs}};
+}
+
 nlohmann::json status_body(const gateway_bridge_config& cfg,
                            const conversation_counts& counts,
                            const persistence_stats& ps) {
@@ -205,6 +240,25 @@ nlohmann::json status_body(const gateway_bridge_config& cfg,
   };
 }
 
+// Answers the status body, with the cluster's figures on a cluster node.
+void respond_status(self_ptr self, uint64_t request, nlohmann::json body) {
+  auto cluster = lookup<cluster_actor>(self->system(), names::cluster);
+  if (!cluster) {
+    respond_json(self, request, 200, body);
+    return;
+  }
+  self->request(cluster, std::chrono::seconds{10}, atom::stats_v)
+    .then(
+      [self, request, body](cluster_status& c) mutable {
+        body["cluster"] = to_json(c);
+        respond_json(self, request, 200, body);
+      },
+      [self, request, body](caf::error& err) mutable {
+        body["cluster"] = {{"error", render(err)}};
+        respond_json(self, request, 200, body);
+      });
+}
+
 // GET /api/v1/status: the node's figures (see `status_body`).
 void on_status(self_ptr self, uint64_t request, const std::string&) {
   auto orch = lookup<orchestrator_actor>(self->system(), names::orchestrator);
@@ -223,8 +277,8 @@ void on_status(self_ptr self, uint64_t request, const std::string&) {
         self->request(db, timeout, atom::stats_v)
           .then(
             [self, request, counts](persistence_stats& ps) {
-              respond_json(self, request, 200,
-                           status_body(self->state.cfg, counts, ps));
+              respond_status(self, request,
+                             status_body(self->state.cfg, counts, ps));
             },
             [self, request](caf::error& err) {
               respond_unavailable(self, request, err);
@@ -388,6 +442,60 @@ nlohmann::json read_body(self_ptr self, uint64_t request,
   return j;
 }
 
+// The cluster actor, or a 409 saying this node is not in a cluster.
+cluster_actor cluster_or_refuse(self_ptr self, uint64_t request) {
+  auto cluster = lookup<cluster_actor>(self->system(), names::cluster);
+  if (!cluster)
+    respond_error(self, request, 409, to_string(ec::conflict),
+                  "this node is not in a cluster (cluster.enabled is false)");
+  return cluster;
+}
+
+// GET /api/v1/cluster: members, their states and shards, this node's
+// epochs.
+void on_cluster(self_ptr self, uint64_t request, const std::string&) {
+  auto cluster = cluster_or_refuse(self, request);
+  if (!cluster)
+    return;
+  self->request(cluster, std::chrono::seconds{10}, atom::stats_v)
+    .then(
+      [self, request](cluster_status& c) {
+        respond_json(self, request, 200, to_json(c));
+      },
+      [self, request](caf::error& err) {
+        respond_unavailable(self, request, err);
+      });
+}
+
+// POST /api/v1/cluster/drain {"node": "...", "force": false}: the member
+// hands its shards away and takes none.
+void on_drain(self_ptr self, uint64_t request, const std::string& body) {
+  auto cluster = cluster_or_refuse(self, request);
+  if (!cluster)
+    return;
+  using type = nlohmann::json::value_t;
+  auto j = read_body(self, request, body,
+                     {{"node", type::string, true},
+                      {"force", type::boolean, false}});
+  if (j.is_discarded())
+    return;
+  auto node = j["node"].get<std::string>();
+  self
+    ->request(cluster, std::chrono::seconds{10}, atom::drain_v, node,
+              j.value("force", false))
+    .then(
+      [self, request, node](std::string& state) {
+        respond_json(self, request, 200, {{"node", node}, {"state", state}});
+      },
+      [self, request](caf::error& err) {
+        auto status = err == ec::not_found  ? 404
+                      : err == ec::conflict ? 409
+                                            : 503;
+        respond_error(self, request, status, error_code_name(err),
+                      readable_message(err));
+      });
+}
+
 // Refuses a chaos endpoint that the node's configuration leaves off: 403
 // naming the key that turns it on.
 void respond_chaos_off(self_ptr self, uint64_t request, const char* endpoint,
@@ -501,6 +609,8 @@ constexpr http_route http_routes[] = {
   {"GET", "/api/v1/providers", on_providers},
   {"GET", "/api/v1/recovery", on_recovery},
   {"GET", "/api/v1/agents", on_agents},
+  {"GET", "/api/v1/cluster", on_cluster},
+  {"POST", "/api/v1/cluster/drain", on_drain},
   {"POST", "/api/v1/chaos/disk", on_disk_chaos},
   {"POST", "/api/v1/kill", on_kill},
 };
@@ -550,6 +660,9 @@ void on_publish(self_ptr self, const thread_event& ev) {
 gateway_bridge_actor::behavior_type gateway_bridge(self_ptr self,
                                                    gateway_bridge_config cfg) {
   self->state.cfg = std::move(cfg);
+  // A restarted bridge follows its connections' threads again.
+  for (auto& entry : self->state.subs().subscribers)
+    follow_remote(self, entry.first);
   return {
     [](atom::open, connection_id) {
       // nop: nothing to set up until the connection subscribes or sends.

@@ -1,21 +1,26 @@
 #include "keel/node.hpp"
 
 #include <csignal>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <thread>
 
 #include <caf/all.hpp>
+#include <caf/io/middleman.hpp>
 #include <spdlog/spdlog.h>
 
 #include "keel/actors.hpp"
+#include "keel/cluster.hpp"
 #include "keel/conversation.hpp"
 #include "keel/fd_limit.hpp"
 #include "keel/gateway_bridge.hpp"
 #include "keel/logging.hpp"
 #include "keel/lookup.hpp"
 #include "keel/orchestrator.hpp"
+#include "keel/peers.hpp"
 #include "keel/persistence.hpp"
+#include "keel/pg_cluster_store.hpp"
 #include "keel/pg_store.hpp"
 #include "keel/provider_pool.hpp"
 #include "keel/supervisor.hpp"
@@ -27,8 +32,10 @@ namespace {
 
 // Opens the store `cfg.storage.backend` names: RocksDB in `data_dir/db`,
 // or the PostgreSQL database of `storage.postgres`.
+// In a cluster, the PostgreSQL store fences every write with `shards`.
 store_opener make_store_opener(const node_config& cfg,
-                               const store_options& opts) {
+                               const store_options& opts,
+                               std::shared_ptr<const shard_table> shards) {
   if (cfg.storage.backend == storage_backend::postgres) {
     pg_store_options pg;
     pg.url = cfg.storage.postgres.url;
@@ -36,6 +43,7 @@ store_opener make_store_opener(const node_config& cfg,
     pg.statement_timeout
       = std::chrono::duration_cast<std::chrono::milliseconds>(
         cfg.storage.postgres.statement_timeout);
+    pg.fence = std::move(shards);
     return [pg] { return open_pg_store(pg); };
   }
   auto db_dir = (std::filesystem::path{cfg.data_dir} / "db").string();
@@ -46,20 +54,23 @@ store_opener make_store_opener(const node_config& cfg,
 // PostgreSQL COMMIT) block, and must not block a scheduler worker. (Tests
 // on the test coordinator run it scheduled.)
 child_spec persistence_child(const node_config& cfg, const store_options& opts,
-                             bool detached) {
+                             bool detached,
+                             std::shared_ptr<const shard_table> shards) {
   // One recovery on boot per tree, by the first persistence incarnation.
   auto boot_recovery = std::make_shared<std::atomic<bool>>(true);
-  return {
-    "persistence", names::persistence,
-    [open = make_store_opener(cfg, opts), detached, boot_recovery,
-     max_threads = cfg.threads.max_stored_threads,
-     max_history = cfg.gateway.max_history_bytes](caf::local_actor* parent) {
-      persistence_config pcfg{open, boot_recovery, max_threads, max_history};
-      if (detached)
-        return caf::actor_cast<caf::actor>(
-          parent->spawn<caf::detached>(persistence, pcfg));
-      return caf::actor_cast<caf::actor>(parent->spawn(persistence, pcfg));
-    }};
+  return {"persistence", names::persistence,
+          [open = make_store_opener(cfg, opts, shards), detached, boot_recovery,
+           max_threads = cfg.threads.max_stored_threads,
+           max_history = cfg.gateway.max_history_bytes,
+           shards](caf::local_actor* parent) {
+            persistence_config pcfg{open, boot_recovery, max_threads,
+                                    max_history, shards};
+            if (detached)
+              return caf::actor_cast<caf::actor>(
+                parent->spawn<caf::detached>(persistence, pcfg));
+            return caf::actor_cast<caf::actor>(
+              parent->spawn(persistence, pcfg));
+          }};
 }
 
 // The dynamic supervisor of conversations, one per thread.
@@ -104,6 +115,71 @@ child_spec gateway_child(const node_config& cfg,
           }};
 }
 
+// The cluster store of `cfg`'s database.
+cluster_store_opener cluster_store_of(const node_config& cfg) {
+  pg_cluster_options opts;
+  opts.url = cfg.storage.postgres.url;
+  opts.statement_timeout
+    = std::chrono::duration_cast<std::chrono::milliseconds>(
+      cfg.storage.postgres.statement_timeout);
+  return [opts] { return open_pg_cluster_store(opts); };
+}
+
+// A node declared dead must stop at once: whatever it still does is fenced,
+// and its service manager restarts it as a new incarnation.
+void exit_declared_dead(const std::string& why) {
+  spdlog::critical("{}", why);
+  spdlog::default_logger()->flush();
+  std::cerr << "keel-node: " << why << std::endl;
+  std::_Exit(75);
+}
+
+// Publishes the peers actor on the middleman port. A restarted peers actor
+// publishes itself again: the port then stops handing out the old one.
+caf::actor publish_peers(caf::actor handle, const std::string& host,
+                         uint16_t port) {
+  auto& mm = handle->home_system().middleman();
+  auto published = mm.publish(handle, port, host.c_str(), true);
+  if (!published) {
+    spdlog::error("cluster: cannot listen for peers on {}:{}: {}", host, port,
+                  render(published.error()));
+    return handle;
+  }
+  handle->attach_functor(
+    [mm = mm.actor_handle(), addr = handle.address(), port] {
+      caf::anon_send(mm, caf::unpublish_atom_v, addr, port);
+    });
+  return handle;
+}
+
+// The cluster actor (detached: it waits on the database) and the peers
+// actor, published on the middleman port for the other nodes.
+void add_cluster_children(supervisor_config& sup, const node_config& cfg,
+                          const std::shared_ptr<shard_table>& shards) {
+  peers_config pcfg;
+  pcfg.shards = shards;
+  pcfg.token = cfg.cluster.token;
+  pcfg.route_timeout = cfg.cluster.route_timeout;
+  pcfg.attempt_timeout = std::max<caf::timespan>(
+    cfg.cluster.route_timeout / 3, std::chrono::milliseconds{300});
+  auto host = cfg.cluster.listen_host;
+  auto port = cfg.cluster.listen_port;
+  sup.children.push_back(
+    {"peers", names::peers, [pcfg, host, port](caf::local_actor* parent) {
+       return publish_peers(parent->spawn(peers, pcfg), host, port);
+     }});
+  cluster_actor_config ccfg;
+  ccfg.cluster = cfg.cluster;
+  ccfg.open_store = cluster_store_of(cfg);
+  ccfg.shards = shards;
+  ccfg.declared_dead = exit_declared_dead;
+  sup.children.push_back(
+    {"cluster", names::cluster, [ccfg](caf::local_actor* parent) {
+       return caf::actor_cast<caf::actor>(
+         parent->spawn<caf::detached>(cluster, ccfg));
+     }});
+}
+
 } // namespace
 
 caf::expected<supervisor_config>
@@ -118,7 +194,12 @@ root_spec(const node_config& cfg, std::shared_ptr<ws_server> server,
   opts.sync = cfg.storage.sync;
   if (cfg.chaos.disk)
     opts.faults = std::make_shared<fault_injection>();
-  sup.children.push_back(persistence_child(cfg, opts, detached_persistence));
+  std::shared_ptr<shard_table> shards;
+  if (cfg.cluster.enabled)
+    shards = std::make_shared<shard_table>(cfg.cluster.node_id,
+                                           cfg.cluster.shards);
+  sup.children.push_back(
+    persistence_child(cfg, opts, detached_persistence, shards));
   child_spec providers_child{
     "providers", names::providers,
     [pcfg = std::move(*providers_sup)](caf::local_actor* parent) {
@@ -129,10 +210,13 @@ root_spec(const node_config& cfg, std::shared_ptr<ws_server> server,
   sup.children.push_back(conversations_child(cfg));
   orchestrator_config ocfg;
   ocfg.max_live = cfg.threads.max_live;
+  ocfg.shards = shards;
   sup.children.push_back(
     {"orchestrator", names::orchestrator, [ocfg](caf::local_actor* parent) {
        return caf::actor_cast<caf::actor>(parent->spawn(orchestrator, ocfg));
      }});
+  if (shards)
+    add_cluster_children(sup, cfg, shards);
   if (server)
     sup.children.push_back(gateway_child(cfg, std::move(server), opts.faults));
   apply_settings(sup, cfg.supervision.root);
@@ -195,6 +279,21 @@ caf::error await_ready(caf::scoped_actor& self, const caf::actor& root) {
 
 } // namespace
 
+namespace {
+
+// Creates the cluster's tables on first use, or checks that the cluster
+// has `cluster.shards` shards: a node that disagrees must not start.
+caf::error prepare_cluster(const node_config& cfg) {
+  if (!cfg.cluster.enabled)
+    return caf::none;
+  auto db = cluster_store_of(cfg)();
+  if (!db)
+    return std::move(db.error());
+  return (*db)->prepare(cfg.cluster.shards);
+}
+
+} // namespace
+
 caf::expected<std::unique_ptr<node>> node::start(caf::actor_system& sys,
                                                  const node_config& cfg) {
   std::error_code fs_err;
@@ -206,6 +305,8 @@ caf::expected<std::unique_ptr<node>> node::start(caf::actor_system& sys,
   auto io = make_http_io(cfg);
   if (!io)
     return io.error();
+  if (auto err = prepare_cluster(cfg))
+    return err;
   auto handler = std::make_shared<bridge_handler>(sys);
   auto started = ws_server::start(cfg.gateway, handler, cfg.name);
   if (!started)
@@ -277,6 +378,8 @@ int run_node(const node_config& cfg) {
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   system_config sys_cfg;
+  if (cfg.cluster.enabled)
+    sys_cfg.load_middleman(cfg.cluster.heartbeat, cfg.cluster.lease_ttl);
   caf::actor_system sys{sys_cfg};
   auto started = node::start(sys, cfg);
   if (!started) {

@@ -20,6 +20,11 @@ bool orchestrator_state::may_passivate(const thread_entry& entry,
          && (last_seen >= entry.routed || entry.floor >= entry.routed);
 }
 
+void orchestrator_state::restarted(const std::string& thread) {
+  if (auto i = threads.find(thread); i != threads.end())
+    i->second.floor = i->second.routed;
+}
+
 bool orchestrator_state::at_live_limit() const {
   if (threads.size() < cfg.max_live)
     return false;
@@ -83,6 +88,32 @@ caf::actor conversations(self_ptr self) {
     self->state.conversations = sup;
   }
   return sup;
+}
+
+// True if another node serves `thread` (this one does not hold its shard).
+bool elsewhere(self_ptr self, const std::string& thread) {
+  auto& shards = self->state.cfg.shards;
+  return shards != nullptr && !shards->serves(thread);
+}
+
+// Hands a request for another node's thread to the peers actor, which
+// sends it to the owner and answers with the owner's answer. The peers
+// actor's own requests (it believed this node served the thread) are
+// refused instead, so that it sends them on to the owner.
+template <class Result>
+caf::result<Result>
+to_owner(self_ptr self, const std::string& thread, caf::message req) {
+  auto peers = lookup<caf::actor>(self->system(), names::peers);
+  auto& table = *self->state.cfg.shards;
+  if (!peers || self->current_sender() == peers)
+    return caf::make_error(ec::not_owner,
+                           "node " + table.me() + " does not serve thread "
+                             + thread + " (shard "
+                             + std::to_string(table.shard_of(thread)) + ")");
+  auto rp = self->make_response_promise<Result>();
+  caf::response_promise untyped = rp;
+  untyped.delegate(peers, atom::forward_v, thread, std::move(req));
+  return rp;
 }
 
 // Answers the held request `id`, unless it was failed meanwhile.
@@ -223,6 +254,12 @@ void forward(self_ptr self, caf::response_promise& rp,
 // Routes a message to `thread` (see `forward`), once it is routable.
 caf::result<accept_result> route(self_ptr self, const std::string& thread,
                                  outbox_entry msg) {
+  if (elsewhere(self, thread))
+    return to_owner<accept_result>(
+      self, thread,
+      msg.from.empty() ? caf::make_message(
+        atom::route_v, thread, std::move(msg.client_id), std::move(msg.text))
+                       : caf::make_message(atom::deliver_v, std::move(msg)));
   auto rp = self->make_response_promise<accept_result>();
   auto id = self->state.hold(rp);
   when_routable(self, thread,
@@ -246,7 +283,9 @@ void release(self_ptr self, const std::string& thread) {
   self->state.threads.erase(i);
   if (queued.empty())
     return;
-  ensure_started(self, thread);
+  // A thread of a shard this node gave up is not started again here.
+  if (!elsewhere(self, thread))
+    ensure_started(self, thread);
   for (auto& work : queued)
     work();
 }
@@ -520,6 +559,10 @@ void conversations_lost(self_ptr self, const caf::actor_addr& lost) {
 // the child that began before the spawn and tells the parent's one.
 caf::result<spawn_result> spawn(self_ptr self, const std::string& parent,
                                 const std::string& child) {
+  // Staged (and fenced) under the parent: its owner spawns.
+  if (elsewhere(self, parent))
+    return to_owner<spawn_result>(
+      self, parent, caf::make_message(atom::spawn_v, parent, child));
   auto db = lookup<persistence_actor>(self->system(), names::persistence);
   if (!db)
     return caf::make_error(ec::unavailable,
@@ -548,6 +591,9 @@ caf::result<spawn_result> spawn(self_ptr self, const std::string& parent,
 // Cancels `thread` and its descendants; answers every thread closed.
 caf::result<std::vector<std::string>> cancel(self_ptr self,
                                              const std::string& thread) {
+  if (elsewhere(self, thread))
+    return to_owner<std::vector<std::string>>(
+      self, thread, caf::make_message(atom::cancel_v, thread));
   auto rp = self->make_response_promise<std::vector<std::string>>();
   auto id = self->state.hold(rp);
   cancel_tree(self, thread, {}, [self, id](auto result) {
@@ -595,6 +641,128 @@ void recover(self_ptr self) {
           });
 }
 
+// -- cluster ------------------------------------------------------------------
+
+// Recovers the threads of `shards`, which this node just came to hold, and
+// resumes those with pending work; retried every second until it worked.
+void recover_shards(self_ptr self, const std::vector<uint32_t>& shards) {
+  auto db = lookup<persistence_actor>(self->system(), names::persistence);
+  if (!db || !conversations(self)) {
+    self->delayed_send(self, std::chrono::seconds{1}, atom::recover_v, shards);
+    return;
+  }
+  self->request(db, std::chrono::seconds{60}, atom::recover_v, shards)
+    .then(
+      [self, count = shards.size()](recovery_plan& plan) {
+        spdlog::info("cluster: recovered {} shards: {}", count,
+                     describe(plan.report));
+        resume(self, std::move(plan));
+      },
+      [self, shards](caf::error& err) {
+        spdlog::error("cannot recover {} shards (retrying in 1 s): {}",
+                      shards.size(), render(err));
+        self->delayed_send(self, std::chrono::seconds{1}, atom::recover_v,
+                           shards);
+      });
+}
+
+// The live conversations of `shards`.
+std::vector<std::string> threads_of(self_ptr self,
+                                    const std::vector<uint32_t>& shards) {
+  auto& table = *self->state.cfg.shards;
+  std::vector<std::string> result;
+  for (auto& entry : self->state.threads)
+    if (std::find(shards.begin(), shards.end(), table.shard_of(entry.first))
+        != shards.end())
+      result.push_back(entry.first);
+  return result;
+}
+
+// Stops `threads` (those passivating already finish on their own); `rp`
+// gets ok once every one of them is gone.
+void stop_threads(self_ptr self, const std::vector<std::string>& threads,
+                  caf::typed_response_promise<caf::ok_atom> rp) {
+  auto left = std::make_shared<size_t>(threads.size() + 1);
+  auto gone = [rp, left]() mutable {
+    if (--*left == 0)
+      rp.deliver(caf::ok_atom_v);
+  };
+  for (auto& thread : threads) {
+    auto i = self->state.threads.find(thread);
+    if (i == self->state.threads.end()) {
+      gone();
+      continue;
+    }
+    i->second.queued.push_back(gone);
+    if (!i->second.stopping) {
+      i->second.stopping = true;
+      stop_conversation(self, thread);
+    }
+  }
+  gone();
+}
+
+// Asks each of `threads` to passivate: an idle one writes its session
+// SUSPENDED and stops; a busy one declines and is asked again.
+void ask_to_passivate(self_ptr self, const std::vector<std::string>& threads) {
+  auto sup = conversations(self);
+  if (!sup)
+    return;
+  for (auto& thread : threads)
+    self
+      ->request(sup, self->state.cfg.request_timeout, atom::forward_v, thread,
+                caf::make_message(atom::passivate_v))
+      .then([](bool) {}, [](caf::error&) {});
+}
+
+constexpr auto release_check = std::chrono::milliseconds{100};
+
+// Conversations of `shards`, which go to another node, stop: idle ones at
+// once, busy ones once idle or after `wait`. Answers once all are gone.
+caf::result<caf::ok_atom> release_shards(self_ptr self,
+                                         const std::vector<uint32_t>& shards,
+                                         caf::timespan wait) {
+  auto threads = threads_of(self, shards);
+  if (threads.empty())
+    return caf::ok_atom_v;
+  auto rp = self->make_response_promise<caf::ok_atom>();
+  if (wait <= caf::timespan{0}) {
+    stop_threads(self, threads, rp);
+    return rp;
+  }
+  auto id = ++self->state.last_release;
+  self->state.releases.emplace(
+    id, shard_release{threads, rp, std::chrono::steady_clock::now() + wait});
+  ask_to_passivate(self, threads);
+  self->delayed_send(self, release_check, atom::release_v, id);
+  return rp;
+}
+
+// Checks on release `id`: done once its conversations are gone; those
+// still running are stopped once its time is up, else asked again.
+void check_release(self_ptr self, uint64_t id) {
+  auto i = self->state.releases.find(id);
+  if (i == self->state.releases.end())
+    return;
+  std::vector<std::string> left;
+  for (auto& thread : i->second.threads)
+    if (self->state.threads.count(thread) > 0)
+      left.push_back(thread);
+  if (left.empty() || std::chrono::steady_clock::now() >= i->second.deadline) {
+    auto rp = i->second.rp;
+    self->state.releases.erase(i);
+    stop_threads(self, left, rp);
+    return;
+  }
+  i->second.threads = left;
+  std::vector<std::string> idle_candidates;
+  for (auto& thread : left)
+    if (!self->state.threads[thread].stopping)
+      idle_candidates.push_back(thread);
+  ask_to_passivate(self, idle_candidates);
+  self->delayed_send(self, release_check, atom::release_v, id);
+}
+
 } // namespace
 
 orchestrator_actor::behavior_type orchestrator(self_ptr self,
@@ -602,10 +770,9 @@ orchestrator_actor::behavior_type orchestrator(self_ptr self,
   self->state.cfg = std::move(cfg);
   if (self->state.cfg.recover_on_start)
     self->send(self, atom::recover_v);
-  else
-    conversations(self); // Watch the supervisor from the start.
-  // Stopped or killed by our supervisor: whoever waits for a held request
-  // learns now, instead of at its timeout.
+  else // Watch the supervisor from the start.
+    conversations(self);
+  // Stopped or killed: whoever waits for a held request learns now.
   self->set_exit_handler([self](caf::exit_msg& msg) {
     self->state.fail_held(caf::make_error(ec::unavailable,
                                           "the orchestrator stopped; "
@@ -641,9 +808,7 @@ orchestrator_actor::behavior_type orchestrator(self_ptr self,
       return passivate(self, thread, last_seen);
     },
     [self](atom::started, const std::string& thread) {
-      auto i = self->state.threads.find(thread);
-      if (i != self->state.threads.end())
-        i->second.floor = i->second.routed;
+      self->state.restarted(thread);
     },
     [self](atom::stats) {
       auto& st = self->state;
@@ -651,6 +816,12 @@ orchestrator_actor::behavior_type orchestrator(self_ptr self,
                               st.evictions);
     },
     [self](atom::recover) { recover(self); },
+    [self](atom::recover, const std::vector<uint32_t>& shards) {
+      recover_shards(self, shards);
+    },
+    [self](atom::release, const std::vector<uint32_t>& shards,
+           caf::timespan wait) { return release_shards(self, shards, wait); },
+    [self](atom::release, uint64_t id) { check_release(self, id); },
   };
 }
 

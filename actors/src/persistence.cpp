@@ -15,8 +15,9 @@ namespace keel {
 namespace {
 
 // A clean stop: no conversation runs any more (they stop before us), so no
-// session is live; the data must say so.
-void suspend_active_sessions(store& db) {
+// session is live; the data must say so (of the threads `only` covers:
+// in a cluster, other nodes write the others).
+void suspend_active_sessions(store& db, const thread_filter& only) {
   auto sessions = db.sessions();
   if (!sessions) {
     spdlog::warn("cannot read sessions at shutdown: {}",
@@ -24,7 +25,7 @@ void suspend_active_sessions(store& db) {
     return;
   }
   for (auto& rec : *sessions) {
-    if (rec.state == session_state::active) {
+    if (rec.state == session_state::active && (!only || only(rec.thread))) {
       rec.state = session_state::suspended;
       db.stage_session(rec);
     }
@@ -63,10 +64,11 @@ caf::error persistence_state::init(const persistence_config& cfg) {
   db = std::move(*opened);
   max_stored_threads = cfg.max_stored_threads;
   max_history_bytes = cfg.max_history_bytes;
+  shards = cfg.shards;
   if (auto err = count_threads())
     return err;
   if (cfg.boot_recovery_pending && cfg.boot_recovery_pending->exchange(false)) {
-    auto plan = plan_recovery(*db, true);
+    auto plan = plan_recovery(*db, true, served());
     if (!plan) {
       spdlog::error("recovery on boot failed: {}", render(plan.error()));
       return std::move(plan.error());
@@ -96,7 +98,7 @@ void persistence_state::on_exit(const caf::exit_msg& msg) {
   if (msg.reason == caf::exit_reason::user_shutdown
       || msg.reason == ec::shutdown) {
     flush();
-    suspend_active_sessions(*db);
+    suspend_active_sessions(*db, served());
   }
   auto replies = std::move(waiting);
   waiting.clear();
@@ -334,7 +336,29 @@ caf::result<recovery_plan> persistence_state::recover() {
     boot_plan.reset();
     return result;
   }
-  return plan_recovery(*db, false);
+  return plan_recovery(*db, false, served());
+}
+
+caf::result<recovery_plan>
+persistence_state::recover(const std::vector<uint32_t>& gained) {
+  if (!shards)
+    return caf::make_error(ec::conflict, "this node is not in a cluster");
+  std::unordered_set<uint32_t> wanted(gained.begin(), gained.end());
+  auto plan = plan_recovery(*db, true, [&](const std::string& thread) {
+    return wanted.count(shards->shard_of(thread)) > 0;
+  });
+  if (!plan)
+    return std::move(plan.error());
+  plan->boot = false; // Its report is the log's, not `last_recovery`.
+  return std::move(*plan);
+}
+
+thread_filter persistence_state::served() const {
+  if (!shards)
+    return {};
+  return [table = shards](const std::string& thread) {
+    return table->serves(thread);
+  };
 }
 
 caf::result<recovery_report> persistence_state::report() {
@@ -392,6 +416,9 @@ persistence(persistence_actor::stateful_pointer<persistence_state> self,
     },
     [self](atom::agents) { return self->state.agents(); },
     [self](atom::recover) { return self->state.recover(); },
+    [self](atom::recover, const std::vector<uint32_t>& gained) {
+      return self->state.recover(gained);
+    },
     [self](caf::put_atom, const recovery_report& report) {
       return self->state.put(report);
     },

@@ -1,6 +1,7 @@
 #include "keel/system_config.hpp"
 
 #include <caf/all.hpp>
+#include <caf/io/middleman.hpp>
 
 #include "keel/actors.hpp"
 
@@ -39,11 +40,26 @@ system_config::system_config() {
   add_message_type<recovery_plan>("keel::recovery_plan");
   add_message_type<std::vector<session_record>>(
     "std::vector<keel::session_record>");
+  add_message_type<std::vector<uint32_t>>("std::vector<uint32_t>");
+  add_message_type<std::vector<uint64_t>>("std::vector<uint64_t>");
+  add_message_type<cluster_member_info>("keel::cluster_member_info");
+  add_message_type<std::vector<cluster_member_info>>(
+    "std::vector<keel::cluster_member_info>");
+  add_message_type<cluster_status>("keel::cluster_status");
   add_error_category(error_category,
                      [](uint8_t code, caf::atom_value category,
                         const caf::message& ctx) -> std::string {
                        return render(caf::error{code, category, ctx});
                      });
+}
+
+void system_config::load_middleman(caf::timespan heartbeat,
+                                   caf::timespan timeout) {
+  load<caf::io::middleman>();
+  // Both are off by default in CAF 0.17: a stopped peer would then only be
+  // noticed at the TCP timeout.
+  set("middleman.heartbeat-interval", heartbeat);
+  set("middleman.connection-timeout", timeout);
 }
 
 } // namespace keel

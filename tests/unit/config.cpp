@@ -129,6 +129,12 @@ void check_same(const node_config& x, const node_config& y) {
   CAF_CHECK_EQUAL(x.logging.level, y.logging.level);
   CAF_CHECK_EQUAL(x.logging.file, y.logging.file);
   CAF_CHECK_EQUAL(x.storage.sync, y.storage.sync);
+  CAF_CHECK_EQUAL(x.cluster.enabled, y.cluster.enabled);
+  CAF_CHECK_EQUAL(x.cluster.node_id, y.cluster.node_id);
+  CAF_CHECK_EQUAL(x.cluster.listen_host, y.cluster.listen_host);
+  CAF_CHECK_EQUAL(x.cluster.listen_port, y.cluster.listen_port);
+  CAF_CHECK_EQUAL(x.cluster.advertise, y.cluster.advertise);
+  CAF_CHECK_EQUAL(x.cluster.shards, y.cluster.shards);
 }
 
 } // namespace
@@ -414,11 +420,11 @@ CAF_TEST(the document must be a mapping) {
   CAF_CHECK_EQUAL(error_of("- a\n- b\n"),
                   "node.yaml:1: expected a mapping of top-level keys (node, "
                   "gateway, providers, pools, threads, supervision, logging, "
-                  "storage or chaos), got a list");
+                  "storage, cluster or chaos), got a list");
   CAF_CHECK_EQUAL(error_of("hello\n"),
                   "node.yaml:1: expected a mapping of top-level keys (node, "
                   "gateway, providers, pools, threads, supervision, logging, "
-                  "storage or chaos), got \"hello\"");
+                  "storage, cluster or chaos), got \"hello\"");
 }
 
 CAF_TEST(wrong types are errors) {
@@ -1026,7 +1032,7 @@ CAF_TEST(keys are not expanded) {
   CAF_CHECK_EQUAL(error_of("${KEY}: 1\n", {{"KEY", "node"}}),
                   "node.yaml:1: ${KEY}: unknown key (expected node, gateway, "
                   "providers, pools, threads, supervision, logging, "
-                  "storage or chaos)");
+                  "storage, cluster or chaos)");
 }
 
 CAF_TEST(process_env reads the real environment) {
@@ -1299,4 +1305,268 @@ CAF_TEST(storage mistakes are named) {
                   "file system and has no effect when storage.backend is "
                   "\"postgres\" (to test database faults, stop or kill the "
                   "PostgreSQL server)");
+}
+
+// -- cluster ------------------------------------------------------------------
+
+namespace {
+
+/// A PostgreSQL store (lines 1 to 4), which an enabled cluster needs.
+constexpr const char* postgres_storage = "storage:\n"
+                                         "  backend: postgres\n"
+                                         "  postgres:\n"
+                                         "    url: postgresql://db/keel\n";
+
+/// A cluster token long enough.
+constexpr const char* good_token = "0123456789abcdef";
+
+/// `postgres_storage` and an enabled cluster with `good_token` (lines 5 to
+/// 7), followed by the cluster keys `extra` (from line 8).
+std::string enabled_cluster(const std::string& extra = {}) {
+  return std::string{postgres_storage} + "cluster:\n  enabled: true\n"
+         + "  token: " + good_token + "\n" + extra;
+}
+
+/// Writes `text` to `name` in `dir` and returns the file's path.
+std::string write_file(const temp_dir& dir, const std::string& name,
+                       const std::string& text) {
+  auto path = (dir.path() / name).string();
+  std::ofstream{path} << text;
+  return path;
+}
+
+} // namespace
+
+CAF_TEST(cluster is off by default and its ids and address follow node) {
+  auto cfg = parse("");
+  CAF_REQUIRE_EQUAL(outcome(cfg), "none");
+  check_same(*cfg, default_config());
+  auto& cl = cfg->cluster;
+  CAF_CHECK_EQUAL(cl.enabled, false);
+  CAF_CHECK_EQUAL(cl.node_id, "keel-1");
+  CAF_CHECK_EQUAL(cl.listen_host, "127.0.0.1");
+  CAF_CHECK_EQUAL(cl.listen_port, 7701u);
+  CAF_CHECK_EQUAL(cl.advertise, "127.0.0.1:7701");
+  CAF_CHECK_EQUAL(cl.shards, 256u);
+  CAF_CHECK_EQUAL(cl.lease_ttl, caf::timespan{3s});
+  CAF_CHECK_EQUAL(cl.heartbeat, caf::timespan{1s});
+  CAF_CHECK_EQUAL(cl.route_timeout, caf::timespan{5s});
+  CAF_CHECK_EQUAL(cl.handoff_timeout, caf::timespan{10s});
+  CAF_CHECK_EQUAL(cl.rebalance_batch, 16u);
+  CAF_CHECK_EQUAL(cl.token, "");
+  CAF_CHECK(!cl.tls.enabled());
+  auto named = parse("node:\n  name: n2\ncluster:\n"
+                     "  listen: \"[::1]:7800\"\n");
+  CAF_REQUIRE_EQUAL(outcome(named), "none");
+  CAF_CHECK_EQUAL(named->cluster.node_id, "n2");
+  CAF_CHECK_EQUAL(named->cluster.listen_host, "::1");
+  CAF_CHECK_EQUAL(named->cluster.listen_port, 7800u);
+  CAF_CHECK_EQUAL(named->cluster.advertise, "[::1]:7800");
+}
+
+CAF_TEST(cluster takes every key) {
+  temp_dir tmp;
+  auto cert = write_file(tmp, "node.crt", "cert");
+  auto key = write_file(tmp, "node.key", "key");
+  auto ca = write_file(tmp, "ca.crt", "ca");
+  auto cfg = parse(enabled_cluster("  node_id: keel-a.1\n"
+                                   "  listen: 0.0.0.0:7000\n"
+                                   "  advertise: node-a.internal:7001\n"
+                                   "  shards: 1024\n"
+                                   "  lease_ttl: 900ms\n"
+                                   "  heartbeat: 300ms\n"
+                                   "  route_timeout: 100ms\n"
+                                   "  handoff_timeout: 0s\n"
+                                   "  rebalance_batch: 65536\n"
+                                   "  tls:\n"
+                                   "    cert: "
+                                   + cert + "\n    key: " + key
+                                   + "\n    ca: " + ca + "\n"));
+  CAF_REQUIRE_EQUAL(outcome(cfg), "none");
+  auto& cl = cfg->cluster;
+  CAF_CHECK_EQUAL(cl.enabled, true);
+  CAF_CHECK_EQUAL(cl.node_id, "keel-a.1");
+  CAF_CHECK_EQUAL(cl.listen_host, "0.0.0.0");
+  CAF_CHECK_EQUAL(cl.listen_port, 7000u);
+  CAF_CHECK_EQUAL(cl.advertise, "node-a.internal:7001");
+  CAF_CHECK_EQUAL(cl.shards, 1024u);
+  CAF_CHECK_EQUAL(cl.lease_ttl, caf::timespan{900ms});
+  CAF_CHECK_EQUAL(cl.heartbeat, caf::timespan{300ms});
+  CAF_CHECK_EQUAL(cl.route_timeout, caf::timespan{100ms});
+  CAF_CHECK_EQUAL(cl.handoff_timeout, caf::timespan{0});
+  CAF_CHECK_EQUAL(cl.rebalance_batch, 65536u);
+  CAF_CHECK_EQUAL(cl.token, good_token);
+  CAF_CHECK(cl.tls.enabled());
+  CAF_CHECK_EQUAL(cl.tls.cert, cert);
+  CAF_CHECK_EQUAL(cl.tls.key, key);
+  CAF_CHECK_EQUAL(cl.tls.ca, ca);
+}
+
+CAF_TEST(cluster keys are type checked even when the cluster is off) {
+  CAF_CHECK_EQUAL(error_of("cluster:\n  enabled: yes\n"),
+                  "node.yaml:2: cluster.enabled: expected true or false, got "
+                  "\"yes\"");
+  CAF_CHECK_EQUAL(error_of("cluster:\n  node_id: a/b\n"),
+                  "node.yaml:2: cluster.node_id: expected 1 to 64 characters "
+                  "from A-Z, a-z, 0-9, '.', '_' and '-', got \"a/b\"");
+  CAF_CHECK_EQUAL(error_of("cluster:\n  shards: 0\n"),
+                  "node.yaml:2: cluster.shards: expected an integer in "
+                  "1..65536, got \"0\"");
+  CAF_CHECK_EQUAL(error_of("cluster:\n  shards: 65537\n"),
+                  "node.yaml:2: cluster.shards: expected an integer in "
+                  "1..65536, got \"65537\"");
+  CAF_CHECK_EQUAL(error_of("cluster:\n  rebalance_batch: 0\n"),
+                  "node.yaml:2: cluster.rebalance_batch: expected an integer "
+                  "in 1..65536, got \"0\"");
+  CAF_CHECK_EQUAL(error_of("cluster:\n  lease_ttl: 0s\n"),
+                  "node.yaml:2: cluster.lease_ttl: expected a positive "
+                  "duration such as \"250ms\", \"5s\", \"2m\" or \"1h\", got "
+                  "\"0s\"");
+  CAF_CHECK_EQUAL(error_of("cluster:\n  heartbeat: 5ms\n"),
+                  "node.yaml:2: cluster.heartbeat: expected at least 10ms, "
+                  "got 5ms");
+  CAF_CHECK_EQUAL(error_of("cluster:\n  route_timeout: 99ms\n"),
+                  "node.yaml:2: cluster.route_timeout: expected at least "
+                  "100ms, got 99ms");
+  CAF_CHECK_EQUAL(error_of("cluster:\n  handoff_timeout: 10\n"),
+                  "node.yaml:2: cluster.handoff_timeout: expected a duration "
+                  "such as \"250ms\", \"5s\", \"2m\" or \"1h\", got \"10\" (a "
+                  "unit is required)");
+  CAF_CHECK_EQUAL(error_of("cluster:\n  token: [a]\n"),
+                  "node.yaml:2: cluster.token: expected a string, got a list");
+  CAF_CHECK_EQUAL(error_of("cluster:\n  shard: 4\n"),
+                  "node.yaml:2: cluster.shard: unknown key (did you mean "
+                  "shards?)");
+  CAF_CHECK_EQUAL(error_of("cluster:\n  tls:\n    crt: x\n"),
+                  "node.yaml:3: cluster.tls.crt: unknown key (did you mean "
+                  "cert?)");
+  CAF_CHECK_EQUAL(error_of("cluster: true\n"),
+                  "node.yaml:1: cluster: expected a mapping, got \"true\"");
+}
+
+CAF_TEST(a disabled cluster is not cross checked) {
+  auto cfg = parse("cluster:\n  enabled: false\n  listen: 0.0.0.0:7701\n"
+                   "  token: short\n  lease_ttl: 1s\n  heartbeat: 1s\n"
+                   "  tls:\n    cert: /nonexistent/a\n    key: /nonexistent/b\n"
+                   "    ca: /nonexistent/c\n");
+  CAF_REQUIRE_EQUAL(outcome(cfg), "none");
+  CAF_CHECK_EQUAL(cfg->cluster.advertise, "0.0.0.0:7701");
+  CAF_CHECK_EQUAL(outcome(parse(enabled_cluster())), "none");
+}
+
+CAF_TEST(an enabled cluster needs the postgres backend) {
+  CAF_CHECK_EQUAL(error_of(std::string{"cluster:\n  enabled: true\n  token: "}
+                           + good_token + "\n"),
+                  "node.yaml:2: cluster.enabled: a cluster needs "
+                  "storage.backend \"postgres\" (every node must read every "
+                  "thread, so the store must be shared), but storage.backend "
+                  "is \"rocksdb\"");
+}
+
+CAF_TEST(an enabled cluster needs a token of 16 characters or more) {
+  CAF_CHECK_EQUAL(
+    error_of(std::string{postgres_storage} + "cluster:\n  enabled: true\n"),
+    "node.yaml:6: cluster.token: required when cluster.enabled "
+    "is true (a shared secret of at least 16 characters, the "
+    "same on every node; write ${KEEL_CLUSTER_TOKEN} to take it "
+    "from the environment)");
+  auto short_token = error_of(std::string{postgres_storage}
+                              + "cluster:\n  enabled: true\n"
+                                "  token: s3cr3t-short\n");
+  CAF_CHECK_EQUAL(short_token, "node.yaml:7: cluster.token: expected a shared "
+                               "secret of at least 16 characters, got 12");
+  CAF_CHECK_EQUAL(short_token.find("s3cr3t"), std::string::npos);
+}
+
+CAF_TEST(cluster token expands from the environment) {
+  auto yaml = std::string{postgres_storage}
+              + "cluster:\n  enabled: true\n  token: ${KEEL_CLUSTER_TOKEN}\n";
+  auto cfg = parse(yaml, {{"KEEL_CLUSTER_TOKEN", "from-the-env-0123456789"}});
+  CAF_REQUIRE_EQUAL(outcome(cfg), "none");
+  CAF_CHECK_EQUAL(cfg->cluster.token, "from-the-env-0123456789");
+  CAF_CHECK_EQUAL(error_of(yaml),
+                  "node.yaml:7: cluster.token: environment variable "
+                  "KEEL_CLUSTER_TOKEN is not set (write "
+                  "${KEEL_CLUSTER_TOKEN:-default} to make it optional)");
+  auto short_token = error_of(yaml, {{"KEEL_CLUSTER_TOKEN", "tiny-secret"}});
+  CAF_CHECK_EQUAL(short_token, "node.yaml:7: cluster.token: expected a shared "
+                               "secret of at least 16 characters, got 11");
+  CAF_CHECK_EQUAL(short_token.find("tiny-secret"), std::string::npos);
+}
+
+CAF_TEST(cluster lease_ttl must cover 3 heartbeats) {
+  CAF_CHECK_EQUAL(error_of(enabled_cluster("  lease_ttl: 2999ms\n")),
+                  "node.yaml:8: cluster.lease_ttl: expected at least 3 x "
+                  "cluster.heartbeat (3 x 1s), got 2999ms");
+  // With lease_ttl left at its default, the error points at heartbeat.
+  CAF_CHECK_EQUAL(error_of(enabled_cluster("  heartbeat: 2s\n")),
+                  "node.yaml:8: cluster.lease_ttl: expected at least 3 x "
+                  "cluster.heartbeat (3 x 2s), got 3s");
+  CAF_CHECK_EQUAL(outcome(parse(enabled_cluster("  lease_ttl: 30ms\n"
+                                                "  heartbeat: 10ms\n"))),
+                  "none");
+}
+
+CAF_TEST(cluster listen and advertise must be host and port) {
+  auto listen_error = [](const std::string& value) {
+    return "node.yaml:2: cluster.listen: expected host:port with a port in "
+           "1..65535 (IPv6 in brackets, as in [::1]:7701), got \""
+           + value + "\"";
+  };
+  for (auto bad : {"127.0.0.1:70000", "127.0.0.1:0", "127.0.0.1", ":7701",
+                   "::1:7701", "127.0.0.1:x", "a b:7701", "[]:7701"})
+    CAF_CHECK_EQUAL(
+      error_of("cluster:\n  listen: \"" + std::string{bad} + "\"\n"),
+      listen_error(bad));
+  CAF_CHECK_EQUAL(error_of("cluster:\n  advertise: node-a\n"),
+                  "node.yaml:2: cluster.advertise: expected host:port with a "
+                  "port in 1..65535 (IPv6 in brackets, as in [::1]:7701), got "
+                  "\"node-a\"");
+  CAF_CHECK_EQUAL(error_of("cluster:\n  advertise: 0.0.0.0:7701\n"),
+                  "node.yaml:2: cluster.advertise: expected the host:port "
+                  "peers reach this node at, got \"0.0.0.0:7701\" (a wildcard "
+                  "address only makes sense in cluster.listen)");
+  auto cfg = parse("cluster:\n  listen: \"[fe80::1]:9000\"\n"
+                   "  advertise: \"[2001:db8::7]:9001\"\n");
+  CAF_REQUIRE_EQUAL(outcome(cfg), "none");
+  CAF_CHECK_EQUAL(cfg->cluster.listen_host, "fe80::1");
+  CAF_CHECK_EQUAL(cfg->cluster.listen_port, 9000u);
+  CAF_CHECK_EQUAL(cfg->cluster.advertise, "[2001:db8::7]:9001");
+}
+
+CAF_TEST(cluster advertise is required with a wildcard listen address) {
+  CAF_CHECK_EQUAL(error_of(enabled_cluster("  listen: 0.0.0.0:7701\n")),
+                  "node.yaml:8: cluster.advertise: required when "
+                  "cluster.listen is a wildcard address (\"0.0.0.0:7701\"), "
+                  "which peers cannot connect to: set the host:port peers "
+                  "reach this node at");
+  CAF_CHECK_EQUAL(error_of(enabled_cluster("  listen: \"[::]:7701\"\n")),
+                  "node.yaml:8: cluster.advertise: required when "
+                  "cluster.listen is a wildcard address (\"[::]:7701\"), "
+                  "which peers cannot connect to: set the host:port peers "
+                  "reach this node at");
+  auto cfg = parse(enabled_cluster("  listen: 0.0.0.0:7701\n"
+                                   "  advertise: 10.0.0.5:7701\n"));
+  CAF_REQUIRE_EQUAL(outcome(cfg), "none");
+  CAF_CHECK_EQUAL(cfg->cluster.advertise, "10.0.0.5:7701");
+}
+
+CAF_TEST(cluster tls takes all three files or none) {
+  CAF_CHECK_EQUAL(error_of("cluster:\n  tls:\n    cert: a.crt\n"
+                           "    ca: ca.crt\n"),
+                  "node.yaml:2: cluster.tls.key: missing required key "
+                  "(cluster TLS needs all three of cert, key and ca, or none "
+                  "of them)");
+  CAF_CHECK_EQUAL(error_of("cluster:\n  tls:\n    key: a.key\n"),
+                  "node.yaml:2: cluster.tls.cert: missing required key "
+                  "(cluster TLS needs all three of cert, key and ca, or none "
+                  "of them)");
+  temp_dir tmp;
+  auto cert = write_file(tmp, "node.crt", "cert");
+  auto key = write_file(tmp, "node.key", "key");
+  CAF_CHECK_EQUAL(
+    error_of(enabled_cluster("  tls:\n    cert: " + cert + "\n    key: " + key
+                             + "\n    ca: /nonexistent/ca.crt\n")),
+    "node.yaml:11: cluster.tls.ca: expected a readable PEM "
+    "file, got \"/nonexistent/ca.crt\"");
 }

@@ -78,6 +78,60 @@ typename Inspector::result_type inspect(Inspector& f, child_info& x) {
            x.last_exit, x.uptime, x.supervisor, x.actor_id, x.children);
 }
 
+/// One member of the cluster as the cluster actor last read it.
+struct cluster_member_info {
+  std::string node_id;
+  uint64_t incarnation = 0;
+  std::string address;
+  /// "up", "draining", "dead" or "left".
+  std::string state;
+  /// Shards it owns.
+  uint64_t shards = 0;
+  /// Time since its lease was last renewed (database clock).
+  int64_t since_renewal_ms = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, cluster_member_info& x) {
+  return f(caf::meta::type_name("keel::cluster_member_info"), x.node_id,
+           x.incarnation, x.address, x.state, x.shards, x.since_renewal_ms);
+}
+
+/// The cluster as one node sees it (`/api/v1/status`, `keelctl cluster`).
+struct cluster_status {
+  std::string node_id;
+  uint64_t incarnation = 0;
+  /// This node's state ("joining" until it joined).
+  std::string state;
+  uint32_t shards = 0;
+  /// Shards this node holds (writes) now.
+  uint64_t held = 0;
+  /// The lowest and highest epoch among them.
+  uint64_t min_epoch = 0;
+  uint64_t max_epoch = 0;
+  /// Shards without a live owner, and handoffs pending, in the last view.
+  uint64_t orphans = 0;
+  uint64_t handoffs = 0;
+  /// Shards this node claimed, received and handed over since it started.
+  uint64_t claimed = 0;
+  uint64_t received = 0;
+  uint64_t handed_over = 0;
+  /// Members it declared dead since it started.
+  uint64_t declared_dead = 0;
+  std::vector<cluster_member_info> members;
+  /// Per shard (by index): its owner ("" if none) and epoch.
+  std::vector<std::string> owners;
+  std::vector<uint64_t> epochs;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, cluster_status& x) {
+  return f(caf::meta::type_name("keel::cluster_status"), x.node_id,
+           x.incarnation, x.state, x.shards, x.held, x.min_epoch, x.max_epoch,
+           x.orphans, x.handoffs, x.claimed, x.received, x.handed_over,
+           x.declared_dead, x.members, x.owners, x.epochs);
+}
+
 } // namespace keel
 
 CAF_BEGIN_TYPE_ID_BLOCK(keel, caf::first_custom_type_id)
@@ -121,6 +175,10 @@ CAF_ADD_ATOM(keel, keel::atom, report, "report")
 CAF_ADD_ATOM(keel, keel::atom, redeliver, "redeliver")
 CAF_ADD_ATOM(keel, keel::atom, deadline, "deadline")
 CAF_ADD_ATOM(keel, keel::atom, readback, "readback")
+CAF_ADD_ATOM(keel, keel::atom, tick, "tick")
+CAF_ADD_ATOM(keel, keel::atom, release, "release")
+CAF_ADD_ATOM(keel, keel::atom, interest, "interest")
+CAF_ADD_ATOM(keel, keel::atom, cluster, "cluster")
 
 CAF_ADD_TYPE_ID(keel, (keel::session_record))
 CAF_ADD_TYPE_ID(keel, (keel::inbox_entry))
@@ -152,6 +210,10 @@ CAF_ADD_TYPE_ID(keel, (keel::recovery_step))
 CAF_ADD_TYPE_ID(keel, (keel::recovery_report))
 CAF_ADD_TYPE_ID(keel, (keel::recovery_plan))
 CAF_ADD_TYPE_ID(keel, (std::vector<keel::session_record>) )
+CAF_ADD_TYPE_ID(keel, (std::vector<uint32_t>) )
+CAF_ADD_TYPE_ID(keel, (std::vector<uint64_t>) )
+CAF_ADD_TYPE_ID(keel, (keel::cluster_member_info))
+CAF_ADD_TYPE_ID(keel, (keel::cluster_status))
 
 CAF_END_TYPE_ID_BLOCK(keel)
 
@@ -171,6 +233,10 @@ constexpr caf::atom_value orchestrator = caf::atom("orch");
 /// conversation with `atom::forward` and its thread id.
 constexpr caf::atom_value conversations = caf::atom("convs");
 constexpr caf::atom_value gateway = caf::atom("gateway");
+/// Cluster only: the cluster actor (membership, shard ownership) and the
+/// node's door for its peers.
+constexpr caf::atom_value cluster = caf::atom("cluster");
+constexpr caf::atom_value peers = caf::atom("peers");
 
 } // namespace names
 
@@ -237,6 +303,10 @@ using persistence_actor = caf::typed_actor<
   // (steps 1-4 of `plan_recovery` already done on disk); after a restart of
   // the orchestrator just the threads with pending work.
   caf::replies_to<atom::recover>::with<recovery_plan>,
+  // Cluster: the recovery plan of the threads of `shards`, which this node
+  // just came to hold: steps 1-4 for those threads only, written as at
+  // boot (ACTIVE sessions SUSPENDED with `recovered_at`).
+  caf::replies_to<atom::recover, std::vector<uint32_t>>::with<recovery_plan>,
   // Stores the final recovery report (meta `last_recovery`).
   caf::replies_to<caf::put_atom, recovery_report>::with<caf::ok_atom>,
   // Reads the last recovery report; not_found if none ran.
@@ -332,7 +402,18 @@ using orchestrator_actor = caf::typed_actor<
   caf::replies_to<atom::cancel, std::string>::with<std::vector<std::string>>,
   // (internal) Runs the recovery: resumes threads with pending work,
   // finishes interrupted cancels, stores the boot recovery report.
-  caf::reacts_to<atom::recover>>;
+  caf::reacts_to<atom::recover>,
+  // Cluster: this node came to hold `shards`: recovers their threads (see
+  // the persistence actor) and resumes those with pending work.
+  caf::reacts_to<atom::recover, std::vector<uint32_t>>,
+  // Cluster: this node hands `shards` over (or lost them): asks their
+  // conversations to passivate, which each does once idle, and stops the
+  // rest after `wait` (a turn still running then is abandoned: the new
+  // owner answers its message again); answers once every one is gone.
+  caf::replies_to<atom::release, std::vector<uint32_t>,
+                  caf::timespan>::with<caf::ok_atom>,
+  // (internal) Checks on the release `id`: done, or asks again.
+  caf::reacts_to<atom::release, uint64_t>>;
 
 /// The gateway bridge: between the WebSocket server's I/O threads and the
 /// actors. Keeps thread subscriptions and fans events out to connections.
@@ -347,5 +428,46 @@ using gateway_bridge_actor = caf::typed_actor<
   caf::reacts_to<atom::http, uint64_t, std::string, std::string, std::string>,
   // An event of a thread for its subscribers.
   caf::reacts_to<atom::publish, thread_event>>;
+
+/// The cluster actor (cluster only): keeps the node's lease, reads the
+/// membership and shard tables every heartbeat and acts on them (claims
+/// orphan shards, asks for and hands over shards, declares dead nodes
+/// dead), keeping the node's shard table current. Exits the process (code
+/// 75) once it finds itself declared dead.
+using cluster_actor = caf::typed_actor<
+  // (internal) One round: renew the lease, read the tables, act.
+  caf::reacts_to<atom::tick>,
+  // The cluster as this node sees it.
+  caf::replies_to<atom::stats>::with<cluster_status>,
+  // Drains a member (`keelctl drain NODE`): it hands every shard away and
+  // takes none; `force` allows draining the last up member. Answers the
+  // member's new state.
+  caf::replies_to<atom::drain, std::string, bool>::with<std::string>>;
+
+/// The node's door for its peers (cluster only), published on the
+/// middleman port. Untyped, because it forwards requests of every kind:
+///
+/// From peers (every message carries the cluster token; a wrong one is
+/// refused with `unauthorized`):
+/// - `(route, token, thread, message, gateway_bridge_actor)`: a request
+///   for a thread this node serves (`message` is an orchestrator request:
+///   route, deliver, spawn, cancel); handed to the orchestrator, whose
+///   answer goes back to the peer. `not_owner` if this node does not serve
+///   the thread. The bridge, if valid, gets the thread's events from now.
+/// - `(interest, token, thread, gateway_bridge_actor)`: the bridge gets the
+///   thread's events.
+///
+/// From this node:
+/// - `(forward, thread, message)`: sends an orchestrator request for a
+///   thread another node serves to its owner and answers the owner's
+///   answer. Requests of one thread go one at a time, in order; one that
+///   finds the owner gone or moved is sent again (to the new owner, or
+///   here once this node holds the thread) until `cluster.route_timeout`,
+///   then answered `unavailable`. Client ids make the resends idempotent.
+/// - `(interest, thread)`: registers this node's bridge with the thread's
+///   owner (again whenever the owner changes).
+/// - `(publish, thread_event)`: an event of a thread served here, for the
+///   interested bridges of other nodes.
+using peers_actor = caf::actor;
 
 } // namespace keel

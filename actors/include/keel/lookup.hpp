@@ -32,6 +32,10 @@ inline std::string root_child_id(caf::atom_value name) {
     return "conversations";
   if (name == names::orchestrator)
     return "orchestrator";
+  if (name == names::cluster)
+    return "cluster";
+  if (name == names::peers)
+    return "peers";
   return "gateway";
 }
 
@@ -53,13 +57,16 @@ auto request_component(Self* self, caf::atom_value name, caf::timespan timeout,
 }
 
 /// Pushes a ready-made server frame to the subscribers of `thread`, if a
-/// gateway runs. Events are best effort (what matters is stored), so this
+/// gateway runs, and in a cluster to the other nodes whose clients follow
+/// the thread. Events are best effort (what matters is stored), so this
 /// never waits; safe from any thread.
 inline void publish_event(caf::actor_system& sys, std::string thread,
                           std::string frame) {
+  thread_event ev{std::move(thread), std::move(frame)};
+  if (auto peers = lookup<caf::actor>(sys, names::peers))
+    caf::anon_send(peers, atom::publish_v, ev);
   if (auto gw = lookup<gateway_bridge_actor>(sys, names::gateway))
-    caf::anon_send(gw, atom::publish_v,
-                   thread_event{std::move(thread), std::move(frame)});
+    caf::anon_send(gw, atom::publish_v, std::move(ev));
 }
 
 } // namespace keel

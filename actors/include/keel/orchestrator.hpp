@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -14,6 +15,7 @@
 
 #include "keel/actors.hpp"
 #include "keel/config.hpp"
+#include "keel/shard_table.hpp"
 
 namespace keel {
 
@@ -33,6 +35,10 @@ struct orchestrator_config {
   /// Live conversations asked in turn, idlest first, before a new one
   /// starts anyway (all of them busy).
   size_t eviction_tries = 4;
+  /// In a cluster, the node's shard table: a request for a thread of a
+  /// shard this node does not hold goes to its owner through the peers
+  /// actor. Null on a single node.
+  std::shared_ptr<const shard_table> shards;
 };
 
 /// A thread as the orchestrator sees it.
@@ -52,6 +58,14 @@ struct thread_entry {
   /// Work that arrived while stopping (messages, cancels), run once the
   /// conversation is gone.
   std::vector<std::function<void()>> queued;
+};
+
+/// Conversations being stopped because their shards go to another node.
+struct shard_release {
+  std::vector<std::string> threads;
+  caf::typed_response_promise<caf::ok_atom> rp;
+  /// When the conversations still running are stopped, idle or not.
+  std::chrono::steady_clock::time_point deadline;
 };
 
 /// State of the orchestrator.
@@ -77,6 +91,9 @@ struct orchestrator_state {
   /// Conversations that agreed to passivate to make room under
   /// `cfg.max_live` since this actor started.
   uint64_t evictions = 0;
+  /// Shard releases under way, by id.
+  std::unordered_map<uint64_t, shard_release> releases;
+  uint64_t last_release = 0;
 
   /// Keeps `rp` until `take` or `fail_held`; returns its hold id.
   uint64_t hold(caf::response_promise rp);
@@ -84,6 +101,10 @@ struct orchestrator_state {
   caf::response_promise take(uint64_t id);
   /// Answers every held request with `err`.
   void fail_held(const caf::error& err);
+
+  /// The thread's conversation (re)started: messages routed so far may
+  /// have been lost with an earlier incarnation.
+  void restarted(const std::string& thread);
 
   /// True if a conversation that last saw route `last_seen` has nothing in
   /// flight and may stop.

@@ -16,6 +16,8 @@
 #include <caf/typed_response_promise.hpp>
 
 #include "keel/actors.hpp"
+#include "keel/recovery.hpp"
+#include "keel/shard_table.hpp"
 #include "keel/store.hpp"
 
 namespace keel {
@@ -38,6 +40,9 @@ struct persistence_config {
   /// Bytes of message texts in one history page
   /// (`gateway.max_history_bytes`).
   size_t max_history_bytes = std::numeric_limits<size_t>::max();
+  /// In a cluster, the node's shard table: recoveries cover the threads of
+  /// the shards the node holds only. Null on a single node.
+  std::shared_ptr<const shard_table> shards;
 };
 
 /// State of the persistence actor. Each message of `persistence_actor` has
@@ -67,6 +72,8 @@ struct persistence_state {
   /// See `persistence_config`.
   size_t max_stored_threads = 0;
   size_t max_history_bytes = std::numeric_limits<size_t>::max();
+  /// See `persistence_config`; null on a single node.
+  std::shared_ptr<const shard_table> shards;
   /// Threads stored, staged ones included, while `max_stored_threads` is
   /// set: counted from the store at start, and again after a failed flush
   /// or a quarantine (either may leave fewer than counted).
@@ -138,6 +145,11 @@ struct persistence_state {
 
   /// The boot plan once, then a plan of the threads with pending work.
   caf::result<recovery_plan> recover();
+  /// The recovery of `gained` shards, which the node just came to hold.
+  caf::result<recovery_plan> recover(const std::vector<uint32_t>& gained);
+  /// The threads recoveries cover: all of them on a single node, those of
+  /// the held shards in a cluster.
+  thread_filter served() const;
 
   caf::result<recovery_report> report();
 

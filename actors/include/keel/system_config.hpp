@@ -1,6 +1,7 @@
 #pragma once
 
 #include <caf/actor_system_config.hpp>
+#include <caf/timespan.hpp>
 
 namespace keel {
 
@@ -9,6 +10,11 @@ namespace keel {
 class system_config : public caf::actor_system_config {
 public:
   system_config();
+
+  /// Loads CAF's network layer (cluster nodes only; before the actor
+  /// system starts): heartbeats every `heartbeat` on every link to a peer,
+  /// and a link silent for `timeout` is dropped (its requests fail).
+  void load_middleman(caf::timespan heartbeat, caf::timespan timeout);
 };
 
 } // namespace keel

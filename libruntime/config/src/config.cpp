@@ -72,6 +72,11 @@ node_config default_config() {
   pool.name = "default";
   pool.chain.emplace_back("echo");
   result.pools.push_back(std::move(pool));
+  // What the parser derives when a file leaves them out (the listen host is
+  // IPv4, so no brackets).
+  result.cluster.node_id = result.name;
+  result.cluster.advertise = result.cluster.listen_host + ":"
+                             + std::to_string(result.cluster.listen_port);
   return result;
 }
 

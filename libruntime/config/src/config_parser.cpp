@@ -1,8 +1,11 @@
 #include "keel/config.hpp"
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <set>
 #include <utility>
 
@@ -23,9 +26,9 @@ using strict_yaml::strings;
 
 // -- the schema's names -------------------------------------------------------
 
-constexpr const char* top_level_keys[] = {"node",    "gateway", "providers",
-                                          "pools",   "threads", "supervision",
-                                          "logging", "storage", "chaos"};
+constexpr const char* top_level_keys[]
+  = {"node",        "gateway", "providers", "pools",   "threads",
+     "supervision", "logging", "storage",   "cluster", "chaos"};
 
 constexpr const char* gateway_keys[] = {"host",
                                         "port",
@@ -82,6 +85,19 @@ constexpr const char* log_levels[] = {"trace", "debug", "info",
 
 constexpr const char* storage_backends[] = {"rocksdb", "postgres"};
 
+constexpr const char* cluster_keys[]
+  = {"enabled",         "node_id",         "listen",    "advertise",
+     "shards",          "lease_ttl",       "heartbeat", "route_timeout",
+     "handoff_timeout", "rebalance_batch", "token",     "tls"};
+
+constexpr const char* cluster_tls_keys[] = {"cert", "key", "ca"};
+
+/// Shortest `cluster.token` accepted when the cluster is on.
+constexpr size_t min_cluster_token_size = 16;
+
+/// `cluster.lease_ttl` must cover this many heartbeats.
+constexpr int64_t heartbeats_per_lease = 3;
+
 constexpr const char* supervisor_names[] = {"root", "providers",
                                             "conversations"};
 
@@ -91,6 +107,77 @@ constexpr const char* supervisor_keys[] = {"strategy", "max_restarts",
 
 constexpr const char* backoff_keys[] = {"initial", "max", "multiplier",
                                         "reset_after", "jitter"};
+
+/// What node names and cluster node ids look like, for messages.
+constexpr const char* id_expected
+  = "1 to 64 characters from A-Z, a-z, 0-9, '.', '_' and '-'";
+
+/// Whether `x` is a valid node name or cluster node id (`id_expected`).
+bool is_valid_id(const std::string& x) {
+  auto valid_char = [](char c) {
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z')
+           || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
+  };
+  return !x.empty() && x.size() <= 64
+         && std::all_of(x.begin(), x.end(), valid_char);
+}
+
+/// An address written "host:port" or, for IPv6, "[address]:port".
+struct host_port {
+  /// The host name or address, without brackets.
+  std::string host;
+  uint16_t port = 0;
+};
+
+/// What `parse_host_port` accepts, for messages.
+constexpr const char* host_port_expected
+  = "host:port with a port in 1..65535 (IPv6 in brackets, as in "
+    "[::1]:7701)";
+
+/// Parses "host:port" (a host name or IPv4 address of A-Z, a-z, 0-9, '.',
+/// '_' and '-') or "[IPv6]:port", with a port in 1..65535.
+std::optional<host_port> parse_host_port(std::string_view text) {
+  auto colon = text.rfind(':');
+  if (colon == std::string_view::npos)
+    return std::nullopt;
+  auto port = parse_digits(text.substr(colon + 1));
+  if (!port || *port < 1 || *port > 65535)
+    return std::nullopt;
+  auto host = text.substr(0, colon);
+  auto name_char = [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_'
+           || c == '-';
+  };
+  auto ipv6_char = [](char c) {
+    return std::isxdigit(static_cast<unsigned char>(c)) || c == ':' || c == '.';
+  };
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+    if (host.find(':') == std::string_view::npos
+        || !std::all_of(host.begin(), host.end(), ipv6_char))
+      return std::nullopt;
+  } else if (host.empty()
+             || !std::all_of(host.begin(), host.end(), name_char)) {
+    return std::nullopt;
+  }
+  return host_port{std::string{host}, static_cast<uint16_t>(*port)};
+}
+
+/// Renders `host` and `port` as `parse_host_port` reads them back.
+std::string render_host_port(const std::string& host, uint16_t port) {
+  auto bracketed = host.find(':') != std::string::npos;
+  return (bracketed ? "[" + host + "]" : host) + ":" + std::to_string(port);
+}
+
+/// Fills the cluster keys whose defaults come from other keys: `node_id`
+/// from `node.name`, `advertise` from `listen`.
+void fill_cluster_defaults(node_config& cfg) {
+  auto& cl = cfg.cluster;
+  if (cl.node_id.empty())
+    cl.node_id = cfg.name;
+  if (cl.advertise.empty())
+    cl.advertise = render_host_port(cl.listen_host, cl.listen_port);
+}
 
 /// Upper bound of `max_restarts` and `buffer`: far beyond any sane value,
 /// low enough that a typo of a few extra digits is caught.
@@ -176,6 +263,14 @@ private:
   void read_logging(const map_reader& m, logging_config& cfg);
   void read_storage(const map_reader& m, storage_config& cfg);
   void read_postgres(const map_reader& m, postgres_config& cfg);
+  void read_cluster(const map_reader& m, cluster_config& cfg);
+  void read_cluster_addresses(const map_reader& m, cluster_config& cfg);
+  void read_cluster_timing(const map_reader& m, cluster_config& cfg);
+  void read_cluster_tls(const map_reader& m, cluster_tls_config& cfg);
+  /// Reads the duration at `key` of `m` (if set), which must be at least
+  /// `minimum`.
+  void read_duration_at_least(const map_reader& m, const std::string& key,
+                              caf::timespan minimum, caf::timespan& out);
   void read_chaos(const map_reader& m, chaos_config& cfg);
 
   // -- checks across fields ---------------------------------------------------
@@ -191,6 +286,10 @@ private:
   void check_chain(const node_config& cfg, size_t pool_index) const;
   void check_thread_pool(const node_config& cfg) const;
   void check_storage(const node_config& cfg) const;
+  void check_cluster(const node_config& cfg) const;
+  void check_cluster_token(const cluster_config& cfg) const;
+  void check_cluster_advertise(const cluster_config& cfg) const;
+  void check_cluster_tls(const cluster_tls_config& cfg) const;
 
   /// Fails for `path` because `value` is below `lower`, the value of
   /// `lower_path`.
@@ -209,9 +308,15 @@ private:
 node_config parser::run(const YAML::Node& root) {
   auto cfg = default_config();
   cfg.source = source();
+  // These follow node.name and cluster.listen unless the file sets them:
+  // derived again once the file is read.
+  cfg.cluster.node_id.clear();
+  cfg.cluster.advertise.clear();
   // An empty document (or one holding only comments) means all defaults.
-  if (root.IsNull())
+  if (root.IsNull()) {
+    fill_cluster_defaults(cfg);
     return cfg;
+  }
   if (!root.IsMap())
     fail(line_of(root), "",
          "expected a mapping of top-level keys (" + one_of(top_level_keys)
@@ -236,9 +341,12 @@ node_config parser::run(const YAML::Node& root) {
   if (auto m = section(top, "storage",
                        {"backend", "sync", "request_timeout", "postgres"}))
     read_storage(*m, cfg.storage);
+  if (auto m = section(top, "cluster", strings(cluster_keys)))
+    read_cluster(*m, cfg.cluster);
   if (auto m = section(top, "chaos", {"kill", "disk"}))
     read_chaos(*m, cfg.chaos);
   validate(cfg);
+  fill_cluster_defaults(cfg);
   collect_warnings(cfg);
   return cfg;
 }
@@ -248,16 +356,9 @@ node_config parser::run(const YAML::Node& root) {
 void parser::read_node(const map_reader& m, node_config& cfg) {
   if (auto x = m.get("name")) {
     auto path = m.path("name");
-    auto name = read_string(*x, path);
-    auto valid_char = [](char c) {
-      return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z')
-             || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
-    };
-    if (name.empty() || name.size() > 64
-        || !std::all_of(name.begin(), name.end(), valid_char))
-      bad_value(*x, path, name,
-                "1 to 64 characters from A-Z, a-z, 0-9, '.', '_' and '-'");
-    cfg.name = std::move(name);
+    cfg.name = read_string(*x, path);
+    if (!is_valid_id(cfg.name))
+      bad_value(*x, path, cfg.name, id_expected);
   }
   if (auto x = m.get("data_dir")) {
     auto path = m.path("data_dir");
@@ -792,6 +893,100 @@ void parser::read_postgres(const map_reader& m, postgres_config& cfg) {
   }
 }
 
+// -- cluster ------------------------------------------------------------------
+
+void parser::read_cluster(const map_reader& m, cluster_config& cfg) {
+  if (auto x = m.get("enabled"))
+    cfg.enabled = read_bool(*x, m.path("enabled"));
+  if (auto x = m.get("node_id")) {
+    auto path = m.path("node_id");
+    cfg.node_id = read_string(*x, path);
+    if (!is_valid_id(cfg.node_id))
+      bad_value(*x, path, cfg.node_id, id_expected);
+  }
+  read_cluster_addresses(m, cfg);
+  read_cluster_timing(m, cfg);
+  // A secret: never part of a message (check_cluster_token checks it).
+  if (auto x = m.get("token"))
+    cfg.token = read_string(*x, m.path("token"));
+  if (auto t = section(m, "tls", strings(cluster_tls_keys)))
+    read_cluster_tls(*t, cfg.tls);
+}
+
+void parser::read_cluster_addresses(const map_reader& m, cluster_config& cfg) {
+  if (auto x = m.get("listen")) {
+    auto path = m.path("listen");
+    auto text = read_string(*x, path);
+    auto addr = parse_host_port(text);
+    if (!addr)
+      bad_value(*x, path, text, host_port_expected);
+    cfg.listen_host = std::move(addr->host);
+    cfg.listen_port = addr->port;
+  }
+  if (auto x = m.get("advertise")) {
+    auto path = m.path("advertise");
+    cfg.advertise = read_string(*x, path);
+    // Empty (the default) stands for the listen address.
+    if (cfg.advertise.empty())
+      return;
+    auto addr = parse_host_port(cfg.advertise);
+    if (!addr)
+      bad_value(*x, path, cfg.advertise, host_port_expected);
+    if (is_wildcard_host(addr->host))
+      bad_value(*x, path, cfg.advertise,
+                "the host:port peers reach this node at",
+                " (a wildcard address only makes sense in cluster.listen)");
+  }
+}
+
+void parser::read_cluster_timing(const map_reader& m, cluster_config& cfg) {
+  if (auto x = m.get("shards"))
+    cfg.shards
+      = static_cast<uint32_t>(read_int(*x, m.path("shards"), 1, 65536));
+  if (auto x = m.get("lease_ttl"))
+    cfg.lease_ttl = read_duration(*x, m.path("lease_ttl"), true);
+  read_duration_at_least(m, "heartbeat", std::chrono::milliseconds{10},
+                         cfg.heartbeat);
+  read_duration_at_least(m, "route_timeout", std::chrono::milliseconds{100},
+                         cfg.route_timeout);
+  if (auto x = m.get("handoff_timeout"))
+    cfg.handoff_timeout = read_duration(*x, m.path("handoff_timeout"), false);
+  if (auto x = m.get("rebalance_batch"))
+    cfg.rebalance_batch = static_cast<uint32_t>(
+      read_int(*x, m.path("rebalance_batch"), 1, 65536));
+}
+
+void parser::read_cluster_tls(const map_reader& m, cluster_tls_config& cfg) {
+  // Readability is checked only for an enabled cluster (check_cluster_tls).
+  std::pair<const char*, std::string*> files[]
+    = {{"cert", &cfg.cert}, {"key", &cfg.key}, {"ca", &cfg.ca}};
+  for (auto [key, out] : files)
+    if (auto x = m.get(key))
+      *out = read_string(*x, m.path(key));
+  auto given = static_cast<size_t>(
+    std::count_if(std::begin(files), std::end(files),
+                  [](auto& file) { return !file.second->empty(); }));
+  if (given == 0 || given == std::size(files))
+    return;
+  for (auto [key, out] : files)
+    if (out->empty())
+      fail(m.line(), m.path(key),
+           "missing required key (cluster TLS needs all three of cert, key "
+           "and ca, or none of them)");
+}
+
+void parser::read_duration_at_least(const map_reader& m, const std::string& key,
+                                    caf::timespan minimum, caf::timespan& out) {
+  auto x = m.get(key);
+  if (!x)
+    return;
+  out = read_duration(*x, m.path(key), false);
+  if (out < minimum)
+    fail(m.line(key), m.path(key),
+         "expected at least " + render_duration(minimum) + ", got "
+           + render_duration(out));
+}
+
 void parser::read_chaos(const map_reader& m, chaos_config& cfg) {
   if (auto x = m.get("kill"))
     cfg.kill = read_bool(*x, m.path("kill"));
@@ -810,6 +1005,7 @@ void parser::validate(const node_config& cfg) const {
   check_pools(cfg);
   check_thread_pool(cfg);
   check_storage(cfg);
+  check_cluster(cfg);
 }
 
 void parser::fail_below(int line, const std::string& path,
@@ -975,6 +1171,65 @@ void parser::check_storage(const node_config& cfg) const {
        "required when storage.backend is \"postgres\" (a libpq URI such as "
        "postgresql://keel@db.example/keel; write ${KEEL_PG_URL} to take it "
        "from the environment)");
+}
+
+void parser::check_cluster(const node_config& cfg) const {
+  auto& cl = cfg.cluster;
+  // A cluster that is off opens nothing: its keys only need the right types.
+  if (!cl.enabled)
+    return;
+  if (cfg.storage.backend != storage_backend::postgres)
+    fail(line("cluster.enabled"), "cluster.enabled",
+         "a cluster needs storage.backend \"postgres\" (every node must read "
+         "every thread, so the store must be shared), but storage.backend is "
+         "\"rocksdb\"");
+  check_cluster_token(cl);
+  if (cl.lease_ttl.count() / heartbeats_per_lease < cl.heartbeat.count())
+    fail(line("cluster.lease_ttl", "cluster.heartbeat"), "cluster.lease_ttl",
+         "expected at least " + std::to_string(heartbeats_per_lease)
+           + " x cluster.heartbeat (" + std::to_string(heartbeats_per_lease)
+           + " x " + render_duration(cl.heartbeat) + "), got "
+           + render_duration(cl.lease_ttl));
+  check_cluster_advertise(cl);
+  check_cluster_tls(cl.tls);
+}
+
+void parser::check_cluster_token(const cluster_config& cfg) const {
+  // The token is never shown, only its length.
+  if (cfg.token.empty())
+    fail(line("cluster.token", "cluster.enabled"), "cluster.token",
+         "required when cluster.enabled is true (a shared secret of at least "
+           + std::to_string(min_cluster_token_size)
+           + " characters, the same on every node; write "
+             "${KEEL_CLUSTER_TOKEN} to take it from the environment)");
+  if (cfg.token.size() < min_cluster_token_size)
+    fail(line("cluster.token"), "cluster.token",
+         "expected a shared secret of at least "
+           + std::to_string(min_cluster_token_size) + " characters, got "
+           + std::to_string(cfg.token.size()));
+}
+
+void parser::check_cluster_advertise(const cluster_config& cfg) const {
+  if (!cfg.advertise.empty() || !is_wildcard_host(cfg.listen_host))
+    return;
+  fail(line("cluster.advertise", "cluster.listen"), "cluster.advertise",
+       "required when cluster.listen is a wildcard address ("
+         + quote(render_host_port(cfg.listen_host, cfg.listen_port))
+         + "), which peers cannot connect to: set the host:port peers reach "
+           "this node at");
+}
+
+void parser::check_cluster_tls(const cluster_tls_config& cfg) const {
+  if (!cfg.enabled())
+    return;
+  std::pair<const char*, const std::string*> files[]
+    = {{"cert", &cfg.cert}, {"key", &cfg.key}, {"ca", &cfg.ca}};
+  for (auto [key, file] : files) {
+    auto path = std::string{"cluster.tls."} + key;
+    if (!std::ifstream{*file})
+      fail(line(path), path,
+           "expected a readable PEM file, got " + quote(*file));
+  }
 }
 
 void parser::check_thread_pool(const node_config& cfg) const {

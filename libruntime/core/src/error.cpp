@@ -35,6 +35,7 @@ const char* to_string(ec x) {
     case ec::thread_closed: return "thread_closed";
     case ec::cancelled: return "cancelled";
     case ec::thread_limit: return "thread_limit";
+    case ec::not_owner: return "not_owner";
   }
   return "unknown";
 }

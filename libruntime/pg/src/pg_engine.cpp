@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <random>
 
+#include "pg_cluster_schema.hpp"
+
 namespace keel {
 
 caf::expected<std::unique_ptr<store>>
@@ -26,9 +28,6 @@ namespace {
 
 // Rows a scan fetches at a time: bounded memory however large a family.
 constexpr size_t scan_page_rows = 512;
-
-// Serializes schema creation between nodes starting side by side.
-constexpr const char* schema_lock_id = "7361057100420015";
 
 } // namespace
 

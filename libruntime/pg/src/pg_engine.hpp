@@ -3,12 +3,16 @@
 // The PostgreSQL engine under the store (see `keel/pg_store.hpp`): one
 // table per family, `(key bytea PRIMARY KEY, value bytea)` in the schema
 // `keel`; keys compare bytewise as in RocksDB. Reads go over the first
-// connection; a group's writes over all of them, one transaction each.
+// connection; a group's writes over all of them, one transaction each. In
+// a cluster, each transaction that writes a thread's rows first calls the
+// write fence `keel.fence` (`pg_cluster_schema.hpp`) for the shards of
+// those threads.
 
 #include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -29,6 +33,12 @@ inline std::string table_of(size_t family) {
 /// (connection) of the operation that wrote it. Operations of one thread
 /// share a share; two shares writing one key become one, so that the key's
 /// writes stay in order inside one transaction.
+///
+/// With a fence (a cluster's shard table), a thread's share is its shard
+/// modulo the shares (one shard's writes go over one connection), and each
+/// share records the shards whose threads wrote rows in it: its
+/// transaction is fenced on them. Writes in `meta` and `health` (no
+/// thread's rows) and of operations of no thread (empty) record none.
 class batch : public kv_batch {
 public:
   /// One write: the value, or none for a removal.
@@ -37,7 +47,11 @@ public:
     size_t share = 0;
   };
 
-  explicit batch(size_t shares);
+  /// The shards a share is fenced on, each with a thread of it that wrote
+  /// (for messages).
+  using fenced_shards = std::map<shard_id, std::string>;
+
+  batch(size_t shares, std::shared_ptr<const shard_table> fence);
 
   void begin_operation(std::string_view thread) override;
 
@@ -61,6 +75,15 @@ public:
     return families_;
   }
 
+  /// The shards the transaction of `part` (an owner) is fenced on: those
+  /// of every share merged into it. Empty without a fence.
+  fenced_shards fenced(size_t part) const;
+
+  /// The shard table of the fence; null if none.
+  const std::shared_ptr<const shard_table>& fence() const {
+    return fence_;
+  }
+
 private:
   void stage(size_t family, std::string_view key,
              std::optional<std::string> value);
@@ -69,6 +92,14 @@ private:
   // Union-find over shares: `merged_[i]` leads towards the owner of i.
   std::vector<size_t> merged_;
   size_t current_ = 0;
+  std::shared_ptr<const shard_table> fence_;
+  // Per family: whether its rows are no thread's (never fenced).
+  std::vector<bool> unfenced_family_;
+  // Per share (before merges): the shards it is fenced on.
+  std::vector<fenced_shards> fenced_;
+  // The thread of the current operation and its shard, if fenced.
+  std::string current_thread_;
+  std::optional<shard_id> current_shard_;
 };
 
 class engine : public kv_engine {
@@ -102,8 +133,10 @@ public:
 
   /// Commits each connection's share of the batch as one transaction, the
   /// shares side by side. A COMMIT whose outcome is unknown (the session
-  /// ended during it) is resolved by reading the transaction's status back
-  /// (`pg_xact_status`), never guessed.
+  /// ended during it) is resolved by reading its commit mark back, never
+  /// guessed. Returns the first share's error:
+  /// `ec::not_owner` for a share fenced off (nothing of that share
+  /// committed; other shares may have), else `ec::storage_io`.
   caf::error write(kv_batch& batch) override;
 
   uint64_t reopens() const override;
@@ -159,11 +192,25 @@ private:
   // One attempt of `commit_share`.
   share_outcome run_share(class batch& batch, size_t part);
 
-  // BEGIN, the commit mark of `ticket`, the writes of `part` in multi-row
-  // statements, COMMIT. The statements point into `batch` and `nonce`.
-  std::vector<statement> share_statements(class batch& batch, size_t part,
-                                          const commit_ticket& ticket,
-                                          std::string& nonce);
+  // The arguments of the fence call of a share's transaction: the
+  // shards, and the epochs this node holds them at, as array literals.
+  // Both empty: the share is not fenced.
+  struct share_fence {
+    std::string shards;
+    std::string epochs;
+  };
+
+  // The fence of `part`, from the shard table; `ec::not_owner` if the
+  // table holds one of its shards no more (nothing is sent then).
+  caf::expected<share_fence> fence_of(const class batch& batch,
+                                      size_t part) const;
+
+  // BEGIN, the fence (if any), the commit mark of `ticket`, the writes of
+  // `part` in multi-row statements, COMMIT. The statements point into
+  // `batch`, `fence` and `nonce`.
+  std::vector<statement>
+  share_statements(class batch& batch, size_t part, const commit_ticket& ticket,
+                   const share_fence& fence, std::string& nonce);
 
   // The writer id of connection `slot` in `keel.commit_marks`.
   std::string writer(size_t slot) const;

@@ -4,6 +4,8 @@
 #include <functional>
 #include <thread>
 
+#include "pg_cluster_schema.hpp"
+
 namespace keel::pg {
 
 namespace {
@@ -40,17 +42,50 @@ caf::error write_failed(const caf::error& err) {
   return caf::make_error(ec::storage_io, "write failed: " + error_message(err));
 }
 
+// A statement the server refused: the fence's refusal (this node does not
+// own a shard at the epoch it holds it at) is `ec::not_owner` with the
+// server's message, anything else a failed write.
+caf::error refused(const caf::error& err) {
+  if (sqlstate_of(err) != fence_sqlstate)
+    return write_failed(err);
+  auto msg = error_message(err);
+  // "SQLSTATE KL001: shard 17 is not owned by ...": the server's words.
+  auto text = msg.find(": ");
+  return caf::make_error(ec::not_owner, "write fenced off: "
+                                          + (text == std::string::npos
+                                               ? msg
+                                               : msg.substr(text + 2)));
+}
+
+// Whether the rows of `family` belong to no thread: `meta` and `health`,
+// which a node writes whatever shards it holds.
+bool unfenced(const std::string& family) {
+  return family == "meta" || family == "health";
+}
+
 } // namespace
 
 // -- batch --------------------------------------------------------------------
 
-batch::batch(size_t shares) : merged_(std::max<size_t>(shares, 1)) {
+batch::batch(size_t shares, std::shared_ptr<const shard_table> fence)
+  : merged_(std::max<size_t>(shares, 1)),
+    fence_(std::move(fence)),
+    fenced_(merged_.size()) {
   families_.resize(column_families.size());
+  for (auto& family : column_families)
+    unfenced_family_.push_back(unfenced(family));
   clear();
 }
 
 void batch::begin_operation(std::string_view thread) {
-  current_ = std::hash<std::string_view>{}(thread) % merged_.size();
+  current_shard_.reset();
+  if (!fence_ || thread.empty()) {
+    current_ = std::hash<std::string_view>{}(thread) % merged_.size();
+    return;
+  }
+  current_thread_ = std::string{thread};
+  current_shard_ = fence_->shard_of(thread);
+  current_ = *current_shard_ % merged_.size();
 }
 
 bool batch::put(size_t family, std::string_view key, std::string_view value) {
@@ -65,6 +100,8 @@ bool batch::erase(size_t family, std::string_view key) {
 
 void batch::stage(size_t family, std::string_view key,
                   std::optional<std::string> value) {
+  if (current_shard_ && !unfenced_family_[family])
+    fenced_[current_].try_emplace(*current_shard_, current_thread_);
   auto& writes = families_[family];
   auto i = writes.find(key);
   if (i == writes.end()) {
@@ -84,13 +121,25 @@ void batch::clear() {
     writes.clear();
   for (size_t i = 0; i < merged_.size(); ++i)
     merged_[i] = i;
+  for (auto& shards : fenced_)
+    shards.clear();
   current_ = 0;
+  current_thread_.clear();
+  current_shard_.reset();
 }
 
 size_t batch::owner(size_t share) const {
   while (merged_[share] != share)
     share = merged_[share];
   return share;
+}
+
+batch::fenced_shards batch::fenced(size_t part) const {
+  fenced_shards result;
+  for (size_t share = 0; share < fenced_.size(); ++share)
+    if (owner(share) == part)
+      result.insert(fenced_[share].begin(), fenced_[share].end());
+  return result;
 }
 
 std::vector<size_t> batch::owners() const {
@@ -108,7 +157,7 @@ std::vector<size_t> batch::owners() const {
 // -- writing a group ----------------------------------------------------------
 
 std::unique_ptr<kv_batch> engine::new_batch() {
-  return std::make_unique<batch>(conns_.size());
+  return std::make_unique<batch>(conns_.size(), opts_.fence);
 }
 
 caf::error engine::write(kv_batch& given) {
@@ -137,12 +186,39 @@ std::string engine::writer(size_t slot) const {
   return instance_ + "-" + std::to_string(slot);
 }
 
-std::vector<statement> engine::share_statements(batch& group, size_t part,
-                                                const commit_ticket& ticket,
-                                                std::string& nonce) {
+caf::expected<engine::share_fence> engine::fence_of(const batch& group,
+                                                    size_t part) const {
+  share_fence result;
+  for (auto& [shard, thread] : group.fenced(part)) {
+    auto epoch = group.fence()->held_epoch(shard);
+    if (!epoch)
+      return caf::make_error(
+        ec::not_owner, "write fenced off: this node does not hold shard "
+                         + std::to_string(shard) + " (thread " + thread + ")");
+    result.shards += (result.shards.empty() ? "{" : ",")
+                     + std::to_string(shard);
+    result.epochs += (result.epochs.empty() ? "{" : ",")
+                     + std::to_string(*epoch);
+  }
+  if (!result.shards.empty()) {
+    result.shards += '}';
+    result.epochs += '}';
+  }
+  return result;
+}
+
+std::vector<statement>
+engine::share_statements(batch& group, size_t part, const commit_ticket& ticket,
+                         const share_fence& fence, std::string& nonce) {
   nonce = std::to_string(ticket.nonce);
   std::vector<statement> steps;
   steps.push_back({"BEGIN", {}});
+  // First, so that nothing is written unless this node owns every shard
+  // written here, at its epoch; the shard rows stay locked until COMMIT.
+  if (!fence.shards.empty())
+    steps.push_back({"SELECT keel.fence($1::text, $2::text::int[], "
+                     "$3::text::bigint[])",
+                     {group.fence()->me(), fence.shards, fence.epochs}});
   // Text parameters cast from text: binary format is then their bytes.
   steps.push_back({"INSERT INTO keel.commit_marks (writer, nonce) VALUES "
                    "($1::text, $2::text::bigint) ON CONFLICT (writer) DO "
@@ -182,14 +258,19 @@ std::vector<statement> engine::share_statements(batch& group, size_t part,
 }
 
 engine::share_outcome engine::run_share(batch& group, size_t part) {
+  // A shard the table holds no more fails the share before anything goes.
+  auto fence = fence_of(group, part);
+  if (!fence)
+    return {std::move(fence.error()), false};
   auto conn = usable(part);
   if (!conn)
     return {write_failed(conn.error()), false};
   commit_ticket ticket{next_nonce_++, (*conn)->backend_pid(),
                        server_started_[part], writer(part)};
   std::string nonce;
-  // One round trip: BEGIN, the commit mark, the writes, COMMIT.
-  auto done = (*conn)->pipeline(share_statements(group, part, ticket, nonce));
+  // One round trip: BEGIN, the fence, the commit mark, the writes, COMMIT.
+  auto done
+    = (*conn)->pipeline(share_statements(group, part, ticket, *fence, nonce));
   if (done)
     return {};
   if ((*conn)->ok()) {
@@ -197,7 +278,7 @@ engine::share_outcome engine::run_share(batch& group, size_t part) {
     // left aborted, which would fail every later statement: end it).
     if (!(*conn)->idle())
       static_cast<void>((*conn)->exec("ROLLBACK"));
-    return {write_failed(done.error()), false};
+    return {refused(done.error()), false};
   }
   // The session ended: whether the COMMIT took effect is read back.
   return resolve_commit(part, ticket);

@@ -36,15 +36,16 @@ private:
 using sessions_by_thread = std::map<std::string, session_record>;
 
 // 1. Reads the session records.
-caf::expected<sessions_by_thread> read_sessions(store& db,
-                                                recovery_report& report) {
+caf::expected<sessions_by_thread>
+read_sessions(store& db, recovery_report& report, const thread_filter& only) {
   step_timer timer{report, "read_sessions"};
   auto sessions = db.sessions();
   if (!sessions)
     return sessions.error();
   sessions_by_thread result;
   for (auto& rec : *sessions)
-    result.emplace(rec.thread, rec);
+    if (!only || only(rec.thread))
+      result.emplace(rec.thread, rec);
   report.sessions = result.size();
   timer.done(report.sessions);
   return result;
@@ -53,23 +54,28 @@ caf::expected<sessions_by_thread> read_sessions(store& db,
 // 2. Rebuilds the agent tree: the links must agree with the sessions'
 // parents. Disagreements are reported, not repaired.
 caf::error rebuild_tree(store& db, const sessions_by_thread& sessions,
-                        recovery_report& report) {
+                        recovery_report& report, const thread_filter& only) {
   step_timer timer{report, "rebuild_tree"};
   auto links = db.tree_links();
   if (!links)
     return links.error();
-  report.links = links->size();
   std::set<std::pair<std::string, std::string>> linked;
   for (auto& link : *links) {
+    // A link belongs to its child's recovery (its parent may be elsewhere).
+    if (only && !only(link.child))
+      continue;
+    ++report.links;
     linked.emplace(link.parent, link.child);
-    if (sessions.count(link.parent) == 0 || sessions.count(link.child) == 0)
+    auto parent_known = sessions.count(link.parent) > 0
+                        || (only && !only(link.parent));
+    if (!parent_known || sessions.count(link.child) == 0)
       report.problems.push_back("tree link " + link.parent + " -> " + link.child
                                 + " names a thread without a session");
   }
   for (auto& [thread, rec] : sessions) {
     if (rec.parent.empty()) {
       ++report.roots;
-    } else if (sessions.count(rec.parent) == 0
+    } else if ((sessions.count(rec.parent) == 0 && (!only || only(rec.parent)))
                || linked.count({rec.parent, thread}) == 0) {
       report.problems.push_back("thread " + thread + " names parent "
                                 + rec.parent
@@ -104,8 +110,8 @@ caf::error suspend_active(store& db, sessions_by_thread& sessions, bool boot,
 
 // Returns the threads with unanswered inbox entries or undelivered outbox
 // entries, counting both in `report`.
-caf::expected<std::set<std::string>> pending_threads(store& db,
-                                                     recovery_report& report) {
+caf::expected<std::set<std::string>>
+pending_threads(store& db, recovery_report& report, const thread_filter& only) {
   auto inboxes = db.inbox_counts();
   if (!inboxes)
     return inboxes.error();
@@ -114,13 +120,18 @@ caf::expected<std::set<std::string>> pending_threads(store& db,
     return outbox.error();
   std::set<std::string> result;
   for (auto& [thread, count] : *inboxes) {
+    if (only && !only(thread))
+      continue;
     report.inbox_messages += count;
     ++report.inbox_threads;
     result.insert(thread);
   }
-  report.outbox_messages = outbox->size();
-  for (auto& entry : *outbox)
+  for (auto& entry : *outbox) {
+    if (only && !only(entry.from))
+      continue;
+    ++report.outbox_messages;
     result.insert(entry.from);
+  }
   return result;
 }
 
@@ -144,10 +155,10 @@ bool has_closed_ancestor(const sessions_by_thread& sessions,
 // their threads, outbox entries re-sent by their senders; both need the
 // thread started. Open threads under a CLOSED ancestor finish their cancel.
 caf::error scan_undelivered(store& db, const sessions_by_thread& sessions,
-                            recovery_plan& plan) {
+                            recovery_plan& plan, const thread_filter& only) {
   auto& report = plan.report;
   step_timer timer{report, "scan_undelivered"};
-  auto pending = pending_threads(db, report);
+  auto pending = pending_threads(db, report, only);
   if (!pending)
     return pending.error();
   for (auto& [thread, rec] : sessions)
@@ -170,18 +181,19 @@ caf::error scan_undelivered(store& db, const sessions_by_thread& sessions,
 
 } // namespace
 
-caf::expected<recovery_plan> plan_recovery(store& db, bool boot) {
+caf::expected<recovery_plan> plan_recovery(store& db, bool boot,
+                                           const thread_filter& only) {
   recovery_plan plan;
   plan.boot = boot;
   plan.report.started_at = wall_clock_millis();
-  auto sessions = read_sessions(db, plan.report);
+  auto sessions = read_sessions(db, plan.report, only);
   if (!sessions)
     return sessions.error();
-  if (auto err = rebuild_tree(db, *sessions, plan.report))
+  if (auto err = rebuild_tree(db, *sessions, plan.report, only))
     return err;
   if (auto err = suspend_active(db, *sessions, boot, plan.report))
     return err;
-  if (auto err = scan_undelivered(db, *sessions, plan))
+  if (auto err = scan_undelivered(db, *sessions, plan, only))
     return err;
   return plan;
 }

@@ -358,6 +358,46 @@ struct storage_config {
   caf::timespan request_timeout = std::chrono::seconds{30};
 };
 
+/// TLS on the links between nodes (`cluster.tls:`): every node presents
+/// `cert` and checks its peers against `ca`.
+struct cluster_tls_config {
+  std::string cert;
+  std::string key;
+  std::string ca;
+  bool enabled() const {
+    return !cert.empty();
+  }
+};
+
+/// The cluster (`cluster:`). Off by default: then no middleman port and no
+/// database connection beyond the store's are opened.
+struct cluster_config {
+  bool enabled = false;
+  /// This node's id in the membership table; defaults to `node.name`.
+  std::string node_id;
+  /// Where the node listens for its peers (CAF middleman): host and port.
+  std::string listen_host = "127.0.0.1";
+  uint16_t listen_port = 7701;
+  /// The host:port peers use to reach it; defaults to the listen address.
+  std::string advertise;
+  /// Shards of the thread space, fixed when the cluster is created (a node
+  /// with another count refuses to start).
+  uint32_t shards = 256;
+  /// A node whose lease is this old is declared dead (>= 3 heartbeats).
+  caf::timespan lease_ttl = std::chrono::seconds{3};
+  caf::timespan heartbeat = std::chrono::seconds{1};
+  /// How long a message routed to another node may take to be durable
+  /// there before the client is told `unavailable` (and resends).
+  caf::timespan route_timeout = std::chrono::seconds{5};
+  /// How long an owner handing a shard over waits for its running turns.
+  caf::timespan handoff_timeout = std::chrono::seconds{10};
+  /// Shards moved at a time when the cluster rebalances.
+  uint32_t rebalance_batch = 16;
+  /// Shared secret every message between nodes carries; required.
+  std::string token;
+  cluster_tls_config tls;
+};
+
 /// The whole node configuration.
 struct node_config {
   /// Node name, shown in status and used as the node id.
@@ -371,6 +411,7 @@ struct node_config {
   supervision_config supervision;
   logging_config logging;
   storage_config storage;
+  cluster_config cluster;
   chaos_config chaos;
   /// Settings that are valid but risky, one sentence each naming the key;
   /// `keel-node` logs them as warnings at start.

@@ -72,6 +72,9 @@ enum class ec : uint8_t {
   cancelled,
   /// A new thread would pass the node's `threads.max_stored_threads`.
   thread_limit,
+  /// This node does not own the thread's shard (any more): the write was
+  /// fenced off, or the message belongs on another node.
+  not_owner,
 };
 
 /// Returns the stable, machine-readable name of `x` (also used on the wire).

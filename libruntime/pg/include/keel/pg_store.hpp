@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 
+#include "keel/shard_table.hpp"
 #include "keel/store.hpp"
 
 namespace keel {
@@ -31,6 +32,13 @@ struct pg_store_options {
   std::chrono::milliseconds connect_timeout{std::chrono::seconds{5}};
   /// Read only: no tables created, every write fails (`keelctl verify`).
   bool read_only = false;
+  /// In a cluster, the node's shard table: every transaction that writes a
+  /// thread's rows first checks in the database, with the shard rows
+  /// locked FOR SHARE, that this node still owns each of those threads'
+  /// shards at the epoch it holds them at; if not, nothing of it commits
+  /// and the write fails with `ec::not_owner`. Writes of no thread (meta,
+  /// health) are not fenced. Null (one node): no fence.
+  std::shared_ptr<const shard_table> fence;
 };
 
 /// Connects, creates the schema on first use (or checks the one there) and

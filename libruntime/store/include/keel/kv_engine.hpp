@@ -97,9 +97,12 @@ public:
   /// A new, empty batch for `write`.
   virtual std::unique_ptr<kv_batch> new_batch() = 0;
 
-  /// Applies `batch` atomically and durably: on success everything is
-  /// stored, on failure the error (`ec::storage_io`) says why and nothing
-  /// acknowledged may rest on it. The batch is left as it was.
+  /// Applies `batch` durably: on success everything is stored, on failure
+  /// the error says why (`ec::storage_io`; `ec::not_owner` for a write a
+  /// cluster's fence refused) and nothing acknowledged may rest on it. An
+  /// engine writing over several connections may have committed other
+  /// parts of the batch (their retries are harmless: see `store::flush`).
+  /// The batch is left as it was.
   virtual caf::error write(kv_batch& batch) = 0;
 
   /// How often the engine reopened its database or reconnected after a

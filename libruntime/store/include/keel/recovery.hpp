@@ -9,6 +9,7 @@
 // orchestrator's: it starts conversations, which re-run their inboxes and
 // re-send their outboxes themselves.
 
+#include <functional>
 #include <string>
 
 #include "keel/error.hpp"
@@ -22,12 +23,18 @@ constexpr const char* recovery_prompt
   = "The system running this conversation restarted unexpectedly. A turn "
     "in progress may have been lost; answer the latest message again.";
 
+/// Which threads a recovery covers; an empty filter covers all of them.
+using thread_filter = std::function<bool(const std::string& thread)>;
+
 /// Runs steps 1-4 on `db` (writing step 3 with one synced batch) and plans
 /// the rest. `boot` is true for the recovery at process start; otherwise
 /// (an orchestrator restart) the plan only lists pending work and nothing is
-/// written. Fails only if the store cannot be read or written; inconsistent
-/// data is reported in `report.problems` and left alone.
-caf::expected<recovery_plan> plan_recovery(store& db, bool boot);
+/// written. In a cluster, `only` limits everything (reads, writes, the
+/// plan) to the threads of the shards the node holds: other nodes write
+/// the rest. Fails only if the store cannot be read or written;
+/// inconsistent data is reported in `report.problems` and left alone.
+caf::expected<recovery_plan> plan_recovery(store& db, bool boot,
+                                           const thread_filter& only = {});
 
 /// Renders a report for people (log lines, `keelctl recovery`).
 std::string describe(const recovery_report& report);

@@ -1,0 +1,371 @@
+#include "keel/peers.hpp"
+
+#include <caf/all.hpp>
+#include <caf/io/middleman.hpp>
+#include <spdlog/spdlog.h>
+
+#include "keel/endpoint.hpp"
+#include "keel/lookup.hpp"
+
+namespace keel {
+
+namespace {
+
+using self_ptr = caf::stateful_actor<peers_state>*;
+using steady = std::chrono::steady_clock;
+
+// True if the current message comes from another process: a peer. Such
+// messages must carry the token; only this node may ask to forward.
+bool from_peer(self_ptr self) {
+  auto& sender = self->current_sender();
+  return sender != nullptr && sender->node() != self->node();
+}
+
+caf::error bad_token() {
+  return caf::make_error(ec::unauthorized,
+                         "a peer sent a message with a wrong cluster token");
+}
+
+caf::error not_served(self_ptr self, const std::string& thread) {
+  auto& table = *self->state.cfg.shards;
+  return caf::make_error(ec::not_owner,
+                         "node " + table.me() + " does not serve thread "
+                           + thread + " (shard "
+                           + std::to_string(table.shard_of(thread)) + ")");
+}
+
+// Whether a failed attempt may succeed when sent again: the owner moved or
+// is not serving yet, or the link or the peer failed. Anything else is the
+// request's own answer (closed thread, limits, bad input).
+bool worth_resending(const caf::error& err) {
+  return err == ec::not_owner || err == ec::unavailable
+         || err.category() != error_category;
+}
+
+// -- links to peers -----------------------------------------------------------
+
+void link_ready(self_ptr self, const std::string& address,
+                const caf::actor& handle) {
+  auto i = self->state.links.find(address);
+  if (i == self->state.links.end())
+    return;
+  auto waiting = std::move(i->second.waiting);
+  i->second.connecting = false;
+  i->second.handle = handle;
+  if (!handle)
+    self->state.links.erase(i);
+  for (auto& then : waiting)
+    then(handle);
+}
+
+// Calls `then` with the peers actor at `address` (host:port of its
+// middleman), connecting first if needed; with an invalid handle if it
+// cannot be reached.
+void with_link(self_ptr self, const std::string& address,
+               std::function<void(const caf::actor&)> then) {
+  auto& link = self->state.links[address];
+  if (link.handle) {
+    then(link.handle);
+    return;
+  }
+  link.waiting.push_back(std::move(then));
+  if (link.connecting)
+    return;
+  link.connecting = true;
+  auto ep = parse_endpoint(address);
+  if (!ep) {
+    spdlog::warn("cluster: bad peer address '{}': {}", address,
+                 render(ep.error()));
+    link_ready(self, address, {});
+    return;
+  }
+  auto mm = self->system().middleman().actor_handle();
+  self
+    ->request(mm, self->state.cfg.attempt_timeout, caf::connect_atom_v,
+              ep->host, ep->port)
+    .then(
+      [self, address](const caf::node_id&, caf::strong_actor_ptr& ptr,
+                      const std::set<std::string>&) {
+        auto handle = caf::actor_cast<caf::actor>(ptr);
+        if (handle)
+          self->monitor(handle);
+        link_ready(self, address, handle);
+      },
+      [self, address](caf::error& err) {
+        spdlog::warn("cluster: cannot reach peer {}: {}", address, render(err));
+        link_ready(self, address, {});
+      });
+}
+
+// A monitored peer or bridge went down (its link dropped, its process or
+// actor ended): forget it.
+void on_down(self_ptr self, const caf::down_msg& msg) {
+  auto& st = self->state;
+  for (auto i = st.links.begin(); i != st.links.end(); ++i) {
+    if (i->second.handle && i->second.handle.address() == msg.source) {
+      st.links.erase(i);
+      return;
+    }
+  }
+  for (auto i = st.interested.begin(); i != st.interested.end();) {
+    for (auto j = i->second.begin(); j != i->second.end();)
+      j = j->address() == msg.source ? i->second.erase(j) : std::next(j);
+    i = i->second.empty() ? st.interested.erase(i) : std::next(i);
+  }
+}
+
+// -- requests for other nodes' threads
+// -----------------------------------------
+
+void pump(self_ptr self, const std::string& thread);
+
+// The first request of `thread` is answered: the next one goes.
+void finished(self_ptr self, const std::string& thread) {
+  auto i = self->state.queues.find(thread);
+  if (i == self->state.queues.end())
+    return;
+  i->second.pop_front();
+  pump(self, thread);
+}
+
+// The first request of `thread` goes again after a pause.
+void resend_later(self_ptr self, const std::string& thread) {
+  ++self->state.resent;
+  self->delayed_send(self, self->state.cfg.retry_pause, atom::retry_v, thread);
+}
+
+// Sends the first request of `thread` to whoever serves it now: this
+// node's orchestrator, or the owner the shard table names.
+void pump(self_ptr self, const std::string& thread) {
+  auto& st = self->state;
+  auto q = st.queues.find(thread);
+  if (q == st.queues.end() || q->second.empty()) {
+    if (q != st.queues.end())
+      st.queues.erase(q);
+    return;
+  }
+  auto& head = q->second.front();
+  if (steady::now() >= head.deadline) {
+    ++st.timed_out;
+    head.fail(caf::make_error(ec::unavailable,
+                              "no node served thread " + thread
+                                + " within "
+                                  "cluster.route_timeout; resend with the "
+                                  "same id"));
+    finished(self, thread);
+    return;
+  }
+  auto retry = [self, thread] { resend_later(self, thread); };
+  auto done = [self, thread] { finished(self, thread); };
+  if (st.cfg.shards->serves(thread)) {
+    head.attempt(caf::actor{}, retry, done);
+    return;
+  }
+  auto owner = st.cfg.shards->owner(st.cfg.shards->shard_of(thread));
+  if (owner.node.empty() || owner.node == st.cfg.shards->me()
+      || owner.address.empty()) {
+    retry(); // Moving, or unowned until a node claims it.
+    return;
+  }
+  st.registered[thread] = owner;
+  with_link(self, owner.address,
+            [self, thread, retry, done](const caf::actor& peer) {
+              auto q = self->state.queues.find(thread);
+              if (q == self->state.queues.end() || q->second.empty())
+                return;
+              if (!peer)
+                retry();
+              else
+                q->second.front().attempt(peer, retry, done);
+            });
+}
+
+// One attempt of a request whose answer is a `Result`: sent to `peer` (or,
+// if invalid, this node's orchestrator); the answer goes to `rp`, unless it
+// is worth resending.
+template <class Result>
+void send_attempt(self_ptr self, const std::string& thread,
+                  const caf::message& req, caf::response_promise rp,
+                  const caf::actor& peer, std::function<void()> retry,
+                  std::function<void()> done) {
+  auto on_result = [rp, done](Result& x) mutable {
+    rp.deliver(std::move(x));
+    done();
+  };
+  auto on_error = [rp, retry, done](caf::error& err) mutable {
+    if (worth_resending(err)) {
+      retry();
+      return;
+    }
+    rp.deliver(std::move(err));
+    done();
+  };
+  auto& cfg = self->state.cfg;
+  if (!peer) {
+    request_component(self, names::orchestrator, cfg.attempt_timeout, req)
+      .then(on_result, on_error);
+    return;
+  }
+  auto bridge = lookup<caf::actor>(self->system(), names::gateway);
+  self
+    ->request(peer, cfg.attempt_timeout, atom::route_v, cfg.token, thread, req,
+              bridge)
+    .then(on_result, on_error);
+}
+
+// A request whose answer is a `Result`: sent to the thread's owner (or, if
+// it is this node, its orchestrator) and answered through `rp`.
+template <class Result>
+peer_request make_request(self_ptr self, const std::string& thread,
+                          caf::message req, caf::response_promise rp) {
+  peer_request r;
+  r.deadline = steady::now() + self->state.cfg.route_timeout;
+  r.fail = [rp](caf::error err) mutable { rp.deliver(std::move(err)); };
+  r.attempt = [self, thread, req, rp](const caf::actor& peer,
+                                      std::function<void()> retry,
+                                      std::function<void()> done) {
+    send_attempt<Result>(self, thread, req, rp, peer, retry, done);
+  };
+  return r;
+}
+
+// Queues a request for another node's thread; answered by its owner.
+caf::response_promise forward(self_ptr self, const std::string& thread,
+                              caf::message req) {
+  auto rp = self->make_response_promise();
+  peer_request r;
+  if (req.match_element<atom::route>(0) || req.match_element<atom::deliver>(0))
+    r = make_request<accept_result>(self, thread, std::move(req), rp);
+  else if (req.match_element<atom::spawn>(0))
+    r = make_request<spawn_result>(self, thread, std::move(req), rp);
+  else if (req.match_element<atom::cancel>(0))
+    r = make_request<std::vector<std::string>>(self, thread, std::move(req),
+                                               rp);
+  else {
+    rp.deliver(caf::make_error(ec::protocol_violation,
+                               "cannot forward this request to a peer"));
+    return rp;
+  }
+  ++self->state.forwarded;
+  auto& q = self->state.queues[thread];
+  q.push_back(std::move(r));
+  if (q.size() == 1)
+    pump(self, thread);
+  return rp;
+}
+
+// -- events
+// ---------------------------------------------------------------------
+
+// Sends this node's interest in `thread`'s events to the thread's owner.
+void send_interest(self_ptr self, const std::string& thread,
+                   const shard_owner& owner) {
+  auto bridge = lookup<caf::actor>(self->system(), names::gateway);
+  if (!bridge || owner.address.empty())
+    return;
+  self->state.registered[thread] = owner;
+  with_link(self, owner.address, [self, thread, bridge](const caf::actor& p) {
+    if (p)
+      self->send(p, atom::interest_v, self->state.cfg.token, thread, bridge);
+  });
+}
+
+// Registers again with the new owner of every thread whose owner changed.
+void check_interest(self_ptr self) {
+  auto& table = *self->state.cfg.shards;
+  for (auto& [thread, known] : self->state.registered) {
+    if (table.serves(thread))
+      continue;
+    auto now = table.owner(table.shard_of(thread));
+    if (now.node != known.node || now.epoch != known.epoch)
+      send_interest(self, thread, now);
+  }
+  self->delayed_send(self, self->state.cfg.interest_check, atom::tick_v);
+}
+
+// An event of a thread served here: to every interested bridge elsewhere.
+void fan_out(self_ptr self, const thread_event& ev) {
+  auto i = self->state.interested.find(ev.thread);
+  if (i == self->state.interested.end())
+    return;
+  for (auto& bridge : i->second)
+    self->send(bridge, atom::publish_v, ev);
+}
+
+void add_interest(self_ptr self, const std::string& thread,
+                  const caf::actor& bridge) {
+  if (!bridge || bridge.node() == self->node())
+    return;
+  if (self->state.interested[thread].insert(bridge).second)
+    self->monitor(bridge);
+}
+
+// A peer's request for a thread: handed to the orchestrator if this node
+// serves the thread, whose answer goes straight back to the peer.
+caf::response_promise serve(self_ptr self, const std::string& token,
+                            const std::string& thread, caf::message req,
+                            const caf::actor& bridge) {
+  auto rp = self->make_response_promise();
+  if (token != self->state.cfg.token) {
+    rp.deliver(bad_token());
+    return rp;
+  }
+  if (!self->state.cfg.shards->serves(thread)) {
+    rp.deliver(not_served(self, thread));
+    return rp;
+  }
+  add_interest(self, thread, bridge);
+  auto orch = lookup<caf::actor>(self->system(), names::orchestrator);
+  if (!orch)
+    rp.deliver(caf::make_error(ec::unavailable, "the orchestrator of node "
+                                                  + self->state.cfg.shards->me()
+                                                  + " is restarting"));
+  else
+    rp.delegate(orch, std::move(req));
+  return rp;
+}
+
+} // namespace
+
+caf::behavior peers(self_ptr self, peers_config cfg) {
+  self->state.cfg = std::move(cfg);
+  self->set_down_handler([self](caf::down_msg& msg) { on_down(self, msg); });
+  self->send(self, atom::tick_v);
+  return {
+    [self](atom::route, const std::string& token, const std::string& thread,
+           caf::message& req, const caf::actor& bridge) {
+      return serve(self, token, thread, std::move(req), bridge);
+    },
+    [self](atom::interest, const std::string& token, const std::string& thread,
+           const caf::actor& bridge) {
+      if (token == self->state.cfg.token)
+        add_interest(self, thread, bridge);
+    },
+    [self](atom::forward, const std::string& thread, caf::message& req) {
+      if (!from_peer(self))
+        return forward(self, thread, std::move(req));
+      auto rp = self->make_response_promise();
+      rp.deliver(bad_token());
+      return rp;
+    },
+    [self](atom::interest, const std::string& thread) {
+      auto& table = *self->state.cfg.shards;
+      if (!from_peer(self) && !table.serves(thread))
+        send_interest(self, thread, table.owner(table.shard_of(thread)));
+    },
+    [self](atom::publish, const thread_event& ev) {
+      if (!from_peer(self))
+        fan_out(self, ev);
+    },
+    [self](atom::retry, const std::string& thread) {
+      if (!from_peer(self))
+        pump(self, thread);
+    },
+    [self](atom::tick) {
+      if (!from_peer(self))
+        check_interest(self);
+    },
+  };
+}
+
+} // namespace keel

@@ -1,0 +1,313 @@
+#define CAF_SUITE cluster
+
+// Real keel-node processes forming a cluster on one PostgreSQL server the
+// test starts for itself: any gateway serves any thread, a killed node's
+// threads are answered by the others, a drained node hands its shards
+// away while its gateway keeps serving, and a paused node is fenced and
+// exits once it finds itself declared dead.
+
+#include <caf/test/unit_test.hpp>
+
+#include <csignal>
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "node_client.hpp"
+#include "temp_dir.hpp"
+
+#include "keel/protocol.hpp"
+#include "keel/sharding.hpp"
+#include "keel/tools/pg_server.hpp"
+#include "keel/tools/process.hpp"
+#include "keel/tools/ws_client.hpp"
+
+using namespace keel;
+using namespace keel::test;
+using namespace std::chrono_literals;
+using nlohmann::json;
+
+namespace {
+
+constexpr uint32_t test_shards = 16;
+
+// A cluster node answering "answer to {input}" after `delay`, with short
+// heartbeats and leases so that failures are seen within a second or two.
+std::string cluster_yaml(const std::string& name, const std::string& dir,
+                         const std::string& url, uint16_t peer_port,
+                         const std::string& delay = "10ms") {
+  return "node:\n  name: " + name + "\n  data_dir: " + dir
+         + "\ngateway:\n  port: 0\n  rate_limit:\n    per_second: 0\n"
+           "logging:\n  level: info\n"
+           "storage:\n  backend: postgres\n  postgres:\n    url: \""
+         + url
+         + "\"\n    statement_timeout: 5s\n"
+           "cluster:\n  enabled: true\n  listen: 127.0.0.1:"
+         + std::to_string(peer_port)
+         + "\n  shards: " + std::to_string(test_shards)
+         + "\n  heartbeat: 200ms\n  lease_ttl: 1s\n  route_timeout: 8s\n"
+           "  handoff_timeout: 1s\n  rebalance_batch: 4\n"
+           "  token: \"a-cluster-token-for-tests\"\n"
+           "providers:\n  - name: script\n    kind: scripted\n"
+           "    script:\n      - reply: \"answer to {input}\"\n"
+           "        delay: "
+         + delay + "\npools:\n  - name: default\n    chain: [script]\n";
+}
+
+struct fixture {
+  temp_dir dir{"keel-cluster"};
+  // A folder of its own: as root the server runs as `postgres`.
+  temp_dir pg_dir{"keel-pg"};
+  pg_server pg{pg_dir.str()};
+  std::map<std::string, std::unique_ptr<node_process>> nodes;
+
+  node_process& start(const std::string& name,
+                      const std::string& delay = "10ms") {
+    auto home = dir.str() + "/" + name;
+    std::filesystem::create_directories(home);
+    auto yaml = cluster_yaml(name, home + "/data", pg.url(), free_port(),
+                             delay);
+    auto& slot = nodes[name];
+    slot = std::make_unique<node_process>(home, yaml);
+    return *slot;
+  }
+
+  node_process& node(const std::string& name) {
+    return *nodes.at(name);
+  }
+
+  // The cluster as `name` sees it; null json if it does not answer.
+  json view(const std::string& name) {
+    auto res = api_call(node(name).address(), "GET", "/api/v1/cluster", {}, 2s);
+    return res ? *res : json{};
+  }
+
+  // Waits until `name` sees every shard owned by one of `members`, each
+  // holding some, and nothing in motion.
+  bool settled(const std::string& name, std::set<std::string> members,
+               std::chrono::milliseconds timeout = 20s) {
+    return poll_until(
+      [&] {
+        auto v = view(name);
+        if (!v.is_object() || v["orphans"] != 0 || v["handoffs"] != 0)
+          return false;
+        std::map<std::string, int> held;
+        for (auto& owner : v["owners"])
+          ++held[owner.get<std::string>()];
+        if (held.size() != members.size())
+          return false;
+        for (auto& m : members)
+          if (held[m] == 0)
+            return false;
+        return true;
+      },
+      timeout, 100ms);
+  }
+
+  // The owner of `thread` as `name` sees it.
+  std::string owner_of(const std::string& name, const std::string& thread) {
+    auto v = view(name);
+    return v["owners"][shard_of(thread, test_shards)].get<std::string>();
+  }
+
+  // A thread owned by `owner` (as `name` sees it), named PREFIX-N.
+  std::string thread_on(const std::string& name, const std::string& owner,
+                        const std::string& prefix) {
+    auto owners = view(name)["owners"];
+    for (int i = 0;; ++i) {
+      auto thread = prefix + "-" + std::to_string(i);
+      if (owners[shard_of(thread, test_shards)] == owner)
+        return thread;
+    }
+  }
+
+  // The oracle on the cluster's database, once every node has stopped
+  // (cleanly: a running node's sessions are ACTIVE).
+  std::string violations() {
+    for (auto& entry : nodes)
+      if (entry.second->running())
+        entry.second->stop();
+    auto res
+      = run_command({tool_binary("keelctl"), "verify", "--pg", pg.url()});
+    return res.exit_code == 0 ? std::string{} : res.out + res.err;
+  }
+};
+
+// Sends and waits for the ack (or error) of `id`.
+json send(ws_client& ws, const std::string& thread, const std::string& id,
+          const std::string& text, std::chrono::milliseconds timeout = 15s) {
+  CAF_REQUIRE(!ws.send_text(protocol::send_frame(thread, id, text)));
+  auto answer = receive_until(
+    ws,
+    [&](auto& j) {
+      return (j["type"] == "ack" || j["type"] == "error") && j["id"] == id;
+    },
+    timeout);
+  CAF_REQUIRE(answer);
+  return *answer;
+}
+
+// Waits for the reply event of `thread` whose text is `text`.
+bool reply_seen(ws_client& ws, const std::string& thread,
+                const std::string& text, std::chrono::milliseconds timeout) {
+  return receive_until(
+           ws,
+           [&](auto& j) {
+             return j["type"] == "reply" && j["thread"] == thread
+                    && j["text"] == text;
+           },
+           timeout)
+    .has_value();
+}
+
+} // namespace
+
+CAF_TEST_FIXTURE_SCOPE(cluster_tests, fixture)
+
+CAF_TEST(two nodes share the shards and either gateway serves every thread) {
+  start("n1");
+  start("n2");
+  CAF_REQUIRE(settled("n1", {"n1", "n2"}));
+  auto local = thread_on("n1", "n1", "local");
+  auto remote = thread_on("n1", "n2", "remote");
+  auto ws = connect_client(node("n1").address());
+  // A client of n2 follows the thread that n1 serves.
+  auto watcher = connect_client(node("n2").address());
+  CAF_REQUIRE(!watcher->send_text(protocol::subscribe_frame(local, "s1")));
+  CAF_REQUIRE(
+    receive_until(*watcher, [](auto& j) { return j["type"] == "subscribed"; }));
+  for (auto& thread : {local, remote}) {
+    auto ack = send(*ws, thread, "m1", "hello " + thread);
+    CAF_CHECK_EQUAL(ack["type"], "ack");
+    CAF_CHECK_EQUAL(ack["seq"], 1);
+    CAF_CHECK(reply_seen(*ws, thread, "answer to hello " + thread, 10s));
+  }
+  CAF_CHECK(reply_seen(*watcher, local, "answer to hello " + local, 10s));
+  // A resend after a lost ack is a duplicate, wherever it lands.
+  auto again = send(*connect_client(node("n2").address()), remote, "m1",
+                    "hello " + remote);
+  CAF_CHECK_EQUAL(again["type"], "ack");
+  CAF_CHECK_EQUAL(again["duplicate"], true);
+  // Either node reads any thread's history from the shared store.
+  auto history = read_history(*watcher, remote);
+  CAF_REQUIRE(history);
+  CAF_CHECK_EQUAL(history->size(), 2u);
+  CAF_CHECK_EQUAL(view("n2")["members"].size(), 2u);
+  CAF_CHECK_EQUAL(violations(), "");
+}
+
+CAF_TEST(a killed node has its threads answered by the other within seconds) {
+  start("n1");
+  start("n2");
+  CAF_REQUIRE(settled("n1", {"n1", "n2"}));
+  auto thread = thread_on("n1", "n2", "orphan");
+  auto ws = connect_client(node("n1").address());
+  auto first = send(*ws, thread, "m1", "before");
+  CAF_CHECK_EQUAL(first["type"], "ack");
+  CAF_CHECK(reply_seen(*ws, thread, "answer to before", 10s));
+  node("n2").kill9();
+  auto killed = std::chrono::steady_clock::now();
+  auto ack = send(*ws, thread, "m2", "after", 15s);
+  CAF_CHECK_EQUAL(ack["type"], "ack");
+  CAF_CHECK_EQUAL(ack["seq"], 3);
+  CAF_CHECK(reply_seen(*ws, thread, "answer to after", 10s));
+  auto took = std::chrono::steady_clock::now() - killed;
+  CAF_MESSAGE(
+    "answered again "
+    << std::chrono::duration_cast<std::chrono::milliseconds>(took).count()
+    << " ms after the kill");
+  CAF_CHECK(took < 5s);
+  CAF_CHECK(settled("n1", {"n1"}));
+  CAF_CHECK_EQUAL(owner_of("n1", thread), "n1");
+  CAF_CHECK_EQUAL(violations(), "");
+}
+
+CAF_TEST(a drained node hands its shards away and its gateway keeps serving) {
+  start("n1");
+  start("n2");
+  CAF_REQUIRE(settled("n1", {"n1", "n2"}));
+  auto drained = api_call(node("n1").address(), "POST", "/api/v1/cluster/drain",
+                          R"({"node":"n2"})");
+  CAF_REQUIRE(drained);
+  CAF_CHECK_EQUAL((*drained)["state"], "draining");
+  CAF_CHECK(settled("n1", {"n1"}));
+  auto v = view("n2");
+  CAF_CHECK_EQUAL(v["held"], 0);
+  CAF_CHECK_EQUAL(v["state"], "draining");
+  auto ws = connect_client(node("n2").address());
+  auto ack = send(*ws, "after-drain", "m1", "still served");
+  CAF_CHECK_EQUAL(ack["type"], "ack");
+  CAF_CHECK(reply_seen(*ws, "after-drain", "answer to still served", 10s));
+  // The last up member is not drained without force.
+  auto refused = api_call(node("n2").address(), "POST", "/api/v1/cluster/drain",
+                          R"({"node":"n1"})");
+  CAF_REQUIRE(!refused);
+  CAF_CHECK_EQUAL(refused.error(), ec::conflict);
+  CAF_CHECK_EQUAL(node("n2").stop(), 0);
+  CAF_CHECK_EQUAL(violations(), "");
+}
+
+CAF_TEST(a paused node is fenced and exits once it finds itself dead) {
+  start("n1");
+  start("n2");
+  CAF_REQUIRE(settled("n1", {"n1", "n2"}));
+  auto thread = thread_on("n1", "n2", "paused");
+  auto ws = connect_client(node("n1").address());
+  auto first = send(*ws, thread, "m1", "before");
+  CAF_CHECK_EQUAL(first["type"], "ack");
+  ::kill(node("n2").pid(), SIGSTOP);
+  // n1 declares n2 dead once its lease (1 s) runs out and takes its shards.
+  auto ack = send(*ws, thread, "m2", "while paused", 15s);
+  CAF_CHECK_EQUAL(ack["type"], "ack");
+  CAF_CHECK(reply_seen(*ws, thread, "answer to while paused", 10s));
+  ::kill(node("n2").pid(), SIGCONT);
+  CAF_CHECK(poll_until([&] { return !node("n2").running(); }, 10s));
+  CAF_CHECK_EQUAL(node("n2").stop(), 75);
+  CAF_CHECK_EQUAL(violations(), "");
+}
+
+CAF_TEST(a joining node takes its share by handoff while traffic flows) {
+  start("n1", "300ms");
+  CAF_REQUIRE(settled("n1", {"n1"}));
+  auto ws = connect_client(node("n1").address());
+  std::vector<std::string> threads;
+  for (int i = 0; i < 12; ++i)
+    threads.push_back("flow-" + std::to_string(i));
+  // Turns run (300 ms each) while the shards move: a running turn either
+  // commits before its shard goes, or is answered by the new owner.
+  for (auto& t : threads)
+    CAF_CHECK_EQUAL(send(*ws, t, "m1", "one")["type"].get<std::string>(),
+                    "ack");
+  start("n2", "300ms");
+  int round = 2;
+  while (!settled("n1", {"n1", "n2"}, 200ms) && round < 40) {
+    for (auto& t : threads) {
+      auto ack = send(*ws, t, "m" + std::to_string(round), "more");
+      CAF_CHECK_EQUAL(ack["type"].get<std::string>(), "ack");
+    }
+    ++round;
+  }
+  CAF_REQUIRE(settled("n1", {"n1", "n2"}));
+  CAF_MESSAGE(round - 2 << " rounds of messages while the shards moved");
+  // Every message gets exactly one answer.
+  auto reader = connect_client(node("n2").address());
+  for (auto& t : threads) {
+    auto done = poll_until(
+      [&] {
+        auto h = read_history(*reader, t);
+        if (!h)
+          return false;
+        auto outcomes = outcomes_by_seq(*h);
+        for (auto& [seq, count] : outcomes)
+          if (count != 1)
+            return false;
+        return outcomes.size() == static_cast<size_t>(round - 1);
+      },
+      20s, 200ms);
+    CAF_CHECK(done);
+  }
+  CAF_CHECK(view("n1")["handed_over"].get<int>() > 0);
+  CAF_CHECK_EQUAL(violations(), "");
+}
+
+CAF_TEST_FIXTURE_SCOPE_END()
