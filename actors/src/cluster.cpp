@@ -48,6 +48,7 @@ bool cluster_state::renew() {
   auto sent = steady::now();
   auto state = db->renew(c.node_id, incarnation, c.lease_ttl);
   if (!state) {
+    disconnected = true;
     if (sent - renewed > c.lease_ttl && !self_fenced)
       fence_self("cannot renew the lease: " + render(state.error()));
     else
@@ -66,6 +67,10 @@ bool cluster_state::renew() {
   }
   own_state = *state;
   renewed = sent;
+  if (disconnected) {
+    disconnected = false;
+    connected_since = sent;
+  }
   if (self_fenced) {
     self_fenced = false;
     spdlog::info("cluster: lease renewed again; taking its shards back");
@@ -83,8 +88,11 @@ void cluster_state::fence_self(const std::string& why) {
 }
 
 bool cluster_state::bury(const cluster_view& view) {
-  if (view.store_recent)
-    return false; // Nobody could renew while the store was down.
+  // Nobody could renew while the store was down, nor while this node could
+  // not reach it: a lease expired then proves nothing yet.
+  if (view.store_recent
+      || steady::now() - connected_since < cfg.cluster.lease_ttl)
+    return false;
   auto plan = plan_cluster(view, {cfg.cluster.node_id, incarnation, {}}, 0);
   std::vector<std::string> alive;
   for (auto& m : view.members)

@@ -119,9 +119,13 @@ child_spec gateway_child(const node_config& cfg,
 cluster_store_opener cluster_store_of(const node_config& cfg) {
   pg_cluster_options opts;
   opts.url = cfg.storage.postgres.url;
-  opts.statement_timeout
-    = std::chrono::duration_cast<std::chrono::milliseconds>(
-      cfg.storage.postgres.statement_timeout);
+  // Half a lease: a silent database must not hold the cluster actor past
+  // the point where it has to fence itself.
+  opts.statement_timeout = std::max<std::chrono::milliseconds>(
+    std::chrono::duration_cast<std::chrono::milliseconds>(cfg.cluster.lease_ttl
+                                                          / 2),
+    std::chrono::milliseconds{100});
+  opts.connect_timeout = std::chrono::seconds{2};
   return [opts] { return open_pg_cluster_store(opts); };
 }
 

@@ -18,6 +18,7 @@
 
 #include "keel/protocol.hpp"
 #include "keel/sharding.hpp"
+#include "keel/tools/fault_proxy.hpp"
 #include "keel/tools/pg_server.hpp"
 #include "keel/tools/process.hpp"
 #include "keel/tools/ws_client.hpp"
@@ -61,12 +62,15 @@ struct fixture {
   pg_server pg{pg_dir.str()};
   std::map<std::string, std::unique_ptr<node_process>> nodes;
 
+  // Starts node `name`; `url` (default: the server's socket) is how it
+  // reaches the database.
   node_process& start(const std::string& name,
-                      const std::string& delay = "10ms") {
+                      const std::string& delay = "10ms",
+                      const std::string& url = {}) {
     auto home = dir.str() + "/" + name;
     std::filesystem::create_directories(home);
-    auto yaml = cluster_yaml(name, home + "/data", pg.url(), free_port(),
-                             delay);
+    auto yaml = cluster_yaml(name, home + "/data", url.empty() ? pg.url() : url,
+                             free_port(), delay);
     auto& slot = nodes[name];
     slot = std::make_unique<node_process>(home, yaml);
     return *slot;
@@ -263,6 +267,62 @@ CAF_TEST(a paused node is fenced and exits once it finds itself dead) {
   ::kill(node("n2").pid(), SIGCONT);
   CAF_CHECK(poll_until([&] { return !node("n2").running(); }, 10s));
   CAF_CHECK_EQUAL(node("n2").stop(), 75);
+  CAF_CHECK_EQUAL(violations(), "");
+}
+
+CAF_TEST(
+  a node cut off from the database stops serving and the other takes over) {
+  fault_proxy proxy{"127.0.0.1", static_cast<uint16_t>(pg.port())};
+  start("n1");
+  start("n2", "10ms",
+        "postgresql://keel@127.0.0.1:" + std::to_string(proxy.port())
+          + "/keel");
+  CAF_REQUIRE(settled("n1", {"n1", "n2"}));
+  auto thread = thread_on("n1", "n2", "cut");
+  auto ws = connect_client(node("n1").address());
+  auto first = send(*ws, thread, "m1", "before");
+  CAF_CHECK_EQUAL(first["type"], "ack");
+  // The link goes silent: n2 can neither renew its lease nor commit.
+  proxy.set_mode(link_mode::blackhole);
+  auto ack = send(*ws, thread, "m2", "while cut", 20s);
+  CAF_CHECK_EQUAL(ack["type"], "ack");
+  CAF_CHECK(reply_seen(*ws, thread, "answer to while cut", 10s));
+  CAF_CHECK_EQUAL(owner_of("n1", thread), "n1");
+  // Back on the database, n2 finds itself declared dead and exits.
+  proxy.set_mode(link_mode::pass);
+  CAF_CHECK(poll_until([&] { return !node("n2").running(); }, 40s));
+  CAF_CHECK_EQUAL(node("n2").stop(), 75);
+  CAF_CHECK_EQUAL(violations(), "");
+}
+
+CAF_TEST(a database restart declares nobody dead and loses nothing) {
+  start("n1");
+  start("n2");
+  CAF_REQUIRE(settled("n1", {"n1", "n2"}));
+  std::vector<std::string> threads{thread_on("n1", "n1", "restart"),
+                                   thread_on("n1", "n2", "restart")};
+  auto ws = connect_client(node("n1").address());
+  for (auto& t : threads) {
+    auto ack = send(*ws, t, "m1", "before");
+    CAF_CHECK_EQUAL(ack["type"], "ack");
+  }
+  // Down for twice the lease: every lease runs out meanwhile.
+  pg.stop();
+  std::this_thread::sleep_for(2s);
+  pg.start();
+  for (auto& t : threads) {
+    auto ack = send(*ws, t, "m2", "after", 20s);
+    CAF_CHECK_EQUAL(ack["type"], "ack");
+    CAF_CHECK_EQUAL(ack["seq"], 3);
+    CAF_CHECK(reply_seen(*ws, t, "answer to after", 10s));
+  }
+  CAF_CHECK(settled("n1", {"n1", "n2"}));
+  for (auto name : {"n1", "n2"}) {
+    auto v = view(name);
+    CAF_CHECK_EQUAL(v["declared_dead"], 0);
+    CAF_CHECK_EQUAL(v["incarnation"], 1);
+    CAF_CHECK(node(name).running());
+  }
   CAF_CHECK_EQUAL(violations(), "");
 }
 

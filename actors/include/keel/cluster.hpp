@@ -50,6 +50,12 @@ struct cluster_state {
   /// When the last successful renewal was sent: the lease runs out one
   /// `lease_ttl` after it at the latest, whatever the store's clock says.
   steady::time_point renewed{};
+  /// Since when renewing has worked without a break: until it has for a
+  /// lease, this node declares nobody dead (after a database outage the
+  /// others need that long to renew again).
+  steady::time_point connected_since{};
+  /// True while renewing fails (it failed last time).
+  bool disconnected = true;
   /// True while the node stopped serving because it could not renew.
   bool self_fenced = false;
   /// Shards released locally whose transfer is under way.

@@ -281,6 +281,10 @@ caf::error pg_cluster::connect() {
   if (!opened)
     return caf::make_error(ec::connection_failed,
                            error_message(opened.error()));
+  // A server or link gone silent must not hold the cluster actor past its
+  // lease: it fences itself once renewing fails.
+  opened->answer_timeout(opts_.statement_timeout
+                         + std::chrono::milliseconds{500});
   auto set = opened->exec("SELECT set_config('statement_timeout', $1, false), "
                           "set_config('application_name', 'keel-cluster', "
                           "false), set_config('client_min_messages', "

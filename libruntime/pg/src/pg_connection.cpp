@@ -1,8 +1,10 @@
 #include "keel/pg_connection.hpp"
 
+#include <cerrno>
 #include <utility>
 
 #include <libpq-fe.h>
+#include <poll.h>
 
 namespace keel::pg {
 
@@ -41,6 +43,13 @@ std::string result_message(const PGresult* res) {
   while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' '))
     msg.pop_back();
   return msg.empty() ? "no reason given" : msg;
+}
+
+/// A statement waited longer than the connection's answer timeout.
+caf::error no_answer(std::chrono::milliseconds timeout) {
+  return caf::make_error(ec::storage_io,
+                         "connection lost: no answer from the server in "
+                           + std::to_string(timeout.count()) + " ms");
 }
 
 // A statement's parameters in binary format, as libpq takes them.
@@ -127,7 +136,8 @@ connection::connection(pg_conn* conn) noexcept : conn_(conn) {
 connection::connection(connection&& other) noexcept
   : conn_(std::exchange(other.conn_, nullptr)),
     broken_(std::exchange(other.broken_, false)),
-    prepared_(std::move(other.prepared_)) {
+    prepared_(std::move(other.prepared_)),
+    answer_timeout_(other.answer_timeout_) {
   // nop
 }
 
@@ -138,6 +148,7 @@ connection& connection::operator=(connection&& other) noexcept {
     conn_ = std::exchange(other.conn_, nullptr);
     broken_ = std::exchange(other.broken_, false);
     prepared_ = std::move(other.prepared_);
+    answer_timeout_ = other.answer_timeout_;
   }
   return *this;
 }
@@ -164,9 +175,47 @@ caf::expected<result> connection::exec(const std::string& sql,
   values.reserve(params.size());
   for (auto& p : params)
     values.push_back(p ? p->c_str() : nullptr);
-  return checked(
-    result{PQexecParams(conn_, sql.c_str(), static_cast<int>(values.size()),
-                        nullptr, values.data(), nullptr, nullptr, 0)});
+  if (PQsendQueryParams(conn_, sql.c_str(), static_cast<int>(values.size()),
+                        nullptr, values.data(), nullptr, nullptr, 0)
+      != 1)
+    return checked(result{nullptr});
+  return answer();
+}
+
+bool connection::await_answer() {
+  using clock = std::chrono::steady_clock;
+  auto deadline = clock::now() + answer_timeout_;
+  while (PQisBusy(conn_) == 1) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - clock::now());
+    if (left.count() <= 0) {
+      broken_ = true;
+      return false;
+    }
+    pollfd fd{PQsocket(conn_), POLLIN, 0};
+    auto ready = ::poll(&fd, 1, static_cast<int>(left.count()));
+    if (ready < 0 && errno != EINTR)
+      return true; // PQgetResult reports the broken socket.
+    if (ready > 0 && PQconsumeInput(conn_) != 1)
+      return true;
+  }
+  return true;
+}
+
+caf::expected<result> connection::answer() {
+  if (!await_answer())
+    return no_answer(answer_timeout_);
+  result res{PQgetResult(conn_)};
+  // A statement's results end with a NULL.
+  for (;;) {
+    if (!await_answer())
+      return no_answer(answer_timeout_);
+    auto* extra = PQgetResult(conn_);
+    if (extra == nullptr)
+      break;
+    PQclear(extra);
+  }
+  return checked(std::move(res));
 }
 
 caf::expected<result>
@@ -177,13 +226,16 @@ connection::exec_binary(const std::string& sql,
                            "connection lost: " + last_error(conn_));
   binary_params p{params};
   auto name = prepared_name(sql);
-  if (!name.empty())
-    return checked(
-      result{PQexecPrepared(conn_, name.c_str(), p.size(), p.values.data(),
-                            p.lengths.data(), p.formats.data(), 1)});
-  return checked(
-    result{PQexecParams(conn_, sql.c_str(), p.size(), nullptr, p.values.data(),
-                        p.lengths.data(), p.formats.data(), 1)});
+  auto sent = !name.empty()
+                ? PQsendQueryPrepared(conn_, name.c_str(), p.size(),
+                                      p.values.data(), p.lengths.data(),
+                                      p.formats.data(), 1)
+                : PQsendQueryParams(conn_, sql.c_str(), p.size(), nullptr,
+                                    p.values.data(), p.lengths.data(),
+                                    p.formats.data(), 1);
+  if (sent != 1)
+    return checked(result{nullptr});
+  return answer();
 }
 
 std::string connection::prepared_name(const std::string& sql) {
@@ -192,8 +244,8 @@ std::string connection::prepared_name(const std::string& sql) {
   if (prepared_.size() >= max_prepared)
     return {};
   auto name = "keel_" + std::to_string(prepared_.size());
-  result res{PQprepare(conn_, name.c_str(), sql.c_str(), 0, nullptr)};
-  if (!res.res_ || PQresultStatus(res.res_.get()) != PGRES_COMMAND_OK)
+  if (PQsendPrepare(conn_, name.c_str(), sql.c_str(), 0, nullptr) != 1
+      || !answer())
     return {};
   prepared_.emplace(sql, name);
   return name;
@@ -223,12 +275,17 @@ bool connection::send_step(const statement& step) {
 }
 
 caf::expected<result> connection::next_result() {
+  if (!await_answer())
+    return no_answer(answer_timeout_);
   result res{PQgetResult(conn_)};
   if (!res.res_)
     return checked(std::move(res));
   // Each statement's results end with a NULL.
-  while (auto* extra = PQgetResult(conn_))
-    PQclear(extra);
+  while (await_answer())
+    if (auto* extra = PQgetResult(conn_))
+      PQclear(extra);
+    else
+      break;
   if (PQresultStatus(res.res_.get()) == PGRES_PIPELINE_ABORTED)
     return caf::make_error(ec::storage_io, "skipped: an earlier statement of "
                                            "the pipeline failed");
@@ -256,7 +313,7 @@ connection::pipeline(const std::vector<statement>& steps) {
       break;
   }
   // The sync point's own result, then back to one statement at a time.
-  if (sent && ok())
+  if (sent && ok() && await_answer())
     if (auto* sync = PQgetResult(conn_))
       PQclear(sync);
   if (!sent || !ok() || PQexitPipelineMode(conn_) != 1) {

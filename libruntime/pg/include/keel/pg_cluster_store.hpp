@@ -32,6 +32,8 @@ namespace keel {
 struct pg_cluster_options {
   /// A libpq URI or conninfo string; never shown in messages.
   std::string url;
+  /// The server cancels a statement running longer; the connection gives
+  /// up on a server that stays silent 500 ms beyond it.
   std::chrono::milliseconds statement_timeout{std::chrono::seconds{5}};
   std::chrono::milliseconds connect_timeout{std::chrono::seconds{5}};
 };

@@ -108,6 +108,16 @@ public:
   /// The server's version as a number (150008 for 15.8).
   int server_version() const;
 
+  /// How long any statement (or a pipeline's next result) may wait for the
+  /// server's answer before the connection is given up as lost (the
+  /// server's statement_timeout cannot end a wait for a server or link
+  /// that went silent). Default: `default_answer_timeout`.
+  void answer_timeout(std::chrono::milliseconds timeout) {
+    answer_timeout_ = timeout;
+  }
+
+  static constexpr std::chrono::milliseconds default_answer_timeout{30000};
+
 private:
   explicit connection(pg_conn* conn) noexcept;
 
@@ -125,12 +135,21 @@ private:
   // Reads the result of one queued statement (and the NULL after it).
   caf::expected<result> next_result();
 
+  // Waits until libpq holds a whole result (or an error to report);
+  // false when `answer_timeout_` passed first: the connection is then
+  // broken (what the server did with the statement is unknown).
+  bool await_answer();
+
+  // The one result of a statement sent with a PQsend* call.
+  caf::expected<result> answer();
+
   pg_conn* conn_ = nullptr;
   /// The server ended the session (a shutdown or connection error came as
   /// a statement's error): the connection is not used again.
   bool broken_ = false;
   /// Statements prepared on this connection, by their text.
   std::map<std::string, std::string, std::less<>> prepared_;
+  std::chrono::milliseconds answer_timeout_ = default_answer_timeout;
 };
 
 /// The SQLSTATE of an error from `connection::exec` ("23505", ...), or ""
