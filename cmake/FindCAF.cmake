@@ -1,8 +1,10 @@
 # Debian's libcaf-dev ships no CMake package; this finds the headers and the
-# core and io libraries and exposes them as CAF::core and CAF::io.
+# core, io and openssl libraries and exposes them as CAF::core, CAF::io and
+# CAF::openssl (TLS between cluster nodes).
 find_path(CAF_INCLUDE_DIR NAMES caf/all.hpp)
 find_library(CAF_CORE_LIBRARY NAMES caf_core)
 find_library(CAF_IO_LIBRARY NAMES caf_io)
+find_library(CAF_OPENSSL_LIBRARY NAMES caf_openssl)
 
 if(CAF_INCLUDE_DIR AND EXISTS "${CAF_INCLUDE_DIR}/caf/config.hpp")
   file(STRINGS "${CAF_INCLUDE_DIR}/caf/config.hpp" caf_version_line
@@ -18,6 +20,7 @@ endif()
 include(FindPackageHandleStandardArgs)
 find_package_handle_standard_args(CAF
   REQUIRED_VARS CAF_INCLUDE_DIR CAF_CORE_LIBRARY CAF_IO_LIBRARY
+                CAF_OPENSSL_LIBRARY
   VERSION_VAR CAF_VERSION)
 
 if(CAF_FOUND AND NOT TARGET CAF::core)
@@ -29,4 +32,8 @@ if(CAF_FOUND AND NOT TARGET CAF::core)
   set_target_properties(CAF::io PROPERTIES
     IMPORTED_LOCATION "${CAF_IO_LIBRARY}"
     INTERFACE_LINK_LIBRARIES CAF::core)
+  add_library(CAF::openssl UNKNOWN IMPORTED)
+  set_target_properties(CAF::openssl PROPERTIES
+    IMPORTED_LOCATION "${CAF_OPENSSL_LIBRARY}"
+    INTERFACE_LINK_LIBRARIES CAF::io)
 endif()

@@ -8,6 +8,7 @@
 
 #include <caf/all.hpp>
 #include <caf/io/middleman.hpp>
+#include <caf/openssl/all.hpp>
 #include <spdlog/spdlog.h>
 
 #include "keel/actors.hpp"
@@ -141,18 +142,21 @@ void exit_declared_dead(const std::string& why) {
 // Publishes the peers actor on the middleman port. A restarted peers actor
 // publishes itself again: the port then stops handing out the old one.
 caf::actor publish_peers(caf::actor handle, const std::string& host,
-                         uint16_t port) {
-  auto& mm = handle->home_system().middleman();
-  auto published = mm.publish(handle, port, host.c_str(), true);
+                         uint16_t port, bool tls) {
+  auto& sys = handle->home_system();
+  auto published = tls ? caf::openssl::publish(handle, port, host.c_str(), true)
+                       : sys.middleman().publish(handle, port, host.c_str(),
+                                                 true);
   if (!published) {
     spdlog::error("cluster: cannot listen for peers on {}:{}: {}", host, port,
                   render(published.error()));
     return handle;
   }
-  handle->attach_functor(
-    [mm = mm.actor_handle(), addr = handle.address(), port] {
-      caf::anon_send(mm, caf::unpublish_atom_v, addr, port);
-    });
+  auto mm = tls ? sys.openssl_manager().actor_handle()
+                : sys.middleman().actor_handle();
+  handle->attach_functor([mm, addr = handle.address(), port] {
+    caf::anon_send(mm, caf::unpublish_atom_v, addr, port);
+  });
   return handle;
 }
 
@@ -166,11 +170,12 @@ void add_cluster_children(supervisor_config& sup, const node_config& cfg,
   pcfg.route_timeout = cfg.cluster.route_timeout;
   pcfg.attempt_timeout = std::max<caf::timespan>(
     cfg.cluster.route_timeout / 3, std::chrono::milliseconds{300});
+  pcfg.tls = cfg.cluster.tls.enabled();
   auto host = cfg.cluster.listen_host;
   auto port = cfg.cluster.listen_port;
   sup.children.push_back(
     {"peers", names::peers, [pcfg, host, port](caf::local_actor* parent) {
-       return publish_peers(parent->spawn(peers, pcfg), host, port);
+       return publish_peers(parent->spawn(peers, pcfg), host, port, pcfg.tls);
      }});
   cluster_actor_config ccfg;
   ccfg.cluster = cfg.cluster;
@@ -383,7 +388,8 @@ int run_node(const node_config& cfg) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   system_config sys_cfg;
   if (cfg.cluster.enabled)
-    sys_cfg.load_middleman(cfg.cluster.heartbeat, cfg.cluster.lease_ttl);
+    sys_cfg.load_middleman(cfg.cluster.heartbeat, cfg.cluster.lease_ttl,
+                           cfg.cluster.tls);
   caf::actor_system sys{sys_cfg};
   auto started = node::start(sys, cfg);
   if (!started) {

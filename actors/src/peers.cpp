@@ -2,6 +2,7 @@
 
 #include <caf/all.hpp>
 #include <caf/io/middleman.hpp>
+#include <caf/openssl/manager.hpp>
 #include <spdlog/spdlog.h>
 
 #include "keel/endpoint.hpp"
@@ -79,7 +80,9 @@ void with_link(self_ptr self, const std::string& address,
     link_ready(self, address, {});
     return;
   }
-  auto mm = self->system().middleman().actor_handle();
+  auto mm = self->state.cfg.tls
+              ? self->system().openssl_manager().actor_handle()
+              : self->system().middleman().actor_handle();
   self
     ->request(mm, self->state.cfg.attempt_timeout, caf::connect_atom_v,
               ep->host, ep->port)

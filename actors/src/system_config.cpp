@@ -2,6 +2,7 @@
 
 #include <caf/all.hpp>
 #include <caf/io/middleman.hpp>
+#include <caf/openssl/manager.hpp>
 
 #include "keel/actors.hpp"
 
@@ -54,8 +55,15 @@ system_config::system_config() {
 }
 
 void system_config::load_middleman(caf::timespan heartbeat,
-                                   caf::timespan timeout) {
+                                   caf::timespan timeout,
+                                   const cluster_tls_config& tls) {
   load<caf::io::middleman>();
+  if (tls.enabled()) {
+    load<caf::openssl::manager>();
+    openssl_certificate = tls.cert;
+    openssl_key = tls.key;
+    openssl_cafile = tls.ca;
+  }
   // Both are off by default in CAF 0.17: a stopped peer would then only be
   // noticed at the TCP timeout.
   set("middleman.heartbeat-interval", heartbeat);

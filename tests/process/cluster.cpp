@@ -15,6 +15,7 @@
 
 #include "node_client.hpp"
 #include "temp_dir.hpp"
+#include "tls_cert.hpp"
 
 #include "keel/protocol.hpp"
 #include "keel/sharding.hpp"
@@ -36,7 +37,8 @@ constexpr uint32_t test_shards = 16;
 // heartbeats and leases so that failures are seen within a second or two.
 std::string cluster_yaml(const std::string& name, const std::string& dir,
                          const std::string& url, uint16_t peer_port,
-                         const std::string& delay = "10ms") {
+                         const std::string& delay,
+                         const std::string& cluster_extra) {
   return "node:\n  name: " + name + "\n  data_dir: " + dir
          + "\ngateway:\n  port: 0\n  rate_limit:\n    per_second: 0\n"
            "logging:\n  level: info\n"
@@ -49,7 +51,8 @@ std::string cluster_yaml(const std::string& name, const std::string& dir,
          + "\n  heartbeat: 200ms\n  lease_ttl: 1s\n  route_timeout: 8s\n"
            "  handoff_timeout: 1s\n  rebalance_batch: 4\n"
            "  token: \"a-cluster-token-for-tests\"\n"
-           "providers:\n  - name: script\n    kind: scripted\n"
+         + cluster_extra
+         + "providers:\n  - name: script\n    kind: scripted\n"
            "    script:\n      - reply: \"answer to {input}\"\n"
            "        delay: "
          + delay + "\npools:\n  - name: default\n    chain: [script]\n";
@@ -61,6 +64,8 @@ struct fixture {
   temp_dir pg_dir{"keel-pg"};
   pg_server pg{pg_dir.str()};
   std::map<std::string, std::unique_ptr<node_process>> nodes;
+  /// More `cluster:` keys for every node started (indented lines).
+  std::string cluster_extra;
 
   // Starts node `name`; `url` (default: the server's socket) is how it
   // reaches the database.
@@ -70,7 +75,7 @@ struct fixture {
     auto home = dir.str() + "/" + name;
     std::filesystem::create_directories(home);
     auto yaml = cluster_yaml(name, home + "/data", url.empty() ? pg.url() : url,
-                             free_port(), delay);
+                             free_port(), delay, cluster_extra);
     auto& slot = nodes[name];
     slot = std::make_unique<node_process>(home, yaml);
     return *slot;
@@ -323,6 +328,22 @@ CAF_TEST(a database restart declares nobody dead and loses nothing) {
     CAF_CHECK_EQUAL(v["incarnation"], 1);
     CAF_CHECK(node(name).running());
   }
+  CAF_CHECK_EQUAL(violations(), "");
+}
+
+CAF_TEST(nodes linked over TLS serve each others threads) {
+  auto files = make_self_signed(dir.str());
+  cluster_extra = "  tls:\n    cert: " + files.certificate_file
+                  + "\n    key: " + files.key_file
+                  + "\n    ca: " + files.certificate_file + "\n";
+  start("n1");
+  start("n2");
+  CAF_REQUIRE(settled("n1", {"n1", "n2"}));
+  auto remote = thread_on("n1", "n2", "tls");
+  auto ws = connect_client(node("n1").address());
+  auto ack = send(*ws, remote, "m1", "over tls");
+  CAF_CHECK_EQUAL(ack["type"], "ack");
+  CAF_CHECK(reply_seen(*ws, remote, "answer to over tls", 10s));
   CAF_CHECK_EQUAL(violations(), "");
 }
 

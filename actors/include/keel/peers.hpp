@@ -25,6 +25,8 @@ struct peers_config {
   std::shared_ptr<const shard_table> shards;
   /// The cluster token every message between nodes carries.
   std::string token;
+  /// Links to peers are TLS (cluster.tls).
+  bool tls = false;
   /// How long a request for another node's thread may take in all (its
   /// resends included) before it is answered `unavailable`.
   caf::timespan route_timeout = std::chrono::seconds{5};

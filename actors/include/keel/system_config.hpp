@@ -3,6 +3,8 @@
 #include <caf/actor_system_config.hpp>
 #include <caf/timespan.hpp>
 
+#include "keel/config.hpp"
+
 namespace keel {
 
 /// The actor system configuration of every Keel process and test: registers
@@ -13,8 +15,11 @@ public:
 
   /// Loads CAF's network layer (cluster nodes only; before the actor
   /// system starts): heartbeats every `heartbeat` on every link to a peer,
-  /// and a link silent for `timeout` is dropped (its requests fail).
-  void load_middleman(caf::timespan heartbeat, caf::timespan timeout);
+  /// and a link silent for `timeout` is dropped (its requests fail). With
+  /// `tls` (cluster.tls) links between nodes are TLS with certificates
+  /// checked both ways against `tls.ca`.
+  void load_middleman(caf::timespan heartbeat, caf::timespan timeout,
+                      const cluster_tls_config& tls);
 };
 
 } // namespace keel
