@@ -15,6 +15,7 @@
 
 #include "node_client.hpp"
 #include "temp_dir.hpp"
+#include "text_checks.hpp"
 #include "tls_cert.hpp"
 
 #include "keel/protocol.hpp"
@@ -202,6 +203,12 @@ CAF_TEST(two nodes share the shards and either gateway serves every thread) {
   CAF_REQUIRE(history);
   CAF_CHECK_EQUAL(history->size(), 2u);
   CAF_CHECK_EQUAL(view("n2")["members"].size(), 2u);
+  // The operator's view: both members up, every shard held by one of them.
+  auto listed = run_command({tool_binary("keelctl"), "--node",
+                             to_string(node("n2").address()), "cluster"});
+  CAF_CHECK_EQUAL(listed.exit_code, 0);
+  KEEL_CHECK_CONTAINS(listed.out, "0 shards without an owner");
+  KEEL_CHECK_CONTAINS(listed.out, "n1");
   CAF_CHECK_EQUAL(violations(), "");
 }
 
