@@ -652,18 +652,13 @@ void recover_shards(self_ptr self, const std::vector<uint32_t>& shards) {
     return;
   }
   self->request(db, std::chrono::seconds{60}, atom::recover_v, shards)
-    .then(
-      [self, count = shards.size()](recovery_plan& plan) {
-        spdlog::info("cluster: recovered {} shards: {}", count,
-                     describe(plan.report));
-        resume(self, std::move(plan));
-      },
-      [self, shards](caf::error& err) {
-        spdlog::error("cannot recover {} shards (retrying in 1 s): {}",
-                      shards.size(), render(err));
-        self->delayed_send(self, std::chrono::seconds{1}, atom::recover_v,
-                           shards);
-      });
+    .then([self](recovery_plan& plan) { resume(self, std::move(plan)); },
+          [self, shards](caf::error& err) {
+            spdlog::error("cannot recover {} shards (retrying in 1 s): {}",
+                          shards.size(), render(err));
+            self->delayed_send(self, std::chrono::seconds{1}, atom::recover_v,
+                               shards);
+          });
 }
 
 // The live conversations of `shards`.

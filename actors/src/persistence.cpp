@@ -74,6 +74,10 @@ caf::error persistence_state::init(const persistence_config& cfg) {
       return std::move(plan.error());
     }
     boot_plan = std::move(*plan);
+    // A cluster node holds no shard yet at boot: nothing was recovered, and
+    // the shared `last_recovery` keeps the last real one.
+    if (shards)
+      boot_plan->boot = false;
   }
   return caf::none;
 }
@@ -349,7 +353,8 @@ persistence_state::recover(const std::vector<uint32_t>& gained) {
   });
   if (!plan)
     return std::move(plan.error());
-  plan->boot = false; // Its report is the log's, not `last_recovery`.
+  // Stored as `last_recovery`, which any node of the cluster reads.
+  plan->boot = true;
   return std::move(*plan);
 }
 

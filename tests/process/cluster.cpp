@@ -235,6 +235,10 @@ CAF_TEST(a killed node has its threads answered by the other within seconds) {
   CAF_CHECK(took < 5s);
   CAF_CHECK(settled("n1", {"n1"}));
   CAF_CHECK_EQUAL(owner_of("n1", thread), "n1");
+  // The takeover's recovery is the cluster's last one, on any node.
+  auto report = api_call(node("n1").address(), "GET", "/api/v1/recovery");
+  CAF_REQUIRE(report);
+  CAF_CHECK_GREATER_OR_EQUAL((*report)["sessions"].get<int>(), 1);
   CAF_CHECK_EQUAL(violations(), "");
 }
 
