@@ -263,10 +263,12 @@ caf::response_promise forward(self_ptr self, const std::string& thread,
 // Sends this node's interest in `thread`'s events to the thread's owner.
 void send_interest(self_ptr self, const std::string& thread,
                    const shard_owner& owner) {
+  // Remembered even while the thread has no owner: the check below then
+  // registers with the owner it gets.
+  self->state.registered[thread] = owner;
   auto bridge = lookup<caf::actor>(self->system(), names::gateway);
   if (!bridge || owner.address.empty())
     return;
-  self->state.registered[thread] = owner;
   with_link(self, owner.address, [self, thread, bridge](const caf::actor& p) {
     if (p)
       self->send(p, atom::interest_v, self->state.cfg.token, thread, bridge);
