@@ -23,16 +23,46 @@ struct data_args {
   bool json = false;
 };
 
-int run_verify(keel::store& db, const std::string& where, bool as_json) {
+nlohmann::json epoch_audit_json(const keel::epoch_audit_summary& x) {
+  if (!x.skipped.empty())
+    return {{"skipped", x.skipped}};
+  return {{"rows", x.rows},
+          {"shards", x.shards},
+          {"epochs", x.epochs},
+          {"unstamped", x.unstamped},
+          {"cluster_shards", x.cluster_shards},
+          {"history", x.history}};
+}
+
+/// The report, with the epoch audit's line after the counts.
+void print_verify_report(const keel::verify_report& report, bool as_json) {
+  if (as_json) {
+    auto j = keel::to_json(report);
+    if (report.epoch_audit)
+      j["epoch_audit"] = epoch_audit_json(*report.epoch_audit);
+    std::cout << j.dump(2) << '\n';
+    return;
+  }
+  auto text = keel::render_verify_report(report);
+  if (report.epoch_audit)
+    text.insert(text.find('\n') + 1,
+                keel::render_epoch_audit(*report.epoch_audit));
+  std::cout << text;
+}
+
+/// Verifies `db`; with `pg_url` (the PostgreSQL store `db` is), also the
+/// epoch audit of its rows.
+int run_verify(keel::store& db, const std::string& where, bool as_json,
+               const std::string& pg_url) {
   auto report = keel::verify_store(db);
+  if (report && !pg_url.empty())
+    if (auto err = keel::audit_epochs(pg_url, *report))
+      report = std::move(err);
   if (!report)
     return fail("cannot verify " + where + ": "
                   + keel::error_message(report.error()),
                 exit_usage);
-  if (as_json)
-    std::cout << keel::to_json(*report).dump(2) << '\n';
-  else
-    std::cout << keel::render_verify_report(*report);
+  print_verify_report(*report, as_json);
   return report->ok() ? exit_ok : exit_failed;
 }
 
@@ -95,7 +125,8 @@ command add_verify_command(CLI::App& app) {
   // Needs no node, so a bad --node / KEEL_NODE does not stop it.
   return {cmd, [args] {
             return with_data(args->source, [&](keel::store& db) {
-              return run_verify(db, args->source.name(), args->json);
+              return run_verify(db, args->source.name(), args->json,
+                                args->source.pg_url);
             });
           }};
 }
@@ -120,7 +151,7 @@ int run_migrate(const std::string& data_dir, const std::string& url) {
     std::cout << "  " << family << ": " << count << '\n';
   std::cout << "copied " << copied->records
             << " records; read back, every one identical\n";
-  return run_verify(**to, "the PostgreSQL store", false);
+  return run_verify(**to, "the PostgreSQL store", false, url);
 }
 
 command add_migrate_command(CLI::App& app) {

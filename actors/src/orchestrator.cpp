@@ -559,6 +559,14 @@ void conversations_lost(self_ptr self, const caf::actor_addr& lost) {
 // the child that began before the spawn and tells the parent's one.
 caf::result<spawn_result> spawn(self_ptr self, const std::string& parent,
                                 const std::string& child) {
+  // An agent tree lives in one shard, under one fence: a child of another
+  // root would be written unfenced on its own shard.
+  if (self->state.cfg.shards && thread_root(child) != thread_root(parent))
+    return caf::make_error(ec::conflict,
+                           "in a cluster a child agent's id must start with "
+                           "its parent's root ('"
+                             + std::string{thread_root(parent)}
+                             + ".'): an agent tree lives in one shard");
   // Staged (and fenced) under the parent: its owner spawns.
   if (elsewhere(self, parent))
     return to_owner<spawn_result>(

@@ -1,11 +1,15 @@
 #include "keel/tools/verify.hpp"
 
 #include <algorithm>
+#include <cstdio>
+#include <ctime>
 #include <map>
 #include <set>
 #include <string_view>
 
 #include "keel/json_codec.hpp"
+#include "keel/pg_connection.hpp"
+#include "keel/sharding.hpp"
 
 namespace keel {
 
@@ -416,7 +420,304 @@ caf::expected<bool> check_threads(checker& out, verify_report& report,
   return inbox_reported;
 }
 
+// -- the epoch audit
+// -----------------------------------------------------------
+
+// Rows the audit fetches at a time from a family's cursor.
+constexpr int audit_page_rows = 5000;
+
+// Microseconds since 1970 as `YYYY-MM-DD HH:MM:SS.uuuuuu UTC`.
+std::string audit_time(int64_t micros) {
+  auto secs = static_cast<std::time_t>(micros / 1000000);
+  std::tm utc{};
+  gmtime_r(&secs, &utc);
+  char text[128];
+  std::snprintf(text, sizeof(text), "%04d-%02d-%02d %02d:%02d:%02d.%06lld UTC",
+                utc.tm_year + 1900, utc.tm_mon + 1, utc.tm_mday, utc.tm_hour,
+                utc.tm_min, utc.tm_sec,
+                static_cast<long long>(micros % 1000000));
+  return text;
+}
+
+// The bytes of a `bytea` in text format (`\x` and hex digits).
+std::string audit_bytes(std::string_view hex) {
+  auto digit = [](char c) {
+    return c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10;
+  };
+  std::string bytes;
+  for (size_t i = 2; i + 1 < hex.size(); i += 2)
+    bytes += static_cast<char>(digit(hex[i]) * 16 + digit(hex[i + 1]));
+  return bytes;
+}
+
+// `family/key` as the audit names a row: a sequence number (8 bytes after
+// the thread in the per-message families) in decimal, other bytes outside
+// printable ASCII as \xNN.
+std::string audit_where(const std::string& family, std::string_view key) {
+  static const std::set<std::string> seq_families{"inbox", "context", "log",
+                                                  "outbox", "dead_letters"};
+  auto slash = key.find('/');
+  if (seq_families.count(family) > 0 && slash != std::string_view::npos
+      && key.size() == slash + 9) {
+    uint64_t seq = 0;
+    for (auto c : key.substr(slash + 1))
+      seq = (seq << 8) | static_cast<unsigned char>(c);
+    return family + "/" + std::string{key.substr(0, slash + 1)}
+           + std::to_string(seq);
+  }
+  std::string where = family + "/";
+  for (auto c : key) {
+    auto u = static_cast<unsigned char>(c);
+    if (u >= 0x20 && u < 0x7f) {
+      where += c;
+      continue;
+    }
+    char hex[5];
+    std::snprintf(hex, sizeof(hex), "\\x%02x", static_cast<unsigned>(u));
+    where += hex;
+  }
+  return where;
+}
+
+// One epoch of a shard in keel.shard_history, with the epoch after it.
+struct audit_epoch {
+  std::string owner;
+  std::optional<uint64_t> next;
+  std::string next_owner;
+  int64_t next_began = 0;
+};
+
+// A stamped row as the audit reads it.
+struct audit_row {
+  std::string where;
+  shard_id shard = 0;
+  std::string writer;
+  std::optional<uint64_t> epoch;
+  int64_t written_at = 0;
+};
+
+// The audit over one read-only snapshot of the database.
+class epoch_auditor {
+public:
+  epoch_auditor(pg::connection& conn, checker& out, epoch_audit_summary& sum)
+    : conn_(conn), out_(out), sum_(sum) {
+    // nop
+  }
+
+  // Reads the cluster's shard count and history, then every family's
+  // stamped rows; sets `sum_.skipped` for a database it does not audit.
+  caf::error run() {
+    if (auto err = read_cluster(); err || !sum_.skipped.empty())
+      return err;
+    if (auto err = read_history())
+      return err;
+    for (auto& family : column_families)
+      if (auto err = audit_family(family))
+        return err;
+    sum_.shards = shards_seen_.size();
+    sum_.epochs = epochs_seen_.size();
+    return caf::none;
+  }
+
+private:
+  caf::expected<pg::result> first_value(const std::string& sql) {
+    auto res = conn_.exec(sql);
+    if (res && res->rows() == 0)
+      return caf::make_error(ec::storage_io, "no row from: " + sql);
+    return res;
+  }
+
+  caf::error read_cluster() {
+    auto tables = first_value("SELECT to_regclass('keel.cluster') IS NOT "
+                              "NULL AND to_regclass('keel.shard_history') IS "
+                              "NOT NULL");
+    if (!tables)
+      return std::move(tables.error());
+    if (tables->value(0, 0) != "t") {
+      sum_.skipped = "the database has no cluster tables (one node: no "
+                     "write is fenced)";
+      return caf::none;
+    }
+    auto layout = first_value("SELECT version FROM keel.layout");
+    if (!layout)
+      return std::move(layout.error());
+    if (std::stoll(std::string{layout->value(0, 0)}) < 2) {
+      sum_.skipped = "the database has layout "
+                     + std::string{layout->value(0, 0)}
+                     + ": its rows carry no writer (a node of this build "
+                       "upgrades it to layout 2)";
+      return caf::none;
+    }
+    auto shards = conn_.exec("SELECT shards FROM keel.cluster");
+    if (!shards)
+      return std::move(shards.error());
+    if (shards->rows() == 0) {
+      sum_.skipped = "the cluster was never prepared (keel.cluster is empty)";
+      return caf::none;
+    }
+    sum_.cluster_shards = std::stoull(std::string{shards->value(0, 0)});
+    return caf::none;
+  }
+
+  // Every epoch of every shard, with the owner and start of the next one:
+  // a window over keel.shard_history.
+  caf::error read_history() {
+    auto res = conn_.exec(
+      "SELECT shard, epoch, owner, lead(epoch) OVER w, lead(owner) OVER w, "
+      "(extract(epoch FROM lead(at) OVER w) * 1000000)::bigint FROM "
+      "keel.shard_history WINDOW w AS (PARTITION BY shard ORDER BY epoch)");
+    if (!res)
+      return std::move(res.error());
+    for (size_t row = 0; row < res->rows(); ++row) {
+      audit_epoch x{std::string{res->value(row, 2)}, std::nullopt, {}, 0};
+      if (!res->is_null(row, 3)) {
+        x.next = std::stoull(std::string{res->value(row, 3)});
+        x.next_owner = std::string{res->value(row, 4)};
+        x.next_began = std::stoll(std::string{res->value(row, 5)});
+      }
+      history_.emplace(
+        std::make_pair(to_shard(res->value(row, 0)),
+                       std::stoull(std::string{res->value(row, 1)})),
+        std::move(x));
+    }
+    sum_.history = history_.size();
+    return caf::none;
+  }
+
+  static shard_id to_shard(std::string_view text) {
+    return static_cast<shard_id>(std::stoul(std::string{text}));
+  }
+
+  caf::error count_unstamped(const std::string& table) {
+    auto res
+      = first_value("SELECT count(*) FROM " + table + " WHERE writer IS NULL");
+    if (!res)
+      return std::move(res.error());
+    sum_.unstamped += std::stoull(std::string{res->value(0, 0)});
+    return caf::none;
+  }
+
+  // Reads the stamped rows of `family` through a cursor, a page at a
+  // time, and checks each.
+  caf::error audit_family(const std::string& family) {
+    auto table = "keel." + family;
+    if (auto err = count_unstamped(table))
+      return err;
+    auto declared = conn_.exec(
+      "DECLARE keel_audit NO SCROLL CURSOR FOR SELECT key, writer, "
+      "writer_epoch, (extract(epoch FROM written_at) * 1000000)::bigint FROM "
+      + table + " WHERE writer IS NOT NULL");
+    if (!declared)
+      return std::move(declared.error());
+    for (;;) {
+      auto page = conn_.exec("FETCH " + std::to_string(audit_page_rows)
+                             + " FROM keel_audit");
+      if (!page)
+        return std::move(page.error());
+      for (size_t row = 0; row < page->rows(); ++row)
+        check(read_row(family, *page, row));
+      if (page->rows() < static_cast<size_t>(audit_page_rows))
+        break;
+    }
+    auto closed = conn_.exec("CLOSE keel_audit");
+    return closed ? caf::none : std::move(closed.error());
+  }
+
+  audit_row read_row(const std::string& family, const pg::result& page,
+                     size_t row) {
+    audit_row x;
+    auto key = audit_bytes(page.value(row, 0));
+    x.where = audit_where(family, key);
+    x.shard = shard_of(std::string_view{key}.substr(0, key.find('/')),
+                       static_cast<uint32_t>(sum_.cluster_shards));
+    x.writer = std::string{page.value(row, 1)};
+    if (!page.is_null(row, 2))
+      x.epoch = std::stoull(std::string{page.value(row, 2)});
+    if (!page.is_null(row, 3))
+      x.written_at = std::stoll(std::string{page.value(row, 3)});
+    return x;
+  }
+
+  // The row's epoch of its shard was its writer's, and had not ended when
+  // the row was written.
+  void check(const audit_row& x) {
+    ++sum_.rows;
+    auto shard = " of shard " + std::to_string(x.shard);
+    if (!x.epoch) {
+      out_.add("epoch_audit", x.where,
+               "row written by " + x.writer
+                 + " in a transaction not fenced on its shard "
+                 + std::to_string(x.shard));
+      return;
+    }
+    shards_seen_.insert(x.shard);
+    epochs_seen_.emplace(x.shard, *x.epoch);
+    auto epoch = std::to_string(*x.epoch);
+    auto written = "row written by " + x.writer + " at epoch " + epoch + shard;
+    auto i = history_.find({x.shard, *x.epoch});
+    if (i == history_.end())
+      out_.add("epoch_audit", x.where,
+               written + ", but keel.shard_history has no such epoch");
+    else if (i->second.owner != x.writer)
+      out_.add("epoch_audit", x.where,
+               written + ", but epoch " + epoch + " is " + i->second.owner
+                 + "'s");
+    else if (i->second.next && x.written_at >= i->second.next_began)
+      out_.add("epoch_audit", x.where,
+               written + ", but epoch " + std::to_string(*i->second.next) + " ("
+                 + i->second.next_owner + ") began before it ("
+                 + audit_time(i->second.next_began) + "; written "
+                 + audit_time(x.written_at) + ")");
+  }
+
+  pg::connection& conn_;
+  checker& out_;
+  epoch_audit_summary& sum_;
+  std::map<std::pair<shard_id, uint64_t>, audit_epoch> history_;
+  std::set<shard_id> shards_seen_;
+  std::set<std::pair<shard_id, uint64_t>> epochs_seen_;
+};
+
+caf::error audit_failed(const caf::error& err) {
+  return caf::make_error(ec::storage_io,
+                         "the epoch audit cannot read the database: "
+                           + error_message(err));
+}
+
 } // namespace
+
+caf::error audit_epochs(const std::string& pg_url, verify_report& report) {
+  auto conn = pg::connection::open(pg_url);
+  if (!conn)
+    return audit_failed(conn.error());
+  // One snapshot: the history and the rows as of one moment.
+  auto begun = conn->exec("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY");
+  if (!begun)
+    return audit_failed(begun.error());
+  epoch_audit_summary sum;
+  checker out{report};
+  auto err = epoch_auditor{*conn, out, sum}.run();
+  static_cast<void>(conn->exec("ROLLBACK"));
+  if (err)
+    return audit_failed(err);
+  report.epoch_audit = std::move(sum);
+  return caf::none;
+}
+
+std::string render_epoch_audit(const epoch_audit_summary& x) {
+  if (!x.skipped.empty())
+    return "epoch audit skipped: " + x.skipped + "\n";
+  auto count = [](uint64_t n, const char* one, const char* many) {
+    return std::to_string(n) + " " + (n == 1 ? one : many);
+  };
+  return "epoch audit: " + count(x.rows, "row", "rows") + " with a writer ("
+         + count(x.shards, "shard", "shards") + ", "
+         + count(x.epochs, "epoch", "epochs") + ") checked against "
+         + count(x.history, "epoch", "epochs") + " of "
+         + count(x.cluster_shards, "shard", "shards")
+         + " in keel.shard_history; " + count(x.unstamped, "row", "rows")
+         + " without a writer\n";
+}
 
 caf::expected<verify_report> verify_store(store& db) {
   verify_report report;

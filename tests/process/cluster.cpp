@@ -49,7 +49,7 @@ std::string cluster_yaml(const std::string& name, const std::string& dir,
            "cluster:\n  enabled: true\n  listen: 127.0.0.1:"
          + std::to_string(peer_port)
          + "\n  shards: " + std::to_string(test_shards)
-         + "\n  heartbeat: 200ms\n  lease_ttl: 1s\n  route_timeout: 8s\n"
+         + "\n  heartbeat: 200ms\n  lease_ttl: 2s\n  route_timeout: 8s\n"
            "  handoff_timeout: 1s\n  rebalance_batch: 4\n"
            "  token: \"a-cluster-token-for-tests\"\n"
          + cluster_extra
@@ -203,6 +203,11 @@ CAF_TEST(two nodes share the shards and either gateway serves every thread) {
   CAF_REQUIRE(history);
   CAF_CHECK_EQUAL(history->size(), 2u);
   CAF_CHECK_EQUAL(view("n2")["members"].size(), 2u);
+  // A child of another root would live in another shard: refused.
+  CAF_REQUIRE(!ws->send_text(protocol::spawn_frame(local, "elsewhere", "sp1")));
+  auto refused = receive_until(*ws, [](auto& j) { return j["id"] == "sp1"; });
+  CAF_REQUIRE(refused);
+  CAF_CHECK_EQUAL((*refused)["code"], "conflict");
   // The operator's view: both members up, every shard held by one of them.
   auto listed = run_command({tool_binary("keelctl"), "--node",
                              to_string(node("n2").address()), "cluster"});
@@ -276,7 +281,7 @@ CAF_TEST(a paused node is fenced and exits once it finds itself dead) {
   auto first = send(*ws, thread, "m1", "before");
   CAF_CHECK_EQUAL(first["type"], "ack");
   ::kill(node("n2").pid(), SIGSTOP);
-  // n1 declares n2 dead once its lease (1 s) runs out and takes its shards.
+  // n1 declares n2 dead once its lease (2 s) runs out and takes its shards.
   auto ack = send(*ws, thread, "m2", "while paused", 15s);
   CAF_CHECK_EQUAL(ack["type"], "ack");
   CAF_CHECK(reply_seen(*ws, thread, "answer to while paused", 10s));
@@ -322,9 +327,9 @@ CAF_TEST(a database restart declares nobody dead and loses nothing) {
     auto ack = send(*ws, t, "m1", "before");
     CAF_CHECK_EQUAL(ack["type"], "ack");
   }
-  // Down for twice the lease: every lease runs out meanwhile.
+  // Down for longer than a lease: every lease runs out meanwhile.
   pg.stop();
-  std::this_thread::sleep_for(2s);
+  std::this_thread::sleep_for(3s);
   pg.start();
   for (auto& t : threads) {
     auto ack = send(*ws, t, "m2", "after", 20s);

@@ -9,17 +9,24 @@
 
 #include <caf/test/unit_test.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
+
+#include <nlohmann/json.hpp>
 
 #include "store_fixture.hpp"
 #include "test_store.hpp"
 
+#include "keel/json_codec.hpp"
 #include "keel/pg_cluster_store.hpp"
 #include "keel/pg_connection.hpp"
 #include "keel/pg_store.hpp"
 #include "keel/shard_table.hpp"
 #include "keel/sharding.hpp"
+#include "keel/tools/node_process.hpp"
+#include "keel/tools/process.hpp"
+#include "keel/tools/verify.hpp"
 
 using namespace keel;
 using namespace keel::test;
@@ -548,6 +555,297 @@ CAF_TEST(a group mixing a fenced off and a fine share commits the fine one) {
   db->stage_session(make_session(t4));
   CAF_CHECK_EQUAL(render(db->flush()), "none");
   CAF_CHECK(stored_session(*db, t4));
+}
+
+// -- the epoch audit ----------------------------------------------------------
+
+namespace {
+
+// The epoch audit of the database at `url`: its violations, one line each
+// ("RULE WHERE: WHAT"), and its summary.
+struct audit_result {
+  std::string violations;
+  epoch_audit_summary summary;
+};
+
+audit_result audit(const std::string& url) {
+  verify_report report;
+  CAF_REQUIRE_EQUAL(render(audit_epochs(url, report)), "none");
+  CAF_REQUIRE(report.epoch_audit);
+  audit_result result{{}, *report.epoch_audit};
+  for (auto& x : report.violations)
+    result.violations += x.rule + " " + x.where + ": " + x.what + "\n";
+  return result;
+}
+
+// Stores a whole exchange of `thread` (its message and the answer, the
+// session SUSPENDED after), so that every invariant of `keelctl verify`
+// holds.
+void write_exchange(store& db, const std::string& thread) {
+  CAF_REQUIRE_EQUAL(
+    outcome(db.stage_accept(make_accept(thread, 1, "c1", "hello", true))),
+    "none");
+  CAF_REQUIRE_EQUAL(render(db.flush()), "none");
+  db.stage_commit(make_commit(thread, 1, "c1", 2, "answer"));
+  auto rec = make_session(thread);
+  rec.state = session_state::suspended;
+  db.stage_session(rec);
+  CAF_REQUIRE_EQUAL(render(db.flush()), "none");
+}
+
+command_result keelctl_verify(const std::string& url, bool as_json = false) {
+  std::vector<std::string> argv{tool_binary("keelctl"), "verify", "--pg", url};
+  if (as_json)
+    argv.emplace_back("--json");
+  return run_command(argv);
+}
+
+// The `epoch_audit` object of `keelctl verify --pg URL --json`.
+nlohmann::json audit_json(const std::string& url) {
+  auto res = keelctl_verify(url, true);
+  auto parsed = nlohmann::json::parse(res.out, nullptr, false);
+  return parsed.is_object() ? parsed["epoch_audit"] : nlohmann::json{};
+}
+
+// The layout 1 schema as the previous build created it.
+constexpr const char* layout_1_steps[] = {
+  "CREATE SCHEMA keel",
+  "CREATE TABLE keel.layout (version integer NOT NULL)",
+  "INSERT INTO keel.layout VALUES (1)",
+  "CREATE TABLE keel.commit_marks (writer text PRIMARY KEY, nonce bigint "
+  "NOT NULL)",
+};
+
+} // namespace
+
+CAF_TEST(the epoch audit passes rows written by the owner under the fence) {
+  auto a = prepared();
+  auto b = open_cluster();
+  auto inc1 = join(*a, "n1");
+  join(*b, "n2");
+  auto table1 = std::make_shared<shard_table>("n1", shard_count);
+  for (shard_id shard : {2u, 3u}) {
+    CAF_REQUIRE_EQUAL(optional_text(a->claim(shard, 0, "n1", inc1)), "1");
+    table1->hold(shard, 1);
+  }
+  auto db1 = fenced_store(table1);
+  auto first = thread_in(2, "a");
+  write_exchange(*db1, first);
+  write_exchange(*db1, thread_in(3, "b"));
+  db1->stage_meta("audit-test", "unfenced");
+  CAF_REQUIRE_EQUAL(render(db1->flush()), "none");
+  auto stamp = [&](const std::string& table, const std::string& key) {
+    return sql_value("SELECT coalesce(writer, 'none') || '@' || "
+                     "coalesce(writer_epoch::text, 'none') || '/' || "
+                     "(written_at IS NOT NULL)::text FROM keel."
+                     + table + " WHERE key = convert_to('" + key
+                     + "', 'UTF8')");
+  };
+  CAF_CHECK_EQUAL(stamp("sessions", first), "n1@1/true");
+  CAF_CHECK_EQUAL(stamp("meta", "audit-test"), "none@none/false");
+  // Shard 2 moves to n2, which writes it at epoch 2; n1's rows of epoch 1
+  // were written before the move.
+  hand_over(*a, 2, 1, "n1", inc1, "n2");
+  table1->release(2);
+  auto table2 = std::make_shared<shard_table>("n2", shard_count);
+  table2->hold(2, 2);
+  auto db2 = fenced_store(table2);
+  auto second = thread_in(2, "c");
+  write_exchange(*db2, second);
+  CAF_CHECK_EQUAL(stamp("sessions", second), "n2@2/true");
+  auto result = audit(url);
+  CAF_CHECK_EQUAL(result.violations, "");
+  CAF_CHECK_EQUAL(result.summary.skipped, "");
+  // Per exchange: the session, two log entries, two context entries, the
+  // client id.
+  CAF_CHECK_EQUAL(result.summary.rows, 18u);
+  CAF_CHECK_EQUAL(result.summary.shards, 2u);
+  CAF_CHECK_EQUAL(result.summary.epochs, 3u);
+  CAF_CHECK_EQUAL(result.summary.history, 3u);
+  CAF_CHECK_EQUAL(result.summary.cluster_shards, shard_count);
+  CAF_CHECK_GREATER_OR_EQUAL(result.summary.unstamped, 2u);
+  db1.reset();
+  db2.reset();
+  auto verified = keelctl_verify(url);
+  CAF_CHECK_EQUAL(verified.exit_code, 0);
+  CAF_MESSAGE("keelctl verify:\n" << verified.out << verified.err);
+  CAF_CHECK(contains(verified.out, "epoch audit: 18 rows with a writer (2 "
+                                   "shards, 3 epochs) checked against 3 "
+                                   "epochs of 8 shards"));
+  CAF_CHECK(contains(verified.out, "every invariant holds"));
+  auto as_json = audit_json(url);
+  CAF_CHECK_EQUAL(as_json.value("rows", 0), 18);
+  CAF_CHECK_EQUAL(as_json.value("history", 0), 3);
+}
+
+CAF_TEST(the epoch audit names rows forged to look written by a stale owner) {
+  auto a = prepared();
+  auto b = open_cluster();
+  auto inc1 = join(*a, "n1");
+  join(*b, "n2");
+  auto table = std::make_shared<shard_table>("n1", shard_count);
+  for (shard_id shard : {2u, 3u}) {
+    CAF_REQUIRE_EQUAL(optional_text(a->claim(shard, 0, "n1", inc1)), "1");
+    table->hold(shard, 1);
+  }
+  auto db = fenced_store(table);
+  auto stale = thread_in(2, "s");
+  auto stolen = thread_in(3, "o");
+  auto unknown = thread_in(3, "u");
+  for (auto& t : {stale, stolen, unknown})
+    db->stage_session(make_session(t));
+  CAF_REQUIRE_EQUAL(render(db->flush()), "none");
+  hand_over(*a, 2, 1, "n1", inc1, "n2");
+  CAF_CHECK_EQUAL(audit(url).violations, "");
+  // n1's row of shard 2 at epoch 1 claims to be written a second after
+  // n2's epoch 2 began; the others name a writer that is not the epoch's
+  // owner, and an epoch that never was.
+  auto forge = [&](const std::string& set, const std::string& thread) {
+    auto res = admin.exec("UPDATE keel.sessions SET " + set
+                            + " WHERE key = convert_to($1, 'UTF8')",
+                          {thread});
+    CAF_REQUIRE_EQUAL(outcome(res), "none");
+    CAF_REQUIRE_EQUAL(res->affected(), 1u);
+  };
+  forge("written_at = (SELECT at + interval '1 second' FROM "
+        "keel.shard_history WHERE shard = 2 AND epoch = 2)",
+        stale);
+  forge("writer = 'n2'", stolen);
+  forge("writer_epoch = 7", unknown);
+  auto result = audit(url);
+  CAF_MESSAGE("audit:\n" << result.violations);
+  CAF_CHECK(contains(result.violations,
+                     "epoch_audit sessions/" + stale
+                       + ": row written by n1 at epoch 1 of shard 2, but "
+                         "epoch 2 (n2) began before it ("));
+  CAF_CHECK(contains(result.violations,
+                     "epoch_audit sessions/" + stolen
+                       + ": row written by n2 at epoch 1 of shard 3, but "
+                         "epoch 1 is n1's\n"));
+  CAF_CHECK(contains(result.violations,
+                     "epoch_audit sessions/" + unknown
+                       + ": row written by n1 at epoch 7 of shard 3, but "
+                         "keel.shard_history has no such epoch\n"));
+  CAF_CHECK_EQUAL(
+    std::count(result.violations.begin(), result.violations.end(), '\n'), 3);
+  CAF_CHECK_EQUAL(result.summary.rows, 3u);
+  db.reset();
+  auto verified = keelctl_verify(url);
+  CAF_CHECK_EQUAL(verified.exit_code, 1);
+  CAF_CHECK(contains(verified.out, "epoch_audit sessions/" + stale
+                                     + ": row written by n1 at epoch 1"));
+}
+
+CAF_TEST(the epoch audit reports a row of a shard its write was not fenced on) {
+  auto a = prepared();
+  auto inc1 = join(*a, "n1");
+  CAF_REQUIRE_EQUAL(optional_text(a->claim(2, 0, "n1", inc1)), "1");
+  auto table = std::make_shared<shard_table>("n1", shard_count);
+  table->hold(2, 1);
+  auto db = fenced_store(table);
+  auto parent = thread_in(2, "p");
+  db->stage_session(make_session(parent));
+  CAF_REQUIRE_EQUAL(render(db->flush()), "none");
+  // A child named outside the parent's tree lives in another shard: the
+  // spawn is fenced on the parent's shard alone.
+  auto child = thread_in(5, "c");
+  CAF_REQUIRE_EQUAL(outcome(db->stage_spawn(make_spawn(parent, child))),
+                    "none");
+  CAF_REQUIRE_EQUAL(render(db->flush()), "none");
+  CAF_CHECK_EQUAL(audit(url).violations,
+                  "epoch_audit sessions/" + child + ": row written by n1 in "
+                    + "a transaction not fenced on its shard 5\n");
+}
+
+CAF_TEST(a layout 1 database is upgraded on open and audits clean) {
+  for (auto* sql : layout_1_steps)
+    CAF_REQUIRE_EQUAL(outcome(admin.exec(sql)), "none");
+  for (auto& family : column_families)
+    CAF_REQUIRE_EQUAL(outcome(admin.exec("CREATE TABLE keel." + family
+                                         + " (key bytea PRIMARY KEY, value "
+                                           "bytea NOT NULL)")),
+                      "none");
+  auto a = prepared();
+  // The history's clock as layout 1 had it.
+  CAF_REQUIRE_EQUAL(outcome(admin.exec("ALTER TABLE keel.shard_history ALTER "
+                                       "COLUMN at SET DEFAULT now()")),
+                    "none");
+  auto old = make_session("old");
+  old.state = session_state::suspended;
+  CAF_REQUIRE_EQUAL(write_pg_record(url, "sessions", "old", encode(old)), "OK");
+  // Read only (keelctl verify): read as it is, the audit skipped.
+  auto verified = keelctl_verify(url);
+  CAF_CHECK_EQUAL(verified.exit_code, 0);
+  CAF_MESSAGE("keelctl verify:\n" << verified.out << verified.err);
+  CAF_CHECK(contains(verified.out,
+                     "epoch audit skipped: the database has layout 1: its "
+                     "rows carry no writer"));
+  CAF_CHECK_EQUAL(sql_value("SELECT version FROM keel.layout"), "1");
+  // A writable open upgrades it; then fenced writes are stamped.
+  auto inc1 = join(*a, "n1");
+  CAF_REQUIRE_EQUAL(optional_text(a->claim(2, 0, "n1", inc1)), "1");
+  auto table = std::make_shared<shard_table>("n1", shard_count);
+  table->hold(2, 1);
+  auto db = fenced_store(table);
+  CAF_CHECK_EQUAL(sql_value("SELECT version FROM keel.layout"), "2");
+  CAF_CHECK_EQUAL(sql_value("SELECT count(*) FROM information_schema.columns "
+                            "WHERE table_schema = 'keel' AND table_name <> "
+                            "'commit_marks' AND column_name IN ('writer', "
+                            "'writer_epoch', 'written_at')"),
+                  std::to_string(3 * column_families.size()));
+  CAF_CHECK_EQUAL(sql_value("SELECT pg_get_expr(d.adbin, d.adrelid) FROM "
+                            "pg_attrdef d JOIN pg_attribute c ON c.attrelid = "
+                            "d.adrelid AND c.attnum = d.adnum WHERE "
+                            "d.adrelid = 'keel.shard_history'::regclass AND "
+                            "c.attname = 'at'"),
+                  "clock_timestamp()");
+  auto t = thread_in(2, "new");
+  write_exchange(*db, t);
+  auto result = audit(url);
+  CAF_CHECK_EQUAL(result.violations, "");
+  CAF_CHECK_EQUAL(result.summary.rows, 6u);
+  CAF_CHECK_GREATER_OR_EQUAL(result.summary.unstamped, 2u);
+  CAF_CHECK_EQUAL(stored_session(*db, "old"), true);
+  db.reset();
+  // Opened again: nothing to upgrade.
+  db = fenced_store(table);
+  db.reset();
+  verified = keelctl_verify(url);
+  CAF_CHECK_EQUAL(verified.exit_code, 0);
+  CAF_CHECK(contains(verified.out, "epoch audit: 6 rows with a writer"));
+  // A newer layout than this build's still refuses to open.
+  CAF_REQUIRE_EQUAL(outcome(admin.exec("UPDATE keel.layout SET version = 3")),
+                    "none");
+  pg_store_options opts;
+  opts.url = url;
+  auto newer = open_pg_store(opts);
+  CAF_CHECK(contains(message_of(newer), "the schema keel has layout version "
+                                        "3, newer than this build's 2"));
+}
+
+CAF_TEST(verify skips the epoch audit on a database without cluster tables) {
+  pg_store_options opts;
+  opts.url = url;
+  auto db = open_pg_store(opts);
+  CAF_REQUIRE_EQUAL(outcome(db), "none");
+  write_exchange(**db, "solo");
+  CAF_CHECK_EQUAL(sql_value("SELECT count(*) FROM keel.sessions WHERE writer "
+                            "IS NULL AND writer_epoch IS NULL AND written_at "
+                            "IS NULL"),
+                  "1");
+  db->reset();
+  auto result = audit(url);
+  CAF_CHECK_EQUAL(result.violations, "");
+  CAF_CHECK_EQUAL(result.summary.skipped,
+                  "the database has no cluster tables (one node: no write is "
+                  "fenced)");
+  auto verified = keelctl_verify(url);
+  CAF_CHECK_EQUAL(verified.exit_code, 0);
+  CAF_MESSAGE("keelctl verify:\n" << verified.out << verified.err);
+  CAF_CHECK(contains(verified.out, "epoch audit skipped: the database has no "
+                                   "cluster tables"));
+  CAF_CHECK(contains(audit_json(url).value("skipped", std::string{}),
+                     "no cluster tables"));
 }
 
 CAF_TEST_FIXTURE_SCOPE_END()

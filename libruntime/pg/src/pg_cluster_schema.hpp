@@ -46,13 +46,19 @@ constexpr const char* cluster_schema[] = {
   " owner_incarnation bigint NOT NULL DEFAULT 0,"
   " epoch bigint NOT NULL DEFAULT 0,"
   " handoff_to text)",
+  // `at`: when the epoch began, by the clock when the row is inserted
+  // (clock_timestamp(), not now()): the claim or transfer inserts it after
+  // its UPDATE got the shard row, so after every fenced transaction of the
+  // old epoch committed (they hold the row FOR SHARE), and a row stamped
+  // by one (`written_at`, its start) is always older. The epoch audit of
+  // `keelctl verify` relies on it.
   "CREATE TABLE IF NOT EXISTS keel.shard_history ("
   " shard int NOT NULL,"
   " epoch bigint NOT NULL,"
   " owner text NOT NULL,"
   " owner_incarnation bigint NOT NULL,"
   " reason text NOT NULL CHECK (reason IN ('claim', 'transfer')),"
-  " at timestamptz NOT NULL DEFAULT now(),"
+  " at timestamptz NOT NULL DEFAULT clock_timestamp(),"
   " PRIMARY KEY (shard, epoch))",
   // The write fence. The shard rows are locked FOR SHARE (in shard order)
   // until the calling transaction ends: a claim or transfer (an UPDATE of

@@ -29,6 +29,58 @@ namespace {
 // Rows a scan fetches at a time: bounded memory however large a family.
 constexpr size_t scan_page_rows = 512;
 
+// The audit columns of the data tables (layout 2): who put the row in a
+// fenced transaction, at which epoch of the row's shard, and when.
+constexpr const char* audit_columns[][2] = {
+  {"writer", "text"},
+  {"writer_epoch", "bigint"},
+  {"written_at", "timestamptz"},
+};
+
+// The statements that create the schema (each idempotent); a fresh
+// database gets this build's layout.
+std::vector<std::string> create_steps() {
+  std::vector<std::string> steps{
+    "CREATE SCHEMA IF NOT EXISTS keel",
+    "CREATE TABLE IF NOT EXISTS keel.layout (version integer NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS keel.commit_marks (writer text PRIMARY KEY, "
+    "nonce bigint NOT NULL)",
+    "INSERT INTO keel.layout SELECT " + std::to_string(pg_layout_version)
+      + " WHERE NOT EXISTS (SELECT 1 FROM keel.layout)",
+  };
+  std::string columns;
+  for (auto& column : audit_columns)
+    columns += std::string{", "} + column[0] + " " + column[1];
+  for (size_t family = 0; family < column_families.size(); ++family)
+    steps.push_back("CREATE TABLE IF NOT EXISTS " + table_of(family)
+                    + " (key bytea PRIMARY KEY, value bytea NOT NULL" + columns
+                    + ")");
+  return steps;
+}
+
+// The statements that upgrade a layout 1 schema to layout 2: the audit
+// columns (NULL in every existing row: written without a stamp), the
+// clock of the shard history (see `pg_cluster_schema.hpp`: a takeover's
+// `at` is taken after it got the shard row, so that no row a fenced
+// transaction of the old epoch wrote can look newer), the version.
+std::vector<std::string> upgrade_steps() {
+  std::vector<std::string> steps;
+  for (size_t family = 0; family < column_families.size(); ++family) {
+    std::string sql = "ALTER TABLE " + table_of(family);
+    const char* separator = " ";
+    for (auto& column : audit_columns) {
+      sql += std::string{separator} + "ADD COLUMN IF NOT EXISTS " + column[0]
+             + " " + column[1];
+      separator = ", ";
+    }
+    steps.push_back(std::move(sql));
+  }
+  steps.emplace_back("ALTER TABLE IF EXISTS keel.shard_history ALTER COLUMN "
+                     "at SET DEFAULT clock_timestamp()");
+  steps.emplace_back("UPDATE keel.layout SET version = 2 WHERE version = 1");
+  return steps;
+}
+
 } // namespace
 
 engine::engine(pg_store_options opts) : opts_(std::move(opts)) {
@@ -117,27 +169,37 @@ caf::expected<connection*> engine::usable(size_t slot) {
   return &*conns_[slot];
 }
 
-caf::error engine::prepare_schema() {
+caf::error engine::run_schema_steps(const std::vector<std::string>& steps) {
   auto& conn = *conns_[0];
-  std::vector<std::string> steps{
-    "BEGIN",
-    std::string{"SELECT pg_advisory_xact_lock("} + schema_lock_id + ")",
-    "CREATE SCHEMA IF NOT EXISTS keel",
-    "CREATE TABLE IF NOT EXISTS keel.layout (version integer NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS keel.commit_marks (writer text PRIMARY KEY, "
-    "nonce bigint NOT NULL)",
-    "INSERT INTO keel.layout SELECT " + std::to_string(pg_layout_version)
-      + " WHERE NOT EXISTS (SELECT 1 FROM keel.layout)",
-  };
-  for (size_t family = 0; family < column_families.size(); ++family)
-    steps.push_back("CREATE TABLE IF NOT EXISTS " + table_of(family)
-                    + " (key bytea PRIMARY KEY, value bytea NOT NULL)");
-  steps.emplace_back("COMMIT");
   for (auto& sql : steps)
     if (auto res = conn.exec(sql); !res) {
       static_cast<void>(conn.exec("ROLLBACK"));
       return std::move(res.error());
     }
+  return caf::none;
+}
+
+caf::error engine::prepare_schema() {
+  auto& conn = *conns_[0];
+  std::vector<std::string> steps{
+    "BEGIN",
+    std::string{"SELECT pg_advisory_xact_lock("} + schema_lock_id + ")",
+  };
+  auto create = create_steps();
+  steps.insert(steps.end(), create.begin(), create.end());
+  if (auto err = run_schema_steps(steps))
+    return err;
+  // Under the lock: one node upgrades, the others find it done.
+  auto version = conn.exec("SELECT version FROM keel.layout");
+  if (!version) {
+    static_cast<void>(conn.exec("ROLLBACK"));
+    return std::move(version.error());
+  }
+  if (version->rows() == 1 && version->value(0, 0) == "1")
+    if (auto err = run_schema_steps(upgrade_steps()))
+      return err;
+  if (auto err = run_schema_steps({"COMMIT"}))
+    return err;
   return check_layout();
 }
 

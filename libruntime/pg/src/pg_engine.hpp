@@ -1,12 +1,14 @@
 #pragma once
 
 // The PostgreSQL engine under the store (see `keel/pg_store.hpp`): one
-// table per family, `(key bytea PRIMARY KEY, value bytea)` in the schema
-// `keel`; keys compare bytewise as in RocksDB. Reads go over the first
-// connection; a group's writes over all of them, one transaction each. In
-// a cluster, each transaction that writes a thread's rows first calls the
-// write fence `keel.fence` (`pg_cluster_schema.hpp`) for the shards of
-// those threads.
+// table per family, `(key bytea PRIMARY KEY, value bytea, writer text,
+// writer_epoch bigint, written_at timestamptz)` in the schema `keel`; keys
+// compare bytewise as in RocksDB. Reads go over the first connection; a
+// group's writes over all of them, one transaction each. In a cluster, each
+// transaction that writes a thread's rows first calls the write fence
+// `keel.fence` (`pg_cluster_schema.hpp`) for the shards of those threads,
+// and stamps each row it puts with the node and the epoch of the row's
+// shard (the epoch audit of `keelctl verify` checks them).
 
 #include <atomic>
 #include <cstdint>
@@ -27,6 +29,26 @@ namespace keel::pg {
 /// The qualified table of `family`: `keel.NAME`.
 inline std::string table_of(size_t family) {
   return "keel." + column_families[family];
+}
+
+/// The fence of one share's transaction: the arguments of its `keel.fence`
+/// call, and what it stamps its rows with.
+struct share_fence {
+  /// The shards, and the epochs this node holds them at, as array
+  /// literals; both empty: the share is not fenced.
+  std::string shards;
+  std::string epochs;
+  /// The epoch of each shard fenced on.
+  std::map<shard_id, uint64_t> held;
+  /// The node's shard table (its id is the rows' writer); null without a
+  /// fence: the rows are not stamped.
+  const shard_table* table = nullptr;
+};
+
+/// The thread whose rows a key of a family of threads' rows belongs to:
+/// the key up to its first '/' (all of it in `sessions`).
+inline std::string_view key_thread(std::string_view key) {
+  return key.substr(0, key.find('/'));
 }
 
 /// A group's writes, the last write per key, each with the share
@@ -82,6 +104,12 @@ public:
   /// The shard table of the fence; null if none.
   const std::shared_ptr<const shard_table>& fence() const {
     return fence_;
+  }
+
+  /// Whether the rows of `family` are threads' rows (fenced and stamped
+  /// when the batch has a fence): all but `meta` and `health`.
+  bool threads_family(size_t family) const {
+    return !unfenced_family_[family];
   }
 
 private:
@@ -149,8 +177,13 @@ private:
   caf::expected<connection*> usable(size_t slot);
 
   // Creates the schema if missing (under an advisory lock: nodes may start
-  // side by side) and checks its layout version.
+  // side by side), upgrades a layout 1 schema in place, and checks its
+  // layout version.
   caf::error prepare_schema();
+
+  // Runs `steps` (inside the transaction prepare_schema opened); rolls it
+  // back on a failure.
+  caf::error run_schema_steps(const std::vector<std::string>& steps);
 
   caf::error check_layout();
 
@@ -192,16 +225,9 @@ private:
   // One attempt of `commit_share`.
   share_outcome run_share(class batch& batch, size_t part);
 
-  // The arguments of the fence call of a share's transaction: the
-  // shards, and the epochs this node holds them at, as array literals.
-  // Both empty: the share is not fenced.
-  struct share_fence {
-    std::string shards;
-    std::string epochs;
-  };
-
-  // The fence of `part`, from the shard table; `ec::not_owner` if the
-  // table holds one of its shards no more (nothing is sent then).
+  // The fence of `part`, from the shard table (read once: the fence call
+  // and the rows' stamps agree); `ec::not_owner` if the table holds one of
+  // its shards no more (nothing is sent then).
   caf::expected<share_fence> fence_of(const class batch& batch,
                                       size_t part) const;
 

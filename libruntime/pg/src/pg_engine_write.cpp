@@ -20,14 +20,29 @@ constexpr int resolve_attempts = 20;
 constexpr auto resolve_pause = std::chrono::milliseconds{100};
 
 // "INSERT INTO T (key, value) VALUES ($1, $2), ... ON CONFLICT ..." for
-// `rows` rows.
-std::string upsert_sql(size_t family, size_t rows) {
-  std::string sql = "INSERT INTO " + table_of(family) + " (key, value) VALUES ";
+// `rows` rows. With `epochs` (one per row: a number, or NULL), the rows are
+// stamped: "(key, value, writer, writer_epoch, written_at) VALUES ($1, $2,
+// $W, EPOCH, now()), ...", the writer $W the parameter after the rows'.
+// A row put again takes the new stamp, or none.
+std::string upsert_sql(size_t family, size_t rows,
+                       const std::vector<std::string>& epochs) {
+  bool stamped = !epochs.empty();
+  auto writer = ", $" + std::to_string(2 * rows + 1) + ", ";
+  std::string sql = "INSERT INTO " + table_of(family)
+                    + (stamped ? " (key, value, writer, writer_epoch, "
+                                 "written_at) VALUES "
+                               : " (key, value) VALUES ");
   for (size_t i = 0; i < rows; ++i) {
     sql += i == 0 ? "($" : ", ($";
-    sql += std::to_string(2 * i + 1) + ", $" + std::to_string(2 * i + 2) + ")";
+    sql += std::to_string(2 * i + 1) + ", $" + std::to_string(2 * i + 2);
+    if (stamped)
+      sql += writer + epochs[i] + ", now()";
+    sql += ')';
   }
-  return sql + " ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value";
+  return sql
+         + " ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, "
+           "writer = EXCLUDED.writer, writer_epoch = "
+           "EXCLUDED.writer_epoch, written_at = EXCLUDED.written_at";
 }
 
 // "DELETE FROM T WHERE key IN ($1, ...)" for `rows` keys.
@@ -62,6 +77,73 @@ caf::error refused(const caf::error& err) {
 bool unfenced(const std::string& family) {
   return family == "meta" || family == "health";
 }
+
+// One family's writes of a share, as statements: removals in `DELETE`s,
+// puts in multi-row upserts, up to `rows_per_statement` rows each. The
+// statements point into the keys, values and the stamp's writer.
+class family_statements {
+public:
+  // `stamp`: the fence of the share if its rows of this family are
+  // stamped, else null.
+  family_statements(std::vector<statement>& steps, size_t family,
+                    const share_fence* stamp)
+    : steps_(steps), family_(family), stamp_(stamp) {
+    // nop
+  }
+
+  void put(std::string_view key, std::string_view value) {
+    puts_.insert(puts_.end(), {key, value});
+    if (stamp_)
+      epochs_.push_back(epoch_of(key));
+    if (puts_.size() == 2 * rows_per_statement)
+      flush_puts();
+  }
+
+  void erase(std::string_view key) {
+    removals_.push_back(key);
+    if (removals_.size() == rows_per_statement)
+      flush_removals();
+  }
+
+  void finish() {
+    flush_removals();
+    flush_puts();
+  }
+
+private:
+  // The epoch the fence checks the shard of `key`'s thread at; NULL if the
+  // transaction is not fenced on it (a row of another tree's thread).
+  std::string epoch_of(std::string_view key) const {
+    auto i = stamp_->held.find(stamp_->table->shard_of(key_thread(key)));
+    return i == stamp_->held.end() ? "NULL" : std::to_string(i->second);
+  }
+
+  void flush_puts() {
+    if (puts_.empty())
+      return;
+    auto sql = upsert_sql(family_, puts_.size() / 2, epochs_);
+    if (stamp_)
+      puts_.push_back(stamp_->table->me());
+    steps_.push_back({std::move(sql), std::move(puts_)});
+    puts_.clear();
+    epochs_.clear();
+  }
+
+  void flush_removals() {
+    if (removals_.empty())
+      return;
+    steps_.push_back(
+      {delete_sql(family_, removals_.size()), std::move(removals_)});
+    removals_.clear();
+  }
+
+  std::vector<statement>& steps_;
+  size_t family_;
+  const share_fence* stamp_;
+  std::vector<std::string_view> puts_;
+  std::vector<std::string_view> removals_;
+  std::vector<std::string> epochs_;
+};
 
 } // namespace
 
@@ -186,15 +268,17 @@ std::string engine::writer(size_t slot) const {
   return instance_ + "-" + std::to_string(slot);
 }
 
-caf::expected<engine::share_fence> engine::fence_of(const batch& group,
-                                                    size_t part) const {
+caf::expected<share_fence> engine::fence_of(const batch& group,
+                                            size_t part) const {
   share_fence result;
+  result.table = group.fence().get();
   for (auto& [shard, thread] : group.fenced(part)) {
     auto epoch = group.fence()->held_epoch(shard);
     if (!epoch)
       return caf::make_error(
         ec::not_owner, "write fenced off: this node does not hold shard "
                          + std::to_string(shard) + " (thread " + thread + ")");
+    result.held.emplace(shard, *epoch);
     result.shards += (result.shards.empty() ? "{" : ",")
                      + std::to_string(shard);
     result.epochs += (result.epochs.empty() ? "{" : ",")
@@ -226,32 +310,18 @@ engine::share_statements(batch& group, size_t part, const commit_ticket& ticket,
                    {ticket.writer, nonce}});
   auto& families = group.families();
   for (size_t family = 0; family < families.size(); ++family) {
-    std::vector<std::string_view> puts;
-    std::vector<std::string_view> removals;
-    auto flush_rows = [&](bool upsert) {
-      auto& params = upsert ? puts : removals;
-      if (params.empty())
-        return;
-      auto rows = upsert ? params.size() / 2 : params.size();
-      steps.push_back(
-        {upsert ? upsert_sql(family, rows) : delete_sql(family, rows),
-         std::move(params)});
-      params.clear();
-    };
+    // With a fence, a thread's rows are stamped; `meta` and `health` never.
+    bool stamped = fence.table != nullptr && group.threads_family(family);
+    family_statements out{steps, family, stamped ? &fence : nullptr};
     for (auto& [key, entry] : families[family]) {
       if (group.owner(entry.share) != part)
         continue;
       if (entry.value)
-        puts.insert(puts.end(), {key, *entry.value});
+        out.put(key, *entry.value);
       else
-        removals.push_back(key);
-      if (puts.size() == 2 * rows_per_statement)
-        flush_rows(true);
-      if (removals.size() == rows_per_statement)
-        flush_rows(false);
+        out.erase(key);
     }
-    flush_rows(false);
-    flush_rows(true);
+    out.finish();
   }
   steps.push_back({"COMMIT", {}});
   return steps;

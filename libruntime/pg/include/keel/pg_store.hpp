@@ -2,8 +2,9 @@
 
 // The PostgreSQL backend of `store`: the same records under the same keys
 // as the RocksDB backend, one table per family in the schema `keel`, each
-// `(key bytea PRIMARY KEY, value bytea)`. A group is one transaction per
-// connection, committed with synchronous_commit on.
+// `(key bytea PRIMARY KEY, value bytea, writer text, writer_epoch bigint,
+// written_at timestamptz)`. A group is one transaction per connection,
+// committed with synchronous_commit on.
 
 #include <chrono>
 #include <cstddef>
@@ -17,8 +18,16 @@ namespace keel {
 
 /// The PostgreSQL schema version this build creates and reads (the table
 /// layout; the records in them carry `schema_version` in `meta` as on
-/// RocksDB).
-constexpr int pg_layout_version = 1;
+/// RocksDB). 2: every data table has the audit columns `writer`,
+/// `writer_epoch` and `written_at`, which a fenced transaction (a cluster
+/// node's) fills in each row it puts: the node, the epoch at which the
+/// fence found it owning the shard of the row's thread (NULL if the
+/// transaction was not fenced on that shard), and the transaction's now().
+/// Rows put without a fence (one node, `keelctl migrate`; `meta` and
+/// `health` always) have all three NULL. A writable open upgrades a layout
+/// 1 database in place (adds the columns); a read-only open reads layout 1
+/// as it is. A newer layout refuses to open.
+constexpr int pg_layout_version = 2;
 
 struct pg_store_options {
   /// A libpq URI or conninfo string; never shown in messages.
