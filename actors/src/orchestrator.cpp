@@ -105,7 +105,12 @@ caf::result<Result>
 to_owner(self_ptr self, const std::string& thread, caf::message req) {
   auto peers = lookup<caf::actor>(self->system(), names::peers);
   auto& table = *self->state.cfg.shards;
-  if (!peers || self->current_sender() == peers)
+  // The peers actor's own attempts, and a peer's request handed over here
+  // (it keeps the peer as sender), go back as not_owner: their sender
+  // resends to the owner.
+  auto& sender = self->current_sender();
+  if (!peers || sender == peers
+      || (sender != nullptr && sender->node() != self->node()))
     return caf::make_error(ec::not_owner,
                            "node " + table.me() + " does not serve thread "
                              + thread + " (shard "

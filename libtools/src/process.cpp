@@ -89,6 +89,9 @@ pid_t fork_exec(const child_options& opts, child_fds fds) {
     ::dup2(fds.in, STDIN_FILENO);
     ::dup2(fds.out, STDOUT_FILENO);
     ::dup2(fds.err, STDERR_FILENO);
+    // Nothing else of ours: a node must not keep another node's sockets (a
+    // proxied database connection, a listener) open after that one died.
+    ::close_range(3, ~0U, 0);
     // Unblock signals the parent may have blocked.
     sigset_t none;
     sigemptyset(&none);
