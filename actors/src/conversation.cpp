@@ -262,6 +262,7 @@ accept_request conversation_state::make_accept_request(incoming_message msg) {
   req.thread = cfg.thread;
   req.entry = inbox_entry{next_seq++, std::move(msg.client_id),
                           std::move(msg.text), wall_clock_millis()};
+  req.tenure = tenure;
   if (!msg.from.empty()) {
     req.outbox_from = msg.from;
     req.outbox_seq = msg.seq;
@@ -415,6 +416,7 @@ void committed(self_ptr self, const turn_commit& commit) {
 // the turn runs again the store says whether it did (see `retry_turn`): a
 // turn is committed once, whatever the timing.
 void commit_turn(self_ptr self, turn_commit commit) {
+  commit.tenure = self->state.tenure;
   request_component(self, names::persistence, self->state.cfg.storage_timeout,
                     atom::commit_v, commit)
     .then([self, commit](caf::ok_atom) { committed(self, commit); },
@@ -609,7 +611,7 @@ void finish_cancel(self_ptr self) {
   record.state = session_state::closed;
   record.recovered_at = 0;
   request_component(self, names::persistence, st.cfg.storage_timeout,
-                    caf::put_atom_v, record)
+                    caf::put_atom_v, record, st.tenure)
     .then(
       [self, record](caf::ok_atom) {
         auto& st = self->state;
@@ -683,7 +685,7 @@ void delivery_failed(self_ptr self, const outbox_entry& entry,
   spdlog::info("thread {}: message for {} is a dead letter: {}", entry.from,
                entry.to, render(err));
   request_component(self, names::persistence, self->state.cfg.storage_timeout,
-                    caf::put_atom_v, entry, render(err))
+                    caf::put_atom_v, entry, render(err), self->state.tenure)
     .then([self, seq](caf::ok_atom) { delivered(self, seq); },
           [self, seq](caf::error&) { deliver_later(self, seq); });
 }
@@ -826,6 +828,10 @@ void load_failed(self_ptr self, const caf::error& err) {
 
 // Loads the thread's state from the store.
 void load(self_ptr self) {
+  auto& st = self->state;
+  // Before the read: the view must hold everything stored before the
+  // tenure began.
+  st.tenure = st.cfg.shards ? st.cfg.shards->tenure(st.cfg.thread) : 0;
   // A write of an earlier incarnation (killed before persistence answered
   // it) may still be staged: a load before its commit would hand out its
   // seq again. `read_back` reads behind every write an earlier incarnation
@@ -883,7 +889,7 @@ void passivate(self_ptr self) {
     record.state = session_state::suspended;
   st.session_active = false;
   request_component(self, names::persistence, st.cfg.storage_timeout,
-                    caf::put_atom_v, record)
+                    caf::put_atom_v, record, st.tenure)
     .then([self, record,
            route](caf::ok_atom) { suspended(self, record, route); },
           [self](caf::error& err) {

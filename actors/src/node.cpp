@@ -74,19 +74,22 @@ child_spec persistence_child(const node_config& cfg, const store_options& opts,
           }};
 }
 
-// The dynamic supervisor of conversations, one per thread.
-child_spec conversations_child(const node_config& cfg) {
+// The dynamic supervisor of conversations, one per thread; in a cluster
+// each takes its tenure from `shards`.
+child_spec conversations_child(const node_config& cfg,
+                               std::shared_ptr<const shard_table> shards) {
   supervisor_config convs;
   convs.name = "conversations";
   convs.dynamic = true;
   // Transient: a passivated conversation stops normally and is forgotten; a
   // crashed one is restarted and reloads its thread from the store.
   convs.child_template.restart = restart_type::transient;
-  convs.dynamic_start = [threads = cfg.threads, storage = cfg.storage](
+  convs.dynamic_start = [threads = cfg.threads, storage = cfg.storage, shards](
                           caf::local_actor* parent, const std::string& thread,
                           const caf::message&) {
-    return caf::actor_cast<caf::actor>(parent->spawn(
-      conversation, make_conversation_config(threads, storage, thread)));
+    auto ccfg = make_conversation_config(threads, storage, thread);
+    ccfg.shards = shards;
+    return caf::actor_cast<caf::actor>(parent->spawn(conversation, ccfg));
   };
   apply_settings(convs, cfg.supervision.conversations);
   child_spec result{"conversations", names::conversations,
@@ -193,7 +196,8 @@ void add_cluster_children(supervisor_config& sup, const node_config& cfg,
 
 caf::expected<supervisor_config>
 root_spec(const node_config& cfg, std::shared_ptr<ws_server> server,
-          bool detached_persistence, std::shared_ptr<http_io> io) {
+          bool detached_persistence, std::shared_ptr<http_io> io,
+          std::shared_ptr<shard_table> shards) {
   auto providers_sup = providers_spec(cfg, std::move(io));
   if (!providers_sup)
     return providers_sup.error();
@@ -203,8 +207,7 @@ root_spec(const node_config& cfg, std::shared_ptr<ws_server> server,
   opts.sync = cfg.storage.sync;
   if (cfg.chaos.disk)
     opts.faults = std::make_shared<fault_injection>();
-  std::shared_ptr<shard_table> shards;
-  if (cfg.cluster.enabled)
+  if (cfg.cluster.enabled && !shards)
     shards = std::make_shared<shard_table>(cfg.cluster.node_id,
                                            cfg.cluster.shards);
   sup.children.push_back(
@@ -216,7 +219,7 @@ root_spec(const node_config& cfg, std::shared_ptr<ws_server> server,
     }};
   providers_child.supervisor = true;
   sup.children.push_back(std::move(providers_child));
-  sup.children.push_back(conversations_child(cfg));
+  sup.children.push_back(conversations_child(cfg, shards));
   orchestrator_config ocfg;
   ocfg.max_live = cfg.threads.max_live;
   ocfg.shards = shards;
@@ -224,7 +227,7 @@ root_spec(const node_config& cfg, std::shared_ptr<ws_server> server,
     {"orchestrator", names::orchestrator, [ocfg](caf::local_actor* parent) {
        return caf::actor_cast<caf::actor>(parent->spawn(orchestrator, ocfg));
      }});
-  if (shards)
+  if (cfg.cluster.enabled)
     add_cluster_children(sup, cfg, shards);
   if (server)
     sup.children.push_back(gateway_child(cfg, std::move(server), opts.faults));

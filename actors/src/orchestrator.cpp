@@ -25,6 +25,15 @@ void orchestrator_state::restarted(const std::string& thread) {
     i->second.floor = i->second.routed;
 }
 
+uint64_t orchestrator_state::tenure_of(const std::string& thread) const {
+  return cfg.shards ? cfg.shards->tenure(thread) : 0;
+}
+
+bool orchestrator_state::stale(const std::string& thread,
+                               const thread_entry& entry) const {
+  return cfg.shards && !entry.stopping && entry.tenure != tenure_of(thread);
+}
+
 bool orchestrator_state::at_live_limit() const {
   if (threads.size() < cfg.max_live)
     return false;
@@ -147,7 +156,9 @@ void ensure_started(self_ptr self, const std::string& thread,
     done(); // The forward that follows fails and tells the sender.
     return;
   }
-  self->state.threads.emplace(thread, thread_entry{});
+  thread_entry entry;
+  entry.tenure = self->state.tenure_of(thread);
+  self->state.threads.emplace(thread, std::move(entry));
   self
     ->request(sup, self->state.cfg.request_timeout, atom::start_child_v, thread,
               caf::make_message())
@@ -161,6 +172,8 @@ void ensure_started(self_ptr self, const std::string& thread,
 }
 
 void release(self_ptr self, const std::string& thread);
+
+void stop_stale(self_ptr self, const std::string& thread);
 
 // Makes room for `thread` under `max_live`: asks the idlest live
 // conversation to passivate (through the idle timeout's path, so nothing
@@ -206,6 +219,8 @@ void make_room(self_ptr self, const std::string& thread,
 void when_routable(self_ptr self, const std::string& thread,
                    std::function<void()> work) {
   auto i = self->state.threads.find(thread);
+  if (i != self->state.threads.end() && self->state.stale(thread, i->second))
+    stop_stale(self, thread);
   if (i != self->state.threads.end() && i->second.stopping) {
     i->second.queued.push_back(std::move(work));
     return;
@@ -656,9 +671,26 @@ void recover(self_ptr self) {
 
 // -- cluster ------------------------------------------------------------------
 
+// The live conversations of `shards`.
+std::vector<std::string> threads_of(self_ptr self,
+                                    const std::vector<uint32_t>& shards) {
+  auto& table = *self->state.cfg.shards;
+  std::vector<std::string> result;
+  for (auto& entry : self->state.threads)
+    if (std::find(shards.begin(), shards.end(), table.shard_of(entry.first))
+        != shards.end())
+      result.push_back(entry.first);
+  return result;
+}
+
 // Recovers the threads of `shards`, which this node just came to hold, and
 // resumes those with pending work; retried every second until it worked.
+// Conversations of them still running from an earlier tenure (the shard
+// left and came back before they stopped) are replaced first.
 void recover_shards(self_ptr self, const std::vector<uint32_t>& shards) {
+  for (auto& thread : threads_of(self, shards))
+    if (self->state.stale(thread, self->state.threads[thread]))
+      stop_stale(self, thread);
   auto db = lookup<persistence_actor>(self->system(), names::persistence);
   if (!db || !conversations(self)) {
     self->delayed_send(self, std::chrono::seconds{1}, atom::recover_v, shards);
@@ -672,18 +704,6 @@ void recover_shards(self_ptr self, const std::vector<uint32_t>& shards) {
             self->delayed_send(self, std::chrono::seconds{1}, atom::recover_v,
                                shards);
           });
-}
-
-// The live conversations of `shards`.
-std::vector<std::string> threads_of(self_ptr self,
-                                    const std::vector<uint32_t>& shards) {
-  auto& table = *self->state.cfg.shards;
-  std::vector<std::string> result;
-  for (auto& entry : self->state.threads)
-    if (std::find(shards.begin(), shards.end(), table.shard_of(entry.first))
-        != shards.end())
-      result.push_back(entry.first);
-  return result;
 }
 
 // Stops `threads` (those passivating already finish on their own); `rp`

@@ -154,6 +154,11 @@ caf::error persistence_state::count_threads() {
   return caf::none;
 }
 
+caf::error persistence_state::check_tenure(const std::string& thread,
+                                           uint64_t tenure) const {
+  return shards ? shards->check_tenure(thread, tenure) : caf::none;
+}
+
 caf::expected<bool> persistence_state::admit_thread(const std::string& thread) {
   if (counted_new.count(thread) > 0)
     return false;
@@ -187,6 +192,8 @@ void uncount(persistence_state& st, const std::string& thread) {
 
 caf::result<accept_result>
 persistence_state::accept(const accept_request& req) {
+  if (auto err = check_tenure(req.thread, req.tenure))
+    return err;
   if (max_stored_threads > 0 && req.create_session) {
     auto admitted = admit_thread(req.thread);
     if (!admitted)
@@ -202,12 +209,17 @@ persistence_state::accept(const accept_request& req) {
 }
 
 caf::result<caf::ok_atom> persistence_state::commit(const turn_commit& commit) {
+  if (auto err = check_tenure(commit.thread, commit.tenure))
+    return err;
   db->stage_commit(commit);
   return after_flush(caf::ok_atom_v);
 }
 
-caf::result<caf::ok_atom> persistence_state::put(const session_record& rec) {
-  db->stage_session(rec);
+caf::result<caf::ok_atom> persistence_state::put(const session_record& rec,
+                                                 uint64_t tenure) {
+  if (auto err = check_tenure(rec.thread, tenure))
+    return err;
+  db->stage_session(rec, tenure);
   return after_flush(caf::ok_atom_v);
 }
 
@@ -218,8 +230,11 @@ persistence_state::put(const provider_health_record& rec) {
 }
 
 caf::result<caf::ok_atom> persistence_state::put(const outbox_entry& entry,
-                                                 const std::string& reason) {
-  db->stage_dead_letter(entry, reason);
+                                                 const std::string& reason,
+                                                 uint64_t tenure) {
+  if (auto err = check_tenure(entry.from, tenure))
+    return err;
+  db->stage_dead_letter(entry, reason, tenure);
   return after_flush(caf::ok_atom_v);
 }
 
@@ -392,7 +407,9 @@ persistence(persistence_actor::stateful_pointer<persistence_state> self,
     [self](atom::commit, turn_commit& commit) {
       return self->state.commit(commit);
     },
-    [self](caf::put_atom, session_record& rec) { return self->state.put(rec); },
+    [self](caf::put_atom, session_record& rec, uint64_t tenure) {
+      return self->state.put(rec, tenure);
+    },
     [self](caf::put_atom, provider_health_record& rec) {
       return self->state.put(rec);
     },
@@ -413,9 +430,8 @@ persistence(persistence_actor::stateful_pointer<persistence_state> self,
     [self](atom::spawn, const std::string& parent, const std::string& child) {
       return self->state.spawn(parent, child);
     },
-    [self](caf::put_atom, outbox_entry& entry, std::string& reason) {
-      return self->state.put(entry, reason);
-    },
+    [self](caf::put_atom, outbox_entry& entry, std::string& reason,
+           uint64_t tenure) { return self->state.put(entry, reason, tenure); },
     [self](atom::subtree, const std::string& thread) {
       return self->state.subtree(thread);
     },

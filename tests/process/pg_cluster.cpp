@@ -520,6 +520,52 @@ CAF_TEST(a shard the table does not hold fails before reaching the server) {
   CAF_CHECK(stored_session(*db, t));
 }
 
+// A write carries the tenure its writer loaded the thread under: after the
+// shard left and came back (epoch 1, to n2 at 2, back at 3) a write made
+// from a view of epoch 1 is refused, though the node holds the shard and
+// the database would take its epoch-3 writes; one of epoch 3 commits. Two
+// tenures of one shard in one group cannot both be current: refused.
+CAF_TEST(a write of a tenure the node no longer holds is refused) {
+  auto a = prepared();
+  auto b = open_cluster();
+  auto inc1 = join(*a, "n1");
+  auto inc2 = join(*b, "n2");
+  auto table = std::make_shared<shard_table>("n1", shard_count);
+  auto db = fenced_store(table);
+  CAF_REQUIRE_EQUAL(optional_text(a->claim(2, 0, "n1", inc1)), "1");
+  table->hold(2, 1);
+  auto t = thread_in(2);
+  db->stage_session(make_session(t), 1);
+  CAF_CHECK_EQUAL(render(db->flush()), "none");
+  hand_over(*a, 2, 1, "n1", inc1, "n2");
+  hand_over(*b, 2, 2, "n2", inc2, "n1");
+  table->hold(2, 3);
+  auto changed = make_session(t);
+  changed.state = session_state::closed;
+  db->stage_session(changed, 1);
+  auto err = db->flush();
+  CAF_CHECK_EQUAL(err, ec::not_owner);
+  CAF_CHECK_EQUAL(error_message(err),
+                  "write fenced off: thread " + t
+                    + " was loaded under epoch 1 of shard 2, and this node "
+                      "now holds it at epoch 3");
+  db->stage_session(changed, 3);
+  db->stage_session(make_session(thread_in(2, "other")), 1);
+  err = db->flush();
+  CAF_CHECK_EQUAL(err, ec::not_owner);
+  CAF_CHECK_EQUAL(error_message(err), "write fenced off: writes of shard 2 "
+                                      "loaded under different epochs in one "
+                                      "group");
+  auto kept = db->session(t);
+  CAF_REQUIRE_EQUAL(outcome(kept), "none");
+  CAF_CHECK_EQUAL(kept->state, session_state::active);
+  db->stage_session(changed, 3);
+  CAF_CHECK_EQUAL(render(db->flush()), "none");
+  auto closed = db->session(t);
+  CAF_REQUIRE_EQUAL(outcome(closed), "none");
+  CAF_CHECK_EQUAL(closed->state, session_state::closed);
+}
+
 // A group spans connections (shard % 2): each share is its own
 // transaction. A share fenced off commits nothing (the writes of every
 // shard in it go with it) while another share of the group commits, and

@@ -67,6 +67,13 @@ public:
     start();
   }
 
+  /// A cluster node's tree without its cluster and peers actors: the test
+  /// keeps `shards` (what the node holds) as the cluster actor would.
+  node_fixture(node_config config, std::shared_ptr<shard_table> shards)
+    : config(std::move(config)), shards(std::move(shards)) {
+    start();
+  }
+
   node_fixture()
     : node_fixture(scripted_config(
       fresh_data_dir(), {scripted_step{"", "re: {input}", {}, "", false}})) {
@@ -81,7 +88,7 @@ public:
   void start() {
     sink = sys.spawn(event_sink);
     sys.registry().put(names::gateway, sink);
-    auto spec = root_spec(config, nullptr, false, nullptr);
+    auto spec = root_spec(config, nullptr, false, nullptr, shards);
     CAF_REQUIRE(spec);
     root = sys.spawn(supervisor, std::move(*spec));
     sys.registry().put(names::root, root);
@@ -195,6 +202,7 @@ public:
   }
 
   node_config config;
+  std::shared_ptr<shard_table> shards;
   caf::actor root;
   gateway_bridge_actor sink;
 };

@@ -276,8 +276,9 @@ using persistence_actor = caf::typed_actor<
   // Commits a turn (inbox removal, context, log) atomically; answers once
   // synced.
   caf::replies_to<atom::commit, turn_commit>::with<caf::ok_atom>,
-  // Writes a session record; answers once synced.
-  caf::replies_to<caf::put_atom, session_record>::with<caf::ok_atom>,
+  // Writes a session record for a conversation of a tenure (see
+  // `accept_request::tenure`); answers once synced.
+  caf::replies_to<caf::put_atom, session_record, uint64_t>::with<caf::ok_atom>,
   // Writes a provider health record; answers once synced.
   caf::replies_to<caf::put_atom, provider_health_record>::with<caf::ok_atom>,
   // Reads every provider health record.
@@ -292,8 +293,10 @@ using persistence_actor = caf::typed_actor<
   // Spawns a child agent (parent, child): writes the child's session (the
   // parent's pool) and its tree link; answers once synced.
   caf::replies_to<atom::spawn, std::string, std::string>::with<spawn_result>,
-  // Moves an undeliverable outbox entry to the dead letters, with a reason.
-  caf::replies_to<caf::put_atom, outbox_entry, std::string>::with<caf::ok_atom>,
+  // Moves an undeliverable outbox entry to the dead letters, with a reason,
+  // for a conversation of a tenure.
+  caf::replies_to<caf::put_atom, outbox_entry, std::string,
+                  uint64_t>::with<caf::ok_atom>,
   // Lists a thread and its descendants, parents before children.
   caf::replies_to<atom::subtree, std::string>::with<std::vector<std::string>>,
   // Reads every session record and tree link (the agent tree).

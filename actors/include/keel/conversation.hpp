@@ -13,6 +13,7 @@
 
 #include "keel/actors.hpp"
 #include "keel/config.hpp"
+#include "keel/shard_table.hpp"
 
 namespace keel {
 
@@ -40,6 +41,9 @@ struct conversation_config {
   /// Each line a tool call adds to the answer, and each message to a child
   /// agent, is cut to this.
   size_t max_tool_output_bytes = 64 * 1024;
+  /// In a cluster, the node's shard table: the conversation takes its
+  /// tenure from it before it loads the thread. Null on a single node.
+  std::shared_ptr<const shard_table> shards;
 };
 
 /// How much longer than `turn_timeout` a conversation waits for its pool,
@@ -103,6 +107,11 @@ struct conversation_state {
   conversation_config cfg;
   /// True once the thread's state has been loaded from the store.
   bool loaded = false;
+  /// The epoch of the thread's shard this node held when the load began
+  /// (`shard_table::tenure`; 0 on a single node). Every write carries it:
+  /// none commits once the shard left the node, even if it came back, so
+  /// a view that misses another node's writes never overwrites them.
+  uint64_t tenure = 0;
   /// The session record (valid if `session_exists`).
   session_record session;
   bool session_exists = false;

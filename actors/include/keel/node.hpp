@@ -8,6 +8,7 @@
 #include "keel/config.hpp"
 #include "keel/error.hpp"
 #include "keel/llm_client.hpp"
+#include "keel/shard_table.hpp"
 #include "keel/supervisor.hpp"
 #include "keel/ws_server.hpp"
 
@@ -20,9 +21,15 @@ namespace keel {
 /// demand), the orchestrator and, if `server` is set, the gateway bridge,
 /// with the `supervision.root`, `.providers` and `.conversations` settings.
 /// All are registered under `keel::names`.
+///
+/// `shards` is the node's shard table in a cluster: persistence fences its
+/// writes with it, conversations hold their tenure in it and the
+/// orchestrator routes by it. With `cluster.enabled` the peers and cluster
+/// actors, which keep it, join the tree (and a null `shards` is made here).
 caf::expected<supervisor_config>
 root_spec(const node_config& cfg, std::shared_ptr<ws_server> server,
-          bool detached_persistence, std::shared_ptr<http_io> io);
+          bool detached_persistence, std::shared_ptr<http_io> io,
+          std::shared_ptr<shard_table> shards = nullptr);
 
 /// A running node: the supervision tree and the gateway server.
 class node {

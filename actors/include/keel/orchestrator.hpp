@@ -58,6 +58,9 @@ struct thread_entry {
   /// Work that arrived while stopping (messages, cancels), run once the
   /// conversation is gone.
   std::vector<std::function<void()>> queued;
+  /// In a cluster, the tenure of the thread's shard (`shard_table::tenure`)
+  /// when its conversation started; 0 on a single node.
+  uint64_t tenure = 0;
 };
 
 /// Conversations being stopped because their shards go to another node.
@@ -105,6 +108,15 @@ struct orchestrator_state {
   /// The thread's conversation (re)started: messages routed so far may
   /// have been lost with an earlier incarnation.
   void restarted(const std::string& thread);
+
+  /// The tenure a conversation of `thread` starting now gets (0 on a
+  /// single node).
+  uint64_t tenure_of(const std::string& thread) const;
+
+  /// True if the thread's shard left this node since its conversation
+  /// started (perhaps to come back): the conversation's view may miss what
+  /// another node stored, and none of its writes can commit.
+  bool stale(const std::string& thread, const thread_entry& entry) const;
 
   /// True if a conversation that last saw route `last_seen` has nothing in
   /// flight and may stop.

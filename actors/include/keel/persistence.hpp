@@ -100,16 +100,21 @@ struct persistence_state {
 
   caf::result<caf::ok_atom> commit(const turn_commit& commit);
 
-  caf::result<caf::ok_atom> put(const session_record& rec);
+  caf::result<caf::ok_atom> put(const session_record& rec, uint64_t tenure);
 
   caf::result<caf::ok_atom> put(const provider_health_record& rec);
 
   /// Moves an undeliverable outbox entry to the dead letters.
   caf::result<caf::ok_atom> put(const outbox_entry& entry,
-                                const std::string& reason);
+                                const std::string& reason, uint64_t tenure);
 
   /// Stores the final recovery report.
   caf::result<caf::ok_atom> put(const recovery_report& report);
+
+  /// A conversation's write of `thread` under `tenure` is refused before it
+  /// joins the group (`not_owner`) unless this node still holds the shard
+  /// at that epoch: it would fail the whole group at the fence.
+  caf::error check_tenure(const std::string& thread, uint64_t tenure) const;
 
   /// Whether storing `thread` adds a thread the store does not hold yet;
   /// `thread_limit` if it would and the store is full. Only asked while

@@ -30,6 +30,28 @@ std::optional<uint64_t> shard_table::held_epoch(shard_id shard) const {
   return held_[shard];
 }
 
+uint64_t shard_table::tenure(std::string_view thread) const {
+  return held_epoch(shard_of(thread)).value_or(no_tenure);
+}
+
+caf::error shard_table::check_tenure(std::string_view thread,
+                                     uint64_t tenure) const {
+  if (tenure == 0)
+    return caf::none;
+  auto shard = shard_of(thread);
+  auto held = held_epoch(shard);
+  if (held == tenure)
+    return caf::none;
+  auto loaded = tenure == no_tenure ? std::string{"while it held none"}
+                                    : "under epoch " + std::to_string(tenure);
+  auto now = held ? "holds it at epoch " + std::to_string(*held)
+                  : std::string{"does not hold it"};
+  return caf::make_error(
+    ec::not_owner, "write fenced off: thread " + std::string{thread}
+                     + " was loaded " + loaded + " of shard "
+                     + std::to_string(shard) + ", and this node now " + now);
+}
+
 bool shard_table::serves(std::string_view thread) const {
   auto shard = shard_of(thread);
   std::lock_guard<std::mutex> guard{mtx_};

@@ -69,13 +69,24 @@ public:
     size_t share = 0;
   };
 
-  /// The shards a share is fenced on, each with a thread of it that wrote
-  /// (for messages).
-  using fenced_shards = std::map<shard_id, std::string>;
+  /// What a share's transaction is fenced on for one of its shards.
+  struct fenced_shard {
+    /// A thread of it that wrote (for messages).
+    std::string thread;
+    /// The tenure its writers loaded their views under (see
+    /// `kv_batch::begin_operation`); 0 if none of them named one.
+    uint64_t tenure = 0;
+    /// Another writer of the shard in the group named another tenure: at
+    /// most one of them can be current, and they commit together.
+    bool mixed = false;
+  };
+
+  /// The shards a share is fenced on.
+  using fenced_shards = std::map<shard_id, fenced_shard>;
 
   batch(size_t shares, std::shared_ptr<const shard_table> fence);
 
-  void begin_operation(std::string_view thread) override;
+  void begin_operation(std::string_view thread, uint64_t tenure) override;
 
   bool put(size_t family, std::string_view key,
            std::string_view value) override;
@@ -116,6 +127,9 @@ private:
   void stage(size_t family, std::string_view key,
              std::optional<std::string> value);
 
+  // Records the current operation's thread and tenure in `shard`'s fence.
+  void note_fenced(fenced_shard& shard) const;
+
   std::vector<std::map<std::string, write, std::less<>>> families_;
   // Union-find over shares: `merged_[i]` leads towards the owner of i.
   std::vector<size_t> merged_;
@@ -128,6 +142,7 @@ private:
   // The thread of the current operation and its shard, if fenced.
   std::string current_thread_;
   std::optional<shard_id> current_shard_;
+  uint64_t current_tenure_ = 0;
 };
 
 class engine : public kv_engine {

@@ -159,8 +159,9 @@ batch::batch(size_t shares, std::shared_ptr<const shard_table> fence)
   clear();
 }
 
-void batch::begin_operation(std::string_view thread) {
+void batch::begin_operation(std::string_view thread, uint64_t tenure) {
   current_shard_.reset();
+  current_tenure_ = tenure;
   if (!fence_ || thread.empty()) {
     current_ = std::hash<std::string_view>{}(thread) % merged_.size();
     return;
@@ -183,7 +184,7 @@ bool batch::erase(size_t family, std::string_view key) {
 void batch::stage(size_t family, std::string_view key,
                   std::optional<std::string> value) {
   if (current_shard_ && !unfenced_family_[family])
-    fenced_[current_].try_emplace(*current_shard_, current_thread_);
+    note_fenced(fenced_[current_][*current_shard_]);
   auto& writes = families_[family];
   auto i = writes.find(key);
   if (i == writes.end()) {
@@ -198,6 +199,17 @@ void batch::stage(size_t family, std::string_view key,
   i->second = write{std::move(value), current_};
 }
 
+void batch::note_fenced(fenced_shard& shard) const {
+  if (shard.thread.empty())
+    shard.thread = current_thread_;
+  if (current_tenure_ == 0 || shard.tenure == current_tenure_)
+    return;
+  if (shard.tenure == 0)
+    shard.thread = current_thread_; // Named in a refusal for its tenure.
+  shard.mixed = shard.mixed || shard.tenure != 0;
+  shard.tenure = current_tenure_;
+}
+
 void batch::clear() {
   for (auto& writes : families_)
     writes.clear();
@@ -208,6 +220,7 @@ void batch::clear() {
   current_ = 0;
   current_thread_.clear();
   current_shard_.reset();
+  current_tenure_ = 0;
 }
 
 size_t batch::owner(size_t share) const {
@@ -272,12 +285,20 @@ caf::expected<share_fence> engine::fence_of(const batch& group,
                                             size_t part) const {
   share_fence result;
   result.table = group.fence().get();
-  for (auto& [shard, thread] : group.fenced(part)) {
+  for (auto& [shard, fenced] : group.fenced(part)) {
+    if (fenced.mixed)
+      return caf::make_error(ec::not_owner,
+                             "write fenced off: writes of shard "
+                               + std::to_string(shard)
+                               + " loaded under different epochs in one group");
+    if (auto err = group.fence()->check_tenure(fenced.thread, fenced.tenure))
+      return err;
     auto epoch = group.fence()->held_epoch(shard);
     if (!epoch)
-      return caf::make_error(
-        ec::not_owner, "write fenced off: this node does not hold shard "
-                         + std::to_string(shard) + " (thread " + thread + ")");
+      return caf::make_error(ec::not_owner,
+                             "write fenced off: this node does not hold shard "
+                               + std::to_string(shard) + " (thread "
+                               + fenced.thread + ")");
     result.held.emplace(shard, *epoch);
     result.shards += (result.shards.empty() ? "{" : ",")
                      + std::to_string(shard);

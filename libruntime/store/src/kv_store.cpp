@@ -69,7 +69,7 @@ caf::expected<uint64_t> copy_family(kv_engine& from, kv_engine& to, size_t cf) {
   caf::error write_err;
   auto err
     = from.scan(cf, {}, {}, [&](std::string_view key, std::string_view value) {
-        batch->begin_operation(key.substr(0, key.find('/')));
+        batch->begin_operation(key.substr(0, key.find('/')), 0);
         batch->put(cf, key, value);
         ++copied;
         if (++pending < copy_group_records)
@@ -179,7 +179,7 @@ caf::error kv_store::check_schema() {
   if (engine_->read_only())
     return caf::none;
   auto batch = engine_->new_batch();
-  batch->begin_operation(schema_key);
+  batch->begin_operation(schema_key, 0);
   batch->put(cf_meta, schema_key, std::to_string(schema_version));
   if (auto err = engine_->write(*batch))
     return caf::make_error(ec::storage_open_failed,

@@ -87,10 +87,10 @@ public:
 
   caf::expected<spawn_result> stage_spawn(const spawn_request& req) override;
 
-  void stage_dead_letter(const outbox_entry& entry,
-                         const std::string& reason) override;
+  void stage_dead_letter(const outbox_entry& entry, const std::string& reason,
+                         uint64_t tenure) override;
 
-  void stage_session(const session_record& given) override;
+  void stage_session(const session_record& given, uint64_t tenure) override;
 
   void stage_health(const provider_health_record& rec) override;
 
@@ -188,10 +188,11 @@ private:
 
   // Makes sure the engine can take staged writes; a `void` stage reports
   // failure through the group.
-  bool ready_to_stage(const std::string& thread);
+  bool ready_to_stage(const std::string& thread, uint64_t tenure = 0);
 
-  // Starts an operation of `thread` in the batch (see `kv_batch`).
-  void begin_operation(const std::string& thread);
+  // Starts an operation of `thread` by a writer of `tenure` in the batch
+  // (see `kv_batch`).
+  void begin_operation(const std::string& thread, uint64_t tenure = 0);
 
   void batch_put(size_t cf, std::string_view key, std::string_view value);
 
@@ -201,7 +202,7 @@ private:
   // Returns whether it staged the record (false once the group failed).
   template <class T>
   bool stage_record(size_t cf, const std::string& thread,
-                    const std::string& key, const T& rec);
+                    const std::string& key, const T& rec, uint64_t tenure = 0);
 
   void count_staged();
 

@@ -47,7 +47,7 @@ caf::expected<session_record> kv_store::with_stored_parent(session_record rec) {
   return rec;
 }
 
-bool kv_store::ready_to_stage(const std::string& thread) {
+bool kv_store::ready_to_stage(const std::string& thread, uint64_t tenure) {
   if (engine_->read_only()) {
     poison(error_message(read_only_error()));
     return false;
@@ -56,12 +56,12 @@ bool kv_store::ready_to_stage(const std::string& thread) {
     poison(error_message(err));
     return false;
   }
-  begin_operation(thread);
+  begin_operation(thread, tenure);
   return true;
 }
 
-void kv_store::begin_operation(const std::string& thread) {
-  batch_->begin_operation(thread);
+void kv_store::begin_operation(const std::string& thread, uint64_t tenure) {
+  batch_->begin_operation(thread, tenure);
 }
 
 void kv_store::batch_put(size_t cf, std::string_view key,
@@ -77,8 +77,9 @@ void kv_store::batch_delete(size_t cf, std::string_view key) {
 
 template <class T>
 bool kv_store::stage_record(size_t cf, const std::string& thread,
-                            const std::string& key, const T& rec) {
-  if (!ready_to_stage(thread))
+                            const std::string& key, const T& rec,
+                            uint64_t tenure) {
+  if (!ready_to_stage(thread, tenure))
     return false;
   batch_put(cf, key, encode(rec));
   count_staged();
@@ -117,7 +118,7 @@ caf::expected<accept_result> kv_store::stage_accept(const accept_request& req) {
   auto known = known_client_id(id_key);
   if (!known)
     return std::move(known.error());
-  begin_operation(req.thread);
+  begin_operation(req.thread, req.tenure);
   if (*known) {
     // A duplicate is in the target already: the outbox entry it came from
     // goes all the same.
@@ -185,7 +186,7 @@ caf::error kv_store::stage_new_message(const accept_request& req,
 // -- other staged writes ------------------------------------------------------
 
 void kv_store::stage_commit(const turn_commit& commit) {
-  if (!ready_to_stage(commit.thread))
+  if (!ready_to_stage(commit.thread, commit.tenure))
     return;
   // Encode everything first so that a failure stages nothing.
   using kv_list = std::vector<std::pair<std::string, std::string>>;
@@ -285,15 +286,15 @@ kv_store::check_spawn(const spawn_request& req) {
 }
 
 void kv_store::stage_dead_letter(const outbox_entry& entry,
-                                 const std::string& reason) {
+                                 const std::string& reason, uint64_t tenure) {
   dead_letter letter{entry, reason, wall_clock_millis()};
   auto key = seq_key(entry.from, entry.seq);
-  if (stage_record(cf_dead_letters, entry.from, key, letter))
+  if (stage_record(cf_dead_letters, entry.from, key, letter, tenure))
     batch_delete(cf_outbox, key);
 }
 
-void kv_store::stage_session(const session_record& given) {
-  if (!ready_to_stage(given.thread))
+void kv_store::stage_session(const session_record& given, uint64_t tenure) {
+  if (!ready_to_stage(given.thread, tenure))
     return;
   auto rec = with_stored_parent(given);
   if (!rec) {
@@ -301,7 +302,7 @@ void kv_store::stage_session(const session_record& given) {
            + render(rec.error()));
     return;
   }
-  if (stage_record(cf_sessions, rec->thread, rec->thread, *rec))
+  if (stage_record(cf_sessions, rec->thread, rec->thread, *rec, tenure))
     pending_sessions_[rec->thread] = std::move(*rec);
 }
 

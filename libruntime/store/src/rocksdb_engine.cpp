@@ -321,7 +321,7 @@ public:
     // nop
   }
 
-  void begin_operation(std::string_view) override {
+  void begin_operation(std::string_view, uint64_t) override {
     // One WriteBatch holds the whole group.
   }
 

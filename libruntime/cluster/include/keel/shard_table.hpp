@@ -11,9 +11,14 @@
 #include <string_view>
 #include <vector>
 
+#include "keel/error.hpp"
 #include "keel/sharding.hpp"
 
 namespace keel {
+
+/// The tenure of a writer that loaded its view while the node held the
+/// shard at no epoch: no write of it ever commits.
+constexpr uint64_t no_tenure = UINT64_MAX;
 
 /// Who owns a shard, as last read from the cluster store.
 struct shard_owner {
@@ -51,6 +56,18 @@ public:
   /// The epoch this node holds `shard` at; none if it may not write it
   /// (not its shard, being handed over, or the node fenced itself).
   std::optional<uint64_t> held_epoch(shard_id shard) const;
+
+  /// The tenure a writer that loads `thread` now has: the epoch this node
+  /// holds the thread's shard at, or `no_tenure`. A view loaded under a
+  /// tenure stays current only while the node holds the shard at that
+  /// epoch: once the shard left, even if it came back, the other owner may
+  /// have written the thread.
+  uint64_t tenure(std::string_view thread) const;
+
+  /// `not_owner` (naming both epochs) unless this node holds `thread`'s
+  /// shard at `tenure`; none for a `tenure` of 0 (a write that rests on no
+  /// loaded view, fenced at whatever epoch the node holds).
+  caf::error check_tenure(std::string_view thread, uint64_t tenure) const;
 
   /// Whether this node serves `thread` now: holds its shard and is not
   /// handing it over. New requests for a thread it does not serve go to

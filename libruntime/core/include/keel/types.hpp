@@ -296,12 +296,17 @@ struct accept_request {
   /// client messages.
   std::string outbox_from;
   seq_t outbox_seq = 0;
+  /// In a cluster, the epoch of the thread's shard the conversation loaded
+  /// the thread under (`shard_table::tenure`): the write commits only while
+  /// the node still holds the shard at it. 0: not fenced by a view.
+  uint64_t tenure = 0;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, accept_request& x) {
   return f(caf::meta::type_name("keel::accept_request"), x.thread,
-           x.create_session, x.session, x.entry, x.outbox_from, x.outbox_seq);
+           x.create_session, x.session, x.entry, x.outbox_from, x.outbox_seq,
+           x.tenure);
 }
 
 /// The outcome of an accept: where the message is, and whether it had been
@@ -336,12 +341,14 @@ struct turn_commit {
   /// Messages to other threads (to children, or the reply forwarded to the
   /// parent), written to the outbox with the commit.
   std::vector<outbox_entry> outbox;
+  /// The conversation's tenure, as in `accept_request`.
+  uint64_t tenure = 0;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, turn_commit& x) {
   return f(caf::meta::type_name("keel::turn_commit"), x.thread, x.inbox_seq,
-           x.context, x.log, x.write_session, x.session, x.outbox);
+           x.context, x.log, x.write_session, x.session, x.outbox, x.tenure);
 }
 
 /// A spawn of a child agent: the child's session record (its `parent` set)

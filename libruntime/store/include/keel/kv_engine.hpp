@@ -47,8 +47,10 @@ public:
 
   /// Marks the writes that follow as part of one operation of `thread`:
   /// an engine that spreads a group over several connections keeps each
-  /// operation's writes together.
-  virtual void begin_operation(std::string_view thread) = 0;
+  /// operation's writes together. `tenure` (see `accept_request::tenure`):
+  /// a cluster's fence commits the operation only while the node holds the
+  /// thread's shard at that epoch; 0: at whatever epoch it holds it.
+  virtual void begin_operation(std::string_view thread, uint64_t tenure) = 0;
 
   /// Stages writing `value` under `key`; false if it cannot (the group then
   /// fails at its flush).

@@ -228,13 +228,15 @@ public:
 
   /// Stages moving an undeliverable outbox entry to `dead_letters` (key
   /// `from/seq`, the entry plus `reason` and the wall clock time), removing
-  /// it from the outbox.
-  virtual void
-  stage_dead_letter(const outbox_entry& entry, const std::string& reason)
+  /// it from the outbox. `tenure`: the writer's, as in `accept_request`.
+  virtual void stage_dead_letter(const outbox_entry& entry,
+                                 const std::string& reason, uint64_t tenure = 0)
     = 0;
 
-  /// Stages writing a session record (create or update).
-  virtual void stage_session(const session_record& rec) = 0;
+  /// Stages writing a session record (create or update). `tenure`: the
+  /// writer's, as in `accept_request`.
+  virtual void stage_session(const session_record& rec, uint64_t tenure = 0)
+    = 0;
 
   /// Stages writing a provider health record (create or replace).
   virtual void stage_health(const provider_health_record& rec) = 0;
