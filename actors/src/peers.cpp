@@ -100,10 +100,28 @@ void with_link(self_ptr self, const std::string& address,
       });
 }
 
+void resend_later(self_ptr self, const std::string& thread, uint64_t id);
+
+// The requests whose attempt under way went to `peer`, which went down,
+// go again after the usual pause (to the owner the table names then)
+// instead of waiting for the attempt's timeout.
+void resend_sent_to(self_ptr self, const caf::actor_addr& peer) {
+  auto& st = self->state;
+  for (auto& [thread, q] : st.queues) {
+    if (q.empty() || !q.front().sent_to || q.front().sent_to != peer)
+      continue;
+    auto& head = q.front();
+    head.sent_to = nullptr;
+    head.attempt_id = ++st.last_attempt;
+    resend_later(self, thread, head.attempt_id);
+  }
+}
+
 // A monitored peer or bridge went down (its link dropped, its process or
-// actor ended): forget it.
+// actor ended): forget it, and resend what it was asked.
 void on_down(self_ptr self, const caf::down_msg& msg) {
   auto& st = self->state;
+  resend_sent_to(self, msg.source);
   for (auto i = st.links.begin(); i != st.links.end(); ++i) {
     if (i->second.handle && i->second.handle.address() == msg.source) {
       st.links.erase(i);
@@ -131,10 +149,21 @@ void finished(self_ptr self, const std::string& thread) {
   pump(self, thread);
 }
 
-// The first request of `thread` goes again after a pause.
-void resend_later(self_ptr self, const std::string& thread) {
+// The first request of `thread` if attempt `id` is the one under way.
+peer_request* in_flight(self_ptr self, const std::string& thread, uint64_t id) {
+  auto q = self->state.queues.find(thread);
+  if (q == self->state.queues.end() || q->second.empty()
+      || q->second.front().attempt_id != id)
+    return nullptr;
+  return &q->second.front();
+}
+
+// The first request of `thread` goes again after a pause, unless another
+// attempt than `id` is under way by then.
+void resend_later(self_ptr self, const std::string& thread, uint64_t id) {
   ++self->state.resent;
-  self->delayed_send(self, self->state.cfg.retry_pause, atom::retry_v, thread);
+  self->delayed_send(self, self->state.cfg.retry_pause, atom::retry_v, thread,
+                     id);
 }
 
 // Sends the first request of `thread` to whoever serves it now: this
@@ -158,8 +187,16 @@ void pump(self_ptr self, const std::string& thread) {
     finished(self, thread);
     return;
   }
-  auto retry = [self, thread] { resend_later(self, thread); };
-  auto done = [self, thread] { finished(self, thread); };
+  auto id = head.attempt_id = ++st.last_attempt;
+  head.sent_to = nullptr;
+  auto retry = [self, thread, id] {
+    if (in_flight(self, thread, id))
+      resend_later(self, thread, id);
+  };
+  auto done = [self, thread, id] {
+    if (in_flight(self, thread, id))
+      finished(self, thread);
+  };
   if (st.cfg.shards->serves(thread)) {
     head.attempt(caf::actor{}, retry, done);
     return;
@@ -172,14 +209,16 @@ void pump(self_ptr self, const std::string& thread) {
   }
   st.registered[thread] = owner;
   with_link(self, owner.address,
-            [self, thread, retry, done](const caf::actor& peer) {
-              auto q = self->state.queues.find(thread);
-              if (q == self->state.queues.end() || q->second.empty())
+            [self, thread, id, retry, done](const caf::actor& peer) {
+              auto* head = in_flight(self, thread, id);
+              if (!head)
                 return;
-              if (!peer)
+              if (!peer) {
                 retry();
-              else
-                q->second.front().attempt(peer, retry, done);
+                return;
+              }
+              head->sent_to = peer.address();
+              head->attempt(peer, retry, done);
             });
 }
 
@@ -362,8 +401,8 @@ caf::behavior peers(self_ptr self, peers_config cfg) {
       if (!from_peer(self))
         fan_out(self, ev);
     },
-    [self](atom::retry, const std::string& thread) {
-      if (!from_peer(self))
+    [self](atom::retry, const std::string& thread, uint64_t id) {
+      if (!from_peer(self) && in_flight(self, thread, id))
         pump(self, thread);
     },
     [self](atom::tick) {

@@ -39,6 +39,7 @@ constexpr uint32_t test_shards = 16;
 std::string cluster_yaml(const std::string& name, const std::string& dir,
                          const std::string& url, uint16_t peer_port,
                          const std::string& delay,
+                         const std::string& route_timeout,
                          const std::string& cluster_extra) {
   return "node:\n  name: " + name + "\n  data_dir: " + dir
          + "\ngateway:\n  port: 0\n  rate_limit:\n    per_second: 0\n"
@@ -49,8 +50,9 @@ std::string cluster_yaml(const std::string& name, const std::string& dir,
            "cluster:\n  enabled: true\n  listen: 127.0.0.1:"
          + std::to_string(peer_port)
          + "\n  shards: " + std::to_string(test_shards)
-         + "\n  heartbeat: 200ms\n  lease_ttl: 2s\n  route_timeout: 8s\n"
-           "  handoff_timeout: 1s\n  rebalance_batch: 4\n"
+         + "\n  heartbeat: 200ms\n  lease_ttl: 2s\n  route_timeout: "
+         + route_timeout
+         + "\n  handoff_timeout: 1s\n  rebalance_batch: 4\n"
            "  token: \"a-cluster-token-for-tests\"\n"
          + cluster_extra
          + "providers:\n  - name: script\n    kind: scripted\n"
@@ -67,6 +69,9 @@ struct fixture {
   std::map<std::string, std::unique_ptr<node_process>> nodes;
   /// More `cluster:` keys for every node started (indented lines).
   std::string cluster_extra;
+  /// `cluster.route_timeout` of every node started (one attempt waits a
+  /// third of it).
+  std::string route_timeout = "8s";
 
   // Starts node `name`; `url` (default: the server's socket) is how it
   // reaches the database.
@@ -76,7 +81,7 @@ struct fixture {
     auto home = dir.str() + "/" + name;
     std::filesystem::create_directories(home);
     auto yaml = cluster_yaml(name, home + "/data", url.empty() ? pg.url() : url,
-                             free_port(), delay, cluster_extra);
+                             free_port(), delay, route_timeout, cluster_extra);
     auto& slot = nodes[name];
     slot = std::make_unique<node_process>(home, yaml);
     return *slot;
@@ -244,6 +249,35 @@ CAF_TEST(a killed node has its threads answered by the other within seconds) {
   auto report = api_call(node("n1").address(), "GET", "/api/v1/recovery");
   CAF_REQUIRE(report);
   CAF_CHECK_GREATER_OR_EQUAL((*report)["sessions"].get<int>(), 1);
+  CAF_CHECK_EQUAL(violations(), "");
+}
+
+// An attempt waits 10 s for its answer here; the owner is paused so that
+// the message is in flight, unanswered, when it dies. Its link going down
+// sends the message again at once, to the new owner once there is one.
+CAF_TEST(a message in flight to a node that dies goes again at once) {
+  route_timeout = "30s";
+  start("n1");
+  start("n2");
+  CAF_REQUIRE(settled("n1", {"n1", "n2"}));
+  auto thread = thread_on("n1", "n2", "in-flight");
+  auto ws = connect_client(node("n1").address());
+  auto first = send(*ws, thread, "m1", "before");
+  CAF_CHECK_EQUAL(first["type"], "ack");
+  ::kill(node("n2").pid(), SIGSTOP);
+  CAF_REQUIRE(!ws->send_text(protocol::send_frame(thread, "m2", "in flight")));
+  node("n2").kill9();
+  auto killed = std::chrono::steady_clock::now();
+  auto ack = receive_until(
+    *ws, [](auto& j) { return j["type"] == "ack" && j["id"] == "m2"; }, 20s);
+  CAF_REQUIRE(ack);
+  auto took = std::chrono::steady_clock::now() - killed;
+  CAF_MESSAGE(
+    "acknowledged "
+    << std::chrono::duration_cast<std::chrono::milliseconds>(took).count()
+    << " ms after the kill");
+  CAF_CHECK(took < 5s);
+  CAF_CHECK(reply_seen(*ws, thread, "answer to in flight", 10s));
   CAF_CHECK_EQUAL(violations(), "");
 }
 

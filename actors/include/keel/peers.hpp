@@ -51,6 +51,13 @@ struct peer_request {
   /// Answers the request with an error (its time ran out).
   std::function<void(caf::error)> fail;
   std::chrono::steady_clock::time_point deadline;
+  /// The attempt under way (see `peers_state::last_attempt`): what an
+  /// earlier attempt reports late (an answer, a failure) moves nothing on.
+  uint64_t attempt_id = 0;
+  /// The peers actor the attempt under way went to; none if it went to
+  /// this node's orchestrator or is not sent yet. When that peer goes
+  /// down the request goes again at once: its answer will never come.
+  caf::actor_addr sent_to;
 };
 
 /// A link to another node's peers actor.
@@ -78,6 +85,8 @@ struct peers_state {
   /// Threads of other nodes this node's bridge registered interest in, with
   /// the owner (node and epoch) it registered with.
   std::unordered_map<std::string, shard_owner> registered;
+  /// Ids of attempts (`peer_request::attempt_id`), increasing.
+  uint64_t last_attempt = 0;
   /// Counters for the status page.
   uint64_t forwarded = 0;
   uint64_t resent = 0;
