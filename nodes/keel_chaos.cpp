@@ -29,6 +29,7 @@ struct args {
   std::string html_file;
   std::string work_dir;
   std::string sabotage;
+  bool keep_database = false;
   bool check_only = false;
   bool quiet = false;
 };
@@ -54,6 +55,9 @@ void add_options(CLI::App& app, args& a) {
                 "Test the checker: tamper with the record (lost, duplicate "
                 "or order); the run must then fail")
     ->check(CLI::IsMember({"lost", "duplicate", "order"}));
+  app.add_flag("--keep-database", a.keep_database,
+               "Keep a cluster run's PostgreSQL folder after a clean run too "
+               "(the report names it; a failed run always keeps it)");
   app.add_flag("--check", a.check_only,
                "Only validate the scenario file, run nothing");
   app.add_flag("--quiet", a.quiet, "No progress lines on stderr");
@@ -75,6 +79,7 @@ int run(const args& a) {
   opts.keelctl_binary = keel::sibling_path(self, "keelctl");
   opts.work_dir = a.work_dir;
   opts.sabotage = a.sabotage;
+  opts.keep_database = a.keep_database;
   if (!a.quiet)
     opts.progress = [](const std::string& line) {
       std::cerr << "keel-chaos: " << line << std::endl;

@@ -14,16 +14,23 @@ namespace keel::chaos::detail {
 namespace {
 
 /// A node answering every message after `delay` with "answer to TEXT",
-/// without a network.
-std::string builtin_config(std::chrono::milliseconds delay) {
+/// without a network; with a `slow` delay, messages containing
+/// `slow_marker` are answered after it instead.
+std::string builtin_config(std::chrono::milliseconds delay,
+                           std::chrono::milliseconds slow) {
+  auto step = [](const std::string& match, std::chrono::milliseconds after) {
+    return std::string{"      - "}
+           + (match.empty() ? "" : "match: \"" + match + "\"\n        ")
+           + "reply: \"answer to {input}\"\n        delay: "
+           + std::to_string(after.count()) + "ms\n";
+  };
   return "node:\n  name: chaos\n"
          "gateway:\n  rate_limit:\n    per_second: 0\n"
          "providers:\n  - name: scripted\n    kind: scripted\n"
-         "    script:\n      - reply: \"answer to {input}\"\n"
-         "        delay: "
-         + std::to_string(delay.count())
-         + "ms\n"
-           "pools:\n  - name: default\n    chain: [scripted]\n";
+         "    script:\n"
+         + (slow.count() > 0 ? step(slow_marker, slow) : std::string{})
+         + step({}, delay)
+         + "pools:\n  - name: default\n    chain: [scripted]\n";
 }
 
 /// Merges mapping `over` into `base`, key by key; other values replace.
@@ -39,7 +46,8 @@ void merge(YAML::Node base, const YAML::Node& over) {
 
 YAML::Node load_base(const scenario& sc) {
   if (sc.nodes.config_file.empty())
-    return YAML::Load(builtin_config(sc.nodes.provider_delay));
+    return YAML::Load(
+      builtin_config(sc.nodes.provider_delay, sc.nodes.slow_delay));
   try {
     return YAML::LoadFile(sc.nodes.config_file);
   } catch (const YAML::Exception& ex) {
@@ -70,12 +78,46 @@ void use_fault_servers(YAML::Node root, const std::vector<std::string>& urls) {
   root["threads"]["pool"] = "default";
 }
 
+std::string as_millis(std::chrono::milliseconds x) {
+  return std::to_string(x.count()) + "ms";
+}
+
+/// The scenario's cluster timings, which the overrides may still change.
+void cluster_timings(YAML::Node root, const cluster_spec& c) {
+  auto cl = root["cluster"];
+  cl["shards"] = c.shards;
+  cl["heartbeat"] = as_millis(c.heartbeat);
+  cl["lease_ttl"] = as_millis(c.lease_ttl);
+  cl["route_timeout"] = as_millis(c.route_timeout);
+  cl["handoff_timeout"] = as_millis(c.handoff_timeout);
+  cl["rebalance_batch"] = c.rebalance_batch;
+  root["storage"]["postgres"]["statement_timeout"] = "5s";
+}
+
+/// What makes node `index` a member of the run's cluster (after the
+/// overrides: the run depends on it).
+void cluster_identity(YAML::Node root, size_t index, const node_wiring& w) {
+  auto address = [](uint16_t port) {
+    return "127.0.0.1:" + std::to_string(port);
+  };
+  root["storage"]["backend"] = "postgres";
+  root["storage"]["postgres"]["url"] = w.database_url;
+  auto cl = root["cluster"];
+  cl["enabled"] = true;
+  cl["node_id"] = node_id(index);
+  cl["listen"] = address(w.listen_port);
+  cl["advertise"] = address(w.advertise_port);
+  cl["token"] = "keel-chaos-cluster-token";
+}
+
 } // namespace
 
 std::string node_yaml(const scenario& sc, size_t index, const std::string& dir,
                       const std::vector<std::string>& provider_urls,
-                      uint16_t port) {
+                      uint16_t port, const node_wiring* wiring) {
   auto root = load_base(sc);
+  if (wiring)
+    cluster_timings(root, sc.nodes.cluster);
   if (!sc.nodes.overrides.empty())
     merge(root, YAML::Load(sc.nodes.overrides));
   if (!provider_urls.empty())
@@ -86,6 +128,8 @@ std::string node_yaml(const scenario& sc, size_t index, const std::string& dir,
     root["node"]["name"] = name + "-" + std::to_string(index);
   root["node"]["data_dir"] = dir + "/data";
   root["gateway"]["port"] = port;
+  if (wiring)
+    cluster_identity(root, index, *wiring);
   if (sc.uses(action::kill_actor))
     root["chaos"]["kill"] = true;
   if (sc.uses(action::disk_fault))
@@ -97,24 +141,41 @@ std::string node_yaml(const scenario& sc, size_t index, const std::string& dir,
 
 node_set::node_set(const scenario& sc, const std::string& node_binary,
                    const std::string& work_dir,
-                   const std::vector<std::string>& provider_urls) {
+                   const std::vector<std::string>& provider_urls,
+                   std::vector<node_wiring> wiring)
+  : node_binary_(node_binary), cluster_(!wiring.empty()) {
   bool proxied = sc.breaks_link("clients");
   for (size_t i = 0; i < sc.nodes.count; ++i) {
     auto dir = work_dir + "/node-" + std::to_string(i);
     std::filesystem::create_directories(dir);
     // A proxied node keeps its port across restarts: the proxy's target.
     uint16_t port = proxied ? free_port() : 0;
-    nodes_.push_back(std::make_unique<node_process>(
-      dir, node_yaml(sc, i, dir, provider_urls, port), node_binary));
+    yamls_.push_back(node_yaml(sc, i, dir, provider_urls, port,
+                               cluster_ ? &wiring.at(i) : nullptr));
+    homes_.push_back(dir);
+    nodes_.emplace_back();
     dirs_.push_back(dir + "/data");
     addresses_.emplace_back();
     admin_addresses_.emplace_back();
-    down_.push_back(false);
+    states_.push_back(node_state::idle);
+    paused_.push_back(false);
     armed_.push_back(false);
     links_.push_back(proxied ? std::make_unique<fault_proxy>("127.0.0.1", port)
                              : nullptr);
-    refresh(i);
   }
+  for (size_t i = 0; i < sc.nodes.initially; ++i)
+    launch(i);
+}
+
+void node_set::launch(size_t index) {
+  if (!nodes_.at(index))
+    nodes_[index] = std::make_unique<node_process>(homes_[index], yamls_[index],
+                                                   node_binary_);
+  else
+    nodes_[index]->start();
+  states_[index] = node_state::running;
+  paused_[index] = false;
+  refresh(index);
 }
 
 endpoint node_set::address(size_t index) const {
@@ -125,6 +186,32 @@ endpoint node_set::address(size_t index) const {
 endpoint node_set::admin_address(size_t index) const {
   std::lock_guard<std::mutex> guard{mtx_};
   return admin_addresses_.at(index);
+}
+
+bool node_set::serving(size_t index) const {
+  std::lock_guard<std::mutex> guard{mtx_};
+  return states_.at(index) == node_state::running;
+}
+
+bool node_set::responsive(size_t index) const {
+  std::lock_guard<std::mutex> guard{mtx_};
+  return states_.at(index) == node_state::running && !paused_[index];
+}
+
+std::optional<size_t> node_set::another(size_t except) const {
+  for (size_t k = 1; k <= size(); ++k) {
+    auto i = (except + k) % size();
+    if (i != except && responsive(i))
+      return i;
+  }
+  return std::nullopt;
+}
+
+std::optional<size_t> node_set::first_responsive() const {
+  for (size_t i = 0; i < size(); ++i)
+    if (responsive(i))
+      return i;
+  return std::nullopt;
 }
 
 void node_set::refresh(size_t index) {
@@ -141,8 +228,9 @@ fault_proxy* node_set::link(size_t index) const {
 
 void node_set::kill9(size_t index) {
   std::lock_guard<std::mutex> guard{mtx_};
-  down_.at(index) = true;
+  states_.at(index) = node_state::killed;
   armed_[index] = false;
+  paused_[index] = false;
   nodes_[index]->kill9();
 }
 
@@ -175,6 +263,7 @@ bool node_set::arm(size_t index, const std::string& spec) {
     armed = false;
   }
   armed_[index] = armed;
+  paused_[index] = false;
   refresh(index);
   return armed;
 }
@@ -193,53 +282,71 @@ void node_set::disarm_all() {
 
 void node_set::restart(size_t index) {
   std::lock_guard<std::mutex> guard{mtx_};
-  nodes_.at(index)->start();
-  down_[index] = false;
-  refresh(index);
+  launch(index);
+}
+
+void node_set::start(size_t index) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  launch(index);
+}
+
+int node_set::stop(size_t index) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  states_.at(index) = node_state::idle;
+  paused_[index] = false;
+  armed_[index] = false;
+  return nodes_[index] ? nodes_[index]->stop() : 0;
 }
 
 void node_set::pause(size_t index) {
   std::lock_guard<std::mutex> guard{mtx_};
-  if (auto pid = nodes_.at(index)->pid(); pid > 0)
+  if (auto pid = nodes_.at(index)->pid(); pid > 0) {
     ::kill(pid, SIGSTOP);
+    paused_[index] = true;
+  }
 }
 
 void node_set::resume(size_t index) {
   std::lock_guard<std::mutex> guard{mtx_};
+  paused_.at(index) = false;
   if (auto pid = nodes_.at(index)->pid(); pid > 0)
     ::kill(pid, SIGCONT);
 }
 
-uint64_t node_set::restart_exited(uint64_t& armed_deaths) {
+void node_set::restart_exited(exits& out) {
   std::lock_guard<std::mutex> guard{mtx_};
-  uint64_t result = 0;
   for (size_t i = 0; i < nodes_.size(); ++i) {
-    if (down_[i] || nodes_[i]->running())
+    if (states_[i] != node_state::running || nodes_[i]->running())
       continue;
-    (armed_[i] ? armed_deaths : result) += 1;
+    // stop() on an exited node only reads its exit code.
+    auto code = nodes_[i]->stop();
+    if (armed_[i])
+      ++out.armed;
+    else if (code == 75)
+      ++out.declared_dead;
+    else
+      ++out.unplanned;
     armed_[i] = false;
+    paused_[i] = false;
     nodes_[i]->start();
     refresh(i);
   }
-  return result;
 }
 
 void node_set::restart_killed() {
   std::lock_guard<std::mutex> guard{mtx_};
   for (size_t i = 0; i < nodes_.size(); ++i) {
-    if (!down_[i])
-      continue;
-    nodes_[i]->start();
-    down_[i] = false;
-    refresh(i);
+    if (states_[i] == node_state::killed)
+      launch(i);
   }
 }
 
 bool node_set::stop_all() {
   std::lock_guard<std::mutex> guard{mtx_};
   bool clean = true;
-  for (auto& node : nodes_)
-    clean &= node->stop() == 0;
+  for (size_t i = 0; i < nodes_.size(); ++i)
+    if (states_[i] == node_state::running)
+      clean &= nodes_[i]->stop() == 0;
   return clean;
 }
 

@@ -5,6 +5,89 @@
 
 namespace keel::chaos {
 
+namespace {
+
+nlohmann::json report_figures(const recovery_figures& x) {
+  return {{"samples", x.samples},
+          {"p50_ms", x.p50_ms},
+          {"p99_ms", x.p99_ms},
+          {"max_ms", x.max_ms}};
+}
+
+nlohmann::json report_cluster(const cluster_report& c) {
+  auto failovers = nlohmann::json::array();
+  for (auto& f : c.failovers)
+    failovers.push_back({{"at_ms", f.at.count()},
+                         {"node", f.node},
+                         {"step", f.how},
+                         {"threads", f.threads},
+                         {"time", report_figures(f.time)}});
+  auto windows = nlohmann::json::array();
+  for (auto& w : c.rebalances)
+    windows.push_back({{"at_ms", w.at.count()},
+                       {"step", w.step},
+                       {"settled_after_ms", w.settled_after.count()}});
+  return {{"nodes", c.nodes},
+          {"failover", report_figures(c.failover)},
+          {"failovers", failovers},
+          {"rebalances", windows},
+          {"latency",
+           {{"rebalance", report_figures(c.rebalance_latency)},
+            {"steady", report_figures(c.steady_latency)}}},
+          {"declared_dead_exits", c.declared_dead_exits},
+          {"counters",
+           {{"declared_dead", c.declared_dead},
+            {"claimed", c.claimed},
+            {"handed_over", c.handed_over}}},
+          {"verify",
+           {{"exit_code", c.verify_exit}, {"output", c.verify_output}}},
+          {"database_folder", c.database_folder}};
+}
+
+std::string report_ms(double x) {
+  return fixed(x, 0) + " ms";
+}
+
+/// p50 / p99 / max of `x`, with its sample count.
+std::string report_percentiles(const recovery_figures& x) {
+  return "p50 " + report_ms(x.p50_ms) + ", p99 " + report_ms(x.p99_ms)
+         + ", max " + report_ms(x.max_ms) + " (" + std::to_string(x.samples)
+         + " samples)";
+}
+
+void render_cluster(std::ostream& out, const cluster_report& c) {
+  out << "  cluster of " << c.nodes << " nodes: " << c.declared_dead_exits
+      << " restarts after exit 75 (declared dead); the nodes running at the "
+         "end declared "
+      << c.declared_dead << " members dead, claimed " << c.claimed
+      << " shards, handed over " << c.handed_over << '\n'
+      << "  failover (death to the first answer on each of its threads): "
+      << report_percentiles(c.failover) << '\n';
+  for (auto& f : c.failovers)
+    out << "    " << human_duration(f.at) << "  " << f.how << ' ' << f.node
+        << ", " << f.threads << " threads: " << report_percentiles(f.time)
+        << '\n';
+  out << "  rebalances (" << c.rebalances.size() << "):\n";
+  for (auto& w : c.rebalances)
+    out << "    " << human_duration(w.at) << "  " << w.step
+        << (w.settled_after.count() < 0
+              ? std::string{": never settled"}
+              : ": settled after "
+                  + report_ms(static_cast<double>(w.settled_after.count())))
+        << '\n';
+  out << "  answer latency in rebalance windows: "
+      << report_percentiles(c.rebalance_latency)
+      << "\n  answer latency in the steady state: "
+      << report_percentiles(c.steady_latency) << '\n'
+      << "  keelctl verify --pg: exit " << c.verify_exit;
+  auto first_line = c.verify_output.substr(0, c.verify_output.find('\n'));
+  out << (first_line.empty() ? "" : ": " + first_line) << '\n';
+  if (!c.database_folder.empty())
+    out << "  PostgreSQL's folder kept in " << c.database_folder << '\n';
+}
+
+} // namespace
+
 nlohmann::json to_json(const run_report& x) {
   auto steps = nlohmann::json::array();
   for (auto& s : x.steps)
@@ -36,11 +119,12 @@ nlohmann::json to_json(const run_report& x) {
           {"unplanned_exits", x.unplanned_exits},
           {"kill_point_deaths", x.kill_point_deaths},
           {"errors_by_code", x.errors_by_code},
-          {"recovery",
-           {{"samples", x.recovery.samples},
-            {"p50_ms", x.recovery.p50_ms},
-            {"p99_ms", x.recovery.p99_ms},
-            {"max_ms", x.recovery.max_ms}}},
+          {"recovery", report_figures(x.recovery)},
+          {"throughput",
+           {{"answered_per_s", x.answered_per_second},
+            {"peak_per_s", x.peak_per_second}}},
+          {"cluster",
+           x.cluster.enabled ? report_cluster(x.cluster) : nlohmann::json{}},
           {"steps", steps},
           {"timeline", timeline},
           {"violations", violations}};
@@ -61,7 +145,12 @@ std::string render_text(const run_report& x) {
       << "  recovery (fault to the first answer on a thread, "
       << x.recovery.samples << " samples): p50 " << fixed(x.recovery.p50_ms, 0)
       << " ms, p99 " << fixed(x.recovery.p99_ms, 0) << " ms, max "
-      << fixed(x.recovery.max_ms, 0) << " ms\n";
+      << fixed(x.recovery.max_ms, 0) << " ms\n"
+      << "  throughput: " << fixed(x.answered_per_second, 1)
+      << " answered/s while sending (busiest second " << x.peak_per_second
+      << ")\n";
+  if (x.cluster.enabled)
+    render_cluster(out, x.cluster);
   if (!x.errors_by_code.empty()) {
     out << "  error frames:";
     for (auto& [code, n] : x.errors_by_code)

@@ -5,6 +5,7 @@
 #include <sstream>
 #include <thread>
 
+#include "chaos_cluster.hpp"
 #include "chaos_nodes.hpp"
 #include "chaos_traffic.hpp"
 #include "keel/protocol.hpp"
@@ -88,7 +89,10 @@ public:
       opts_(opts),
       servers_(start_servers(sc)),
       server_links_(link_servers(sc, servers_)),
-      nodes_(sc, opts.node_binary, dir, urls(servers_, server_links_)) {
+      rig_(sc.cluster() ? std::make_unique<cluster_rig>(sc) : nullptr),
+      nodes_(sc, opts.node_binary, dir, urls(servers_, server_links_),
+             rig_ ? rig_->wiring() : std::vector<node_wiring>{}),
+      watch_(sc, nodes_) {
     for (size_t i = 0; i < sc.traffic.connections; ++i)
       clients_.push_back(std::make_unique<traffic_client>(sc, i, nodes_, ctl_));
   }
@@ -108,6 +112,10 @@ public:
     conclude();
     report_.seconds
       = std::chrono::duration<double>(clock_type::now() - ctl_.start).count();
+    if (rig_ && (!report_.clean() || opts_.keep_database)) {
+      report_.cluster.database_folder = rig_->keep();
+      say("PostgreSQL's folder kept in " + report_.cluster.database_folder);
+    }
     return std::move(report_);
   }
 
@@ -122,13 +130,27 @@ private:
   }
 
   /// Waits until `at` from the start, restarting nodes that exited on
-  /// their own meanwhile.
+  /// their own meanwhile and watching the cluster settle.
   void wait_until(milliseconds at) {
     while (elapsed() < at) {
-      report_.unplanned_exits
-        += nodes_.restart_exited(report_.kill_point_deaths);
+      nodes_.restart_exited(exits_);
+      if (rig_)
+        watch_.poll(elapsed());
       std::this_thread::sleep_for(std::min<milliseconds>(at - elapsed(), 50ms));
     }
+  }
+
+  /// Waits (as wait_until does) until `done` holds, checking it every
+  /// 200 ms; false when `timeout` passed first.
+  template <class Pred>
+  bool wait_for(Pred done, milliseconds timeout) {
+    auto deadline = elapsed() + timeout;
+    while (!done()) {
+      if (elapsed() >= deadline)
+        return false;
+      wait_until(elapsed() + 200ms);
+    }
+    return true;
   }
 
   void play_steps() {
@@ -160,18 +182,37 @@ private:
     auto& x = *ev.source;
     played_step played;
     played.at = elapsed();
-    played.what = ev.begins ? to_string(x)
-                            : std::string{"end of "} + to_string(x);
+    played.what = ev.begins ? describe(x)
+                            : std::string{"end of "} + describe(x);
     try {
       played.error = act(x, ev.begins);
     } catch (const std::exception& e) {
       played.error = e.what();
     }
-    if (ev.begins && x.what != action::restart_node)
+    if (ev.begins && !changes_membership(x)) {
       faults_.push_back(played.at);
+      disturbed_.emplace_back(played.at, played.at + x.lasting + 2s);
+    }
+    if (ev.begins && rig_ && changes_membership(x))
+      watch_.rebalance(played.what, played.at);
     say(human_duration(played.at) + ": " + played.what
         + (played.error.empty() ? "" : " FAILED: " + played.error));
     report_.steps.push_back(std::move(played));
+  }
+
+  /// The step in words; in a cluster, with the cluster id of the node it
+  /// acts on.
+  std::string describe(const step& x) const {
+    auto on_node = x.what != action::provider_fault
+                   && x.what != action::restart_db
+                   && !(x.what == action::link_fault && x.link == "provider");
+    return to_string(x) + (rig_ && on_node ? " (" + node_id(x.node) + ")" : "");
+  }
+
+  /// Restarts, joins and drains: not faults, but the shards move.
+  static bool changes_membership(const step& x) {
+    return x.what == action::restart_node || x.what == action::start_node
+           || x.what == action::drain_node;
   }
 
   /// Does the step (or ends it); returns "" or why it failed.
@@ -180,11 +221,17 @@ private:
       case action::kill_actor:
         return call(x.node, "/api/v1/kill",
                     {{"path", x.path}, {"reason", "keel-chaos"}});
-      case action::kill_node: nodes_.kill9(x.node); return {};
-      case action::restart_node: nodes_.restart(x.node); return {};
+      case action::kill_node:
       case action::pause_node:
-        begins ? nodes_.pause(x.node) : nodes_.resume(x.node);
+        if (begins)
+          take_down(x);
+        else
+          nodes_.resume(x.node);
         return {};
+      case action::restart_node: nodes_.restart(x.node); return {};
+      case action::start_node: nodes_.start(x.node); return {};
+      case action::drain_node: return drain(x.node);
+      case action::restart_db: return restart_db(x, begins);
       case action::disk_fault:
         return call(x.node, "/api/v1/chaos/disk",
                     {{"fail_writes", begins},
@@ -194,18 +241,84 @@ private:
           begins ? *fault_llm::parse_fault(x.fault_spec) : fault_llm::fault{});
         return {};
       case action::link_fault: break_link(x, begins); return {};
-      default:
+      case action::kill_point:
         if (!nodes_.arm(x.node, x.kill_point_name + ":"
                                   + std::to_string(x.probability) + ":"
                                   + std::to_string(sc_.seed | 1)))
           ++report_.kill_point_deaths;
         return {};
     }
+    return {};
+  }
+
+  /// kill -9 or SIGSTOP; in a cluster, first notes which threads the node
+  /// owns, whose failover is measured from now.
+  void take_down(const step& x) {
+    std::vector<std::string> threads;
+    if (rig_)
+      threads = watch_.threads_of(x.node);
+    if (x.what == action::kill_node)
+      nodes_.kill9(x.node);
+    else
+      nodes_.pause(x.node);
+    if (rig_)
+      watch_.died(x.node, to_string(x.what), elapsed(), std::move(threads));
+  }
+
+  /// Asks another node to drain `index`, waits until it holds no shard and
+  /// the cluster sees none owned by it, then stops it with SIGTERM.
+  std::string drain(size_t index) {
+    auto via = nodes_.another(index);
+    if (!via)
+      return "no other running node to ask";
+    auto res = api_call(nodes_.admin_address(*via), "POST",
+                        "/api/v1/cluster/drain",
+                        nlohmann::json{{"node", node_id(index)}}.dump(), 5s);
+    if (!res)
+      return "POST /api/v1/cluster/drain: " + error_message(res.error());
+    auto empty = wait_for([&] { return holds_nothing(index); }, drain_timeout);
+    auto code = nodes_.stop(index);
+    if (!empty) {
+      auto why = node_id(index) + " still held shards "
+                 + human_duration(drain_timeout) + " after its drain";
+      step_violations_.push_back({"DRAIN", why});
+      return why + " (stopped anyway)";
+    }
+    return code == 0 ? std::string{}
+                     : "exited with " + std::to_string(code) + " on SIGTERM";
+  }
+
+  /// How long a drained node may take to hand every shard away.
+  static constexpr milliseconds drain_timeout{120000};
+
+  /// Whether node `index` says it holds no shard and its view of the
+  /// shards names no shard of its own.
+  bool holds_nothing(size_t index) {
+    auto v = watch_.view(index);
+    if (!v.is_object() || !v.contains("held") || json_number(v, {"held"}) > 0)
+      return false;
+    auto me = node_id(index);
+    for (auto& owner : v["owners"])
+      if (owner.is_string() && owner.get<std::string>() == me)
+        return false;
+    return true;
+  }
+
+  std::string restart_db(const step& x, bool begins) {
+    auto& pg = rig_->server();
+    if (!begins)
+      pg.start();
+    else if (x.db_mode == "kill9")
+      pg.kill9();
+    else
+      pg.stop();
+    return {};
   }
 
   void break_link(const step& x, bool begins) {
-    auto proxy = x.link == "clients" ? nodes_.link(x.node)
-                                     : server_links_.at(x.server).get();
+    auto proxy = x.link == "clients"    ? nodes_.link(x.node)
+                 : x.link == "provider" ? server_links_.at(x.server).get()
+                                        : rig_->link(x.link, x.node);
     if (!begins) {
       proxy->set_mode(link_mode::pass);
       return;
@@ -238,6 +351,9 @@ private:
       wait_until(elapsed() + 100ms);
     say("every send answered at " + human_duration(elapsed()) + " ("
         + std::to_string(unacknowledged()) + " still unacknowledged)");
+    // A membership change near the end may still be moving shards.
+    if (rig_ && !wait_for([&] { return !watch_.rebalancing(); }, 30s))
+      say("the cluster did not settle within 30 s after the traffic");
     for (;;) {
       histories_ = read_histories();
       auto merged = merged_record();
@@ -254,7 +370,9 @@ private:
   history_map read_histories() {
     history_map result;
     for (auto& c : clients_) {
-      auto ws = ws_client::connect(nodes_.address(c->node()), "/ws", 5s);
+      // In a cluster any running node reads every thread.
+      auto node = rig_ ? nodes_.first_responsive().value_or(0) : c->node();
+      auto ws = ws_client::connect(nodes_.address(node), "/ws", 5s);
       for (auto& thread : c->threads()) {
         auto h = ws ? read_history(**ws, thread) : std::nullopt;
         result[thread] = h ? std::move(*h) : std::vector<history_entry>{};
@@ -274,6 +392,8 @@ private:
     auto rec = merged_record();
     sabotage(rec);
     report_.violations = check(rec, histories_);
+    report_.violations.insert(report_.violations.end(),
+                              step_violations_.begin(), step_violations_.end());
     count(rec);
     verify();
     figures();
@@ -331,13 +451,25 @@ private:
       report_.lost += v.rule == "LOST" ? 1 : 0;
       report_.duplicated += v.rule == "DUPLICATE" ? 1 : 0;
     }
+    report_.unplanned_exits = exits_.unplanned;
+    report_.kill_point_deaths += exits_.armed;
+    report_.cluster.enabled = rig_ != nullptr;
+    report_.cluster.nodes = rig_ ? sc_.nodes.count : 0;
+    report_.cluster.declared_dead_exits = exits_.declared_dead;
   }
 
-  /// Stops the nodes and runs `keelctl verify` on each data folder.
+  /// Stops the nodes and runs `keelctl verify` on each data folder, or on
+  /// the cluster's database.
   void verify() {
+    if (rig_)
+      watch_.read_counters(report_.cluster);
     if (!nodes_.stop_all())
       report_.violations.push_back(
         {"STOP", "a node did not stop cleanly on SIGTERM"});
+    if (rig_) {
+      verify_database();
+      return;
+    }
     for (auto& dir : nodes_.data_dirs()) {
       auto res
         = run_command({opts_.keelctl_binary, "verify", "--data-dir", dir});
@@ -347,6 +479,22 @@ private:
                        + std::to_string(res.exit_code) + ": " + res.out
                        + res.err});
     }
+  }
+
+  /// `keelctl verify --pg` on the database the cluster's nodes shared (all
+  /// of them stopped: a running node's sessions would be ACTIVE).
+  void verify_database() {
+    auto res = run_command(
+      {opts_.keelctl_binary, "verify", "--pg", rig_->url()}, 300s);
+    auto& c = report_.cluster;
+    c.verify_exit = res.exit_code;
+    c.verify_output = res.out + res.err;
+    while (!c.verify_output.empty() && c.verify_output.back() == '\n')
+      c.verify_output.pop_back();
+    if (res.exit_code != 0)
+      report_.violations.push_back({"VERIFY", "keelctl verify --pg exited with "
+                                                + std::to_string(res.exit_code)
+                                                + ": " + c.verify_output});
   }
 
   void figures() {
@@ -374,6 +522,30 @@ private:
       auto sum = rec.summary();
       report_.timeline.push_back({rec.count(), sum.p50, sum.max});
     }
+    throughput();
+    if (rig_)
+      watch_.figures(all_answers(), disturbed_, elapsed(), report_.cluster);
+  }
+
+  /// Answers per second while the traffic was sent, and the busiest second.
+  void throughput() {
+    uint64_t during = 0;
+    for (auto& c : clients_)
+      for (auto& a : c->result().answers)
+        during += a.at <= sc_.traffic.duration ? 1 : 0;
+    report_.answered_per_second
+      = static_cast<double>(during)
+        / std::chrono::duration<double>(sc_.traffic.duration).count();
+    for (auto& s : report_.timeline)
+      report_.peak_per_second = std::max(report_.peak_per_second, s.answered);
+  }
+
+  std::vector<answer_sample> all_answers() {
+    std::vector<answer_sample> result;
+    for (auto& c : clients_)
+      result.insert(result.end(), c->result().answers.begin(),
+                    c->result().answers.end());
+    return result;
   }
 
   static std::vector<std::unique_ptr<fault_llm::fault_llm_server>>
@@ -413,10 +585,18 @@ private:
   /// Declared before the nodes: they call the servers until they stop.
   std::vector<std::unique_ptr<fault_llm::fault_llm_server>> servers_;
   std::vector<std::unique_ptr<fault_proxy>> server_links_;
+  /// Declared before the nodes: they use the database until they stop.
+  std::unique_ptr<cluster_rig> rig_;
   node_set nodes_;
+  cluster_watch watch_;
+  node_set::exits exits_;
   traffic_control ctl_;
   std::vector<std::unique_ptr<traffic_client>> clients_;
   std::vector<milliseconds> faults_;
+  /// The fault steps' spans (with 2 s after each), out of the steady state.
+  std::vector<run_span> disturbed_;
+  /// Violations found while playing the steps (a drain that never ended).
+  std::vector<violation> step_violations_;
   history_map histories_;
   run_report report_;
 };

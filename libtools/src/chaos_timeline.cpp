@@ -539,6 +539,27 @@ void timeline_row(std::ostream& out, const char* label,
       << "</th><td class=\"n\">" << value << "</td></tr>\n";
 }
 
+/// A cluster run's figures: failover, rebalances and their latency, the
+/// database's verification.
+void timeline_cluster(std::ostream& out, const cluster_report& c) {
+  using std::to_string;
+  out << "<table class=\"summary\"><caption title=\"from a node's death to "
+         "the first answer on each of its threads\">Cluster of "
+      << c.nodes << " nodes</caption>\n";
+  timeline_row(out, "failover p50", timeline_ms(c.failover.p50_ms));
+  timeline_row(out, "failover p99", timeline_ms(c.failover.p99_ms));
+  timeline_row(out, "failover max", timeline_ms(c.failover.max_ms));
+  timeline_row(out, "rebalances", to_string(c.rebalances.size()));
+  timeline_row(out, "latency p99, rebalancing",
+               timeline_ms(c.rebalance_latency.p99_ms));
+  timeline_row(out, "latency p99, steady",
+               timeline_ms(c.steady_latency.p99_ms));
+  timeline_row(out, "restarts after exit 75", to_string(c.declared_dead_exits));
+  timeline_row(out, "keelctl verify --pg", "exit " + to_string(c.verify_exit),
+               c.verify_exit != 0);
+  out << "</table>\n";
+}
+
 /// The counts, the recovery figures and the error frames by code, as small
 /// tables side by side.
 void timeline_summary(std::ostream& out, const run_report& x) {
@@ -553,6 +574,7 @@ void timeline_summary(std::ostream& out, const run_report& x) {
   timeline_row(out, "outcomes", to_string(x.outcomes));
   timeline_row(out, "lost", to_string(x.lost), x.lost > 0);
   timeline_row(out, "duplicated", to_string(x.duplicated), x.duplicated > 0);
+  timeline_row(out, "answered / s", keel::fixed(x.answered_per_second, 1));
   out << "</table>\n<table class=\"summary\"><caption>Nodes and "
          "connections</caption>\n";
   timeline_row(out, "reconnects", to_string(x.reconnects));
@@ -565,7 +587,10 @@ void timeline_summary(std::ostream& out, const run_report& x) {
   timeline_row(out, "p50", timeline_ms(x.recovery.p50_ms));
   timeline_row(out, "p99", timeline_ms(x.recovery.p99_ms));
   timeline_row(out, "max", timeline_ms(x.recovery.max_ms));
-  out << "</table>\n<table class=\"summary\"><caption>Error frames by "
+  out << "</table>\n";
+  if (x.cluster.enabled)
+    timeline_cluster(out, x.cluster);
+  out << "<table class=\"summary\"><caption>Error frames by "
          "code</caption>\n";
   if (x.errors_by_code.empty())
     out << "<tr><td class=\"none\">none</td></tr>\n";

@@ -1,6 +1,7 @@
 #include "chaos_traffic.hpp"
 
 #include <algorithm>
+#include <optional>
 #include <thread>
 
 #include "keel/protocol.hpp"
@@ -14,10 +15,15 @@ using std::chrono::milliseconds;
 
 traffic_client::traffic_client(const scenario& sc, size_t index,
                                const node_set& nodes, traffic_control& ctl)
-  : sc_(sc), nodes_(nodes), ctl_(ctl), node_(index % nodes.size()) {
+  : sc_(sc),
+    nodes_(nodes),
+    ctl_(ctl),
+    home_(index % nodes.size()),
+    node_(index % nodes.size()),
+    shunned_until_(nodes.size()) {
   auto& traffic = sc.traffic;
   for (size_t t = index; t < traffic.threads; t += traffic.connections) {
-    slots_.push_back({"t" + std::to_string(t), 0, {}});
+    slots_.push_back({"t" + std::to_string(t), 0, {}, {}});
     thread_ids_.push_back(slots_.back().thread);
   }
   text_.assign(traffic.message_bytes, 'x');
@@ -25,13 +31,18 @@ traffic_client::traffic_client(const scenario& sc, size_t index,
   interval_ = std::chrono::nanoseconds{static_cast<int64_t>(1e9 / per_client)};
 }
 
-/// Connects to the node, subscribes to every owned thread (outcomes of
-/// messages sent before a disconnect arrive again) and resends what was not
-/// acknowledged.
+/// Connects to the node `choose_node` picks, subscribes to every owned
+/// thread (outcomes of messages sent before a disconnect arrive again) and
+/// resends what was not acknowledged.
 bool traffic_client::connect() {
+  auto now = clock_type::now();
+  node_ = choose_node(now);
+  next_move_check_ = now + 1s;
   auto ws = ws_client::connect(nodes_.address(node_), "/ws", 2s);
-  if (!ws)
+  if (!ws) {
+    shun(node_);
     return false;
+  }
   ws_ = std::move(*ws);
   for (auto& slot : slots_) {
     if (ws_->send_text(protocol::subscribe_frame(slot.thread))) {
@@ -47,6 +58,42 @@ bool traffic_client::connect() {
   return ws_ != nullptr;
 }
 
+size_t traffic_client::choose_node(clock_type::time_point now) const {
+  if (!nodes_.cluster())
+    return home_;
+  std::optional<size_t> shunned;
+  for (size_t k = 0; k < nodes_.size(); ++k) {
+    auto i = (home_ + k) % nodes_.size();
+    if (!nodes_.serving(i))
+      continue;
+    if (shunned_until_[i] <= now)
+      return i;
+    if (!shunned)
+      shunned = i;
+  }
+  return shunned.value_or(home_);
+}
+
+void traffic_client::shun(size_t node) {
+  if (nodes_.cluster())
+    shunned_until_.at(node) = clock_type::now() + 3s;
+}
+
+bool traffic_client::should_move(clock_type::time_point now) {
+  if (!nodes_.cluster() || now < next_move_check_)
+    return false;
+  next_move_check_ = now + 1s;
+  return choose_node(now) != node_;
+}
+
+std::string traffic_client::next_text() {
+  auto every = sc_.traffic.slow_every;
+  if (every == 0 || ++new_messages_ % every != 0)
+    return text_;
+  auto slow = std::string{slow_marker} + " ";
+  return slow + text_.substr(std::min(slow.size(), text_.size()));
+}
+
 void traffic_client::disconnect() {
   ws_.reset();
   ++result_.reconnects;
@@ -54,11 +101,13 @@ void traffic_client::disconnect() {
 
 void traffic_client::send(const std::string& thread, const std::string& id) {
   result_.rec.sent(thread, id);
-  if (auto slot = slot_of(thread))
+  auto slot = slot_of(thread);
+  if (slot)
     slot->sent_at = clock_type::now();
   first_sent_.emplace(id, clock_type::now());
   // Without a connection, connect() sends it once there is one.
-  if (ws_ && ws_->send_text(protocol::send_frame(thread, id, text_)))
+  auto& text = slot ? slot->text : text_;
+  if (ws_ && ws_->send_text(protocol::send_frame(thread, id, text)))
     disconnect();
 }
 
@@ -70,6 +119,7 @@ void traffic_client::send_next() {
     if (!slot.outstanding.empty())
       continue;
     slot.outstanding = slot.thread + "-m" + std::to_string(slot.next++);
+    slot.text = next_text();
     slot.retry_at = clock_type::time_point::max();
     ++result_.sent;
     ++pending_;
@@ -104,7 +154,12 @@ void traffic_client::run() {
     }
     auto now = clock_type::now();
     if (ack_overdue(now)) {
+      shun(node_);
       disconnect(); // connect() resends what is unacknowledged
+      continue;
+    }
+    if (should_move(now)) {
+      disconnect();
       continue;
     }
     resend_due(now);

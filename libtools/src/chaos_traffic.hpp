@@ -3,7 +3,9 @@
 // keel-chaos's clients: each owns a connection and a share of the threads,
 // sends at its share of the rate, and when the connection dies reconnects
 // and resends what was not acknowledged (same client ids), as a real client
-// does. Private to libtools.
+// does. In a cluster a client whose node is down, gone or silent moves to
+// another running node (any gateway serves every thread), and back to its
+// own once that runs again. Private to libtools.
 
 #include <atomic>
 #include <chrono>
@@ -69,21 +71,24 @@ public:
     return result_;
   }
 
-  /// The threads this client owns, and the node they live on.
+  /// The threads this client owns.
   const std::vector<std::string>& threads() const {
     return thread_ids_;
   }
 
+  /// The node this client talks to (its own, unless it moved away in a
+  /// cluster).
   size_t node() const {
-    return node_;
+    return node_.load();
   }
 
 private:
   struct thread_slot {
     std::string thread;
     uint64_t next = 0;
-    /// The client id sent and not yet acknowledged, or "".
+    /// The client id sent and not yet acknowledged, or "", and its text.
     std::string outstanding;
+    std::string text;
     /// When to send `outstanding` again after a refusal that may pass.
     clock_type::time_point retry_at = clock_type::time_point::max();
     /// When `outstanding` was last sent.
@@ -92,6 +97,16 @@ private:
 
   bool connect();
   void disconnect();
+  /// The node to connect to (see the top of this file).
+  size_t choose_node(clock_type::time_point now) const;
+  /// In a cluster, passes over `node` for a few seconds: it refused a
+  /// connection or went silent.
+  void shun(size_t node);
+  /// In a cluster, whether to leave the current node for a better one (its
+  /// own runs again, or a node to move to started); checked once a second.
+  bool should_move(clock_type::time_point now);
+  /// The text of the next new message.
+  std::string next_text();
   void send(const std::string& thread, const std::string& id);
   void send_next();
   void resend_due(clock_type::time_point now);
@@ -107,7 +122,12 @@ private:
   const scenario& sc_;
   const node_set& nodes_;
   traffic_control& ctl_;
-  size_t node_;
+  /// The node this client belongs to (index % nodes), and the one it uses.
+  size_t home_;
+  std::atomic<size_t> node_;
+  std::vector<clock_type::time_point> shunned_until_;
+  clock_type::time_point next_move_check_;
+  uint64_t new_messages_ = 0;
   std::string text_;
   std::chrono::nanoseconds interval_;
   std::vector<thread_slot> slots_;

@@ -3,7 +3,8 @@
 // Runs a keel-chaos scenario: starts its nodes, sends its traffic through
 // clients that reconnect and resend like real ones, plays its fault steps on
 // time, then, once everything is answered, checks the record kept here
-// against the threads' histories and `keelctl verify` on each data folder.
+// against the threads' histories and `keelctl verify` on each data folder
+// (or, for a cluster, on the PostgreSQL database its nodes share).
 
 #include <chrono>
 #include <cstdint>
@@ -30,6 +31,9 @@ struct run_options {
   /// outcome of one message; "order": two outcomes swapped), so that the
   /// run must fail naming that rule.
   std::string sabotage;
+  /// A cluster run's PostgreSQL folder is kept (and named in the report)
+  /// after a clean run too; it is always kept after a failed one.
+  bool keep_database = false;
   /// Receives progress lines.
   std::function<void(const std::string&)> progress;
 };
@@ -50,6 +54,64 @@ struct recovery_figures {
   double p50_ms = 0;
   double p99_ms = 0;
   double max_ms = 0;
+};
+
+/// The same percentiles, of answer latencies (from a message's first send
+/// to its outcome).
+using latency_figures = recovery_figures;
+
+/// A cluster node's death (kill -9 or the start of a pause) and how long
+/// its threads waited: for every traffic thread whose shard it owned just
+/// before, the time from the death to the first answer on that thread.
+struct failover_figures {
+  std::chrono::milliseconds at{0};
+  /// Its cluster id ("n2") and the step ("kill_node", "pause_node").
+  std::string node;
+  std::string how;
+  /// Traffic threads on its shards.
+  uint64_t threads = 0;
+  recovery_figures time;
+};
+
+/// A change of the cluster's membership (start_node, drain_node, or a
+/// killed node's restart) and how long the shards took to settle.
+struct rebalance_window {
+  std::chrono::milliseconds at{0};
+  std::string step;
+  /// From `at` until a running node saw every shard owned by the running
+  /// nodes, each holding some, and no orphan nor handoff; -1 if it never
+  /// did (the window then lasts to the end of the run).
+  std::chrono::milliseconds settled_after{-1};
+};
+
+/// What only a cluster run measures.
+struct cluster_report {
+  bool enabled = false;
+  size_t nodes = 0;
+  /// One per node death, in time order, and over every (death, thread).
+  std::vector<failover_figures> failovers;
+  recovery_figures failover;
+  std::vector<rebalance_window> rebalances;
+  /// Answer latency of the answers received inside a rebalance window, and
+  /// of the steady state: outside every window and more than 2 s past
+  /// every other fault step's end.
+  latency_figures rebalance_latency;
+  latency_figures steady_latency;
+  /// Restarts after exit code 75 (a paused node that found itself declared
+  /// dead exits so; the runner starts it again as a service manager would).
+  uint64_t declared_dead_exits = 0;
+  /// Counters of the nodes running at the end (since their last start):
+  /// members they declared dead, shards they claimed and handed over.
+  uint64_t declared_dead = 0;
+  uint64_t claimed = 0;
+  uint64_t handed_over = 0;
+  /// `keelctl verify --pg URL` on the cluster's database after the run:
+  /// its exit code and what it printed.
+  int verify_exit = 0;
+  std::string verify_output;
+  /// The PostgreSQL server's folder when it was kept (a failed run, or
+  /// `keep_database`), else "".
+  std::string database_folder;
 };
 
 /// Answers and their latency in one second of the run.
@@ -85,6 +147,11 @@ struct run_report {
   std::map<std::string, uint64_t> errors_by_code;
   std::vector<played_step> steps;
   recovery_figures recovery;
+  /// Answers received while the traffic was sent, per second of it; and
+  /// the busiest second of the run.
+  double answered_per_second = 0;
+  uint64_t peak_per_second = 0;
+  cluster_report cluster;
   std::vector<second_figures> timeline;
   std::vector<violation> violations;
 

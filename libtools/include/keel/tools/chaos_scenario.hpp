@@ -35,8 +35,20 @@ enum class action : uint8_t {
   /// The TCP link between the clients and node `node` (`link` "clients"),
   /// or between the nodes and fault server `server` ("provider"), breaks
   /// as `link_mode` says ("delay" by `link_delay`, "blackhole", "reset")
-  /// for `lasting`, through a fault proxy.
+  /// for `lasting`, through a fault proxy. In a cluster also "database"
+  /// (node `node`'s PostgreSQL connections) and "peers" (the other nodes'
+  /// links to node `node`'s peer port).
   link_fault,
+  /// Cluster: starts node `node`, which was not running (declared beyond
+  /// `nodes.initially`, or drained); it joins and takes its share.
+  start_node,
+  /// Cluster: POST /api/v1/cluster/drain for node `node` on another running
+  /// node, waits until it holds no shard, then stops it with SIGTERM.
+  drain_node,
+  /// Cluster: stops the PostgreSQL server (`db_mode` "stop": a fast
+  /// shutdown, "kill9": SIGKILL to the postmaster) and starts it again
+  /// after `lasting`.
+  restart_db,
 };
 
 /// The step's key in a scenario file ("kill_actor", ...).
@@ -70,6 +82,8 @@ struct step {
   std::string link = "clients";
   std::string link_mode;
   std::chrono::milliseconds link_delay{0};
+  /// restart_db: "stop" or "kill9".
+  std::string db_mode;
   /// Where the step is in the file, for messages: its line and its index
   /// in `steps`.
   int line = 0;
@@ -80,9 +94,27 @@ struct step {
 /// node 0" (without its time).
 std::string to_string(const step& x);
 
+/// The cluster the nodes form (`nodes.cluster`): timings short enough for
+/// a test, every node on one PostgreSQL server keel-chaos starts.
+struct cluster_spec {
+  bool enabled = false;
+  uint32_t shards = 32;
+  std::chrono::milliseconds heartbeat{200};
+  std::chrono::milliseconds lease_ttl{1000};
+  std::chrono::milliseconds route_timeout{8000};
+  std::chrono::milliseconds handoff_timeout{1000};
+  size_t rebalance_batch = 4;
+};
+
+/// The cluster id of node `index`: "n1" for node 0, "n2" for node 1, ...
+std::string node_id(size_t index);
+
 /// The nodes a scenario starts.
 struct node_spec {
   size_t count = 1;
+  /// The nodes running from the start (0 .. initially - 1); the others
+  /// join a cluster with `start_node`.
+  size_t initially = 1;
   /// A node config to start from (absolute path); empty for the built-in
   /// one (a scripted provider answering after `provider_delay`).
   std::string config_file;
@@ -90,6 +122,10 @@ struct node_spec {
   std::string overrides;
   /// The built-in config's provider latency.
   std::chrono::milliseconds provider_delay{5};
+  /// The built-in config's latency for the messages the traffic marks slow
+  /// (`traffic.slow_every`); 0: none are.
+  std::chrono::milliseconds slow_delay{0};
+  cluster_spec cluster;
 };
 
 /// The providers of the built-in node config.
@@ -119,7 +155,15 @@ struct traffic_spec {
   /// After the traffic and the last step, how long every acknowledged
   /// message may take to be answered.
   std::chrono::milliseconds answer_timeout{60000};
+  /// Every `slow_every`-th message of each connection is a slow one (its
+  /// text starts with `slow_marker`), answered after `nodes.slow_delay`;
+  /// 0: none.
+  size_t slow_every = 0;
 };
+
+/// The text that makes the built-in provider answer after
+/// `nodes.slow_delay`.
+constexpr const char* slow_marker = "slow turn";
 
 struct scenario {
   std::string name;
@@ -135,8 +179,13 @@ struct scenario {
   /// Whether a step needs the node's kill or disk chaos endpoint.
   bool uses(action x) const;
 
-  /// Whether a link_fault step breaks `link` ("clients" or "provider").
+  /// Whether a link_fault step breaks `link` ("clients", "provider",
+  /// "database" or "peers").
   bool breaks_link(const std::string& link) const;
+
+  bool cluster() const {
+    return nodes.cluster.enabled;
+  }
 };
 
 /// Parses scenario YAML; `source` names it in messages and relative paths
