@@ -892,7 +892,14 @@ void passivate(self_ptr self) {
                     caf::put_atom_v, record, st.tenure)
     .then([self, record,
            route](caf::ok_atom) { suspended(self, record, route); },
-          [self](caf::error& err) {
+          [self, route](caf::error& err) {
+            // The shard left this node since we loaded: no write of ours
+            // can commit any more, and its next owner's recovery suspended
+            // the session. Nothing keeps us.
+            if (err == ec::not_owner) {
+              ask_to_stop(self, route);
+              return;
+            }
             spdlog::warn("thread {}: cannot suspend: {}",
                          self->state.cfg.thread, render(err));
             if (self->state.idle())

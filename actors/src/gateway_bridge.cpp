@@ -65,10 +65,18 @@ void send_error(self_ptr self, connection_id conn, const caf::error& err,
 }
 
 // In a cluster, asks the owner of `thread` (if another node) to send this
-// bridge the thread's events.
-void follow_remote(self_ptr self, const std::string& thread) {
-  if (auto peers = lookup<caf::actor>(self->system(), names::peers))
-    caf::anon_send(peers, atom::interest_v, thread);
+// bridge the thread's events; `then` runs once the owner registered it (or
+// could not be asked: the peers actor registers it when the owner changes).
+void follow_remote(
+  self_ptr self, const std::string& thread,
+  std::function<void()> then = [] {}) {
+  auto peers = lookup<caf::actor>(self->system(), names::peers);
+  if (!peers) {
+    then();
+    return;
+  }
+  self->request(peers, self->state.cfg.route_timeout, atom::interest_v, thread)
+    .then([then](caf::ok_atom) { then(); }, [then](caf::error&) { then(); });
 }
 
 void on_send(self_ptr self, connection_id conn, protocol::client_frame& f) {
@@ -118,13 +126,19 @@ void on_cancel(self_ptr self, connection_id conn,
 // Subscribes or unsubscribes the connection to the frame's thread.
 void on_subscribe(self_ptr self, connection_id conn,
                   const protocol::client_frame& f, bool subscribe) {
-  if (subscribe) {
-    self->state.subs().subscribe(conn, f.thread);
-    follow_remote(self, f.thread);
-  } else
+  auto confirm = [self, conn, thread = f.thread, id = f.id, subscribe] {
+    self->state.cfg.server->send(
+      conn, protocol::subscribed_frame(thread, subscribe, id));
+  };
+  if (!subscribe) {
     self->state.subs().unsubscribe(conn, f.thread);
-  self->state.cfg.server->send(
-    conn, protocol::subscribed_frame(f.thread, subscribe, f.id));
+    confirm();
+    return;
+  }
+  // Confirmed once the thread's owner sends us its events: they flow from
+  // the `subscribed` frame on, as the protocol says, on any node.
+  self->state.subs().subscribe(conn, f.thread);
+  follow_remote(self, f.thread, confirm);
 }
 
 void on_history(self_ptr self, connection_id conn,

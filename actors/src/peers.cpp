@@ -300,18 +300,46 @@ caf::response_promise forward(self_ptr self, const std::string& thread,
 // ---------------------------------------------------------------------
 
 // Sends this node's interest in `thread`'s events to the thread's owner.
-void send_interest(self_ptr self, const std::string& thread,
-                   const shard_owner& owner) {
+// Registers this node's bridge with `owner` for `thread`'s events; `done`
+// runs once the owner took it, or could not be asked (the check below then
+// tries again when the owner changes).
+void send_interest(
+  self_ptr self, const std::string& thread, const shard_owner& owner,
+  std::function<void()> done = [] {}) {
   // Remembered even while the thread has no owner: the check below then
   // registers with the owner it gets.
   self->state.registered[thread] = owner;
   auto bridge = lookup<caf::actor>(self->system(), names::gateway);
-  if (!bridge || owner.address.empty())
+  if (!bridge || owner.address.empty()) {
+    done();
     return;
-  with_link(self, owner.address, [self, thread, bridge](const caf::actor& p) {
-    if (p)
-      self->send(p, atom::interest_v, self->state.cfg.token, thread, bridge);
-  });
+  }
+  with_link(self, owner.address,
+            [self, thread, bridge, done](const caf::actor& p) {
+              if (!p) {
+                done();
+                return;
+              }
+              self
+                ->request(p, self->state.cfg.attempt_timeout, atom::interest_v,
+                          self->state.cfg.token, thread, bridge)
+                .then([done](caf::ok_atom) { done(); },
+                      [done](caf::error&) { done(); });
+            });
+}
+
+// This node's bridge follows `thread`: answered once the owner registered
+// it (at once if this node serves the thread).
+caf::result<caf::ok_atom> follow(self_ptr self, const std::string& thread) {
+  auto& table = *self->state.cfg.shards;
+  if (from_peer(self))
+    return bad_token();
+  if (table.serves(thread))
+    return caf::ok_atom_v;
+  auto rp = self->make_response_promise<caf::ok_atom>();
+  send_interest(self, thread, table.owner(table.shard_of(thread)),
+                [rp]() mutable { rp.deliver(caf::ok_atom_v); });
+  return rp;
 }
 
 // Registers again with the new owner of every thread whose owner changed.
@@ -381,9 +409,11 @@ caf::behavior peers(self_ptr self, peers_config cfg) {
       return serve(self, token, thread, std::move(req), bridge);
     },
     [self](atom::interest, const std::string& token, const std::string& thread,
-           const caf::actor& bridge) {
-      if (token == self->state.cfg.token)
-        add_interest(self, thread, bridge);
+           const caf::actor& bridge) -> caf::result<caf::ok_atom> {
+      if (token != self->state.cfg.token)
+        return bad_token();
+      add_interest(self, thread, bridge);
+      return caf::ok_atom_v;
     },
     [self](atom::forward, const std::string& thread, caf::message& req) {
       if (!from_peer(self))
@@ -393,9 +423,7 @@ caf::behavior peers(self_ptr self, peers_config cfg) {
       return rp;
     },
     [self](atom::interest, const std::string& thread) {
-      auto& table = *self->state.cfg.shards;
-      if (!from_peer(self) && !table.serves(thread))
-        send_interest(self, thread, table.owner(table.shard_of(thread)));
+      return follow(self, thread);
     },
     [self](atom::publish, const thread_event& ev) {
       if (!from_peer(self))

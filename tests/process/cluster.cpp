@@ -74,14 +74,16 @@ struct fixture {
   std::string route_timeout = "8s";
 
   // Starts node `name`; `url` (default: the server's socket) is how it
-  // reaches the database.
+  // reaches the database; `peer_port` (default: a free one) is its
+  // `cluster.listen` port.
   node_process& start(const std::string& name,
                       const std::string& delay = "10ms",
-                      const std::string& url = {}) {
+                      const std::string& url = {}, uint16_t peer_port = 0) {
     auto home = dir.str() + "/" + name;
     std::filesystem::create_directories(home);
     auto yaml = cluster_yaml(name, home + "/data", url.empty() ? pg.url() : url,
-                             free_port(), delay, route_timeout, cluster_extra);
+                             peer_port != 0 ? peer_port : free_port(), delay,
+                             route_timeout, cluster_extra);
     auto& slot = nodes[name];
     slot = std::make_unique<node_process>(home, yaml);
     return *slot;
@@ -249,6 +251,35 @@ CAF_TEST(a killed node has its threads answered by the other within seconds) {
   auto report = api_call(node("n1").address(), "GET", "/api/v1/recovery");
   CAF_REQUIRE(report);
   CAF_CHECK_GREATER_OR_EQUAL((*report)["sessions"].get<int>(), 1);
+  CAF_CHECK_EQUAL(violations(), "");
+}
+
+// The owner's peer port is behind a proxy that, once n2 is linked to n1,
+// holds every chunk 300 ms, so registering a subscription of n2's client
+// there takes a while. `subscribed` comes only once the owner registered
+// it: the reply to a message sent right after reaches that client.
+CAF_TEST(a subscription to another nodes thread is confirmed once registered) {
+  auto n1_peer_port = free_port();
+  fault_proxy slow_link{"127.0.0.1", n1_peer_port};
+  cluster_extra = "  advertise: 127.0.0.1:" + std::to_string(slow_link.port())
+                  + "\n";
+  start("n1", "10ms", {}, n1_peer_port);
+  cluster_extra.clear();
+  start("n2");
+  CAF_REQUIRE(settled("n1", {"n1", "n2"}));
+  auto watcher = connect_client(node("n2").address());
+  // A first message links n2 to n1 (a handshake needs a quick link).
+  auto linked = send(*watcher, thread_on("n1", "n1", "first"), "m0", "link");
+  CAF_REQUIRE_EQUAL(linked["type"], "ack");
+  slow_link.set_mode(link_mode::delay, 300ms);
+  auto thread = thread_on("n1", "n1", "watched");
+  CAF_REQUIRE(!watcher->send_text(protocol::subscribe_frame(thread, "s1")));
+  CAF_REQUIRE(receive_until(
+    *watcher, [](auto& j) { return j["type"] == "subscribed"; }, 15s));
+  auto ws = connect_client(node("n1").address());
+  auto ack = send(*ws, thread, "m1", "watched");
+  CAF_CHECK_EQUAL(ack["type"], "ack");
+  CAF_CHECK(reply_seen(*watcher, thread, "answer to watched", 10s));
   CAF_CHECK_EQUAL(violations(), "");
 }
 

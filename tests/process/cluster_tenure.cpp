@@ -206,4 +206,20 @@ CAF_TEST(a turn from before its shard came back cannot store its answer) {
   CAF_CHECK_EQUAL(user_texts(stored.log)[2], "via n2");
 }
 
+// The shard leaves for good before the node stopped the conversation: its
+// passivation cannot write the session (the next owner's recovery did), and
+// it stops all the same instead of living on.
+CAF_TEST(a conversation of a shard that left stops when idle) {
+  const std::string thread = "tenure-idle";
+  auto epoch = claim_for_n1(thread);
+  auto first = send(thread, "m1", "hello");
+  CAF_REQUIRE_EQUAL(outcome(first), "none");
+  CAF_REQUIRE_EQUAL(active_conversations(), 1u);
+  auto shard = shards->shard_of(thread);
+  shards->release(shard);
+  move(shard, epoch, *n1, "n1", inc1, "n2");
+  advance(config.threads.idle_timeout + std::chrono::seconds{1});
+  CAF_CHECK_EQUAL(active_conversations(), 0u);
+}
+
 CAF_TEST_FIXTURE_SCOPE_END()

@@ -458,7 +458,7 @@ using cluster_actor = caf::typed_actor<
 ///   answer goes back to the peer. `not_owner` if this node does not serve
 ///   the thread. The bridge, if valid, gets the thread's events from now.
 /// - `(interest, token, thread, gateway_bridge_actor)`: the bridge gets the
-///   thread's events.
+///   thread's events; answers ok.
 ///
 /// From this node:
 /// - `(forward, thread, message)`: sends an orchestrator request for a
@@ -468,7 +468,9 @@ using cluster_actor = caf::typed_actor<
 ///   here once this node holds the thread) until `cluster.route_timeout`,
 ///   then answered `unavailable`. Client ids make the resends idempotent.
 /// - `(interest, thread)`: registers this node's bridge with the thread's
-///   owner (again whenever the owner changes).
+///   owner (again whenever the owner changes); answers ok once the owner
+///   took it (or could not be asked), so a subscription is confirmed only
+///   when the owner's events come.
 /// - `(publish, thread_event)`: an event of a thread served here, for the
 ///   interested bridges of other nodes.
 using peers_actor = caf::actor;
