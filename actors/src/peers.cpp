@@ -13,7 +13,6 @@ namespace keel {
 namespace {
 
 using self_ptr = caf::stateful_actor<peers_state>*;
-using steady = std::chrono::steady_clock;
 
 // True if the current message comes from another process: a peer. Such
 // messages must carry the token; only this node may ask to forward.
@@ -177,7 +176,7 @@ void pump(self_ptr self, const std::string& thread) {
     return;
   }
   auto& head = q->second.front();
-  if (steady::now() >= head.deadline) {
+  if (self->clock().now() >= head.deadline) {
     ++st.timed_out;
     head.fail(caf::make_error(ec::unavailable,
                               "no node served thread " + thread
@@ -261,7 +260,7 @@ template <class Result>
 peer_request make_request(self_ptr self, const std::string& thread,
                           caf::message req, caf::response_promise rp) {
   peer_request r;
-  r.deadline = steady::now() + self->state.cfg.route_timeout;
+  r.deadline = self->clock().now() + self->state.cfg.route_timeout;
   r.fail = [rp](caf::error err) mutable { rp.deliver(std::move(err)); };
   r.attempt = [self, thread, req, rp](const caf::actor& peer,
                                       std::function<void()> retry,

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include <caf/actor.hpp>
+#include <caf/actor_clock.hpp>
 #include <caf/event_based_actor.hpp>
 #include <caf/response_promise.hpp>
 
@@ -50,7 +51,8 @@ struct peer_request {
     attempt;
   /// Answers the request with an error (its time ran out).
   std::function<void(caf::error)> fail;
-  std::chrono::steady_clock::time_point deadline;
+  /// By the actor's clock (the test clock in deterministic tests).
+  caf::actor_clock::time_point deadline;
   /// The attempt under way (see `peers_state::last_attempt`): what an
   /// earlier attempt reports late (an answer, a failure) moves nothing on.
   uint64_t attempt_id = 0;
