@@ -1,5 +1,7 @@
 #include "keel/tools/process.hpp"
 
+#include "keel/run_process.hpp"
+
 #include <algorithm>
 #include <cerrno>
 #include <csignal>
@@ -131,10 +133,6 @@ void drain_fd(int fd, std::string& out, clock_type::time_point deadline,
     }
     out.append(buf, static_cast<size_t>(got));
   }
-}
-
-int decode_status(int status) {
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 // Waits until `pid` exits or `timeout` passes; true when it exited. Waits
@@ -341,7 +339,7 @@ std::string child_process::log() const {
 }
 
 void child_process::record(int status) {
-  exit_code_ = decode_status(status);
+  exit_code_ = exit_code_of(status);
   pid_ = -1;
 }
 
@@ -349,49 +347,14 @@ void child_process::record(int status) {
 
 command_result run_command(const std::vector<std::string>& argv,
                            std::chrono::seconds timeout) {
-  int out[2];
-  int err[2];
-  if (::pipe2(out, O_CLOEXEC) != 0)
-    fail("pipe");
-  if (::pipe2(err, O_CLOEXEC) != 0) {
-    auto saved = errno;
-    ::close(out[0]);
-    ::close(out[1]);
-    fail("pipe", saved);
-  }
-  auto null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-  child_options opts;
-  opts.argv = argv;
-  pid_t pid = -1;
-  try {
-    pid = fork_exec(opts, {null_fd, out[1], err[1]});
-  } catch (...) {
-    pid = -1;
-  }
-  for (auto fd : {out[1], err[1], null_fd})
-    if (fd >= 0)
-      ::close(fd);
-  command_result result;
-  auto deadline = clock_type::now() + timeout;
-  bool out_open = pid > 0;
-  bool err_open = pid > 0;
-  while ((out_open || err_open) && clock_type::now() < deadline) {
-    auto slice = clock_type::now() + std::chrono::milliseconds{50};
-    if (out_open)
-      drain_fd(out[0], result.out, slice, out_open);
-    if (err_open)
-      drain_fd(err[0], result.err, slice, err_open);
-  }
-  ::close(out[0]);
-  ::close(err[0]);
-  if (pid < 0)
-    fail("run_command: fork");
-  if (out_open || err_open)
-    ::kill(-pid, SIGKILL);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  result.exit_code = decode_status(status);
-  return result;
+  process_spec spec;
+  spec.argv = argv;
+  spec.timeout = timeout;
+  spec.grace = std::chrono::milliseconds{0};
+  auto ran = run_process(spec);
+  if (!ran) // As a shell says it: the program could not be run.
+    return {127, "", error_message(ran.error()) + "\n"};
+  return {ran->exit_code, std::move(ran->out), std::move(ran->err)};
 }
 
 } // namespace keel

@@ -147,9 +147,10 @@ struct command_result {
   std::string err;
 };
 
-/// Runs a command to completion (no shell), capturing its stdout and
-/// stderr; kills it (exit code 137) when it has not finished after
-/// `timeout`. Throws std::runtime_error when it cannot be started.
+/// Runs a command to completion (no shell; `run_process` in its own
+/// process group), capturing its stdout and stderr; kills it and what it
+/// started (exit code 137) when it has not finished after `timeout`. A
+/// command that cannot be started exits 127 with the reason on stderr.
 command_result
 run_command(const std::vector<std::string>& argv,
             std::chrono::seconds timeout = std::chrono::seconds{60});

@@ -1,0 +1,129 @@
+#define CAF_SUITE run_process
+
+// Running a program as a child in a process group of its own: output and
+// exit status, the output cap, the environment and folder it gets, the
+// timeout and cancellation ending the whole group (a grandchild included),
+// and programs that cannot be started.
+
+#include <caf/test/unit_test.hpp>
+
+#include <csignal>
+#include <fstream>
+#include <thread>
+
+#include "keel/run_process.hpp"
+
+using namespace keel;
+using namespace std::chrono_literals;
+
+namespace {
+
+process_spec shell(const std::string& script) {
+  process_spec spec;
+  spec.argv = {"/bin/sh", "-c", script};
+  return spec;
+}
+
+process_result run(const process_spec& spec,
+                   const std::atomic<bool>* cancel = nullptr) {
+  auto result = run_process(spec, cancel);
+  CAF_REQUIRE(result);
+  return std::move(*result);
+}
+
+// Whether process `pid` still runs: it exists and is not a zombie (a
+// killed orphan waits for whoever adopted it to reap it).
+bool alive(pid_t pid) {
+  std::ifstream stat{"/proc/" + std::to_string(pid) + "/stat"};
+  std::string line;
+  if (!std::getline(stat, line))
+    return false;
+  auto end = line.rfind(')');
+  return end != std::string::npos && end + 2 < line.size()
+         && line[end + 2] != 'Z';
+}
+
+} // namespace
+
+CAF_TEST(output and exit status are captured) {
+  auto result = run(shell("echo out; echo err >&2; exit 3"));
+  CAF_CHECK_EQUAL(result.exit_code, 3);
+  CAF_CHECK_EQUAL(result.out, "out\n");
+  CAF_CHECK_EQUAL(result.err, "err\n");
+  CAF_CHECK(!result.timed_out);
+  CAF_CHECK_EQUAL(run(shell("kill -TERM $$")).exit_code, 128 + SIGTERM);
+}
+
+CAF_TEST(output past the cap is read and counted and not kept) {
+  auto spec = shell("head -c 100000 /dev/zero | tr '\\0' x");
+  spec.output_cap = 1000;
+  auto result = run(spec);
+  CAF_CHECK_EQUAL(result.exit_code, 0);
+  CAF_CHECK_EQUAL(result.out, std::string(1000, 'x'));
+  CAF_CHECK_EQUAL(result.out_dropped, 99000u);
+}
+
+CAF_TEST(the child gets only the environment and folder it is given) {
+  auto spec = shell("echo \"$KEEL_TOOL_VAR:${HOME:-none}\"; pwd");
+  spec.env = {{{"KEEL_TOOL_VAR", "set"}}};
+  spec.cwd = "/tmp";
+  CAF_CHECK_EQUAL(run(spec).out, "set:none\n/tmp\n");
+}
+
+CAF_TEST(a timeout ends the program and what it left running) {
+  // The grandchild sleeps on in the background, holding stdout open; it
+  // writes its pid first.
+  auto spec = shell("sleep 30 & echo $!; sleep 30");
+  spec.timeout = 300ms;
+  spec.grace = 200ms;
+  auto result = run(spec);
+  CAF_CHECK(result.timed_out);
+  CAF_CHECK_EQUAL(result.exit_code, 128 + SIGTERM);
+  CAF_CHECK_LESS(result.took, 5s);
+  auto grandchild = static_cast<pid_t>(std::stoi(result.out));
+  CAF_CHECK(!alive(grandchild));
+  // One that ignores SIGTERM is killed after the grace period.
+  spec = shell("trap '' TERM; sleep 30");
+  spec.timeout = 200ms;
+  spec.grace = 200ms;
+  result = run(spec);
+  CAF_CHECK(result.timed_out);
+  CAF_CHECK_EQUAL(result.exit_code, 128 + SIGKILL);
+}
+
+CAF_TEST(a program that exits leaves nothing running behind) {
+  auto result = run(shell("sleep 30 >/dev/null 2>&1 & echo $!"));
+  CAF_CHECK_EQUAL(result.exit_code, 0);
+  CAF_CHECK(!alive(static_cast<pid_t>(std::stoi(result.out))));
+}
+
+CAF_TEST(cancelling ends the run like a timeout) {
+  std::atomic<bool> cancel{false};
+  std::thread canceller{[&] {
+    std::this_thread::sleep_for(100ms);
+    cancel = true;
+  }};
+  auto result = run(shell("sleep 30"), &cancel);
+  canceller.join();
+  CAF_CHECK(result.cancelled);
+  CAF_CHECK(!result.timed_out);
+  CAF_CHECK_LESS(result.took, 10s);
+}
+
+CAF_TEST(a program that cannot be started is an error naming it) {
+  process_spec spec;
+  spec.argv = {"keel-no-such-program"};
+  auto missing = run_process(spec);
+  CAF_REQUIRE(!missing);
+  CAF_CHECK_EQUAL(missing.error(), ec::unavailable);
+  CAF_CHECK_EQUAL(error_message(missing.error()),
+                  "cannot start keel-no-such-program: No such file or "
+                  "directory");
+  spec = shell("true");
+  spec.cwd = "/nonexistent-folder";
+  auto nowhere = run_process(spec);
+  CAF_REQUIRE(!nowhere);
+  CAF_CHECK_EQUAL(error_message(nowhere.error()),
+                  "cannot start /bin/sh: No such file or directory");
+  CAF_CHECK_EQUAL(run_process(process_spec{}).error(), ec::config_invalid);
+}
