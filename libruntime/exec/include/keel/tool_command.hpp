@@ -1,0 +1,38 @@
+#pragma once
+
+// A configured tool's command line from the model's arguments, and what the
+// model is told of the run. No shell is involved: each argument stays one
+// argv element, whatever it contains.
+
+#include <string>
+#include <vector>
+
+#include "keel/error.hpp"
+#include "keel/run_process.hpp"
+
+namespace keel {
+
+/// What the user reads when a tool's command timed out.
+constexpr const char* tool_timeout_text
+  = "A command I was running timed out. Let me know if you'd like me to try "
+    "again.";
+
+/// Expands a tool's argv template with the model's arguments (a JSON
+/// object, as the provider sent it): each `{name}` in an element becomes
+/// argument `name` (a string as it is; a number, boolean or null as its
+/// JSON text; an object or array as compact JSON), `{{` and `}}` are
+/// literal braces. Fails with `ec::provider_bad_answer` naming what is
+/// wrong: arguments that are not a JSON object, an argument the template
+/// names but the call lacks, an unclosed `{`.
+caf::expected<std::vector<std::string>>
+expand_command(const std::vector<std::string>& argv_template,
+               const std::string& arguments);
+
+/// What the model gets as the result of a run of tool `tool`: its stdout,
+/// then its stderr (marked), then a line for each of: output cut at the
+/// cap (with the bytes dropped), a nonzero exit status, a timeout or a
+/// cancel. Never empty.
+std::string tool_result_text(const std::string& tool,
+                             const process_result& run);
+
+} // namespace keel
