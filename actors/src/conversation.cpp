@@ -12,319 +12,9 @@
 #include "keel/provider_pool.hpp"
 #include "keel/recovery.hpp"
 #include "keel/text.hpp"
+#include "keel/tool_runner.hpp"
 
 namespace keel {
-
-conversation_config make_conversation_config(const thread_defaults& defaults,
-                                             const storage_config& storage,
-                                             std::string thread) {
-  conversation_config cfg;
-  cfg.storage_timeout = storage.request_timeout;
-  cfg.thread = std::move(thread);
-  cfg.pool = defaults.pool;
-  cfg.system_prompt = defaults.system_prompt;
-  cfg.idle_timeout = defaults.idle_timeout;
-  cfg.turn_timeout = defaults.turn_timeout;
-  cfg.max_inbox = defaults.max_inbox;
-  cfg.max_reply_bytes = defaults.max_reply_bytes;
-  cfg.max_tool_output_bytes = defaults.max_tool_output_bytes;
-  return cfg;
-}
-
-bool conversation_state::idle() const {
-  return loaded && inbox.empty() && !turn_running && accepting.empty()
-         && deferred.empty() && outbox.empty() && !closing && !unsure_accepts;
-}
-
-bool conversation_state::closed() const {
-  return closing || session.state == session_state::closed;
-}
-
-completion_request conversation_state::make_request() const {
-  completion_request req;
-  req.thread = cfg.thread;
-  req.system_prompt = cfg.system_prompt;
-  req.context = context;
-  auto& msg = inbox.front();
-  req.client_id = msg.client_id;
-  req.seq = msg.seq;
-  // The turn's deadline travels with the call and bounds the pool.
-  req.time_budget_ms = static_cast<uint64_t>(
-    std::chrono::duration_cast<std::chrono::milliseconds>(cfg.turn_timeout)
-      .count());
-  // The node died while this thread was live: say so once.
-  if (session.recovered_at != 0)
-    req.context.push_back(context_entry{0, "system", recovery_prompt});
-  req.context.push_back(context_entry{msg.seq, "user", msg.text});
-  return req;
-}
-
-namespace {
-
-// A message from this thread to thread `to`, under the next sequence number.
-outbox_entry make_outbox_entry(conversation_state& st, const std::string& to,
-                               std::string text, millis now) {
-  outbox_entry entry;
-  entry.from = st.cfg.thread;
-  entry.seq = st.next_seq++;
-  entry.to = to;
-  entry.client_id = agent_client_id(entry.from, entry.seq);
-  entry.text = std::move(text);
-  entry.created_at = now;
-  return entry;
-}
-
-// The parts of a commit every outcome shares: the session update (provider
-// and model that answered, recovery mark) and the outcome forwarded to the
-// parent agent.
-// Runs before the outcome's log entry takes its seq: every outbox seq of a
-// commit stays below a seq the log keeps, so a reload (next_seq = last log
-// seq + 1) never hands one out again, even after the entry was delivered.
-void finish_commit(conversation_state& st, turn_commit& commit, log_kind kind,
-                   const std::string& text, const completion* reply,
-                   millis now) {
-  auto& session = st.session;
-  auto changed = [](const std::string& now, const std::string& before) {
-    return !now.empty() && now != before;
-  };
-  if (st.session_exists
-      && (session.recovered_at != 0
-          || (reply != nullptr
-              && (changed(reply->provider, session.provider)
-                  || changed(reply->model, session.model))))) {
-    commit.write_session = true;
-    commit.session = session;
-    commit.session.recovered_at = 0;
-    if (reply != nullptr && !reply->provider.empty())
-      commit.session.provider = reply->provider;
-    if (reply != nullptr && !reply->model.empty())
-      commit.session.model = reply->model;
-  }
-  if (!session.parent.empty())
-    commit.outbox.push_back(make_outbox_entry(
-      st, session.parent,
-      "[agent " + st.cfg.thread + (kind == log_kind::error ? " failed] " : "] ")
-        + text,
-      now));
-}
-
-// Turns the reply's tool calls into text and messages to children (spawned
-// before the commit, as `spawns` says). The reply's text, each line a call
-// adds and each message to a child are bounded (`max_reply_bytes`,
-// `max_tool_output_bytes`) before they enter any thread's context.
-std::string apply_tool_calls(conversation_state& st, turn_commit& commit,
-                             const completion& reply, millis now,
-                             const spawn_outcomes& spawns) {
-  auto text = bound_text(reply.text, st.cfg.max_reply_bytes, "reply");
-  auto max_tool = st.cfg.max_tool_output_bytes;
-  auto note = [&text, max_tool](const std::string& line) {
-    text += (text.empty() ? "" : "\n")
-            + bound_text(line, max_tool, "tool call");
-  };
-  for (auto& call : reply.tool_calls) {
-    auto action = parse_agent_tool_call(call, st.cfg.thread);
-    if (!action) {
-      // Only the agent tools run here; any other requested call is kept in
-      // the answer's text so neither the user nor the model loses it.
-      note("[tool call " + call.name + " " + call.arguments + "]");
-      continue;
-    }
-    if (!*action) {
-      note("[" + error_message(action->error()) + "]");
-      continue;
-    }
-    auto& act = **action;
-    if (auto refused = spawns.refused.find(act.child);
-        act.spawn && refused != spawns.refused.end()) {
-      note("[cannot spawn agent " + act.child + ": " + refused->second + "]");
-      continue;
-    }
-    if (st.children.count(act.child) == 0) {
-      note("[tool call " + call.name + ": no child agent " + act.child + "]");
-      continue;
-    }
-    if (act.spawn && spawns.created.count(act.child) > 0)
-      note("[spawned agent " + act.child + "]");
-    else
-      note("[message to agent " + act.child + "]");
-    commit.outbox.push_back(
-      make_outbox_entry(st, act.child,
-                        "[parent " + st.cfg.thread + "] "
-                          + bound_text(act.text, max_tool, "message to agent"),
-                        now));
-  }
-  return text;
-}
-
-} // namespace
-
-std::vector<std::string>
-conversation_state::new_children(const completion& reply) const {
-  std::vector<std::string> result;
-  for (auto& call : reply.tool_calls) {
-    auto action = parse_agent_tool_call(call, cfg.thread);
-    if (action && *action && (*action)->spawn
-        && children.count((*action)->child) == 0
-        && std::find(result.begin(), result.end(), (*action)->child)
-             == result.end())
-      result.push_back((*action)->child);
-  }
-  return result;
-}
-
-turn_commit
-conversation_state::make_reply_commit(const completion& reply, millis now,
-                                      const spawn_outcomes& spawns) {
-  auto& msg = inbox.front();
-  turn_commit commit;
-  commit.thread = cfg.thread;
-  commit.inbox_seq = msg.seq;
-  auto text = apply_tool_calls(*this, commit, reply, now, spawns);
-  finish_commit(*this, commit, log_kind::reply, text, &reply, now);
-  auto seq = next_seq++;
-  commit.context.push_back(context_entry{msg.seq, "user", msg.text});
-  commit.context.push_back(context_entry{seq, "assistant", text});
-  log_entry entry;
-  entry.seq = seq;
-  entry.kind = log_kind::reply;
-  entry.client_id = msg.client_id;
-  entry.reply_to = msg.seq;
-  entry.text = std::move(text);
-  entry.provider = reply.provider;
-  entry.at = now;
-  commit.log.push_back(std::move(entry));
-  return commit;
-}
-
-turn_commit conversation_state::make_error_commit(const std::string& code,
-                                                  const std::string& text,
-                                                  millis now) {
-  auto& msg = inbox.front();
-  turn_commit commit;
-  commit.thread = cfg.thread;
-  commit.inbox_seq = msg.seq;
-  finish_commit(*this, commit, log_kind::error, text, nullptr, now);
-  // The unanswered message stays out of the context: the model never sees a
-  // question without its answer.
-  log_entry entry;
-  entry.seq = next_seq++;
-  entry.kind = log_kind::error;
-  entry.client_id = msg.client_id;
-  entry.reply_to = msg.seq;
-  entry.text = text;
-  entry.code = code;
-  entry.at = now;
-  commit.log.push_back(std::move(entry));
-  return commit;
-}
-
-void conversation_state::apply(const turn_commit& commit) {
-  if (!inbox.empty() && inbox.front().seq == commit.inbox_seq)
-    inbox.pop_front();
-  context.insert(context.end(), commit.context.begin(), commit.context.end());
-  if (commit.write_session)
-    session = commit.session;
-  for (auto& entry : commit.outbox)
-    outbox.emplace(entry.seq, entry);
-}
-
-void conversation_state::fail_pending_accepts(const caf::error& reason) {
-  for (auto& [seq, promise] : accepting)
-    promise.deliver(reason);
-  accepting.clear();
-  for (auto& d : deferred)
-    d.promise.deliver(reason);
-  deferred.clear();
-}
-
-caf::error conversation_state::refusal(const incoming_message& msg) const {
-  if (closed())
-    return caf::make_error(ec::thread_closed,
-                           "thread '" + cfg.thread
-                             + "' was cancelled; it takes no messages");
-  if (!msg.from.empty() && !session_exists)
-    return not_found();
-  if (inbox.size() + accepting.size() >= cfg.max_inbox)
-    return caf::make_error(ec::overloaded, "thread '" + cfg.thread
-                                             + "' already has "
-                                             + std::to_string(cfg.max_inbox)
-                                             + " unanswered messages");
-  return caf::none;
-}
-
-caf::error conversation_state::not_found() const {
-  return caf::make_error(ec::not_found,
-                         "thread '" + cfg.thread + "' does not exist");
-}
-
-accept_request conversation_state::make_accept_request(incoming_message msg) {
-  accept_request req;
-  req.thread = cfg.thread;
-  req.entry = inbox_entry{next_seq++, std::move(msg.client_id),
-                          std::move(msg.text), wall_clock_millis()};
-  req.tenure = tenure;
-  if (!msg.from.empty()) {
-    req.outbox_from = msg.from;
-    req.outbox_seq = msg.seq;
-  }
-  if (!session_active) {
-    // The first accept of an activation (re)writes the session as ACTIVE in
-    // the same synced batch as the message.
-    if (!session_exists) {
-      session.thread = cfg.thread;
-      session.pool = cfg.pool;
-      session.created_at = req.entry.accepted_at;
-      reach(kill_point::session_created); // In memory only, so far.
-    }
-    session.state = session_state::active;
-    req.create_session = true;
-    req.session = session;
-  }
-  return req;
-}
-
-void conversation_state::answer_cancels(const caf::error& err) {
-  auto waiting = std::move(cancels);
-  cancels.clear();
-  for (auto& rp : waiting) {
-    if (err)
-      rp.deliver(err);
-    else
-      rp.deliver(caf::ok_atom_v);
-  }
-}
-
-void conversation_state::restore(thread_snapshot snapshot) {
-  session_exists = snapshot.exists;
-  session = std::move(snapshot.session);
-  inbox.assign(std::make_move_iterator(snapshot.inbox.begin()),
-               std::make_move_iterator(snapshot.inbox.end()));
-  context = std::move(snapshot.context);
-  next_seq = std::max(next_seq, snapshot.next_seq);
-  children.insert(snapshot.children.begin(), snapshot.children.end());
-  for (auto& entry : snapshot.outbox) {
-    // The outbox reserves seqs the log does not show: never reuse them.
-    next_seq = std::max(next_seq, entry.seq + 1);
-    outbox.emplace(entry.seq, std::move(entry));
-  }
-  loaded = true;
-}
-
-void conversation_state::adopt_late_accepts(
-  const std::vector<inbox_entry>& stored) {
-  for (auto& entry : stored) {
-    auto same = [&entry](const inbox_entry& x) { return x.seq == entry.seq; };
-    if (accepting.count(entry.seq) > 0
-        || std::any_of(inbox.begin(), inbox.end(), same))
-      continue;
-    // Never ahead of the running turn, which answers the front.
-    auto first = inbox.begin() + (turn_running && !inbox.empty() ? 1 : 0);
-    auto pos = std::find_if(first, inbox.end(), [&entry](const inbox_entry& x) {
-      return x.seq > entry.seq;
-    });
-    inbox.insert(pos, entry);
-  }
-}
 
 namespace {
 
@@ -346,6 +36,7 @@ void read_back(self_ptr self, OnSnapshot on_snapshot, OnError on_error) {
 }
 
 void drain(self_ptr self);
+void step_committed(self_ptr self, const turn_commit& commit);
 
 // Pushes a ready-made frame to the thread's subscribers, if a gateway runs.
 void publish(self_ptr self, std::string frame) {
@@ -402,6 +93,8 @@ void committed(self_ptr self, const turn_commit& commit) {
   for (auto& entry : commit.log)
     publish(self, protocol::outcome_frame(commit.thread, entry));
   self->state.turn_running = false;
+  self->state.guard.reset();
+  self->state.nudge = false;
   if (!commit.outbox.empty()) {
     // Durable in our outbox, not yet in any target's inbox.
     reach(kill_point::message_enqueued);
@@ -419,11 +112,39 @@ void commit_turn(self_ptr self, turn_commit commit) {
   commit.tenure = self->state.tenure;
   request_component(self, names::persistence, self->state.cfg.storage_timeout,
                     atom::commit_v, commit)
-    .then([self, commit](caf::ok_atom) { committed(self, commit); },
-          [self, commit](caf::error& err) {
-            self->state.unsure_commit = commit;
-            retry_turn_later(self, "storing the answer failed", err);
-          });
+    .then(
+      [self, commit](caf::ok_atom) {
+        if (commit.keeps_inbox)
+          step_committed(self, commit);
+        else
+          committed(self, commit);
+      },
+      [self, commit](caf::error& err) {
+        self->state.unsure_commit = commit;
+        retry_turn_later(self, "storing the answer failed", err);
+      });
+}
+
+// The store says what became of the unsure commit: without the message in
+// the stored inbox, the commit landed and the turn is done; with it, the
+// turn runs again. A step's commit leaves the message either way: the
+// stored steps say where the turn is, and it resumes from them.
+void learned_fate(self_ptr self, thread_snapshot& snapshot) {
+  auto& st = self->state;
+  auto commit = std::move(*st.unsure_commit);
+  st.unsure_commit.reset();
+  auto pending = std::any_of(snapshot.inbox.begin(), snapshot.inbox.end(),
+                             [&commit](const inbox_entry& x) {
+                               return x.seq == commit.inbox_seq;
+                             });
+  if (!pending && !commit.keeps_inbox) {
+    committed(self, commit);
+    return;
+  }
+  if (commit.keeps_inbox)
+    st.resume_steps(snapshot);
+  st.turn_running = false;
+  drain(self);
 }
 
 // The retry of a turn that could not be stored is due. After an unsure
@@ -437,21 +158,7 @@ void retry_turn(self_ptr self) {
     return;
   }
   read_back(
-    self,
-    [self](thread_snapshot& snapshot) {
-      auto commit = std::move(*self->state.unsure_commit);
-      self->state.unsure_commit.reset();
-      auto pending = std::any_of(snapshot.inbox.begin(), snapshot.inbox.end(),
-                                 [&commit](const inbox_entry& x) {
-                                   return x.seq == commit.inbox_seq;
-                                 });
-      if (!pending) {
-        committed(self, commit);
-        return;
-      }
-      self->state.turn_running = false;
-      drain(self);
-    },
+    self, [self](thread_snapshot& snapshot) { learned_fate(self, snapshot); },
     [self](caf::error& err) {
       retry_turn_later(self, "reading the thread back failed", err);
     });
@@ -486,21 +193,24 @@ void guarded(self_ptr self, F step) {
 
 // Spawns the children the reply asks for that the thread does not have yet,
 // each durably (session record and tree link, through the orchestrator like
-// a client's spawn) before the turn that asked commits; then commits the
-// turn. A spawn refused for good (the id is another thread's) becomes a note
-// in the answer; any other failure runs the turn again later.
-void spawn_then_commit(self_ptr self, completion reply) {
+// a client's spawn) before the step or answer that asked commits; then
+// commits it (`step`: a tool step, else the turn's answer). A spawn refused
+// for good (the id is another thread's) becomes a note; any other failure
+// runs the turn again later.
+void spawn_then_commit(self_ptr self, completion reply, bool step) {
   struct progress {
     completion reply;
     spawn_outcomes outcomes;
     size_t pending;
     caf::error retry;
   };
-  auto commit = [self](const completion& reply,
-                       const spawn_outcomes& outcomes) {
+  auto commit = [self, step](const completion& reply,
+                             const spawn_outcomes& outcomes) {
     guarded(self, [&] {
-      commit_turn(self, self->state.make_reply_commit(
-                          reply, wall_clock_millis(), outcomes));
+      auto& st = self->state;
+      auto now = wall_clock_millis();
+      commit_turn(self, step ? st.make_call_step(reply, now, outcomes)
+                             : st.make_reply_commit(reply, now, outcomes));
     });
   };
   auto wanted = self->state.new_children(reply);
@@ -551,11 +261,47 @@ void cancel_call(self_ptr self) {
                    cancel_message(st.cfg.thread, msg.seq));
 }
 
-void run_turn(self_ptr self) {
+// Publishes a status event about the running turn.
+void turn_status(self_ptr self, const std::string& status,
+                 const std::string& text = {}) {
   auto& st = self->state;
   auto& msg = st.inbox.front();
   publish(self, protocol::status_frame(st.cfg.thread, msg.client_id, msg.seq,
-                                       "thinking"));
+                                       status, text));
+}
+
+// Ends the turn with the guard's report; the guard's stop is final.
+void stop_turn(self_ptr self, const guard_stop& stop) {
+  spdlog::info("thread {}: turn stopped by the guard ({})",
+               self->state.cfg.thread, to_string(stop.reason));
+  fail_turn(self, turn_errors::guard_stopped_code, stop.report);
+}
+
+// The model answered: a final answer commits the turn, tool calls become a
+// step (committed before any of them runs); the guard may stop either.
+void model_answered(self_ptr self, completion reply) {
+  auto& st = self->state;
+  auto now = std::chrono::steady_clock::now();
+  if (auto stop = st.guard->on_reply(reply.text, now, st.nudge)) {
+    stop_turn(self, *stop);
+    return;
+  }
+  if (st.final_reply(reply)) {
+    spawn_then_commit(self, std::move(reply), false);
+    return;
+  }
+  for (auto& call : reply.tool_calls)
+    if (auto stop = st.guard->on_tool_call(call.name, call.arguments, now)) {
+      stop_turn(self, *stop);
+      return;
+    }
+  spawn_then_commit(self, std::move(reply), true);
+}
+
+// Asks the thread's pool for the model's next answer.
+void call_model(self_ptr self) {
+  auto& st = self->state;
+  turn_status(self, "thinking");
   if (st.context.empty())
     reach(kill_point::session_written); // The session's first call.
   // Through the providers supervisor, which hands the request to the pool
@@ -574,7 +320,7 @@ void run_turn(self_ptr self) {
           cancel_turn(self); // Cancelled meanwhile: the reply comes too late.
           return;
         }
-        spawn_then_commit(self, std::move(reply));
+        guarded(self, [&] { model_answered(self, std::move(reply)); });
       },
       [self](caf::error& err) {
         if (self->state.closing) {
@@ -588,6 +334,117 @@ void run_turn(self_ptr self) {
         auto [code, text] = describe_failure(err);
         fail_turn(self, code, text);
       });
+}
+
+// A tool call ended (or could not run): its result is committed before the
+// model sees it. `counts_failure`: a configured tool ran and failed.
+void tool_done(self_ptr self, const tool_call& call, tool_outcome outcome,
+               bool counts_failure) {
+  reach(kill_point::tool_finished);
+  auto& st = self->state;
+  st.tool_cancel.reset();
+  st.guard->on_tool_result(call.name, outcome.error,
+                           std::chrono::steady_clock::now());
+  auto commit = st.make_result_step(call, outcome, counts_failure,
+                                    wall_clock_millis());
+  if (commit.log.size() > 1)
+    turn_status(self, "tool_disabled", commit.log.back().text);
+  commit_turn(self, std::move(commit));
+}
+
+// Runs `call` as a subprocess on a thread of its own; a call of a tool the
+// thread lacks, or with arguments that do not fit, fails without running.
+void run_tool(self_ptr self, const tool_call& call) {
+  auto& st = self->state;
+  auto& tools = st.tools();
+  auto tool = std::find_if(tools.begin(), tools.end(),
+                           [&call](auto& x) { return x.name == call.name; });
+  if (tool == tools.end() || st.tool_disabled(call.name)) {
+    auto why = "no tool named " + call.name + " is available here";
+    tool_done(self, call, tool_outcome{"[" + why + "]", why, false, 0}, false);
+    return;
+  }
+  auto run = make_tool_run(*tool, call);
+  if (!run) {
+    auto why = error_message(run.error());
+    tool_done(self, call, tool_outcome{"[" + why + "]", why, false, 0}, true);
+    return;
+  }
+  reach(kill_point::tool_call_committed);
+  turn_status(self, "tool", "running " + call.name);
+  st.tool_cancel = std::make_shared<std::atomic<bool>>(false);
+  auto runner = self->spawn<caf::detached>(tool_runner, st.tool_cancel);
+  // The runner ends the run at the tool's timeout; ours only fires if the
+  // runner cannot answer at all.
+  self
+    ->request(runner, run->timeout + run->grace + turn_timeout_grace,
+              atom::run_v, *run)
+    .then(
+      [self, call](tool_outcome& outcome) {
+        tool_done(self, call, std::move(outcome), true);
+      },
+      [self, call](caf::error& err) {
+        auto why = call.name + " could not be run: " + render(err);
+        tool_done(self, call, tool_outcome{"[" + why + "]", why, false, 0},
+                  true);
+      });
+}
+
+// Takes the turn's next step from its stored state: the guard's stop, the
+// next unanswered tool call, or the model's next answer.
+void continue_turn(self_ptr self) {
+  auto& st = self->state;
+  if (st.closing) {
+    cancel_turn(self);
+    return;
+  }
+  if (auto& stop = st.guard->stopped()) {
+    stop_turn(self, *stop);
+    return;
+  }
+  auto calls = st.unanswered_calls();
+  if (calls.empty())
+    call_model(self);
+  else
+    run_tool(self, calls.front());
+}
+
+// A step of the turn is durable: applies and publishes it, sends its
+// messages, and goes on with the turn.
+void step_committed(self_ptr self, const turn_commit& commit) {
+  self->state.apply(commit);
+  for (auto& entry : commit.log)
+    publish(self, protocol::outcome_frame(commit.thread, entry));
+  if (!commit.outbox.empty()) {
+    reach(kill_point::message_enqueued);
+    deliver_outbox(self);
+  }
+  guarded(self, [&] { continue_turn(self); });
+}
+
+// Starts (or resumes) the turn answering the inbox front. Calls whose
+// results a restart lost are answered "interrupted", never run again.
+void run_turn(self_ptr self) {
+  auto& st = self->state;
+  if (!st.guard)
+    st.guard.emplace(st.cfg.guard, std::chrono::steady_clock::now());
+  auto lost = st.unanswered_calls();
+  if (lost.empty()) {
+    call_model(self);
+    return;
+  }
+  auto commit = st.make_result_step(
+    lost.front(), tool_outcome{tool_texts::interrupted, {}, false, 0}, false,
+    wall_clock_millis());
+  for (size_t i = 1; i < lost.size(); ++i) {
+    auto more = st.make_result_step(
+      lost[i], tool_outcome{tool_texts::interrupted, {}, false, 0}, false,
+      wall_clock_millis());
+    commit.context.insert(commit.context.end(), more.context.begin(),
+                          more.context.end());
+    commit.log.insert(commit.log.end(), more.log.begin(), more.log.end());
+  }
+  commit_turn(self, std::move(commit));
 }
 
 // Finishes a cancel once no turn runs: every pending message is answered
@@ -941,6 +798,8 @@ caf::result<caf::ok_atom> cancel(self_ptr self) {
   auto rp = self->make_response_promise<caf::ok_atom>();
   st.cancels.push_back(rp);
   st.closing = true;
+  if (st.tool_cancel)
+    *st.tool_cancel = true; // Its result comes back, then the cancel runs.
   drain(self);
   return rp;
 }
@@ -970,6 +829,8 @@ void on_exit(self_ptr self, const caf::exit_msg& msg) {
                        + "' stopped; resend with the same id");
   self->state.fail_pending_accepts(err);
   self->state.answer_cancels(err);
+  if (self->state.tool_cancel)
+    *self->state.tool_cancel = true; // No tool outlives its conversation.
   self->quit(msg.reason);
 }
 

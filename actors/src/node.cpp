@@ -84,10 +84,10 @@ child_spec conversations_child(const node_config& cfg,
   // Transient: a passivated conversation stops normally and is forgotten; a
   // crashed one is restarted and reloads its thread from the store.
   convs.child_template.restart = restart_type::transient;
-  convs.dynamic_start = [threads = cfg.threads, storage = cfg.storage, shards](
-                          caf::local_actor* parent, const std::string& thread,
-                          const caf::message&) {
-    auto ccfg = make_conversation_config(threads, storage, thread);
+  convs.dynamic_start = [cfg, shards](caf::local_actor* parent,
+                                      const std::string& thread,
+                                      const caf::message&) {
+    auto ccfg = make_conversation_config(cfg, thread);
     ccfg.shards = shards;
     return caf::actor_cast<caf::actor>(parent->spawn(conversation, ccfg));
   };

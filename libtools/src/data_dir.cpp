@@ -66,6 +66,10 @@ private:
       rest += "/" + x.model;
     if (!x.provider.empty())
       rest += " via " + x.provider;
+    for (size_t i = 0; i < x.tool_failures.size(); ++i)
+      rest += (i == 0 ? " [tool failures: " : ", ") + x.tool_failures[i].tool
+              + " " + std::to_string(x.tool_failures[i].failures)
+              + (i + 1 == x.tool_failures.size() ? "]" : "");
     if (root && !x.parent.empty())
       rest += by_thread_.count(x.parent) == 0
                 ? " (parent " + x.parent + " has no session)"

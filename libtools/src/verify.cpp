@@ -204,7 +204,7 @@ struct message_index {
     for (auto& entry : dump.log) {
       if (entry.kind == log_kind::user)
         users.emplace(entry.seq, &entry);
-      else
+      else if (entry.kind != log_kind::tool) // Steps, not answers.
         outcomes[entry.reply_to].push_back(&entry);
     }
     for (auto& entry : dump.inbox)

@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 // Runs mock-llm (tests/npm/node_modules/@dwmkerr/mock-llm, unmodified) with
-// two Keel extensions of a rule's `response`, which mock-llm 0.1.29 lacks:
+// Keel extensions which mock-llm 0.1.29 lacks. Two extend a rule's
+// `response`:
 //
 //   response:
 //     status: 429
@@ -14,10 +15,34 @@
 // real provider refusing a stream before it starts: the rule's status and
 // its JSON body.
 //
+// One extends the templates of `content`:
+//
+//   {{jmes-escaped request EXPR}}
+//
+// is the JMESPath result as text escaped for the inside of a JSON string
+// (`"`, `\`, newlines and control characters escaped; a string as it is,
+// another value as its JSON text, null as nothing), so that any text can be
+// quoted:
+//   "content": "said: {{jmes-escaped request body.messages[-1].content}}"
+// mock-llm's own {{jmes request EXPR}} inserts text as it is, and answers 500
+// when that breaks the JSON. EXPR ends at the first "}}" that no further "}"
+// follows, so it may hold a literal with single braces
+// (`headers."x-a" || '{"b": 1}'`).
+//
+// And one extends streaming: an answer whose message has `tool_calls` is
+// streamed as OpenAI streams tool calls (mock-llm fails with 500 on it):
+// its text first, if any, in chunks of `streaming.chunkSize` characters;
+// then, for each call, a chunk with its index, id, type and name and empty
+// arguments, followed by its arguments in chunks of `chunkSize`
+// characters; then an empty delta with the message's finish_reason
+// ("tool_calls" if none), and `data: [DONE]`. The first chunk carries role
+// "assistant"; chunks go out `chunkIntervalMs` apart.
+//
 // Same command line as mock-llm's own `mock-llm` binary: `--config FILE`,
 // HOST and PORT from the environment, and the same "server running on" line.
-// Everything else (matching, sequences, templates, streaming) is mock-llm's
-// own code.
+// Everything else (matching, sequences, templates, streaming of text) is
+// mock-llm's own code. (keel::test::mock_llm runs a rule file through this
+// wrapper when it has a `headers:` or `errorStatusWhenStreaming:` key.)
 //
 // How: mock-llm renders the winning rule's `content` with its exported
 // renderTemplate(content, {request}) just before it answers, and
@@ -40,6 +65,8 @@ const { loadConfig, getConfigPath } = require(path.join(dist, 'config.js'));
 const { createServer } = require(path.join(dist, 'server.js'));
 const { printConfigSummary } = require(path.join(dist, 'config-logger.js'));
 const pkg = require(path.join(dist, '..', 'package.json'));
+const jmespath = require(path.join(__dirname, '..', 'npm', 'node_modules',
+                                   'jmespath'));
 
 const host = process.env.HOST || '0.0.0.0';
 const port = parseInt(process.env.PORT || '6556', 10);
@@ -70,7 +97,30 @@ const responses = new WeakMap();
 // Responses whose rule wants errorStatusWhenStreaming.
 const statusWhenStreaming = new WeakSet();
 
+// {{jmes-escaped KEY EXPR}}; see the top of the file.
+const escapedTag = /\{\{jmes-escaped\s+(\w+)\s+(.+?)\}\}(?!\})/g;
+
+function escaped(value) {
+  if (value === null || value === undefined)
+    return '';
+  const text = typeof value === 'string' ? value : JSON.stringify(value);
+  return JSON.stringify(text).slice(1, -1);
+}
+
+// mock-llm's renderTemplate between the {{jmes-escaped}} tags, so that it
+// never sees (and expands) what they inserted.
 const render = template.renderTemplate;
+function renderExtended(content, context) {
+  let out = '';
+  let last = 0;
+  for (const m of content.matchAll(escapedTag)) {
+    out += render(content.slice(last, m.index), context);
+    out += escaped(jmespath.search(context[m[1]], m[2]));
+    last = m.index + m[0].length;
+  }
+  return out + render(content.slice(last), context);
+}
+
 template.renderTemplate = (content, context) => {
   const ext = extensionsByContent.get(content);
   const res = context && context.request
@@ -81,13 +131,75 @@ template.renderTemplate = (content, context) => {
     if (ext.errorStatusWhenStreaming)
       statusWhenStreaming.add(res);
   }
-  return render(content, context);
+  return renderExtended(content, context);
 };
+
+// The chunks of a streamed answer with tool calls; see the top of the file.
+function toolCallChunks(json, message, chunkSize) {
+  const split = (text) => {
+    const parts = [];
+    for (let i = 0; i < text.length; i += chunkSize)
+      parts.push(text.slice(i, i + chunkSize));
+    return parts;
+  };
+  const deltas = [];
+  if (typeof message.content === 'string')
+    for (const part of split(message.content))
+      deltas.push({ content: part });
+  message.tool_calls.forEach((call, index) => {
+    const fn = call.function || {};
+    deltas.push({ tool_calls: [{ index, id: call.id, type: 'function',
+                                 function: { name: fn.name,
+                                             arguments: '' } }] });
+    for (const part of split(String(fn.arguments || '')))
+      deltas.push({ tool_calls: [{ index,
+                                   function: { arguments: part } }] });
+  });
+  deltas.push({});
+  deltas[0] = { role: 'assistant',
+                ...(deltas[0].content === undefined ? { content: null } : {}),
+                ...deltas[0] };
+  const finish = json.choices[0].finish_reason || 'tool_calls';
+  return deltas.map((delta, i) => ({
+    id: json.id, object: 'chat.completion.chunk', created: json.created,
+    model: json.model,
+    choices: [{ index: 0, delta,
+                finish_reason: i === deltas.length - 1 ? finish : null }],
+  }));
+}
+
+function streamToolCalls(res, json, status, config) {
+  const chunks = toolCallChunks(json, json.choices[0].message,
+                                Math.max(1, config.chunkSize));
+  res.setHeader('Content-Type', 'text/event-stream');
+  res.setHeader('Cache-Control', 'no-cache');
+  res.setHeader('Connection', 'keep-alive');
+  res.status(status);
+  let next = 0;
+  const interval = setInterval(() => {
+    if (next < chunks.length) {
+      res.write(`data: ${JSON.stringify(chunks[next++])}\n\n`);
+      return;
+    }
+    res.write('data: [DONE]\n\n');
+    res.end();
+    clearInterval(interval);
+  }, config.chunkIntervalMs);
+}
+
+function hasToolCalls(json) {
+  const choice = json && Array.isArray(json.choices) && json.choices[0];
+  const message = choice && choice.message;
+  return !!message && Array.isArray(message.tool_calls)
+         && message.tool_calls.length > 0;
+}
 
 const stream = streaming.streamResponse;
 streaming.streamResponse = (res, json, status, streamingConfig) => {
   if (status >= 400 && statusWhenStreaming.has(res))
     return res.status(status).json(json);
+  if (status < 400 && !json.error && hasToolCalls(json))
+    return streamToolCalls(res, json, status, streamingConfig);
   return stream(res, json, status, streamingConfig);
 };
 

@@ -89,17 +89,6 @@ struct fixture {
   }
 };
 
-// Entries of a log whose text contains `needle`.
-size_t count_text(const json& entries, const std::string& kind,
-                  const std::string& needle) {
-  size_t n = 0;
-  for (auto& e : entries)
-    if (e["kind"] == kind
-        && e["text"].get<std::string>().find(needle) != std::string::npos)
-      ++n;
-  return n;
-}
-
 } // namespace
 
 CAF_TEST_FIXTURE_SCOPE(agents_tests, fixture)

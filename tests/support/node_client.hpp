@@ -55,6 +55,18 @@ inline std::map<uint64_t, int> outcomes_by_seq(const nlohmann::json& entries) {
   return result;
 }
 
+/// The entries of `kind` in a thread's history entries whose text contains
+/// `needle`.
+inline size_t count_text(const nlohmann::json& entries, const std::string& kind,
+                         const std::string& needle) {
+  size_t n = 0;
+  for (auto& e : entries)
+    if (e["kind"] == kind
+        && e["text"].get<std::string>().find(needle) != std::string::npos)
+      ++n;
+  return n;
+}
+
 /// Runs `keelctl verify` (the oracle) on the data of a stopped node on
 /// `data_dir` (its folder, or its PostgreSQL database): returns an empty
 /// string when every invariant holds, else the exit code and the

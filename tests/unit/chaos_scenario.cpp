@@ -180,7 +180,8 @@ CAF_TEST(scenario errors name the key path and line) {
                   "s.yaml:4: steps[0].kill_point: unknown kill point "
                   "'batch_writen' (known: session_created, session_written, "
                   "provider_call, call_completed, message_enqueued, "
-                  "tree_link_written, batch_written)");
+                  "tree_link_written, batch_written, tool_call_committed, "
+                  "tool_finished)");
   CAF_CHECK_EQUAL(
     parse_error(std::string{minimal} + "  - {at: 1s, kill_node: 0, for: 1s}\n"),
     "s.yaml:4: steps[0].for: a kill_node step takes no for");

@@ -11,6 +11,8 @@
 #include <fstream>
 #include <map>
 
+#include <nlohmann/json.hpp>
+
 using namespace keel;
 using namespace std::chrono_literals;
 
@@ -419,12 +421,12 @@ CAF_TEST(duplicate keys are errors) {
 CAF_TEST(the document must be a mapping) {
   CAF_CHECK_EQUAL(error_of("- a\n- b\n"),
                   "node.yaml:1: expected a mapping of top-level keys (node, "
-                  "gateway, providers, pools, threads, supervision, logging, "
-                  "storage, cluster or chaos), got a list");
+                  "gateway, providers, pools, tools, threads, supervision, "
+                  "logging, storage, cluster or chaos), got a list");
   CAF_CHECK_EQUAL(error_of("hello\n"),
                   "node.yaml:1: expected a mapping of top-level keys (node, "
-                  "gateway, providers, pools, threads, supervision, logging, "
-                  "storage, cluster or chaos), got \"hello\"");
+                  "gateway, providers, pools, tools, threads, supervision, "
+                  "logging, storage, cluster or chaos), got \"hello\"");
 }
 
 CAF_TEST(wrong types are errors) {
@@ -1031,7 +1033,7 @@ CAF_TEST(env reference errors name the variable and the key) {
 CAF_TEST(keys are not expanded) {
   CAF_CHECK_EQUAL(error_of("${KEY}: 1\n", {{"KEY", "node"}}),
                   "node.yaml:1: ${KEY}: unknown key (expected node, gateway, "
-                  "providers, pools, threads, supervision, logging, "
+                  "providers, pools, tools, threads, supervision, logging, "
                   "storage, cluster or chaos)");
 }
 
@@ -1126,6 +1128,18 @@ CAF_TEST(config example yaml sets every section) {
   auto cloud = cfg->find_pool("cloud");
   CAF_REQUIRE(cloud != nullptr);
   CAF_CHECK_EQUAL(cloud->breaker.cooldowns.get(error_class::rate_limit), 30s);
+  CAF_CHECK_EQUAL(cloud->tools, std::vector<std::string>{"list_files"});
+  CAF_REQUIRE_EQUAL(cfg->tools.size(), 2u);
+  auto list_files = cfg->find_tool("list_files");
+  CAF_REQUIRE(list_files != nullptr);
+  CAF_CHECK_EQUAL(list_files->command,
+                  (std::vector<std::string>{"ls", "-1", "--", "{folder}"}));
+  auto schema = nlohmann::json::parse(list_files->parameters);
+  CAF_CHECK_EQUAL(schema.at("properties").at("folder").at("type"), "string");
+  CAF_CHECK_EQUAL(cfg->threads.tools, std::vector<std::string>{"today"});
+  CAF_CHECK_EQUAL(cfg->threads.guard.per_tool.size(), 1u);
+  CAF_CHECK(cfg->threads.compaction_enabled);
+  CAF_CHECK_EQUAL(cfg->threads.agents.max_depth, 4u);
 }
 
 CAF_TEST(http providers take their endpoint timeouts and limits) {
@@ -1569,4 +1583,481 @@ CAF_TEST(cluster tls takes all three files or none) {
                              + "\n    ca: /nonexistent/ca.crt\n")),
     "node.yaml:11: cluster.tls.ca: expected a readable PEM "
     "file, got \"/nonexistent/ca.crt\"");
+}
+
+// -- tools and the turn loop --------------------------------------------------
+
+namespace {
+
+/// A `tools:` section declaring `today` and `list_files`, for the tests of
+/// tool assignment.
+constexpr const char* two_tools = R"(tools:
+  - name: today
+    description: Today's date.
+    command: [date, "+%Y-%m-%d"]
+  - name: list_files
+    description: Lists a folder.
+    parameters:
+      type: object
+      properties:
+        folder: {type: string}
+    command: [ls, "-1", "{folder}"]
+)";
+
+/// The error of a config holding `tool` (one item of `tools:`, its lines
+/// indented by 4 after the leading "  - ").
+std::string tool_error(const std::string& tool) {
+  return error_of("tools:\n  - " + tool);
+}
+
+} // namespace
+
+CAF_TEST(tools take every key) {
+  auto cfg = parse(R"(tools:
+  - name: grep-code_1
+    description: Searches the code.
+    parameters:
+      type: object
+      properties:
+        pattern: {type: string, description: "What to look for"}
+        max: {type: integer, minimum: 1, default: 20}
+        ratio: {type: number, default: 0.5}
+        exact: {type: boolean, default: TRUE}
+        tag: {type: string, default: "true"}
+        nothing: {default: ~}
+        list: {type: array, items: {type: string}, default: [a, 2]}
+      required: [pattern]
+    command: [grep, "-rn", "--max-count={max}", "{pattern}", "{{literal}}"]
+    cwd: /srv/code
+    env: [PATH, LANG]
+    timeout: 30s
+    grace: 500ms
+    output_cap: 4KiB
+)");
+  CAF_REQUIRE_EQUAL(outcome(cfg), "none");
+  CAF_REQUIRE_EQUAL(cfg->tools.size(), 1u);
+  auto& tool = cfg->tools[0];
+  CAF_CHECK_EQUAL(cfg->find_tool("grep-code_1"), &tool);
+  CAF_CHECK_EQUAL(cfg->find_tool("grep"), nullptr);
+  CAF_CHECK_EQUAL(tool.name, "grep-code_1");
+  CAF_CHECK_EQUAL(tool.description, "Searches the code.");
+  auto expected = nlohmann::json::parse(R"({
+    "type": "object",
+    "properties": {
+      "pattern": {"type": "string", "description": "What to look for"},
+      "max": {"type": "integer", "minimum": 1, "default": 20},
+      "ratio": {"type": "number", "default": 0.5},
+      "exact": {"type": "boolean", "default": true},
+      "tag": {"type": "string", "default": "true"},
+      "nothing": {"default": null},
+      "list": {"type": "array", "items": {"type": "string"},
+               "default": ["a", 2]}
+    },
+    "required": ["pattern"]
+  })");
+  CAF_CHECK_EQUAL(nlohmann::json::parse(tool.parameters).dump(),
+                  expected.dump());
+  // Compact text, in the order written.
+  CAF_CHECK_EQUAL(
+    tool.parameters.rfind(R"({"type":"object","properties":{)", 0), 0u);
+  CAF_CHECK_EQUAL(tool.command,
+                  (std::vector<std::string>{"grep", "-rn", "--max-count={max}",
+                                            "{pattern}", "{{literal}}"}));
+  CAF_CHECK_EQUAL(tool.cwd, "/srv/code");
+  CAF_CHECK_EQUAL(tool.env, (std::vector<std::string>{"PATH", "LANG"}));
+  CAF_CHECK_EQUAL(tool.timeout, 30s);
+  CAF_CHECK_EQUAL(tool.grace, 500ms);
+  CAF_CHECK_EQUAL(tool.output_cap, 4096u);
+}
+
+CAF_TEST(tools have defaults and none are declared by default) {
+  CAF_CHECK(default_config().tools.empty());
+  auto cfg = parse("tools:\n  - name: t\n    description: d\n"
+                   "    command: [\"true\"]\n");
+  CAF_REQUIRE_EQUAL(outcome(cfg), "none");
+  auto& tool = cfg->tools[0];
+  CAF_CHECK_EQUAL(tool.parameters, R"({"type":"object","properties":{}})");
+  CAF_CHECK_EQUAL(tool.cwd, "");
+  CAF_CHECK(tool.env.empty());
+  CAF_CHECK_EQUAL(tool.timeout, 120s);
+  CAF_CHECK_EQUAL(tool.grace, 2s);
+  CAF_CHECK_EQUAL(tool.output_cap, 16u * 1024);
+  // An empty list declares no tools.
+  CAF_CHECK_EQUAL(outcome(parse("tools: []\n")), "none");
+}
+
+CAF_TEST(tool mistakes are named) {
+  auto ok_rest = std::string{"    description: d\n    command: [x]\n"};
+  CAF_CHECK_EQUAL(tool_error("name: a b\n" + ok_rest),
+                  "node.yaml:2: tools[0].name: expected 1 to 64 characters "
+                  "from A-Z, a-z, 0-9, '_' and '-', got \"a b\"");
+  CAF_CHECK_EQUAL(tool_error("name: " + std::string(65, 'a') + "\n" + ok_rest),
+                  "node.yaml:2: tools[0].name: expected 1 to 64 characters "
+                  "from A-Z, a-z, 0-9, '_' and '-', got \""
+                    + std::string(60, 'a') + "...\"");
+  CAF_CHECK_EQUAL(tool_error("name: spawn_agent\n" + ok_rest),
+                  "node.yaml:2: tools[0].name: \"spawn_agent\" is the name of "
+                  "a built-in tool (spawn_agent and message_agent are "
+                  "reserved)");
+  CAF_CHECK_EQUAL(tool_error("name: message_agent\n" + ok_rest),
+                  "node.yaml:2: tools[0].name: \"message_agent\" is the name "
+                  "of a built-in tool (spawn_agent and message_agent are "
+                  "reserved)");
+  CAF_CHECK_EQUAL(tool_error("description: d\n    command: [x]\n"),
+                  "node.yaml:2: tools[0].name: missing required key "
+                  "(expected a tool name)");
+  CAF_CHECK_EQUAL(
+    error_of("tools:\n  - name: a\n" + ok_rest + "  - name: a\n" + ok_rest),
+    "node.yaml:5: tools[1].name: duplicate tool name \"a\" "
+    "(also tools[0])");
+  CAF_CHECK_EQUAL(tool_error("name: a\n    command: [x]\n"),
+                  "node.yaml:2: tools[0].description: missing required key "
+                  "(expected a non-empty description of what the tool does)");
+  CAF_CHECK_EQUAL(tool_error("name: a\n    description: ''\n"
+                             "    command: [x]\n"),
+                  "node.yaml:3: tools[0].description: expected a non-empty "
+                  "description of what the tool does, got \"\"");
+  CAF_CHECK_EQUAL(tool_error("name: a\n    description: d\n"),
+                  "node.yaml:2: tools[0].command: missing required key "
+                  "(expected a non-empty list of strings (the program and its "
+                  "arguments))");
+  CAF_CHECK_EQUAL(tool_error("name: a\n    description: d\n    command: []\n"),
+                  "node.yaml:4: tools[0].command: expected a non-empty list "
+                  "of strings (the program and its arguments), got an empty "
+                  "list");
+  CAF_CHECK_EQUAL(tool_error("name: a\n    description: d\n"
+                             "    command: ls -l\n"),
+                  "node.yaml:4: tools[0].command: expected a non-empty list "
+                  "of strings (the program and its arguments), got \"ls -l\"");
+  CAF_CHECK_EQUAL(tool_error("name: a\n    description: d\n"
+                             "    command: ['', x]\n"),
+                  "node.yaml:4: tools[0].command[0]: expected a program name "
+                  "or path, got \"\"");
+  CAF_CHECK_EQUAL(tool_error("name: a\n" + ok_rest + "    colour: red\n"),
+                  "node.yaml:5: tools[0].colour: unknown key (expected name, "
+                  "description, parameters, command, cwd, env, timeout, grace "
+                  "or output_cap)");
+  CAF_CHECK_EQUAL(error_of("tools:\n  name: a\n"),
+                  "node.yaml:2: tools: expected a list of tools, got a "
+                  "mapping");
+}
+
+CAF_TEST(tool parameters and placeholders are checked) {
+  auto tool = [](const std::string& parameters, const std::string& command) {
+    return tool_error("name: a\n    description: d\n" + parameters
+                      + "    command: " + command + "\n");
+  };
+  auto folder = std::string{"    parameters:\n      type: object\n"
+                            "      properties:\n        folder: {}\n"};
+  CAF_CHECK_EQUAL(tool("    parameters: [a]\n", "[x]"),
+                  "node.yaml:4: tools[0].parameters: expected a JSON schema "
+                  "of the arguments written as a mapping (with type: object), "
+                  "got a list");
+  CAF_CHECK_EQUAL(tool("    parameters:\n      properties: {}\n", "[x]"),
+                  "node.yaml:5: tools[0].parameters.type: missing required "
+                  "key (expected \"object\": the arguments of a tool call are "
+                  "an object)");
+  CAF_CHECK_EQUAL(tool("    parameters:\n      type: string\n", "[x]"),
+                  "node.yaml:5: tools[0].parameters.type: expected \"object\" "
+                  "(the arguments of a tool call are an object), got "
+                  "\"string\"");
+  CAF_CHECK_EQUAL(tool("    parameters:\n      type: object\n"
+                       "      properties: [a]\n",
+                       "[x]"),
+                  "node.yaml:6: tools[0].parameters.properties: expected a "
+                  "mapping of argument names to their schemas, got "
+                  "\"[\\\"a\\\"]\"");
+  CAF_CHECK_EQUAL(tool("    parameters:\n      type: object\n"
+                       "      type: object\n",
+                       "[x]"),
+                  "node.yaml:6: tools[0].parameters.type: duplicate key "
+                  "(first given on line 5)");
+  CAF_CHECK_EQUAL(tool(folder, "[ls, \"{fold}\"]"),
+                  "node.yaml:8: tools[0].command[1]: the placeholder {fold} "
+                  "names no property of parameters (expected folder; write "
+                  "{{ and }} for literal braces)");
+  CAF_CHECK_EQUAL(tool("", "[echo, \"{x}\"]"),
+                  "node.yaml:4: tools[0].command[1]: the placeholder {x} names "
+                  "no property of parameters (expected none: parameters "
+                  "declares no properties; write {{ and }} for literal "
+                  "braces)");
+  CAF_CHECK_EQUAL(tool(folder, "[ls, \"{folder\"]"),
+                  "node.yaml:8: tools[0].command[1]: \"{folder\" has a '{' "
+                  "without its '}' (write {{ for a literal '{')");
+  CAF_CHECK_EQUAL(tool(folder, "[ls, \"{{{folder\"]"),
+                  "node.yaml:8: tools[0].command[1]: \"{{{folder\" has a '{' "
+                  "without its '}' (write {{ for a literal '{')");
+  // Doubled braces are literal, and a lone '}' is too.
+  CAF_CHECK_EQUAL(tool(folder,
+                       "[sh, \"{{folder}}\", \"}\", \"a{{{folder}}}\"]"),
+                  "<parsed without error>");
+}
+
+CAF_TEST(tool limits are checked) {
+  auto tool = [](const std::string& extra) {
+    return tool_error("name: a\n    description: d\n    command: [x]\n"
+                      + extra);
+  };
+  CAF_CHECK_EQUAL(tool("    timeout: 0s\n"),
+                  "node.yaml:5: tools[0].timeout: expected at least 1ms, got "
+                  "0s");
+  CAF_CHECK_EQUAL(tool("    timeout: 30\n"),
+                  "node.yaml:5: tools[0].timeout: expected a duration such as "
+                  "\"250ms\", \"5s\", \"2m\" or \"1h\", got \"30\" (a unit is "
+                  "required)");
+  CAF_CHECK_EQUAL(tool("    grace: -1s\n"),
+                  "node.yaml:5: tools[0].grace: expected a duration such as "
+                  "\"250ms\", \"5s\", \"2m\" or \"1h\", got \"-1s\"");
+  CAF_CHECK_EQUAL(tool("    output_cap: 0\n"),
+                  "node.yaml:5: tools[0].output_cap: expected a size in bytes "
+                  ">= 1 (an integer, or a string like \"64KiB\" or \"1MiB\"), "
+                  "got \"0\"");
+  CAF_CHECK_EQUAL(tool("    env: [PATH, 1X]\n"),
+                  "node.yaml:5: tools[0].env[1]: expected an environment "
+                  "variable name (letters, digits and _, not starting with a "
+                  "digit), got \"1X\"");
+  CAF_CHECK_EQUAL(tool("    env: PATH\n"),
+                  "node.yaml:5: tools[0].env: expected a list of environment "
+                  "variable names, got \"PATH\"");
+  // A zero grace kills at once.
+  CAF_CHECK_EQUAL(tool("    grace: 0s\n"), "<parsed without error>");
+}
+
+CAF_TEST(pools and threads assign declared tools) {
+  auto cfg = parse(std::string{two_tools} + R"(pools:
+  - name: default
+    chain: [echo]
+    tools: [today]
+threads:
+  tools: [list_files]
+  agent_tools: [today, list_files]
+)");
+  CAF_REQUIRE_EQUAL(outcome(cfg), "none");
+  CAF_CHECK_EQUAL(cfg->pools[0].tools, std::vector<std::string>{"today"});
+  CAF_CHECK_EQUAL(cfg->threads.tools, std::vector<std::string>{"list_files"});
+  CAF_CHECK_EQUAL(cfg->threads.agent_tools,
+                  (std::vector<std::string>{"today", "list_files"}));
+  auto def = default_config();
+  CAF_CHECK(def.pools[0].tools.empty());
+  CAF_CHECK(def.threads.tools.empty());
+  CAF_CHECK(def.threads.agent_tools.empty());
+  CAF_CHECK_EQUAL(error_of(std::string{two_tools}
+                           + "pools:\n  - name: default\n    chain: [echo]\n"
+                             "    tools: [today, tomorrow]\n"),
+                  "node.yaml:15: pools[0].tools[1]: unknown tool "
+                  "\"tomorrow\" (expected today or list_files)");
+  CAF_CHECK_EQUAL(
+    error_of(std::string{two_tools} + "threads:\n  tools: [today, today]\n"),
+    "node.yaml:13: threads.tools[1]: tool \"today\" is listed "
+    "twice");
+  CAF_CHECK_EQUAL(error_of(std::string{two_tools}
+                           + "threads:\n  agent_tools:\n    - lst_files\n"),
+                  "node.yaml:14: threads.agent_tools[0]: unknown tool "
+                  "\"lst_files\" (expected today or list_files)");
+  CAF_CHECK_EQUAL(error_of("threads:\n  tools: [today]\n"),
+                  "node.yaml:2: threads.tools[0]: unknown tool \"today\" (no "
+                  "tools are declared: define it under tools)");
+  // The built-in agent tools need no assignment: they are no tools[] entry.
+  CAF_CHECK_EQUAL(error_of("threads:\n  agent_tools: [spawn_agent]\n"),
+                  "node.yaml:2: threads.agent_tools[0]: unknown tool "
+                  "\"spawn_agent\" (no tools are declared: define it under "
+                  "tools)");
+  CAF_CHECK_EQUAL(error_of("threads:\n  tools: today\n"),
+                  "node.yaml:2: threads.tools: expected a list of tool names, "
+                  "got \"today\"");
+}
+
+CAF_TEST(the turn guard takes every limit) {
+  auto def = default_config().threads;
+  CAF_CHECK_EQUAL(def.guard.max_events, 2000u);
+  CAF_CHECK_EQUAL(def.guard.per_tool.size(), 5u);
+  CAF_CHECK_EQUAL(def.disable_tool_after, 3u);
+  auto cfg = parse(R"(threads:
+  disable_tool_after: 5
+  guard:
+    max_events: 100
+    max_tool_calls: 20
+    max_duration: 90s
+    per_tool:
+      list_files: 3
+      today: 1
+    repeated_call_limit: 2
+    repeated_error_limit: 1
+    similar_reply_limit: 7
+)");
+  CAF_REQUIRE_EQUAL(outcome(cfg), "none");
+  auto& g = cfg->threads.guard;
+  CAF_CHECK_EQUAL(g.max_events, 100u);
+  CAF_CHECK_EQUAL(g.max_tool_calls, 20u);
+  CAF_CHECK_EQUAL(g.max_duration, 90s);
+  // The map given replaces the default caps.
+  CAF_CHECK_EQUAL(g.per_tool, (std::map<std::string, uint64_t>{
+                                {"list_files", 3}, {"today", 1}}));
+  CAF_CHECK_EQUAL(g.repeated_call_limit, 2u);
+  CAF_CHECK_EQUAL(g.repeated_error_limit, 1u);
+  CAF_CHECK_EQUAL(g.similar_reply_limit, 7u);
+  CAF_CHECK_EQUAL(cfg->threads.disable_tool_after, 5u);
+  // Keys left out keep their defaults, per_tool included; {} clears it.
+  cfg = parse("threads:\n  guard:\n    max_events: 9\n");
+  CAF_REQUIRE_EQUAL(outcome(cfg), "none");
+  CAF_CHECK_EQUAL(cfg->threads.guard.max_tool_calls, def.guard.max_tool_calls);
+  CAF_CHECK_EQUAL(cfg->threads.guard.per_tool, def.guard.per_tool);
+  cfg = parse("threads:\n  guard:\n    per_tool: {}\n");
+  CAF_REQUIRE_EQUAL(outcome(cfg), "none");
+  CAF_CHECK(cfg->threads.guard.per_tool.empty());
+}
+
+CAF_TEST(turn guard mistakes are named) {
+  auto guard = [](const std::string& body) {
+    return error_of("threads:\n  guard:\n" + body);
+  };
+  for (auto key : {"max_events", "max_tool_calls", "repeated_call_limit",
+                   "repeated_error_limit", "similar_reply_limit"})
+    CAF_CHECK_EQUAL(guard(std::string{"    "} + key + ": 0\n"),
+                    std::string{"node.yaml:3: threads.guard."} + key
+                      + ": expected an integer >= 1, got \"0\"");
+  CAF_CHECK_EQUAL(guard("    max_duration: 0s\n"),
+                  "node.yaml:3: threads.guard.max_duration: expected at least "
+                  "1ms, got 0s");
+  CAF_CHECK_EQUAL(guard("    per_tool:\n      today: 0\n"),
+                  "node.yaml:4: threads.guard.per_tool.today: expected an "
+                  "integer >= 1, got \"0\"");
+  CAF_CHECK_EQUAL(guard("    per_tool:\n      today: 1\n      today: 2\n"),
+                  "node.yaml:5: threads.guard.per_tool.today: duplicate key "
+                  "(first given on line 4)");
+  CAF_CHECK_EQUAL(guard("    per_tool: [today]\n"),
+                  "node.yaml:3: threads.guard.per_tool: expected a mapping of "
+                  "tool names to call counts, got a list");
+  CAF_CHECK_EQUAL(guard("    max_calls: 3\n"),
+                  "node.yaml:3: threads.guard.max_calls: unknown key (expected "
+                  "max_events, max_tool_calls, max_duration, per_tool, "
+                  "repeated_call_limit, repeated_error_limit or "
+                  "similar_reply_limit)");
+  CAF_CHECK_EQUAL(error_of("threads:\n  disable_tool_after: 0\n"),
+                  "node.yaml:2: threads.disable_tool_after: expected an "
+                  "integer in 1..4294967295, got \"0\"");
+}
+
+CAF_TEST(compaction takes every key) {
+  auto def = default_config().threads;
+  CAF_CHECK(def.compaction_enabled);
+  CAF_CHECK_EQUAL(def.compaction.warn_at, 0.8);
+  auto cfg = parse(R"(threads:
+  compaction:
+    enabled: false
+    warn_at: 0.5
+    compact_at: 1
+    strip_over: 1000
+    protect_last: 2
+    min_entries: 3
+    chunk_entries: 2
+    chunk_overlap: 1
+)");
+  CAF_REQUIRE_EQUAL(outcome(cfg), "none");
+  auto& c = cfg->threads.compaction;
+  CAF_CHECK(!cfg->threads.compaction_enabled);
+  CAF_CHECK_EQUAL(c.warn_at, 0.5);
+  CAF_CHECK_EQUAL(c.compact_at, 1.0);
+  CAF_CHECK_EQUAL(c.strip_over, 1000u);
+  CAF_CHECK_EQUAL(c.protect_last, 2u);
+  CAF_CHECK_EQUAL(c.min_entries, 3u);
+  CAF_CHECK_EQUAL(c.chunk_entries, 2u);
+  CAF_CHECK_EQUAL(c.chunk_overlap, 1u);
+  cfg = parse("threads:\n  compaction:\n    chunk_overlap: 0\n");
+  CAF_REQUIRE_EQUAL(outcome(cfg), "none");
+  CAF_CHECK_EQUAL(cfg->threads.compaction.chunk_overlap, 0u);
+  CAF_CHECK_EQUAL(cfg->threads.compaction.chunk_entries,
+                  def.compaction.chunk_entries);
+  CAF_CHECK(cfg->threads.compaction_enabled);
+}
+
+CAF_TEST(compaction values and their relations are checked) {
+  auto compaction = [](const std::string& body) {
+    return error_of("threads:\n  compaction:\n" + body);
+  };
+  CAF_CHECK_EQUAL(compaction("    warn_at: 0\n"),
+                  "node.yaml:3: threads.compaction.warn_at: expected a number "
+                  "above 0 and at most 1, got \"0\"");
+  CAF_CHECK_EQUAL(compaction("    compact_at: 1.5\n"),
+                  "node.yaml:3: threads.compaction.compact_at: expected a "
+                  "number in 0..1, got \"1.5\"");
+  CAF_CHECK_EQUAL(compaction("    warn_at: 0.9\n"),
+                  "node.yaml:3: threads.compaction.warn_at: expected less "
+                  "than threads.compaction.compact_at (0.9), got 0.9");
+  // With warn_at left at its default, the error points at compact_at.
+  CAF_CHECK_EQUAL(compaction("    strip_over: 10\n    compact_at: 0.5\n"),
+                  "node.yaml:4: threads.compaction.warn_at: expected less "
+                  "than threads.compaction.compact_at (0.5), got 0.8");
+  CAF_CHECK_EQUAL(compaction("    strip_over: 0\n"),
+                  "node.yaml:3: threads.compaction.strip_over: expected an "
+                  "integer >= 1, got \"0\"");
+  CAF_CHECK_EQUAL(compaction("    protect_last: 0\n"),
+                  "node.yaml:3: threads.compaction.protect_last: expected an "
+                  "integer >= 1, got \"0\"");
+  CAF_CHECK_EQUAL(compaction("    protect_last: 6\n"),
+                  "node.yaml:3: threads.compaction.min_entries: expected more "
+                  "than threads.compaction.protect_last (6), got 6");
+  CAF_CHECK_EQUAL(compaction("    min_entries: 4\n"),
+                  "node.yaml:3: threads.compaction.min_entries: expected more "
+                  "than threads.compaction.protect_last (4), got 4");
+  CAF_CHECK_EQUAL(compaction("    chunk_entries: 1\n"),
+                  "node.yaml:3: threads.compaction.chunk_entries: expected an "
+                  "integer >= 2, got \"1\"");
+  CAF_CHECK_EQUAL(compaction("    chunk_entries: 2\n"),
+                  "node.yaml:3: threads.compaction.chunk_overlap: expected "
+                  "less than threads.compaction.chunk_entries (2), got 2");
+  CAF_CHECK_EQUAL(compaction("    enabled: no\n"),
+                  "node.yaml:3: threads.compaction.enabled: expected true or "
+                  "false, got \"no\"");
+  CAF_CHECK_EQUAL(compaction("    chunk_size: 3\n"),
+                  "node.yaml:3: threads.compaction.chunk_size: unknown key "
+                  "(expected enabled, warn_at, compact_at, strip_over, "
+                  "protect_last, min_entries, chunk_entries or "
+                  "chunk_overlap)");
+}
+
+CAF_TEST(agent limits take every key and must be at least 1) {
+  auto def = default_config().threads.agents;
+  CAF_CHECK_EQUAL(def.max_children, 16u);
+  CAF_CHECK_EQUAL(def.max_depth, 4u);
+  CAF_CHECK_EQUAL(def.max_spawns_per_reply, 4u);
+  CAF_CHECK_EQUAL(def.hop_budget, 64u);
+  auto cfg = parse("threads:\n  agents:\n    max_children: 2\n"
+                   "    max_depth: 1\n    max_spawns_per_reply: 3\n"
+                   "    hop_budget: 10\n");
+  CAF_REQUIRE_EQUAL(outcome(cfg), "none");
+  auto& a = cfg->threads.agents;
+  CAF_CHECK_EQUAL(a.max_children, 2u);
+  CAF_CHECK_EQUAL(a.max_depth, 1u);
+  CAF_CHECK_EQUAL(a.max_spawns_per_reply, 3u);
+  CAF_CHECK_EQUAL(a.hop_budget, 10u);
+  for (auto key :
+       {"max_children", "max_depth", "max_spawns_per_reply", "hop_budget"})
+    CAF_CHECK_EQUAL(
+      error_of(std::string{"threads:\n  agents:\n    "} + key + ": 0\n"),
+      std::string{"node.yaml:3: threads.agents."} + key
+        + ": expected an integer >= 1, got \"0\"");
+  CAF_CHECK_EQUAL(error_of("threads:\n  agents:\n    max_dept: 2\n"),
+                  "node.yaml:3: threads.agents.max_dept: unknown key (did you "
+                  "mean max_depth?)");
+}
+
+CAF_TEST(providers take a context window override) {
+  CAF_CHECK_EQUAL(default_config().providers[0].context_window, 0u);
+  auto cfg = parse("providers:\n  - name: s\n    kind: scripted\n"
+                   "    context_window: 2048\n    script:\n"
+                   "      - reply: x\n  - name: e\n    kind: echo\n"
+                   "    context_window: 0\n");
+  CAF_REQUIRE_EQUAL(outcome(cfg), "none");
+  CAF_CHECK_EQUAL(cfg->providers[0].context_window, 2048u);
+  CAF_CHECK_EQUAL(cfg->providers[1].context_window, 0u);
+  CAF_CHECK_EQUAL(error_of("providers:\n  - name: e\n    kind: echo\n"
+                           "    context_window: 1023\n"),
+                  "node.yaml:4: providers[0].context_window: expected 0 (the "
+                  "model's window from the table of known models) or an "
+                  "integer >= 1024, got \"1023\"");
+  CAF_CHECK_EQUAL(error_of("providers:\n  - name: e\n    kind: echo\n"
+                           "    context_window: 8k\n"),
+                  "node.yaml:4: providers[0].context_window: expected an "
+                  "integer >= 0, got \"8k\"");
 }

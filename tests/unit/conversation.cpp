@@ -125,9 +125,11 @@ struct limits_fixture : fixture {
     tool_call.tool_name = "weather";
     tool_call.tool_arguments = R"({"city":"Zürich and a long way around"})";
     scripted_step slow{"slow", "late", 10s, "", false};
+    // The model's answer once it learned the tool is not there.
+    scripted_step no_tool{"weather is", "none", {}, "", false};
     auto cfg = scripted_config(fresh_data_dir(),
-                               {match_step("long", ""), tool_call, slow,
-                                reply_step("re: {input}")});
+                               {match_step("long", ""), no_tool, tool_call,
+                                slow, reply_step("re: {input}")});
     cfg.providers.front().script.front().reply = "long: Grüße {input}";
     cfg.threads.max_live = 2;
     cfg.threads.max_stored_threads = 3;
@@ -672,27 +674,32 @@ CAF_TEST(a thread beyond max_stored_threads is refused and others work on) {
   CAF_CHECK_EQUAL(history("b").size(), 4u);
 }
 
-CAF_TEST(a long reply and a long tool call are cut before the context) {
+CAF_TEST(a long reply and a long tool result are cut before the context) {
   CAF_REQUIRE(send("t", "1", "long story"));
   auto log = history("t");
   CAF_REQUIRE_EQUAL(log.size(), 2u);
   // "long: Grüße long story" is cut at 9 bytes, before the 'ü' it splits.
   CAF_CHECK_EQUAL(log[1].text, "long: Gr\n[reply cut at 9 bytes]");
   CAF_CHECK(valid_utf8(log[1].text));
+  // The model calls a tool the thread lacks: the result says so, cut.
   CAF_REQUIRE(send("t", "2", "tool"));
   log = history("t");
-  CAF_REQUIRE_EQUAL(log.size(), 4u);
-  CAF_CHECK_EQUAL(log[3].text, "ok\n[tool call weather {\"city\":\"Z\n"
-                               "[tool call cut at 30 bytes]");
-  CAF_CHECK(valid_utf8(log[3].text));
-  // The context holds the cut text, not the provider's.
+  CAF_REQUIRE_EQUAL(log.size(), 5u);
+  CAF_CHECK_EQUAL(log[3].kind, log_kind::tool);
+  CAF_CHECK_EQUAL(log[3].tool, "weather");
+  CAF_CHECK_EQUAL(log[3].text, "[no tool named weather is avai\n"
+                               "[tool output cut at 30 bytes]");
+  CAF_CHECK_EQUAL(log[4].text, "none");
+  // The context holds the cut texts, not the provider's or the tool's.
   auto snap = self->request(persistence(), caf::infinite, atom::load_v,
                             std::string{"t"});
   consume_messages();
   snap.receive(
     [&](thread_snapshot& x) {
-      CAF_REQUIRE_EQUAL(x.context.size(), 4u);
+      CAF_REQUIRE_EQUAL(x.context.size(), 6u);
       CAF_CHECK_EQUAL(x.context[1].content, log[1].text);
+      CAF_CHECK_EQUAL(x.context[3].tool_calls.size(), 1u);
+      CAF_CHECK_EQUAL(x.context[4].content, log[3].text);
     },
     [](caf::error& err) { CAF_FAIL(render(err)); });
 }

@@ -164,17 +164,17 @@ CAF_TEST(every record encodes as before and reads back) {
                R"("thread":"t1"})",
                R"(keel::session_record("t1", "p0", "default", "gpt-x",)"
                R"( "openai-1", ACTIVE, 1700000000123, 1700000000456,)"
-               R"( "opaque \"state\"\né"))",
+               R"( "opaque \"state\"\né", []))",
                "0274310270300764656661756c74056770742d78086f70656e61692d3100"
                "0000018bcfe5687b0000018bcfe569c8116f706171756520227374617465"
-               "220ac3a9");
+               "220ac3a900");
   check_pinned(session_record{},
                R"({"created_at":0,"model":"","parent":"","pool":"",)"
                R"("provider":"","provider_state":"","recovered_at":0,)"
                R"("state":"SUSPENDED","thread":""})",
                R"(keel::session_record("", "", "", "", "", SUSPENDED, 0, 0,)"
-               R"( ""))",
-               "0000000000010000000000000000000000000000000000");
+               R"( "", []))",
+               "000000000001000000000000000000000000000000000000");
   check_pinned(full_link(), R"({"child":"p.c","created_at":42,"parent":"p"})",
                R"(keel::tree_link("p", "p.c", 42))",
                "017003702e63000000000000002a");
@@ -203,33 +203,34 @@ CAF_TEST(every record encodes as before and reads back) {
   check_pinned(user_log(),
                R"({"at":10,"client_id":"c0","kind":"user","seq":1,)"
                R"("text":"hello"})",
-               R"(keel::log_entry(1, user, "c0", 0, "hello", "", "", 10))",
+               R"(keel::log_entry(1, user, "c0", 0, "hello", "", "", 10, ""))",
                "00000000000000010002633000000000000000000568656c6c6f00000000"
-               "00000000000a");
+               "00000000000a00");
   check_pinned(reply_log(),
                R"({"at":77,"client_id":"c1","kind":"reply",)"
                R"("provider":"openai-1","reply_to":3,"seq":5,)"
                R"("text":"the answer"})",
                R"(keel::log_entry(5, reply, "c1", 3, "the answer", "",)"
-               R"( "openai-1", 77))",
+               R"( "openai-1", 77, ""))",
                "00000000000000050102633100000000000000030a74686520616e737765"
-               "7200086f70656e61692d31000000000000004d");
+               "7200086f70656e61692d31000000000000004d00");
   check_pinned(error_log(),
                R"({"at":78,"client_id":"c2","code":"provider_down",)"
                R"("kind":"error","reply_to":4,"seq":6,"text":"failed"})",
                R"(keel::log_entry(6, error, "c2", 4, "failed",)"
-               R"( "provider_down", "", 78))",
+               R"( "provider_down", "", 78, ""))",
                "0000000000000006020263320000000000000004066661696c65640d7072"
-               "6f76696465725f646f776e00000000000000004e");
+               "6f76696465725f646f776e00000000000000004e00");
   check_pinned(log_entry{},
                R"({"at":0,"client_id":"","kind":"user","seq":0,"text":""})",
-               R"(keel::log_entry(0, user, "", 0, "", "", "", 0))",
-               "0000000000000000000000000000000000000000000000000000000000");
+               R"(keel::log_entry(0, user, "", 0, "", "", "", 0, ""))",
+               "000000000000000000000000000000000000000000000000000000000000");
   check_pinned(full_context(),
                R"({"content":"text with\nnewline","role":"assistant","seq":3})",
-               R"(keel::context_entry(3, "assistant", "text with\nnewline"))",
+               R"(keel::context_entry(3, "assistant", "text with\nnewline",)"
+               R"( [], "", ""))",
                "000000000000000309617373697374616e74117465787420776974680a6e"
-               "65776c696e65");
+               "65776c696e65000000");
   check_pinned(full_health(),
                R"({"breaker":"open","calls":10,"consecutive_failures":3,)"
                R"("cooldown_until":200,"failures":4,"last_error":"timeout",)"
@@ -290,14 +291,14 @@ CAF_TEST(every record encodes as before and reads back) {
                R"("parent":"p","pool":"default","provider":"pr1",)"
                R"("state":"ACTIVE","thread":"p.a"})",
                R"(keel::agent_info("p.a", "p", "ACTIVE", "default", "m1",)"
-               R"( "pr1", 5, ["p.a.b", "p.a.c"]))",
+               R"( "pr1", 5, ["p.a.b", "p.a.c"], []))",
                "03702e610170064143544956450764656661756c74026d31037072310000"
-               "0000000000050205702e612e6205702e612e63");
+               "0000000000050205702e612e6205702e612e6300");
   check_pinned(agent_info{},
                R"({"children":[],"created_at":0,"model":"","parent":"",)"
                R"("pool":"","provider":"","state":"","thread":""})",
-               R"(keel::agent_info("", "", "", "", "", "", 0, []))",
-               "000000000000000000000000000000");
+               R"(keel::agent_info("", "", "", "", "", "", 0, [], []))",
+               "00000000000000000000000000000000");
 }
 
 CAF_TEST(the agent list encodes as before and reads back) {

@@ -3,6 +3,7 @@
 
 #include "keel/llm_client.hpp"
 #include "keel/llm_wire.hpp"
+#include "keel/offline_provider.hpp"
 #include "keel/text.hpp"
 
 #include <condition_variable>
@@ -275,6 +276,265 @@ CAF_TEST(anthropic request bodies move system text and merge turns) {
   body = json::parse(
     wire::request_body(wire::api::anthropic, "claude", req, 5, false));
   CAF_CHECK(body.find("system") == body.end());
+}
+
+namespace {
+
+context_entry user_entry(seq_t seq, std::string text) {
+  return {seq, "user", std::move(text)};
+}
+
+context_entry calls_entry(seq_t seq, std::string text,
+                          std::vector<tool_call> calls) {
+  context_entry result{seq, "assistant", std::move(text)};
+  result.tool_calls = std::move(calls);
+  return result;
+}
+
+context_entry tool_entry(seq_t seq, std::string id, std::string content) {
+  context_entry result{seq, "tool", std::move(content)};
+  result.tool_call_id = std::move(id);
+  result.tool_name = "f";
+  return result;
+}
+
+/// The messages each API gets for one context.
+struct body_row {
+  const char* what;
+  std::vector<context_entry> context;
+  json openai;
+  json anthropic;
+};
+
+json openai_call(const char* id, const char* name, const char* args) {
+  return {{"id", id},
+          {"type", "function"},
+          {"function", {{"name", name}, {"arguments", args}}}};
+}
+
+json tool_use(const char* id, const char* name, json input) {
+  return {{"type", "tool_use"}, {"id", id}, {"name", name}, {"input", input}};
+}
+
+json tool_result(const char* id, const char* content) {
+  return {{"type", "tool_result"}, {"tool_use_id", id}, {"content", content}};
+}
+
+json msg(const char* role, json content) {
+  return {{"role", role}, {"content", std::move(content)}};
+}
+
+std::vector<body_row> tool_body_rows() {
+  auto q = msg("user", "q");
+  auto a1 = json::object({{"a", 1}});
+  auto a1_text = R"({"a":1})";
+  return {
+    {"one call and its result",
+     {user_entry(1, "q"), calls_entry(2, "", {{"c1", "f", a1_text}}),
+      tool_entry(3, "c1", "42")},
+     json::array(
+       {q,
+        {{"role", "assistant"},
+         {"content", nullptr},
+         {"tool_calls", json::array({openai_call("c1", "f", a1_text)})}},
+        {{"role", "tool"}, {"tool_call_id", "c1"}, {"content", "42"}}}),
+     json::array({q, msg("assistant", json::array({tool_use("c1", "f", a1)})),
+                  msg("user", json::array({tool_result("c1", "42")}))})},
+    {"text and two calls, then both results (arguments not an object)",
+     {user_entry(1, "q"),
+      calls_entry(2, "let me see", {{"c1", "f", "{}"}, {"c2", "g", "[1]"}}),
+      tool_entry(3, "c1", "r1"), tool_entry(4, "c2", "r2")},
+     json::array(
+       {q,
+        {{"role", "assistant"},
+         {"content", "let me see"},
+         {"tool_calls", json::array({openai_call("c1", "f", "{}"),
+                                     openai_call("c2", "g", "[1]")})}},
+        {{"role", "tool"}, {"tool_call_id", "c1"}, {"content", "r1"}},
+        {{"role", "tool"}, {"tool_call_id", "c2"}, {"content", "r2"}}}),
+     json::array({q,
+                  msg("assistant",
+                      json::array({{{"type", "text"}, {"text", "let me see"}},
+                                   tool_use("c1", "f", json::object()),
+                                   tool_use("c2", "g", json::object())})),
+                  msg("user", json::array({tool_result("c1", "r1"),
+                                           tool_result("c2", "r2")}))})},
+    {"a result then an error entry and a user message",
+     {user_entry(1, "q"), calls_entry(2, "", {{"c1", "f", "not json"}}),
+      tool_entry(3, "c1", "r1"), context_entry{4, "error", "oops"},
+      user_entry(5, "more"), calls_entry(6, "ok", {}),
+      context_entry{7, "assistant", "done"}},
+     json::array(
+       {q,
+        {{"role", "assistant"},
+         {"content", nullptr},
+         {"tool_calls", json::array({openai_call("c1", "f", "not json")})}},
+        {{"role", "tool"}, {"tool_call_id", "c1"}, {"content", "r1"}},
+        msg("user", "more"),
+        msg("assistant", "ok"),
+        msg("assistant", "done")}),
+     json::array(
+       {q, msg("assistant", json::array({tool_use("c1", "f", json::object())})),
+        msg("user", json::array({tool_result("c1", "r1"),
+                                 {{"type", "text"}, {"text", "more"}}})),
+        msg("assistant", "ok\n\ndone")})},
+    {"a user text before a result (tool results go first), an empty result",
+     {calls_entry(1, "", {{"c1", "f", "{}"}}), user_entry(2, "wait"),
+      tool_entry(3, "c1", "")},
+     json::array({{{"role", "assistant"},
+                   {"content", nullptr},
+                   {"tool_calls", json::array({openai_call("c1", "f", "{}")})}},
+                  msg("user", "wait"),
+                  {{"role", "tool"}, {"tool_call_id", "c1"}, {"content", ""}}}),
+     json::array(
+       {msg("assistant", json::array({tool_use("c1", "f", json::object())})),
+        msg("user",
+            json::array({{{"type", "tool_result"}, {"tool_use_id", "c1"}},
+                         {{"type", "text"}, {"text", "wait"}}}))})},
+  };
+}
+
+} // namespace
+
+CAF_TEST(request bodies carry tool calls and tool results in both apis) {
+  for (auto& row : tool_body_rows()) {
+    CAF_MESSAGE(row.what);
+    completion_request req;
+    req.context = row.context;
+    auto openai
+      = json::parse(wire::request_body(wire::api::openai, "m", req, 9, false));
+    CAF_CHECK_EQUAL(openai["messages"].dump(), row.openai.dump());
+    auto anthropic = json::parse(
+      wire::request_body(wire::api::anthropic, "m", req, 9, false));
+    CAF_CHECK_EQUAL(anthropic["messages"].dump(), row.anthropic.dump());
+    CAF_CHECK(anthropic.find("system") == anthropic.end());
+  }
+}
+
+CAF_TEST(request bodies advertise the configured tools after the agent tools) {
+  completion_request req;
+  req.context = {user_entry(1, "q")};
+  auto schema = R"({"type":"object","properties":{"cmd":{"type":"string"}}})";
+  req.tools = {{"run", "Runs a command.", schema},
+               {"spawn_agent", "shadows an agent tool", "{}"},
+               {"broken", "Bad schema.", "{not json"},
+               {"scalar", "Not an object.", "42"},
+               {"run", "listed twice", "{}"}};
+  auto empty_schema = json{{"type", "object"}, {"properties", json::object()}};
+  auto openai
+    = json::parse(wire::request_body(wire::api::openai, "m", req, 9, false));
+  auto& ot = openai["tools"];
+  CAF_REQUIRE_EQUAL(ot.size(), 5u);
+  CAF_CHECK_EQUAL(ot[0]["function"]["name"], "spawn_agent");
+  CAF_CHECK_NOT_EQUAL(ot[0]["function"]["description"],
+                      "shadows an agent tool");
+  CAF_CHECK_EQUAL(ot[1]["function"]["name"], "message_agent");
+  CAF_CHECK_EQUAL(ot[2].dump(), json({{"type", "function"},
+                                      {"function",
+                                       {{"name", "run"},
+                                        {"description", "Runs a command."},
+                                        {"parameters", json::parse(schema)}}}})
+                                  .dump());
+  CAF_CHECK_EQUAL(ot[3]["function"]["name"], "broken");
+  CAF_CHECK_EQUAL(ot[3]["function"]["parameters"], empty_schema);
+  CAF_CHECK_EQUAL(ot[4]["function"]["name"], "scalar");
+  CAF_CHECK_EQUAL(ot[4]["function"]["parameters"], empty_schema);
+  auto anthropic
+    = json::parse(wire::request_body(wire::api::anthropic, "m", req, 9, false));
+  auto& at = anthropic["tools"];
+  CAF_REQUIRE_EQUAL(at.size(), 5u);
+  CAF_CHECK_EQUAL(at[0]["name"], "spawn_agent");
+  CAF_CHECK_EQUAL(at[2].dump(), json({{"name", "run"},
+                                      {"description", "Runs a command."},
+                                      {"input_schema", json::parse(schema)}})
+                                  .dump());
+  CAF_CHECK_EQUAL(at[3]["input_schema"], empty_schema);
+  CAF_CHECK_EQUAL(at[4]["name"], "scalar");
+}
+
+// -- offline providers --------------------------------------------------------
+
+namespace {
+
+provider_config scripted_provider_config() {
+  provider_config cfg;
+  cfg.name = "s";
+  cfg.kind = "scripted";
+  scripted_step failed;
+  failed.match = "exit status";
+  failed.reply = "the tool failed: {input}";
+  scripted_step run;
+  run.match = "run";
+  run.tool_name = "shell";
+  run.tool_arguments = R"({"cmd":"{input}"})";
+  scripted_step rest;
+  rest.reply = "done: {input}";
+  cfg.script = {failed, run, rest};
+  return cfg;
+}
+
+completion_request with_context(std::vector<context_entry> ctx) {
+  completion_request req;
+  req.context = std::move(ctx);
+  return req;
+}
+
+} // namespace
+
+CAF_TEST(scripted steps answer the last user message or tool result) {
+  auto p = make_provider(scripted_provider_config());
+  CAF_REQUIRE(p);
+  auto& prov = **p;
+  auto call = calls_entry(2, "", {{"call_1", "shell", R"({"cmd":"run ls"})"}});
+  // A user message asks for the tool.
+  auto out = prov.complete(with_context({user_entry(1, "run ls")}), 10);
+  CAF_CHECK(out.what == provider_outcome::kind::reply);
+  CAF_CHECK_EQUAL(out.reply.finish_reason, "tool_calls");
+  CAF_REQUIRE_EQUAL(out.reply.tool_calls.size(), 1u);
+  CAF_CHECK_EQUAL(out.reply.tool_calls[0].name, "shell");
+  CAF_CHECK_EQUAL(out.reply.tool_calls[0].arguments, R"({"cmd":"run ls"})");
+  // Its failed result is what the next step matches and quotes, even with
+  // entries of other roles after it.
+  out = prov.complete(with_context({user_entry(1, "run ls"), call,
+                                    tool_entry(3, "call_1", "exit status 2"),
+                                    context_entry{4, "system", "note"},
+                                    context_entry{5, "error", "run"}}),
+                      10);
+  CAF_CHECK_EQUAL(out.reply.text, "the tool failed: exit status 2");
+  CAF_CHECK(out.reply.tool_calls.empty());
+  CAF_CHECK_EQUAL(out.reply.finish_reason, "stop");
+  // A result no step matches goes to the rotation, quoted as {input}.
+  out = prov.complete(with_context({user_entry(1, "run ls"), call,
+                                    tool_entry(3, "call_1", "a.txt")}),
+                      10);
+  CAF_CHECK_EQUAL(out.reply.text, "done: a.txt");
+  CAF_CHECK(out.reply.tool_calls.empty());
+  // A user message after the result is the input again.
+  out = prov.complete(with_context({user_entry(1, "run ls"), call,
+                                    tool_entry(3, "call_1", "exit status 1"),
+                                    user_entry(4, "thanks")}),
+                      10);
+  CAF_CHECK_EQUAL(out.reply.text, "done: thanks");
+}
+
+CAF_TEST(echo answers the last user message or tool result) {
+  provider_config cfg;
+  cfg.name = "e";
+  cfg.kind = "echo";
+  auto p = make_provider(cfg);
+  CAF_REQUIRE(p);
+  auto call = calls_entry(2, "", {{"c1", "f", "{}"}});
+  auto out = (*p)->complete(
+    with_context({user_entry(1, "hi"), context_entry{2, "system", "note"}}),
+    10);
+  CAF_CHECK_EQUAL(out.reply.text, "echo: hi");
+  out = (*p)->complete(
+    with_context({user_entry(1, "hi"), call, tool_entry(3, "c1", "out")}), 10);
+  CAF_CHECK_EQUAL(out.reply.text, "echo: out");
+  CAF_CHECK_EQUAL(last_input_text({}), "");
+  CAF_CHECK_EQUAL(
+    last_user_text({user_entry(1, "hi"), call, tool_entry(3, "c1", "out")}),
+    "hi");
 }
 
 // -- wire: answers ------------------------------------------------------------

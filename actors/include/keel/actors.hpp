@@ -132,6 +132,46 @@ typename Inspector::result_type inspect(Inspector& f, cluster_status& x) {
            x.declared_dead, x.members, x.owners, x.epochs);
 }
 
+/// One run of a tool as the tool runner gets it: everything decided
+/// (arguments expanded, environment taken from the allow-list).
+struct tool_run {
+  std::string tool;
+  std::vector<std::string> argv;
+  /// Working directory; empty: the node's.
+  std::string cwd;
+  /// The tool's whole environment, "NAME=value" each.
+  std::vector<std::string> env;
+  caf::timespan timeout{0};
+  /// Between SIGTERM and SIGKILL to the tool's process group.
+  caf::timespan grace{0};
+  /// Bytes of stdout and of stderr each kept.
+  uint64_t output_cap = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, tool_run& x) {
+  return f(caf::meta::type_name("keel::tool_run"), x.tool, x.argv, x.cwd, x.env,
+           x.timeout, x.grace, x.output_cap);
+}
+
+/// How a tool's run ended, as the model and the thread see it.
+struct tool_outcome {
+  /// The result for the model (never empty): output, cut marks, status.
+  std::string text;
+  /// Empty on success; else one line saying what failed ("exit status 2:
+  /// LAST STDERR LINE", "timed out after 120 s", "cannot start ...").
+  std::string error;
+  bool timed_out = false;
+  /// From the request to the end of the process group, in microseconds.
+  uint64_t took_us = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, tool_outcome& x) {
+  return f(caf::meta::type_name("keel::tool_outcome"), x.text, x.error,
+           x.timed_out, x.took_us);
+}
+
 } // namespace keel
 
 CAF_BEGIN_TYPE_ID_BLOCK(keel, caf::first_custom_type_id)
@@ -179,6 +219,7 @@ CAF_ADD_ATOM(keel, keel::atom, tick, "tick")
 CAF_ADD_ATOM(keel, keel::atom, release, "release")
 CAF_ADD_ATOM(keel, keel::atom, interest, "interest")
 CAF_ADD_ATOM(keel, keel::atom, cluster, "cluster")
+CAF_ADD_ATOM(keel, keel::atom, run, "run")
 
 CAF_ADD_TYPE_ID(keel, (keel::session_record))
 CAF_ADD_TYPE_ID(keel, (keel::inbox_entry))
@@ -214,6 +255,8 @@ CAF_ADD_TYPE_ID(keel, (std::vector<uint32_t>) )
 CAF_ADD_TYPE_ID(keel, (std::vector<uint64_t>) )
 CAF_ADD_TYPE_ID(keel, (keel::cluster_member_info))
 CAF_ADD_TYPE_ID(keel, (keel::cluster_status))
+CAF_ADD_TYPE_ID(keel, (keel::tool_run))
+CAF_ADD_TYPE_ID(keel, (keel::tool_outcome))
 
 CAF_END_TYPE_ID_BLOCK(keel)
 
@@ -378,6 +421,14 @@ using conversation_actor = caf::typed_actor<
   // orchestrator makes room under `threads.max_live`. Answers whether it
   // does.
   caf::replies_to<atom::passivate>::with<bool>>;
+
+/// A tool runner: runs one tool call as a subprocess on a thread of its
+/// own (spawned `detached`, never on a CAF worker), then quits. A cancel
+/// flag handed over at spawn ends the run early (see `keel/tool_runner.hpp`).
+using tool_runner_actor = caf::typed_actor<
+  // Runs the tool to completion and answers how it ended; a tool that
+  // cannot start, fails or times out is an outcome, never an error.
+  caf::replies_to<atom::run, tool_run>::with<tool_outcome>>;
 
 /// The orchestrator: routes a thread to its conversation (through the
 /// conversations supervisor, starting it on demand); never waits on I/O.

@@ -1,8 +1,10 @@
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -14,6 +16,7 @@
 #include "keel/actors.hpp"
 #include "keel/config.hpp"
 #include "keel/shard_table.hpp"
+#include "keel/turn_guard.hpp"
 
 namespace keel {
 
@@ -44,16 +47,24 @@ struct conversation_config {
   /// In a cluster, the node's shard table: the conversation takes its
   /// tenure from it before it loads the thread. Null on a single node.
   std::shared_ptr<const shard_table> shards;
+  /// The tools the model may call in a root thread (its pool's and
+  /// `threads.tools`) and in a child agent (its pool's and
+  /// `threads.agent_tools`).
+  std::vector<tool_config> root_tools;
+  std::vector<tool_config> agent_tools;
+  /// The limits of one message's turn loop.
+  guard_limits guard;
+  /// A tool failing this often in the thread is disabled there.
+  uint32_t disable_tool_after = 3;
 };
 
 /// How much longer than `turn_timeout` a conversation waits for its pool,
 /// which ends a call at the turn's deadline and answers then.
 constexpr caf::timespan turn_timeout_grace = std::chrono::seconds{5};
 
-/// Builds a conversation's configuration from the node's thread defaults
-/// and storage settings.
-conversation_config make_conversation_config(const thread_defaults& defaults,
-                                             const storage_config& storage,
+/// Builds a conversation's configuration from the node's thread defaults,
+/// storage settings and tools.
+conversation_config make_conversation_config(const node_config& node,
                                              std::string thread);
 
 /// Descriptive messages posted to a thread when a turn fails.
@@ -75,11 +86,33 @@ constexpr const char* cancelled
 constexpr const char* history_reset
   = "I had trouble loading our conversation history. Starting fresh for this "
     "thread.";
+/// Posted (code `guard_stopped`) before the guard's report when the turn
+/// loop was stopped; the report says which limit.
+constexpr const char* guard_stopped_code = "guard_stopped";
 /// Followed by the error, then `unknown_suffix`.
 constexpr const char* unknown_prefix = "Something went wrong: ";
 constexpr const char* unknown_suffix = ". Try sending your message again.";
 
 } // namespace turn_errors
+
+/// What the model gets as a tool's result when the call did not run to its
+/// end.
+namespace tool_texts {
+
+/// A call that was durable but has no result after a restart. It is not run
+/// again: a tool may have side effects (a file written, a message sent),
+/// and only the model, told what happened, can judge whether to repeat it.
+constexpr const char* interrupted
+  = "[the tool call was interrupted by a restart before its result was "
+    "stored; it was not run again, because it may have had effects. Check "
+    "before calling it again.]";
+
+} // namespace tool_texts
+
+/// What the thread's history and the model read when `tool` is disabled
+/// after its `failures`-th failure, `error`.
+std::string disabled_tool_text(const std::string& tool, uint32_t failures,
+                               const std::string& error);
 
 /// A message to accept: from a client (`from` empty: client id and text
 /// only) or from another thread (its whole outbox entry).
@@ -158,6 +191,14 @@ struct conversation_state {
   bool unsure_accepts = false;
   /// True while the stored inbox is read back for `unsure_accepts`.
   bool reading_back = false;
+  /// The running turn's guard, from its first model call to its commit.
+  std::optional<turn_guard> guard;
+  /// Set when the model repeated itself: the next request tells it to try
+  /// a different approach.
+  bool nudge = false;
+  /// Ends the running tool's process group when set (a cancel of the
+  /// thread, the actor's exit).
+  std::shared_ptr<std::atomic<bool>> tool_cancel;
 
   /// True if nothing is pending: the actor may passivate.
   bool idle() const;
@@ -173,9 +214,40 @@ struct conversation_state {
   /// The children the reply's spawn_agent calls name that the thread does
   /// not have yet, each once.
   std::vector<std::string> new_children(const completion& reply) const;
-  /// The commit of a failed turn: a descriptive error in the thread.
+  /// The commit of a failed turn: a descriptive error in the thread. If
+  /// tool steps of the turn are in the context, the error closes them as
+  /// the assistant's answer there.
   turn_commit make_error_commit(const std::string& code,
                                 const std::string& text, millis now);
+  /// The tools configured for this thread (by its kind: root or agent).
+  const std::vector<tool_config>& tools() const;
+  /// How often `tool` failed in this thread.
+  uint32_t tool_failures(const std::string& tool) const;
+  /// True once `tool` failed `disable_tool_after` times in this thread.
+  bool tool_disabled(const std::string& tool) const;
+  /// The configured, enabled tools, as the model is told about them.
+  std::vector<tool_spec> offered_tools() const;
+  /// True if `reply` ends the turn: it calls no tools besides the agent
+  /// tools (which take effect with the answer).
+  bool final_reply(const completion& reply) const;
+  /// True if the inbox front's message is in the context: a tool step of
+  /// its turn is stored.
+  bool turn_in_context() const;
+  /// The calls of the turn's last model answer that have no result in the
+  /// context yet, in order.
+  std::vector<tool_call> unanswered_calls() const;
+  /// A step of the turn: the model's answer asking for tools (with the
+  /// user message, on the turn's first step). Agent tool calls among them
+  /// take effect here (their results and messages in the same commit).
+  turn_commit make_call_step(const completion& reply, millis now,
+                             const spawn_outcomes& spawns);
+  /// A step of the turn: the result of `call`. A failure of a configured
+  /// tool (`counts_failure`) is counted in the session; the one that
+  /// reaches `disable_tool_after` disables the tool, said in the history
+  /// and to the model.
+  turn_commit make_result_step(const tool_call& call,
+                               const tool_outcome& outcome, bool counts_failure,
+                               millis now);
   /// Applies a committed turn to the in-memory state.
   void apply(const turn_commit& commit);
   /// Fails every accept not answered yet (the actor is going down).
@@ -192,6 +264,10 @@ struct conversation_state {
   accept_request make_accept_request(incoming_message msg);
   /// Restores the state from a snapshot.
   void restore(thread_snapshot snapshot);
+  /// Takes the stored context (and tool failures) of `snapshot`: after a
+  /// step whose commit may or may not have landed, the turn resumes from
+  /// what is stored.
+  void resume_steps(const thread_snapshot& snapshot);
   /// Adds the stored inbox entries that the live inbox lacks (accepts that
   /// landed after their sender was told they failed), in seq order behind
   /// the running turn.

@@ -26,6 +26,12 @@ const pool_config* node_config::find_pool(const std::string& x) const {
   return i != pools.end() ? &*i : nullptr;
 }
 
+const tool_config* node_config::find_tool(const std::string& x) const {
+  auto i = std::find_if(tools.begin(), tools.end(),
+                        [&](const tool_config& t) { return t.name == x; });
+  return i != tools.end() ? &*i : nullptr;
+}
+
 bool is_loopback_host(std::string_view host) {
   // Host names are case-insensitive (RFC 4343).
   constexpr std::string_view local = "localhost";

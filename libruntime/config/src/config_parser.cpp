@@ -3,11 +3,16 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <charconv>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <set>
 #include <utility>
+
+#include <nlohmann/json.hpp>
 
 #include "keel/strict_yaml.hpp"
 
@@ -15,6 +20,7 @@ namespace keel {
 
 namespace {
 
+using strict_yaml::contains;
 using strict_yaml::describe;
 using strict_yaml::indexed;
 using strict_yaml::line_of;
@@ -22,12 +28,13 @@ using strict_yaml::map_reader;
 using strict_yaml::no_limit;
 using strict_yaml::one_of;
 using strict_yaml::quote;
+using strict_yaml::render_number;
 using strict_yaml::strings;
 
 // -- the schema's names -------------------------------------------------------
 
 constexpr const char* top_level_keys[]
-  = {"node",        "gateway", "providers", "pools",   "threads",
+  = {"node",        "gateway", "providers", "pools",   "tools", "threads",
      "supervision", "logging", "storage",   "cluster", "chaos"};
 
 constexpr const char* gateway_keys[] = {"host",
@@ -80,6 +87,48 @@ constexpr const char* failure_classes[]
      "overloaded", "model_not_found", "context_overflow", "invalid_request",
      "format",     "unknown"};
 
+constexpr const char* tool_keys[] = {"name",    "description", "parameters",
+                                     "command", "cwd",         "env",
+                                     "timeout", "grace",       "output_cap"};
+
+/// Tools the runtime itself gives threads; `tools[]` cannot take their names.
+constexpr const char* builtin_tools[] = {"spawn_agent", "message_agent"};
+
+/// What tool names look like, for messages (the providers' function names).
+constexpr const char* tool_name_expected
+  = "1 to 64 characters from A-Z, a-z, 0-9, '_' and '-'";
+
+constexpr const char* thread_keys[] = {"system_prompt",
+                                       "idle_timeout",
+                                       "pool",
+                                       "max_inbox",
+                                       "turn_timeout",
+                                       "max_live",
+                                       "max_stored_threads",
+                                       "max_reply_bytes",
+                                       "max_tool_output_bytes",
+                                       "tools",
+                                       "agent_tools",
+                                       "guard",
+                                       "disable_tool_after",
+                                       "compaction",
+                                       "agents"};
+
+constexpr const char* guard_keys[]
+  = {"max_events",         "max_tool_calls",      "max_duration",
+     "per_tool",           "repeated_call_limit", "repeated_error_limit",
+     "similar_reply_limit"};
+
+constexpr const char* compaction_keys[]
+  = {"enabled",      "warn_at",     "compact_at",    "strip_over",
+     "protect_last", "min_entries", "chunk_entries", "chunk_overlap"};
+
+constexpr const char* agent_keys[] = {"max_children", "max_depth",
+                                      "max_spawns_per_reply", "hop_budget"};
+
+/// Smallest `providers[].context_window` (besides 0, "from the table").
+constexpr int64_t min_context_window = 1024;
+
 constexpr const char* log_levels[] = {"trace", "debug", "info",
                                       "warn",  "error", "off"};
 
@@ -119,6 +168,25 @@ bool is_valid_id(const std::string& x) {
            || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
   };
   return !x.empty() && x.size() <= 64
+         && std::all_of(x.begin(), x.end(), valid_char);
+}
+
+/// Whether `x` is a valid tool name (`tool_name_expected`).
+bool is_valid_tool_name(const std::string& x) {
+  auto valid_char = [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+  };
+  return !x.empty() && x.size() <= 64
+         && std::all_of(x.begin(), x.end(), valid_char);
+}
+
+/// Whether `x` is a valid environment variable name: letters, digits and
+/// `_`, not starting with a digit.
+bool is_valid_env_name(const std::string& x) {
+  auto valid_char = [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+  };
+  return !x.empty() && !std::isdigit(static_cast<unsigned char>(x.front()))
          && std::all_of(x.begin(), x.end(), valid_char);
 }
 
@@ -251,11 +319,45 @@ private:
   void read_tool(const YAML::Node& node, const std::string& path,
                  scripted_step& cfg);
   void read_pools(const map_reader& top, node_config& cfg);
+  void read_tools(const map_reader& top, node_config& cfg);
+  tool_config read_tool_entry(const YAML::Node& node, const std::string& path);
+  void read_tool_command(const map_reader& m, tool_config& cfg,
+                         const nlohmann::ordered_json& parameters);
+  void read_tool_limits(const map_reader& m, tool_config& cfg);
+  /// Reads the JSON schema at `parameters` (a mapping with type: object).
+  nlohmann::ordered_json read_parameters(const map_reader& m);
+  /// Converts YAML to JSON: scalars by their plain YAML type (quoted ones
+  /// are strings), lists to arrays, mappings to objects.
+  nlohmann::ordered_json to_json(const YAML::Node& node,
+                                 const std::string& path);
+  nlohmann::ordered_json scalar_to_json(const YAML::Node& node,
+                                        const std::string& path);
+  /// Checks the `{name}` placeholders of command element `element` (at
+  /// `path`) against the properties of `parameters`.
+  void check_placeholders(const YAML::Node& node, const std::string& path,
+                          const std::string& element,
+                          const nlohmann::ordered_json& parameters) const;
   pool_config read_pool(const YAML::Node& node, const std::string& path);
   void read_retry(const map_reader& m, pool_config& cfg);
   void read_breaker(const map_reader& m, breaker_config& cfg);
   void read_cooldowns(const map_reader& m, cooldown_table& cfg);
   void read_threads(const map_reader& m, thread_defaults& cfg);
+  void read_thread_limits(const map_reader& m, thread_defaults& cfg);
+  void read_guard(const map_reader& m, guard_limits& cfg);
+  void read_per_tool(const YAML::Node& node, const std::string& path,
+                     std::map<std::string, uint64_t>& cfg);
+  void read_compaction(const map_reader& m, thread_defaults& cfg);
+  void check_compaction(const map_reader& m,
+                        const compaction_settings& cfg) const;
+  void read_agents(const map_reader& m, agent_limits& cfg);
+  /// Reads the integer at `key` of `m` (if set), which must be at least
+  /// `lo`, into `out`.
+  template <class T>
+  void
+  read_count(const map_reader& m, const std::string& key, int64_t lo, T& out) {
+    if (auto x = m.get(key))
+      out = static_cast<T>(read_int(*x, m.path(key), lo, no_limit));
+  }
   void read_supervision(const map_reader& m, supervision_config& cfg);
   void read_supervisor(const map_reader& m, supervisor_settings& cfg,
                        bool dynamic);
@@ -285,6 +387,11 @@ private:
   void check_pools(const node_config& cfg) const;
   void check_chain(const node_config& cfg, size_t pool_index) const;
   void check_thread_pool(const node_config& cfg) const;
+  void check_tools(const node_config& cfg) const;
+  /// Checks that `names`, the list at `path`, are declared tools, each
+  /// listed once.
+  void check_tool_refs(const node_config& cfg, const std::string& path,
+                       const std::vector<std::string>& names) const;
   void check_storage(const node_config& cfg) const;
   void check_cluster(const node_config& cfg) const;
   void check_cluster_token(const cluster_config& cfg) const;
@@ -329,10 +436,8 @@ node_config parser::run(const YAML::Node& root) {
     read_gateway(*m, cfg.gateway);
   read_providers(top, cfg);
   read_pools(top, cfg);
-  if (auto m = section(top, "threads",
-                       {"system_prompt", "idle_timeout", "pool", "max_inbox",
-                        "turn_timeout", "max_live", "max_stored_threads",
-                        "max_reply_bytes", "max_tool_output_bytes"}))
+  read_tools(top, cfg);
+  if (auto m = section(top, "threads", strings(thread_keys)))
     read_threads(*m, cfg.threads);
   if (auto m = section(top, "supervision", strings(supervisor_names)))
     read_supervision(*m, cfg.supervision);
@@ -541,7 +646,8 @@ void parser::read_providers(const map_reader& top, node_config& cfg) {
 
 provider_config parser::read_provider(const YAML::Node& node,
                                       const std::string& path) {
-  std::vector<std::string> known{"name", "kind", "model", "script"};
+  std::vector<std::string> known{"name", "kind", "model", "script",
+                                 "context_window"};
   known.insert(known.end(), std::begin(http_provider_keys),
                std::end(http_provider_keys));
   map_reader m{*this, node, path, line_of(node), std::move(known)};
@@ -552,6 +658,17 @@ provider_config parser::read_provider(const YAML::Node& node,
                           m.path("kind"), provider_kinds);
   if (auto x = m.get("model"))
     result.model = read_string(*x, m.path("model"));
+  if (auto x = m.get("context_window")) {
+    auto path = m.path("context_window");
+    auto value = read_int(*x, path, 0, no_limit);
+    if (value > 0 && value < min_context_window)
+      fail(line_of(*x), path,
+           "expected 0 (the model's window from the table of known models) "
+           "or an integer >= "
+             + std::to_string(min_context_window) + ", got "
+             + quote(std::to_string(value)));
+    result.context_window = static_cast<uint64_t>(value);
+  }
   auto script_path = m.path("script");
   if (result.kind == "echo" && m.has("script"))
     fail(m.line("script"), script_path, "echo providers take no script");
@@ -713,7 +830,7 @@ pool_config parser::read_pool(const YAML::Node& node, const std::string& path) {
                path,
                line_of(node),
                {"name", "chain", "max_attempts", "retry", "breaker",
-                "cooldowns", "timeout_max_tokens_factor"}};
+                "cooldowns", "timeout_max_tokens_factor", "tools"}};
   pool_config result;
   result.name = read_name(required(m, "name", "a non-empty pool name"),
                           m.path("name"));
@@ -736,6 +853,9 @@ pool_config parser::read_pool(const YAML::Node& node, const std::string& path) {
   if (auto x = m.get("timeout_max_tokens_factor"))
     result.timeout_max_tokens_factor
       = read_number(*x, m.path("timeout_max_tokens_factor"), 0.01, 1.0);
+  if (auto x = m.get("tools"))
+    result.tools = read_each(*x, m.path("tools"), "a list of tool names",
+                             &reader::read_name);
   return result;
 }
 
@@ -775,6 +895,199 @@ void parser::read_cooldowns(const map_reader& m, cooldown_table& cfg) {
       cfg.set(*parse_error_class(name), read_millis(*x, m.path(name), false));
 }
 
+// -- tools --------------------------------------------------------------------
+
+void parser::read_tools(const map_reader& top, node_config& cfg) {
+  if (auto node = top.get("tools"))
+    cfg.tools = read_each(*node, "tools", "a list of tools",
+                          &parser::read_tool_entry);
+}
+
+tool_config parser::read_tool_entry(const YAML::Node& node,
+                                    const std::string& path) {
+  map_reader m{*this, node, path, line_of(node), strings(tool_keys)};
+  tool_config result;
+  auto name = required(m, "name", "a tool name");
+  result.name = read_string(name, m.path("name"));
+  if (!is_valid_tool_name(result.name))
+    bad_value(name, m.path("name"), result.name, tool_name_expected);
+  if (contains(builtin_tools, result.name))
+    fail(line_of(name), m.path("name"),
+         quote(result.name)
+           + " is the name of a built-in tool (spawn_agent and "
+             "message_agent are reserved)");
+  auto what = "a non-empty description of what the tool does";
+  auto description = required(m, "description", what);
+  result.description = read_string(description, m.path("description"));
+  if (result.description.empty())
+    bad_value(description, m.path("description"), result.description, what);
+  auto parameters = read_parameters(m);
+  result.parameters = parameters.dump();
+  read_tool_command(m, result, parameters);
+  read_tool_limits(m, result);
+  return result;
+}
+
+nlohmann::ordered_json parser::read_parameters(const map_reader& m) {
+  auto x = m.get("parameters");
+  if (!x)
+    return nlohmann::ordered_json::parse(tool_config{}.parameters);
+  auto path = m.path("parameters");
+  if (!x->IsMap())
+    fail(line_of(*x), path,
+         "expected a JSON schema of the arguments written as a mapping (with "
+         "type: object), got "
+           + describe(*x));
+  auto result = to_json(*x, path);
+  auto type = result.find("type");
+  if (type == result.end())
+    fail(line_of(*x), path + ".type",
+         "missing required key (expected \"object\": the arguments of a "
+         "tool call are an object)");
+  if (*type != "object")
+    fail(line(path + ".type", path), path + ".type",
+         "expected \"object\" (the arguments of a tool call are an object), "
+         "got "
+           + quote(type->is_string() ? type->get<std::string>()
+                                     : type->dump()));
+  auto props = result.find("properties");
+  if (props != result.end() && !props->is_object())
+    fail(line(path + ".properties", path), path + ".properties",
+         "expected a mapping of argument names to their schemas, got "
+           + quote(props->dump()));
+  return result;
+}
+
+nlohmann::ordered_json parser::to_json(const YAML::Node& node,
+                                       const std::string& path) {
+  switch (node.Type()) {
+    case YAML::NodeType::Sequence: {
+      auto result = nlohmann::ordered_json::array();
+      for (auto& item : read_list(node, path, "a list"))
+        result.push_back(to_json(item, indexed(path, result.size())));
+      return result;
+    }
+    case YAML::NodeType::Map: {
+      auto result = nlohmann::ordered_json::object();
+      for (auto kv : node) {
+        if (!kv.first.IsScalar())
+          fail(line_of(kv.first), path,
+               "expected a key name, got " + describe(kv.first));
+        auto key = kv.first.Scalar();
+        auto key_path = path + "." + key;
+        if (result.contains(key))
+          fail(line_of(kv.first), key_path,
+               "duplicate key (first given on line "
+                 + std::to_string(line(key_path)) + ")");
+        remember(key_path, line_of(kv.first));
+        result[key] = to_json(kv.second, key_path);
+      }
+      return result;
+    }
+    case YAML::NodeType::Scalar: return scalar_to_json(node, path);
+    default: return nullptr;
+  }
+}
+
+nlohmann::ordered_json parser::scalar_to_json(const YAML::Node& node,
+                                              const std::string& path) {
+  auto text = scalar(node, path, "a value");
+  // Quoted scalars ("1", 'true') are strings, as in YAML.
+  if (node.Tag() == "!")
+    return text;
+  std::string lower = text;
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return std::tolower(c); });
+  if (lower == "true" || lower == "false")
+    return lower == "true";
+  if (lower == "null" || lower == "~")
+    return nullptr;
+  auto first = text.data();
+  auto last = first + text.size();
+  int64_t integer = 0;
+  if (auto [ptr, err] = std::from_chars(first, last, integer);
+      err == std::errc{} && ptr == last)
+    return integer;
+  double number = 0;
+  auto numeric = text.find_first_of(".eE") != std::string::npos;
+  if (auto [ptr, err] = std::from_chars(first, last, number);
+      numeric && err == std::errc{} && ptr == last && std::isfinite(number))
+    return number;
+  return text;
+}
+
+void parser::read_tool_command(const map_reader& m, tool_config& cfg,
+                               const nlohmann::ordered_json& parameters) {
+  auto expected = "a non-empty list of strings (the program and its "
+                  "arguments)";
+  auto path = m.path("command");
+  auto command = required(m, "command", expected);
+  auto items = read_list(command, path, expected);
+  if (items.empty())
+    fail(line_of(command), path,
+         std::string{"expected "} + expected + ", got an empty list");
+  for (size_t i = 0; i < items.size(); ++i) {
+    auto item_path = indexed(path, i);
+    cfg.command.push_back(read_string(items[i], item_path));
+    check_placeholders(items[i], item_path, cfg.command.back(), parameters);
+  }
+  if (cfg.command.front().empty())
+    bad_value(items.front(), indexed(path, 0), cfg.command.front(),
+              "a program name or path");
+}
+
+void parser::check_placeholders(
+  const YAML::Node& node, const std::string& path, const std::string& element,
+  const nlohmann::ordered_json& parameters) const {
+  auto props = parameters.find("properties");
+  std::vector<std::string> declared;
+  if (props != parameters.end())
+    for (auto& [key, value] : props->items())
+      declared.push_back(key);
+  for (size_t i = 0; i < element.size(); ++i) {
+    auto c = element[i];
+    if ((c == '{' || c == '}') && i + 1 < element.size()
+        && element[i + 1] == c) {
+      ++i; // `{{` and `}}`: a literal brace.
+      continue;
+    }
+    if (c != '{')
+      continue;
+    auto close = element.find('}', i);
+    if (close == std::string::npos)
+      fail(line_of(node), path,
+           quote(element)
+             + " has a '{' without its '}' (write {{ for a literal '{')");
+    auto name = element.substr(i + 1, close - i - 1);
+    if (std::find(declared.begin(), declared.end(), name) == declared.end())
+      fail(line_of(node), path,
+           "the placeholder {" + name
+             + "} names no property of parameters (expected "
+             + (declared.empty() ? std::string{"none: parameters declares no "
+                                               "properties"}
+                                 : one_of(declared))
+             + "; write {{ and }} for literal braces)");
+    i = close;
+  }
+}
+
+void parser::read_tool_limits(const map_reader& m, tool_config& cfg) {
+  if (auto x = m.get("cwd"))
+    cfg.cwd = read_string(*x, m.path("cwd"));
+  cfg.env = read_checked_strings(m, "env",
+                                 "a list of environment variable names",
+                                 "an environment variable name (letters, "
+                                 "digits and _, not starting with a digit)",
+                                 is_valid_env_name);
+  caf::timespan timeout = cfg.timeout;
+  read_duration_at_least(m, "timeout", std::chrono::milliseconds{1}, timeout);
+  cfg.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(timeout);
+  if (auto x = m.get("grace"))
+    cfg.grace = read_millis(*x, m.path("grace"), false);
+  if (auto x = m.get("output_cap"))
+    cfg.output_cap = read_size(*x, m.path("output_cap"), 1);
+}
+
 // -- threads, supervision, logging and storage --------------------------------
 
 void parser::read_threads(const map_reader& m, thread_defaults& cfg) {
@@ -786,22 +1099,125 @@ void parser::read_threads(const map_reader& m, thread_defaults& cfg) {
     thread_pool_written_ = true;
     cfg.pool = read_name(*x, m.path("pool"));
   }
-  if (auto x = m.get("max_inbox"))
-    cfg.max_inbox
-      = static_cast<size_t>(read_int(*x, m.path("max_inbox"), 1, no_limit));
+  read_count(m, "max_inbox", 1, cfg.max_inbox);
   if (auto x = m.get("turn_timeout"))
     cfg.turn_timeout = read_duration(*x, m.path("turn_timeout"), true);
-  if (auto x = m.get("max_live"))
-    cfg.max_live
-      = static_cast<size_t>(read_int(*x, m.path("max_live"), 1, no_limit));
-  if (auto x = m.get("max_stored_threads"))
-    cfg.max_stored_threads = static_cast<size_t>(
-      read_int(*x, m.path("max_stored_threads"), 0, no_limit));
+  read_thread_limits(m, cfg);
+  if (auto x = m.get("tools"))
+    cfg.tools = read_each(*x, m.path("tools"), "a list of tool names",
+                          &reader::read_name);
+  if (auto x = m.get("agent_tools"))
+    cfg.agent_tools = read_each(*x, m.path("agent_tools"),
+                                "a list of tool names", &reader::read_name);
+  if (auto g = section(m, "guard", strings(guard_keys)))
+    read_guard(*g, cfg.guard);
+  if (auto x = m.get("disable_tool_after"))
+    cfg.disable_tool_after
+      = static_cast<uint32_t>(read_int(*x, m.path("disable_tool_after"), 1,
+                                       std::numeric_limits<uint32_t>::max()));
+  if (auto c = section(m, "compaction", strings(compaction_keys)))
+    read_compaction(*c, cfg);
+  if (auto a = section(m, "agents", strings(agent_keys)))
+    read_agents(*a, cfg.agents);
+}
+
+void parser::read_thread_limits(const map_reader& m, thread_defaults& cfg) {
+  read_count(m, "max_live", 1, cfg.max_live);
+  read_count(m, "max_stored_threads", 0, cfg.max_stored_threads);
   if (auto x = m.get("max_reply_bytes"))
     cfg.max_reply_bytes = read_size(*x, m.path("max_reply_bytes"), 64);
   if (auto x = m.get("max_tool_output_bytes"))
     cfg.max_tool_output_bytes = read_size(*x, m.path("max_tool_output_bytes"),
                                           64);
+}
+
+void parser::read_guard(const map_reader& m, guard_limits& cfg) {
+  read_count(m, "max_events", 1, cfg.max_events);
+  read_count(m, "max_tool_calls", 1, cfg.max_tool_calls);
+  caf::timespan max_duration = cfg.max_duration;
+  read_duration_at_least(m, "max_duration", std::chrono::milliseconds{1},
+                         max_duration);
+  cfg.max_duration
+    = std::chrono::duration_cast<std::chrono::milliseconds>(max_duration);
+  // Given, the map replaces the default caps as a whole (like a list).
+  if (auto x = m.get("per_tool")) {
+    cfg.per_tool.clear();
+    read_per_tool(*x, m.path("per_tool"), cfg.per_tool);
+  }
+  read_count(m, "repeated_call_limit", 1, cfg.repeated_call_limit);
+  read_count(m, "repeated_error_limit", 1, cfg.repeated_error_limit);
+  read_count(m, "similar_reply_limit", 1, cfg.similar_reply_limit);
+}
+
+void parser::read_per_tool(const YAML::Node& node, const std::string& path,
+                           std::map<std::string, uint64_t>& cfg) {
+  if (!node.IsMap())
+    fail(line_of(node), path,
+         "expected a mapping of tool names to call counts, got "
+           + describe(node));
+  for (auto kv : node) {
+    auto name = read_name(kv.first, path);
+    auto key_path = path + "." + name;
+    if (cfg.count(name) > 0)
+      fail(line_of(kv.first), key_path,
+           "duplicate key (first given on line "
+             + std::to_string(line(key_path)) + ")");
+    remember(key_path, line_of(kv.first));
+    cfg[name]
+      = static_cast<uint64_t>(read_int(kv.second, key_path, 1, no_limit));
+  }
+}
+
+void parser::read_compaction(const map_reader& m, thread_defaults& cfg) {
+  auto& c = cfg.compaction;
+  if (auto x = m.get("enabled"))
+    cfg.compaction_enabled = read_bool(*x, m.path("enabled"));
+  for (auto [key, out] : {std::pair{"warn_at", &c.warn_at},
+                          std::pair{"compact_at", &c.compact_at}})
+    if (auto x = m.get(key)) {
+      // A share of the window: above 0 (0 would compact an empty context).
+      *out = read_number(*x, m.path(key), 0.0, 1.0);
+      if (*out <= 0.0)
+        bad_value(*x, m.path(key), read_string(*x, m.path(key)),
+                  "a number above 0 and at most 1");
+    }
+  read_count(m, "strip_over", 1, c.strip_over);
+  read_count(m, "protect_last", 1, c.protect_last);
+  read_count(m, "min_entries", 1, c.min_entries);
+  read_count(m, "chunk_entries", 2, c.chunk_entries);
+  read_count(m, "chunk_overlap", 0, c.chunk_overlap);
+  check_compaction(m, c);
+}
+
+void parser::check_compaction(const map_reader& m,
+                              const compaction_settings& cfg) const {
+  // Checked over the defaults: the file may set only one key of a pair. The
+  // error names the key that must change, at its line or else its peer's.
+  auto out_of_order = [&](const char* key, const char* peer,
+                          const std::string& peer_value,
+                          const std::string& value, const char* relation) {
+    fail(line(m.path(key), m.path(peer)), m.path(key),
+         std::string{"expected "} + relation + " " + m.path(peer) + " ("
+           + peer_value + "), got " + value);
+  };
+  if (cfg.warn_at >= cfg.compact_at)
+    out_of_order("warn_at", "compact_at", render_number(cfg.compact_at),
+                 render_number(cfg.warn_at), "less than");
+  if (cfg.min_entries <= cfg.protect_last)
+    out_of_order("min_entries", "protect_last",
+                 std::to_string(cfg.protect_last),
+                 std::to_string(cfg.min_entries), "more than");
+  if (cfg.chunk_overlap >= cfg.chunk_entries)
+    out_of_order("chunk_overlap", "chunk_entries",
+                 std::to_string(cfg.chunk_entries),
+                 std::to_string(cfg.chunk_overlap), "less than");
+}
+
+void parser::read_agents(const map_reader& m, agent_limits& cfg) {
+  read_count(m, "max_children", 1, cfg.max_children);
+  read_count(m, "max_depth", 1, cfg.max_depth);
+  read_count(m, "max_spawns_per_reply", 1, cfg.max_spawns_per_reply);
+  read_count(m, "hop_budget", 1, cfg.hop_budget);
 }
 
 void parser::read_supervision(const map_reader& m, supervision_config& cfg) {
@@ -1004,6 +1420,7 @@ void parser::validate(const node_config& cfg) const {
   check_providers(cfg.providers);
   check_pools(cfg);
   check_thread_pool(cfg);
+  check_tools(cfg);
   check_storage(cfg);
   check_cluster(cfg);
 }
@@ -1154,6 +1571,41 @@ void parser::check_chain(const node_config& cfg, size_t pool_index) const {
              + one_of(names_of(cfg.providers)) + ")");
     if (!seen.insert(entry).second)
       fail(at, path, "provider " + quote(entry) + " is listed twice");
+  }
+}
+
+void parser::check_tools(const node_config& cfg) const {
+  std::map<std::string, size_t> tool_index;
+  for (size_t i = 0; i < cfg.tools.size(); ++i) {
+    auto [pos, added] = tool_index.emplace(cfg.tools[i].name, i);
+    if (!added) {
+      auto path = indexed("tools", i) + ".name";
+      fail(line(path), path,
+           "duplicate tool name " + quote(cfg.tools[i].name) + " (also "
+             + indexed("tools", pos->second) + ")");
+    }
+  }
+  for (size_t i = 0; i < cfg.pools.size(); ++i)
+    check_tool_refs(cfg, indexed("pools", i) + ".tools", cfg.pools[i].tools);
+  check_tool_refs(cfg, "threads.tools", cfg.threads.tools);
+  check_tool_refs(cfg, "threads.agent_tools", cfg.threads.agent_tools);
+}
+
+void parser::check_tool_refs(const node_config& cfg, const std::string& path,
+                             const std::vector<std::string>& names) const {
+  std::set<std::string> seen;
+  for (size_t i = 0; i < names.size(); ++i) {
+    auto item_path = indexed(path, i);
+    auto at = line(item_path, path);
+    if (cfg.find_tool(names[i]) == nullptr)
+      fail(at, item_path,
+           "unknown tool " + quote(names[i])
+             + (cfg.tools.empty()
+                  ? std::string{" (no tools are declared: define it under "
+                                "tools)"}
+                  : " (expected " + one_of(names_of(cfg.tools)) + ")"));
+    if (!seen.insert(names[i]).second)
+      fail(at, item_path, "tool " + quote(names[i]) + " is listed twice");
   }
 }
 

@@ -116,7 +116,10 @@ private:
       else
         out_[name.name] = write_record(x);
     } else {
-      if constexpr (!is_record_vector<T>) {
+      if constexpr (is_record_vector<T>) {
+        if (name.form == field_form::omit_default && x.empty())
+          return;
+      } else {
         if (name.form == field_form::omit_default && x == T{})
           return;
       }

@@ -26,15 +26,21 @@ const char* to_string(log_kind x) {
     case log_kind::user: return "user";
     case log_kind::reply: return "reply";
     case log_kind::error: return "error";
+    case log_kind::tool: return "tool";
   }
   return "invalid";
 }
 
 std::optional<log_kind> parse_log_kind(const std::string& str) {
-  for (auto x : {log_kind::user, log_kind::reply, log_kind::error})
+  for (auto x :
+       {log_kind::user, log_kind::reply, log_kind::error, log_kind::tool})
     if (str == to_string(x))
       return x;
   return std::nullopt;
+}
+
+bool operator==(const tool_call& x, const tool_call& y) {
+  return x.id == y.id && x.name == y.name && x.arguments == y.arguments;
 }
 
 std::string agent_client_id(const std::string& from, seq_t seq) {

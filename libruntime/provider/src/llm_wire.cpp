@@ -1,5 +1,7 @@
 #include "keel/llm_wire.hpp"
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "keel/agent_tools.hpp"
@@ -53,11 +55,12 @@ bool parse_json(std::string_view text, json& out, std::string& error) {
 }
 
 /// Arguments as JSON text: strings pass unchanged (OpenAI sends text),
-/// anything else is serialized (Anthropic sends an object).
+/// anything else is serialized (Anthropic sends an object); none (null or
+/// an empty string) is "{}".
 std::string arguments_text(const json& value) {
-  if (value.is_string())
+  if (value.is_string() && !value.get_ref<const std::string&>().empty())
     return value.get<std::string>();
-  if (value.is_null())
+  if (value.is_null() || value.is_string())
     return "{}";
   return value.dump(-1, ' ', false, json::error_handler_t::replace);
 }
@@ -253,6 +256,166 @@ caf::expected<base_url> parse_base_url(std::string_view url, api kind) {
 
 // -- requests -----------------------------------------------------------------
 
+namespace {
+
+/// The JSON object `text` holds; `fallback` if it is not valid JSON or not
+/// an object (a schema or the arguments of a call: both APIs want objects).
+json object_or(const std::string& text, json fallback) {
+  auto result = json::parse(text, nullptr, false);
+  return result.is_object() ? result : fallback;
+}
+
+/// OpenAI: one context entry as a message, or null for roles it never gets.
+json openai_message(const context_entry& entry) {
+  if (entry.role == "tool")
+    return {{"role", "tool"},
+            {"tool_call_id", entry.tool_call_id},
+            {"content", entry.content}};
+  if (entry.role == "assistant" && !entry.tool_calls.empty()) {
+    auto calls = json::array();
+    for (auto& call : entry.tool_calls)
+      calls.push_back(
+        {{"id", call.id},
+         {"type", "function"},
+         {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
+    json content = entry.content.empty() ? json(nullptr) : json(entry.content);
+    return {{"role", "assistant"},
+            {"content", std::move(content)},
+            {"tool_calls", std::move(calls)}};
+  }
+  if (entry.role == "user" || entry.role == "assistant"
+      || entry.role == "system")
+    return {{"role", entry.role}, {"content", entry.content}};
+  return nullptr;
+}
+
+void openai_messages(const completion_request& req, json& messages) {
+  if (!req.system_prompt.empty())
+    messages.push_back({{"role", "system"}, {"content", req.system_prompt}});
+  for (auto& entry : req.context)
+    if (auto msg = openai_message(entry); !msg.is_null())
+      messages.push_back(std::move(msg));
+}
+
+/// Anthropic: a text content block.
+json text_block(const std::string& text) {
+  return {{"type", "text"}, {"text", text}};
+}
+
+/// Anthropic: one context entry as a message (role and content, a string or
+/// content blocks), or null for entries it never gets.
+json anthropic_message(const context_entry& entry) {
+  if (entry.role == "tool") {
+    json block{{"type", "tool_result"}, {"tool_use_id", entry.tool_call_id}};
+    // `content` is optional; an empty text may be refused.
+    if (!entry.content.empty())
+      block["content"] = entry.content;
+    return {{"role", "user"}, {"content", json::array({std::move(block)})}};
+  }
+  if (entry.role == "assistant" && !entry.tool_calls.empty()) {
+    auto blocks = json::array();
+    if (!entry.content.empty())
+      blocks.push_back(text_block(entry.content));
+    for (auto& call : entry.tool_calls)
+      blocks.push_back({{"type", "tool_use"},
+                        {"id", call.id},
+                        {"name", call.name},
+                        {"input", object_or(call.arguments, json::object())}});
+    return {{"role", "assistant"}, {"content", std::move(blocks)}};
+  }
+  if ((entry.role == "user" || entry.role == "assistant")
+      && !entry.content.empty())
+    return {{"role", entry.role}, {"content", entry.content}};
+  return nullptr;
+}
+
+/// Anthropic: `content` (a string or blocks) as blocks.
+json as_blocks(json content) {
+  if (content.is_string())
+    return json::array({text_block(content.get<std::string>())});
+  return content;
+}
+
+/// Anthropic: appends `msg` to the message of the same role before it, which
+/// the API wants alternating. Texts join with a blank line; otherwise the
+/// content becomes blocks, tool results first as the API wants them.
+void merge_into(json& prev, json msg) {
+  auto& content = prev["content"];
+  if (content.is_string() && msg["content"].is_string()) {
+    content.get_ref<std::string&>().append("\n\n").append(
+      msg["content"].get_ref<const std::string&>());
+    return;
+  }
+  auto results = json::array();
+  auto others = json::array();
+  for (auto* part : {&content, &msg["content"]})
+    for (auto& block : as_blocks(std::move(*part)))
+      (block.value("type", "") == "tool_result" ? results : others)
+        .push_back(std::move(block));
+  for (auto& block : others)
+    results.push_back(std::move(block));
+  content = std::move(results);
+}
+
+/// Anthropic: the messages, and the system text (prompt and "system"
+/// entries) into `system`.
+void anthropic_messages(const completion_request& req, json& messages,
+                        std::string& system) {
+  system = req.system_prompt;
+  for (auto& entry : req.context) {
+    if (entry.role == "system") {
+      if (!system.empty())
+        system += "\n\n";
+      system += entry.content;
+      continue;
+    }
+    auto msg = anthropic_message(entry);
+    if (msg.is_null())
+      continue;
+    if (!messages.empty() && messages.back()["role"] == msg["role"])
+      merge_into(messages.back(), std::move(msg));
+    else
+      messages.push_back(std::move(msg));
+  }
+}
+
+/// One tool in the API's shape.
+json tool_json(api kind, const std::string& name,
+               const std::string& description, json parameters) {
+  if (kind == api::openai)
+    return {{"type", "function"},
+            {"function",
+             {{"name", name},
+              {"description", description},
+              {"parameters", std::move(parameters)}}}};
+  return {{"name", name},
+          {"description", description},
+          {"input_schema", std::move(parameters)}};
+}
+
+/// The built-in agent tools (agent_tools.hpp), then the request's own tools
+/// (each name once: an agent tool's name stays the agent tool's).
+json tools_json(api kind, const completion_request& req) {
+  auto tools = json::array();
+  std::vector<std::string> names;
+  for (auto& spec : agent_tool_specs()) {
+    tools.push_back(tool_json(kind, spec.name, spec.description,
+                              json::parse(spec.parameters)));
+    names.emplace_back(spec.name);
+  }
+  json empty_schema{{"type", "object"}, {"properties", json::object()}};
+  for (auto& spec : req.tools) {
+    if (std::find(names.begin(), names.end(), spec.name) != names.end())
+      continue;
+    tools.push_back(tool_json(kind, spec.name, spec.description,
+                              object_or(spec.parameters, empty_schema)));
+    names.push_back(spec.name);
+  }
+  return tools;
+}
+
+} // namespace
+
 std::string request_body(api kind, const std::string& model,
                          const completion_request& req, uint32_t max_tokens,
                          bool stream) {
@@ -261,52 +424,15 @@ std::string request_body(api kind, const std::string& model,
   body["max_tokens"] = max_tokens;
   body["stream"] = stream;
   auto& messages = body["messages"] = json::array();
-  auto message = [](const std::string& role, const std::string& content) {
-    return json{{"role", role}, {"content", content}};
-  };
   if (kind == api::openai) {
-    if (!req.system_prompt.empty())
-      messages.push_back(message("system", req.system_prompt));
-    for (auto& entry : req.context)
-      if (entry.role == "user" || entry.role == "assistant"
-          || entry.role == "system")
-        messages.push_back(message(entry.role, entry.content));
+    openai_messages(req, messages);
   } else {
-    auto system = req.system_prompt;
-    for (auto& entry : req.context) {
-      if (entry.role == "system") {
-        if (!system.empty())
-          system += "\n\n";
-        system += entry.content;
-      } else if ((entry.role == "user" || entry.role == "assistant")
-                 && !entry.content.empty()) {
-        if (!messages.empty() && messages.back()["role"] == entry.role)
-          messages.back()["content"]
-            .get_ref<std::string&>()
-            .append("\n\n")
-            .append(entry.content);
-        else
-          messages.push_back(message(entry.role, entry.content));
-      }
-    }
+    std::string system;
+    anthropic_messages(req, messages, system);
     if (!system.empty())
       body["system"] = std::move(system);
   }
-  // The built-in agent tools (agent_tools.hpp), in each API's shape.
-  auto& tools = body["tools"] = json::array();
-  for (auto& spec : agent_tool_specs()) {
-    auto parameters = json::parse(spec.parameters);
-    if (kind == api::openai)
-      tools.push_back({{"type", "function"},
-                       {"function",
-                        {{"name", spec.name},
-                         {"description", spec.description},
-                         {"parameters", std::move(parameters)}}}});
-    else
-      tools.push_back({{"name", spec.name},
-                       {"description", spec.description},
-                       {"input_schema", std::move(parameters)}});
-  }
+  body["tools"] = tools_json(kind, req);
   // Invalid UTF-8 (never from our clients, which are checked) becomes
   // U+FFFD rather than an exception.
   return body.dump(-1, ' ', false, json::error_handler_t::replace);
@@ -391,8 +517,13 @@ bool sse_parser::take_line(std::string_view line) {
 stream_decoder::step stream_decoder::on_event(std::string_view event,
                                               std::string_view data,
                                               std::string& delta) {
-  if (kind_ == api::openai && data == "[DONE]")
+  if (kind_ == api::openai && data == "[DONE]") {
+    // A call streamed without argument fragments has no arguments.
+    for (auto& tc : result_.tool_calls)
+      if (tc.arguments.empty())
+        tc.arguments = "{}";
     return step::done;
+  }
   if (kind_ == api::anthropic && event == "error")
     return fail_provider(data);
   json j;

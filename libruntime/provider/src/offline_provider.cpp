@@ -19,9 +19,17 @@ std::string last_user_text(const std::vector<context_entry>& ctx) {
   return {};
 }
 
+std::string last_input_text(const std::vector<context_entry>& ctx) {
+  for (auto i = ctx.rbegin(); i != ctx.rend(); ++i)
+    if (i->role == "user" || i->role == "tool")
+      return i->content;
+  return {};
+}
+
 namespace {
 
-/// Answers every message with "echo: <text>", instantly, offline.
+/// Answers every message (or tool result) with "echo: <text>", instantly,
+/// offline.
 class echo_provider : public provider {
 public:
   explicit echo_provider(const provider_config& cfg)
@@ -35,7 +43,7 @@ public:
 
   provider_outcome complete(const completion_request& req, uint32_t) override {
     provider_outcome out;
-    out.reply.text = "echo: " + last_user_text(req.context);
+    out.reply.text = "echo: " + last_input_text(req.context);
     out.reply.provider = name_;
     out.reply.model = model_;
     out.reply.finish_reason = "stop";
@@ -48,7 +56,7 @@ private:
 };
 
 /// Plays the configured script: the first step whose `match` occurs in the
-/// last user message, else the unmatched steps in rotation.
+/// last user message or tool result, else the unmatched steps in rotation.
 class scripted_provider : public provider {
 public:
   explicit scripted_provider(const provider_config& cfg)
@@ -63,7 +71,7 @@ public:
 
   provider_outcome complete(const completion_request& req,
                             uint32_t max_tokens) override {
-    auto input = last_user_text(req.context);
+    auto input = last_input_text(req.context);
     const scripted_step* step = nullptr;
     for (auto& candidate : matched_)
       if (input.find(candidate.match) != std::string::npos) {

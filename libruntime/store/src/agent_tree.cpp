@@ -19,6 +19,7 @@ std::vector<agent_info> make_agents(const std::vector<session_record>& sessions,
     x.model = rec.model;
     x.provider = rec.provider;
     x.created_at = rec.created_at;
+    x.tool_failures = rec.tool_failures;
     if (auto i = children.find(rec.thread); i != children.end())
       x.children = std::move(i->second);
     result.push_back(std::move(x));

@@ -212,7 +212,10 @@ void kv_store::stage_commit(const turn_commit& commit) {
     sessions.emplace_back(session->thread, encode(*session));
   for (auto& x : commit.outbox)
     outbox.emplace_back(seq_key(x.from, x.seq), encode(x));
-  batch_delete(cf_inbox, seq_key(commit.thread, commit.inbox_seq));
+  if (!commit.keeps_inbox)
+    batch_delete(cf_inbox, seq_key(commit.thread, commit.inbox_seq));
+  for (auto seq : commit.retire_context)
+    batch_delete(cf_context, seq_key(commit.thread, seq));
   for (auto& [key, value] : context)
     batch_put(cf_context, key, value);
   for (auto& [key, value] : log)

@@ -488,6 +488,15 @@ std::string outcome_frame(const std::string& thread, const log_entry& entry) {
         .field("reply_to", entry.reply_to)
         .field("id", entry.client_id)
         .done();
+    case log_kind::tool:
+      return object_writer{"tool", hint + entry.tool.size()}
+        .field("thread", thread)
+        .field("seq", entry.seq)
+        .field("reply_to", entry.reply_to)
+        .field("id", entry.client_id)
+        .field("tool", entry.tool)
+        .field("text", entry.text)
+        .done();
     case log_kind::user: break;
   }
   // Not sent by v1 nodes; encoded anyway so that no entry is ever dropped.

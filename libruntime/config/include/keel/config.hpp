@@ -4,6 +4,7 @@
 // Loading is strict (unknown keys, wrong types, missing required fields and
 // bad values are errors naming file, key path, line and expectation).
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -14,8 +15,10 @@
 
 #include <caf/timespan.hpp>
 
+#include "keel/context_window.hpp"
 #include "keel/error.hpp"
 #include "keel/provider_policy.hpp"
+#include "keel/turn_guard.hpp"
 #include "keel/units.hpp"
 
 namespace keel {
@@ -120,11 +123,12 @@ struct chaos_config {
 
 /// One step of a scripted provider (`providers[].script[]`).
 struct scripted_step {
-  /// When non-empty, the step applies only when the last user message
-  /// contains this text; otherwise steps without `match` apply in turn.
+  /// When non-empty, the step applies only when the last user message or
+  /// tool result (whichever came last) contains this text; otherwise steps
+  /// without `match` apply in turn.
   std::string match;
-  /// The reply text; `{input}` is replaced by the last user message,
-  /// `{max_tokens}` by the call's token limit.
+  /// The reply text; `{input}` is replaced by that last user message or
+  /// tool result, `{max_tokens}` by the call's token limit.
   std::string reply;
   /// Simulated latency before the outcome.
   caf::timespan delay{0};
@@ -184,6 +188,12 @@ struct provider_config {
   /// Largest response body (or whole event stream) read from the provider;
   /// a larger one fails the call as a `format` error.
   size_t max_response_bytes = 8 << 20;
+
+  // -- every kind ------------------------------------------------------------
+
+  /// The model's context window in tokens (`context_window:`, at least
+  /// 1024); 0: the window the table of known models gives for `model`.
+  uint64_t context_window = 0;
 };
 
 /// Returns whether `kind` is one of the HTTP provider kinds.
@@ -206,6 +216,53 @@ struct pool_config {
   breaker_config breaker;
   /// A timed-out call is retried once with `max_tokens` scaled by this.
   double timeout_max_tokens_factor = 0.5;
+  /// Names of the tools (`tools[].name`) of threads this pool answers, on
+  /// top of those of their kind (`threads.tools`, `threads.agent_tools`).
+  std::vector<std::string> tools;
+};
+
+/// One tool the model may call (`tools[]`): a program run as a
+/// subprocess with the model's arguments.
+struct tool_config {
+  /// Unique name the model calls it by: 1-64 of [A-Za-z0-9_-]; not
+  /// `spawn_agent` or `message_agent` (built in).
+  std::string name;
+  /// What the model is told the tool does (required, non-empty).
+  std::string description;
+  /// JSON schema of the arguments object, as compact JSON text (written in
+  /// YAML as a mapping; must have "type": "object"). Default: an object
+  /// without properties.
+  std::string parameters = R"({"type":"object","properties":{}})";
+  /// The argv template (`command:`, a non-empty YAML sequence of strings);
+  /// `{name}` in an element is replaced by argument `name`, `{{`/`}}` are
+  /// literal braces. Every `{name}` must be a property of `parameters`.
+  std::vector<std::string> command;
+  /// Working directory; empty: the node's working directory.
+  std::string cwd;
+  /// Names of the node's environment variables passed to the tool (an
+  /// allow-list); nothing else of the node's environment is passed.
+  std::vector<std::string> env;
+  /// The whole process tree is killed after this (SIGTERM, then SIGKILL
+  /// after `grace`).
+  std::chrono::milliseconds timeout{120000};
+  std::chrono::milliseconds grace{2000};
+  /// Bytes of stdout and of stderr each kept for the model (size units).
+  size_t output_cap = 16 * 1024;
+};
+
+/// Limits of agent trees (`threads.agents:`).
+struct agent_limits {
+  /// Children one thread may have.
+  size_t max_children = 16;
+  /// Depth of a tree: a root is at depth 0, its children at 1, ...; a
+  /// spawn that would create a thread deeper than this is refused.
+  size_t max_depth = 4;
+  /// spawn_agent calls one model answer may make.
+  size_t max_spawns_per_reply = 4;
+  /// Messages exchanged between the threads of one tree (parent to child
+  /// and back) on behalf of one client message before further ones are
+  /// refused.
+  size_t hop_budget = 64;
 };
 
 /// Defaults for new threads (`threads:`).
@@ -233,6 +290,21 @@ struct thread_defaults {
   size_t max_reply_bytes = 256 * 1024;
   /// Tool output longer than this is cut the same way.
   size_t max_tool_output_bytes = 64 * 1024;
+  /// Tools (`tools[].name`) of root threads, the threads a client created.
+  /// A thread's tools are these (or `agent_tools`) plus its pool's.
+  std::vector<std::string> tools;
+  /// Tools of child agents, the threads another thread spawned.
+  std::vector<std::string> agent_tools;
+  /// The safety guard of each message's turn loop (`guard:`).
+  guard_limits guard;
+  /// A tool failing this many times in one thread is disabled there.
+  uint32_t disable_tool_after = 3;
+  /// When to warn about and compact a full context (`compaction:`).
+  compaction_settings compaction;
+  /// Whether contexts are compacted at all (`compaction.enabled`).
+  bool compaction_enabled = true;
+  /// Limits of agent trees (`agents:`).
+  agent_limits agents;
 };
 
 /// How a supervisor reacts when one of its children exits abnormally.
@@ -407,6 +479,8 @@ struct node_config {
   gateway_config gateway;
   std::vector<provider_config> providers;
   std::vector<pool_config> pools;
+  /// The tools threads may be given (`tools:`); none by default.
+  std::vector<tool_config> tools;
   thread_defaults threads;
   supervision_config supervision;
   logging_config logging;
@@ -423,6 +497,8 @@ struct node_config {
   const provider_config* find_provider(const std::string& name) const;
   /// Returns the pool named `name`, or null.
   const pool_config* find_pool(const std::string& name) const;
+  /// Returns the tool named `name`, or null.
+  const tool_config* find_tool(const std::string& name) const;
 };
 
 /// Looks up an environment variable; injected so tests need no real env.

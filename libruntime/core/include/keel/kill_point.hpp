@@ -36,6 +36,10 @@ enum class kill_point : uint8_t {
   tree_link_written,
   /// A WriteBatch is synced; the writers are not answered yet.
   batch_written,
+  /// A model's tool call is durable; its process has not started.
+  tool_call_committed,
+  /// A tool's process ended; its result is not committed.
+  tool_finished,
 };
 
 /// Every kill point, in declaration order.

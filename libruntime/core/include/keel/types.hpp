@@ -44,6 +44,18 @@ const char* to_string(session_state x);
 /// Parses a stored session state name.
 std::optional<session_state> parse_session_state(const std::string& str);
 
+/// How often one tool failed in one thread (`session_record`).
+struct tool_failure_count {
+  std::string tool;
+  uint32_t failures = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, tool_failure_count& x) {
+  return f(caf::meta::type_name("keel::tool_failure_count"), field("tool"),
+           x.tool, field("failures"), x.failures);
+}
+
 /// The durable record of one thread (column family `sessions`).
 struct session_record {
   /// Thread id (also the agent id).
@@ -67,6 +79,9 @@ struct session_record {
   millis recovered_at = 0;
   /// Opaque provider state: stored and handed back, never interpreted.
   std::string provider_state;
+  /// Tools that failed in this thread, with how often; one that reached
+  /// `tools_config::disable_after` is no longer offered to the model here.
+  std::vector<tool_failure_count> tool_failures;
 };
 
 template <class Inspector>
@@ -78,7 +93,8 @@ typename Inspector::result_type inspect(Inspector& f, session_record& x) {
            field("model"), x.model, field("provider", field_form::optional),
            x.provider, field("state"), x.state, field("created_at"),
            x.created_at, field("recovered_at", field_form::optional),
-           x.recovered_at, field("provider_state"), x.provider_state);
+           x.recovered_at, field("provider_state"), x.provider_state,
+           field("tool_failures", field_form::omit_default), x.tool_failures);
 }
 
 /// One parent -> child link of the agent tree (column family `tree`, key
@@ -183,6 +199,9 @@ enum class log_kind : uint8_t {
   reply,
   /// A descriptive error posted in place of a reply.
   error,
+  /// A step of a turn's tool loop: a tool's result, or a tool disabled
+  /// for the thread. Not an answer: the turn goes on.
+  tool,
 };
 
 /// Returns the stored name of `x` ("user", "reply", "error").
@@ -210,6 +229,8 @@ struct log_entry {
   std::string provider;
   /// When the entry was written.
   millis at = 0;
+  /// For tool steps: the tool's name (empty otherwise).
+  std::string tool;
 };
 
 template <class Inspector>
@@ -219,23 +240,59 @@ typename Inspector::result_type inspect(Inspector& f, log_entry& x) {
            field("reply_to", field_form::omit_default), x.reply_to,
            field("text"), x.text, field("code", field_form::omit_default),
            x.code, field("provider", field_form::omit_default), x.provider,
-           field("at"), x.at);
+           field("at"), x.at, field("tool", field_form::omit_default), x.tool);
+}
+
+/// A function call the model asks for in its answer (OpenAI `tool_calls`,
+/// Anthropic `tool_use` content blocks).
+struct tool_call {
+  /// The provider's id of the call.
+  std::string id;
+  /// The function name.
+  std::string name;
+  /// The arguments as JSON text, exactly as the provider sent them.
+  std::string arguments;
+};
+
+bool operator==(const tool_call& x, const tool_call& y);
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, tool_call& x) {
+  return f(caf::meta::type_name("keel::tool_call"), field("id"), x.id,
+           field("name"), x.name, field("arguments"), x.arguments);
 }
 
 /// One message of the model's working memory (column family `context`).
+/// Roles: "user", "assistant" (with `tool_calls` when the model asked for
+/// tools), "tool" (the result of call `tool_call_id` of tool `tool_name`)
+/// and "system" (notes for the model: recovery, summaries of compacted
+/// entries).
 struct context_entry {
+  context_entry() = default;
+  context_entry(seq_t seq, std::string role, std::string content)
+    : seq(seq), role(std::move(role)), content(std::move(content)) {
+    // nop
+  }
+
   /// Sequence number of the log entry this came from.
   seq_t seq = 0;
-  /// "user", "assistant" or "system".
   std::string role;
   /// The message content.
   std::string content;
+  /// For "assistant": the tool calls the model asked for, in order.
+  std::vector<tool_call> tool_calls;
+  /// For "tool": the id of the call this result answers, and its tool.
+  std::string tool_call_id;
+  std::string tool_name;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, context_entry& x) {
   return f(caf::meta::type_name("keel::context_entry"), field("seq"), x.seq,
-           field("role"), x.role, field("content"), x.content);
+           field("role"), x.role, field("content"), x.content,
+           field("tool_calls", field_form::omit_default), x.tool_calls,
+           field("tool_call_id", field_form::omit_default), x.tool_call_id,
+           field("tool_name", field_form::omit_default), x.tool_name);
 }
 
 /// Everything a conversation actor needs to resume a thread.
@@ -343,12 +400,19 @@ struct turn_commit {
   std::vector<outbox_entry> outbox;
   /// The conversation's tenure, as in `accept_request`.
   uint64_t tenure = 0;
+  /// A step within a turn (a tool call or result, a compaction): the inbox
+  /// entry stays, the turn goes on.
+  bool keeps_inbox = false;
+  /// Context entries removed in the same batch (a compaction retires what
+  /// its summary replaces), by seq.
+  std::vector<seq_t> retire_context;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, turn_commit& x) {
   return f(caf::meta::type_name("keel::turn_commit"), x.thread, x.inbox_seq,
-           x.context, x.log, x.write_session, x.session, x.outbox, x.tenure);
+           x.context, x.log, x.write_session, x.session, x.outbox, x.tenure,
+           x.keeps_inbox, x.retire_context);
 }
 
 /// A spawn of a child agent: the child's session record (its `parent` set)
@@ -457,6 +521,8 @@ struct agent_info {
   millis created_at = 0;
   /// Child thread ids, from the tree.
   std::vector<std::string> children;
+  /// Tools that failed in the thread, with how often (from the session).
+  std::vector<tool_failure_count> tool_failures;
 };
 
 template <class Inspector>
@@ -467,7 +533,8 @@ typename Inspector::result_type inspect(Inspector& f, agent_info& x) {
            x.state, field("pool", optional), x.pool, field("model", optional),
            x.model, field("provider", optional), x.provider,
            field("created_at", optional), x.created_at, field("children"),
-           x.children);
+           x.children, field("tool_failures", field_form::omit_default),
+           x.tool_failures);
 }
 
 /// A page of a thread's history.

@@ -16,6 +16,20 @@
 
 namespace keel {
 
+/// A tool the model may call: what it is told about it.
+struct tool_spec {
+  std::string name;
+  std::string description;
+  /// A JSON schema of the arguments object, as JSON text.
+  std::string parameters;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, tool_spec& x) {
+  return f(caf::meta::type_name("keel::tool_spec"), x.name, x.description,
+           x.parameters);
+}
+
 /// What a provider is asked.
 struct completion_request {
   std::string thread;
@@ -29,28 +43,15 @@ struct completion_request {
   /// beyond the providers' own timeouts. A pool ends the request with a
   /// timeout once it is spent; an HTTP call never outlives what is left.
   uint64_t time_budget_ms = 0;
+  /// The tools the model may call, advertised in the provider's format.
+  std::vector<tool_spec> tools;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, completion_request& x) {
   return f(caf::meta::type_name("keel::completion_request"), x.thread,
-           x.client_id, x.seq, x.system_prompt, x.context, x.time_budget_ms);
-}
-
-/// A function call the model asks for in its answer (OpenAI `tool_calls`,
-/// Anthropic `tool_use` content blocks).
-struct tool_call {
-  /// The provider's id of the call.
-  std::string id;
-  /// The function name.
-  std::string name;
-  /// The arguments as JSON text, exactly as the provider sent them.
-  std::string arguments;
-};
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, tool_call& x) {
-  return f(caf::meta::type_name("keel::tool_call"), x.id, x.name, x.arguments);
+           x.client_id, x.seq, x.system_prompt, x.context, x.time_budget_ms,
+           x.tools);
 }
 
 /// A provider's answer.

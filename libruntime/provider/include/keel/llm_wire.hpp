@@ -6,13 +6,27 @@
 // text deltas and a completion. `keel/llm_client.hpp` does the networking;
 // everything here is a pure function of its input, so it is tested by table.
 //
-// Context roles: "user" and "assistant" entries are sent as they are.
-// "system" entries go to the system prompt's place (OpenAI: a system message
-// where they stand; Anthropic: appended to the top-level `system` text).
-// Entries of any other role (e.g. errors posted to the thread) are skipped:
-// the model never said them and the user did not write them. Anthropic also
-// gets consecutive entries of one role merged and empty ones dropped, which
-// its API would otherwise reject.
+// Context roles: "user" entries and plain "assistant" entries are sent as
+// they are. An "assistant" entry with `tool_calls` becomes the model's call
+// (OpenAI: `tool_calls` with the arguments text as it came, `content` null
+// when empty; Anthropic: an optional text block, then `tool_use` blocks with
+// the arguments as an object, `{}` if they are not one). A "tool" entry is a
+// call's result (OpenAI: a `tool` message naming `tool_call_id`; Anthropic: a
+// `tool_result` block in a user message). "system" entries go to the system
+// prompt's place (OpenAI: a system message where they stand; Anthropic:
+// appended to the top-level `system` text). Entries of any other role (e.g.
+// errors posted to the thread) are skipped: the model never said them and
+// the user did not write them. Anthropic also gets empty text entries
+// dropped and consecutive entries of one role merged, which its API would
+// otherwise reject: texts join with a blank line; with blocks, the content
+// becomes blocks in order, tool results first (several results of one
+// answer share one user message; a user text after them follows as a text
+// block).
+//
+// Tools: the built-in agent tools (keel/agent_tools.hpp), then
+// `completion_request::tools` whose names differ from those already listed,
+// in each API's shape; a schema that is not a JSON object is sent as
+// `{"type":"object","properties":{}}`.
 
 #include <cstdint>
 #include <string>
@@ -54,7 +68,8 @@ struct base_url {
 /// already ends in it. Fails with `ec::config_invalid` saying what is wrong.
 caf::expected<base_url> parse_base_url(std::string_view url, api kind);
 
-/// Builds the JSON request body (see the top of this file for the roles).
+/// Builds the JSON request body (see the top of this file for the roles and
+/// the tools). Never throws on what the context or the tools hold.
 std::string request_body(api kind, const std::string& model,
                          const completion_request& req, uint32_t max_tokens,
                          bool stream);

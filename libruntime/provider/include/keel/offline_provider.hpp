@@ -1,9 +1,11 @@
 #pragma once
 
 // Offline providers: `echo` (the embedded default) and `scripted` (replies,
-// delays and classified failures from config, for tests). A provider worker
-// applies the outcome's delay on the actor clock, so tests drive it with the
-// test clock. The HTTP kinds (openai, anthropic) are in `keel/llm_client.hpp`.
+// delays, tool calls and classified failures from config, for tests). Both
+// answer the last user message or tool result (`last_input_text`). A
+// provider worker applies the outcome's delay on the actor clock, so tests
+// drive it with the test clock. The HTTP kinds (openai, anthropic) are in
+// `keel/llm_client.hpp`.
 
 #include <chrono>
 #include <memory>
@@ -56,5 +58,11 @@ make_provider(const provider_config& cfg);
 
 /// The text of the last user message in `ctx`, or empty.
 std::string last_user_text(const std::vector<context_entry>& ctx);
+
+/// What the model answers next: the content of the last entry of `ctx` that
+/// is a user message or a tool result (role "user" or "tool"), or empty.
+/// Before tools it is the last user message; after a tool call, the call's
+/// result.
+std::string last_input_text(const std::vector<context_entry>& ctx);
 
 } // namespace keel

@@ -108,7 +108,9 @@ std::string delta_frame(const std::string& thread, const std::string& client_id,
                         seq_t reply_to, uint32_t attempt,
                         std::string_view text);
 
-/// A reply (entry.kind == reply) or a descriptive error in the thread
+/// A reply (entry.kind == reply), a tool step (entry.kind == tool, a `tool`
+/// frame carrying `thread`, `seq`, `reply_to`, `id`, `tool` and `text`)
+/// or a descriptive error in the thread
 /// (entry.kind == error, encoded as an `error` frame carrying `thread`,
 /// `reply_to`, `seq` and `client_id`).
 std::string outcome_frame(const std::string& thread, const log_entry& entry);

@@ -1,0 +1,569 @@
+#include "keel/conversation.hpp"
+
+#include <algorithm>
+
+#include "keel/agent_tools.hpp"
+#include "keel/kill_point.hpp"
+#include "keel/recovery.hpp"
+#include "keel/text.hpp"
+
+namespace keel {
+
+namespace {
+
+// The tools named by `pool` and by `names`, each once, in declaration
+// order (the config checked that every name is declared).
+std::vector<tool_config> tools_named(const node_config& node,
+                                     const std::vector<std::string>& names) {
+  std::vector<std::string> wanted = names;
+  for (auto& pool : node.pools)
+    if (pool.name == node.threads.pool)
+      wanted.insert(wanted.end(), pool.tools.begin(), pool.tools.end());
+  std::vector<tool_config> result;
+  for (auto& tool : node.tools)
+    if (std::find(wanted.begin(), wanted.end(), tool.name) != wanted.end())
+      result.push_back(tool);
+  return result;
+}
+
+} // namespace
+
+conversation_config make_conversation_config(const node_config& node,
+                                             std::string thread) {
+  auto& defaults = node.threads;
+  auto& storage = node.storage;
+  conversation_config cfg;
+  cfg.storage_timeout = storage.request_timeout;
+  cfg.thread = std::move(thread);
+  cfg.pool = defaults.pool;
+  cfg.system_prompt = defaults.system_prompt;
+  cfg.idle_timeout = defaults.idle_timeout;
+  cfg.turn_timeout = defaults.turn_timeout;
+  cfg.max_inbox = defaults.max_inbox;
+  cfg.max_reply_bytes = defaults.max_reply_bytes;
+  cfg.max_tool_output_bytes = defaults.max_tool_output_bytes;
+  cfg.root_tools = tools_named(node, defaults.tools);
+  cfg.agent_tools = tools_named(node, defaults.agent_tools);
+  cfg.guard = defaults.guard;
+  cfg.disable_tool_after = defaults.disable_tool_after;
+  return cfg;
+}
+
+bool conversation_state::idle() const {
+  return loaded && inbox.empty() && !turn_running && accepting.empty()
+         && deferred.empty() && outbox.empty() && !closing && !unsure_accepts;
+}
+
+bool conversation_state::closed() const {
+  return closing || session.state == session_state::closed;
+}
+
+namespace {
+
+// A note for the model that is not part of the thread's history.
+context_entry system_note(std::string text) {
+  context_entry entry;
+  entry.role = "system";
+  entry.content = std::move(text);
+  return entry;
+}
+
+} // namespace
+
+completion_request conversation_state::make_request() const {
+  completion_request req;
+  req.thread = cfg.thread;
+  req.system_prompt = cfg.system_prompt;
+  req.context = context;
+  auto& msg = inbox.front();
+  req.client_id = msg.client_id;
+  req.seq = msg.seq;
+  // The turn's deadline travels with the call and bounds the pool.
+  req.time_budget_ms = static_cast<uint64_t>(
+    std::chrono::duration_cast<std::chrono::milliseconds>(cfg.turn_timeout)
+      .count());
+  req.tools = offered_tools();
+  // The node died while this thread was live: say so once.
+  if (session.recovered_at != 0)
+    req.context.push_back(system_note(recovery_prompt));
+  if (!turn_in_context())
+    req.context.push_back(context_entry{msg.seq, "user", msg.text});
+  if (nudge)
+    req.context.push_back(system_note(different_approach_note));
+  return req;
+}
+
+namespace {
+
+// The log entry `seq` of `kind` about the message `msg` (its answer, or a
+// step of its turn).
+log_entry entry_about(const inbox_entry& msg, seq_t seq, log_kind kind,
+                      std::string text, millis now) {
+  log_entry entry;
+  entry.seq = seq;
+  entry.kind = kind;
+  entry.client_id = msg.client_id;
+  entry.reply_to = msg.seq;
+  entry.text = std::move(text);
+  entry.at = now;
+  return entry;
+}
+
+// A message from this thread to thread `to`, under the next sequence number.
+outbox_entry make_outbox_entry(conversation_state& st, const std::string& to,
+                               std::string text, millis now) {
+  outbox_entry entry;
+  entry.from = st.cfg.thread;
+  entry.seq = st.next_seq++;
+  entry.to = to;
+  entry.client_id = agent_client_id(entry.from, entry.seq);
+  entry.text = std::move(text);
+  entry.created_at = now;
+  return entry;
+}
+
+// The parts of a commit every outcome shares: the session update (provider
+// and model that answered, recovery mark) and the outcome forwarded to the
+// parent agent.
+// Runs before the outcome's log entry takes its seq: every outbox seq of a
+// commit stays below a seq the log keeps, so a reload (next_seq = last log
+// seq + 1) never hands one out again, even after the entry was delivered.
+void finish_commit(conversation_state& st, turn_commit& commit, log_kind kind,
+                   const std::string& text, const completion* reply,
+                   millis now) {
+  auto& session = st.session;
+  auto changed = [](const std::string& now, const std::string& before) {
+    return !now.empty() && now != before;
+  };
+  if (st.session_exists
+      && (session.recovered_at != 0
+          || (reply != nullptr
+              && (changed(reply->provider, session.provider)
+                  || changed(reply->model, session.model))))) {
+    commit.write_session = true;
+    commit.session = session;
+    commit.session.recovered_at = 0;
+    if (reply != nullptr && !reply->provider.empty())
+      commit.session.provider = reply->provider;
+    if (reply != nullptr && !reply->model.empty())
+      commit.session.model = reply->model;
+  }
+  if (!session.parent.empty())
+    commit.outbox.push_back(make_outbox_entry(
+      st, session.parent,
+      "[agent " + st.cfg.thread + (kind == log_kind::error ? " failed] " : "] ")
+        + text,
+      now));
+}
+
+// What agent tool call `call` did, in one line: a message to a child (one
+// spawned before the commit, as `spawns` says) joins `commit`'s outbox,
+// bounded by `max_tool_output_bytes`. None if `call` is no agent tool.
+std::optional<std::string> agent_call_note(conversation_state& st,
+                                           turn_commit& commit,
+                                           const tool_call& call, millis now,
+                                           const spawn_outcomes& spawns) {
+  auto action = parse_agent_tool_call(call, st.cfg.thread);
+  if (!action)
+    return std::nullopt;
+  if (!*action)
+    return "[" + error_message(action->error()) + "]";
+  auto& act = **action;
+  if (auto refused = spawns.refused.find(act.child);
+      act.spawn && refused != spawns.refused.end())
+    return "[cannot spawn agent " + act.child + ": " + refused->second + "]";
+  if (st.children.count(act.child) == 0)
+    return "[tool call " + call.name + ": no child agent " + act.child + "]";
+  commit.outbox.push_back(make_outbox_entry(
+    st, act.child,
+    "[parent " + st.cfg.thread + "] "
+      + bound_text(act.text, st.cfg.max_tool_output_bytes, "message to agent"),
+    now));
+  if (act.spawn && spawns.created.count(act.child) > 0)
+    return "[spawned agent " + act.child + "]";
+  return "[message to agent " + act.child + "]";
+}
+
+// The answer's text: the reply's, bounded (`max_reply_bytes`), then a line
+// for each agent tool call (a final answer calls no other tools).
+std::string apply_tool_calls(conversation_state& st, turn_commit& commit,
+                             const completion& reply, millis now,
+                             const spawn_outcomes& spawns) {
+  auto text = bound_text(reply.text, st.cfg.max_reply_bytes, "reply");
+  for (auto& call : reply.tool_calls) {
+    auto note = agent_call_note(st, commit, call, now, spawns)
+                  .value_or("[tool call " + call.name + "]");
+    text += (text.empty() ? "" : "\n")
+            + bound_text(note, st.cfg.max_tool_output_bytes, "tool call");
+  }
+  return text;
+}
+
+} // namespace
+
+std::vector<std::string>
+conversation_state::new_children(const completion& reply) const {
+  std::vector<std::string> result;
+  for (auto& call : reply.tool_calls) {
+    auto action = parse_agent_tool_call(call, cfg.thread);
+    if (action && *action && (*action)->spawn
+        && children.count((*action)->child) == 0
+        && std::find(result.begin(), result.end(), (*action)->child)
+             == result.end())
+      result.push_back((*action)->child);
+  }
+  return result;
+}
+
+turn_commit
+conversation_state::make_reply_commit(const completion& reply, millis now,
+                                      const spawn_outcomes& spawns) {
+  auto& msg = inbox.front();
+  turn_commit commit;
+  commit.thread = cfg.thread;
+  commit.inbox_seq = msg.seq;
+  auto text = apply_tool_calls(*this, commit, reply, now, spawns);
+  finish_commit(*this, commit, log_kind::reply, text, &reply, now);
+  auto seq = next_seq++;
+  if (!turn_in_context())
+    commit.context.push_back(context_entry{msg.seq, "user", msg.text});
+  commit.context.push_back(context_entry{seq, "assistant", text});
+  auto entry = entry_about(msg, seq, log_kind::reply, std::move(text), now);
+  entry.provider = reply.provider;
+  commit.log.push_back(std::move(entry));
+  return commit;
+}
+
+turn_commit conversation_state::make_error_commit(const std::string& code,
+                                                  const std::string& text,
+                                                  millis now) {
+  auto& msg = inbox.front();
+  turn_commit commit;
+  commit.thread = cfg.thread;
+  commit.inbox_seq = msg.seq;
+  finish_commit(*this, commit, log_kind::error, text, nullptr, now);
+  // The unanswered message stays out of the context: the model never sees a
+  // question without its answer. Once tool steps of it are there, the error
+  // is their answer.
+  auto seq = next_seq++;
+  if (turn_in_context())
+    commit.context.push_back(context_entry{seq, "assistant", text});
+  auto entry = entry_about(msg, seq, log_kind::error, text, now);
+  entry.code = code;
+  commit.log.push_back(std::move(entry));
+  return commit;
+}
+
+namespace {
+
+// Removes the entries of seqs `retired` from `context` and puts `added` in
+// where their seqs place them (a compaction's summary takes the seq of the
+// last entry it replaces, so a reload finds it in the same place).
+void replace_entries(std::vector<context_entry>& context,
+                     const std::vector<seq_t>& retired,
+                     const std::vector<context_entry>& added) {
+  auto gone = [&retired](const context_entry& x) {
+    return std::find(retired.begin(), retired.end(), x.seq) != retired.end();
+  };
+  context.erase(std::remove_if(context.begin(), context.end(), gone),
+                context.end());
+  for (auto& entry : added) {
+    auto pos = std::find_if(context.begin(), context.end(),
+                            [&entry](const context_entry& x) {
+                              return x.seq > entry.seq;
+                            });
+    context.insert(pos, entry);
+  }
+}
+
+} // namespace
+
+void conversation_state::apply(const turn_commit& commit) {
+  if (!commit.keeps_inbox && !inbox.empty()
+      && inbox.front().seq == commit.inbox_seq)
+    inbox.pop_front();
+  if (commit.retire_context.empty())
+    context.insert(context.end(), commit.context.begin(), commit.context.end());
+  else
+    replace_entries(context, commit.retire_context, commit.context);
+  if (commit.write_session)
+    session = commit.session;
+  for (auto& entry : commit.outbox)
+    outbox.emplace(entry.seq, entry);
+}
+
+void conversation_state::fail_pending_accepts(const caf::error& reason) {
+  for (auto& [seq, promise] : accepting)
+    promise.deliver(reason);
+  accepting.clear();
+  for (auto& d : deferred)
+    d.promise.deliver(reason);
+  deferred.clear();
+}
+
+caf::error conversation_state::refusal(const incoming_message& msg) const {
+  if (closed())
+    return caf::make_error(ec::thread_closed,
+                           "thread '" + cfg.thread
+                             + "' was cancelled; it takes no messages");
+  if (!msg.from.empty() && !session_exists)
+    return not_found();
+  if (inbox.size() + accepting.size() >= cfg.max_inbox)
+    return caf::make_error(ec::overloaded, "thread '" + cfg.thread
+                                             + "' already has "
+                                             + std::to_string(cfg.max_inbox)
+                                             + " unanswered messages");
+  return caf::none;
+}
+
+caf::error conversation_state::not_found() const {
+  return caf::make_error(ec::not_found,
+                         "thread '" + cfg.thread + "' does not exist");
+}
+
+accept_request conversation_state::make_accept_request(incoming_message msg) {
+  accept_request req;
+  req.thread = cfg.thread;
+  req.entry = inbox_entry{next_seq++, std::move(msg.client_id),
+                          std::move(msg.text), wall_clock_millis()};
+  req.tenure = tenure;
+  if (!msg.from.empty()) {
+    req.outbox_from = msg.from;
+    req.outbox_seq = msg.seq;
+  }
+  if (!session_active) {
+    // The first accept of an activation (re)writes the session as ACTIVE in
+    // the same synced batch as the message.
+    if (!session_exists) {
+      session.thread = cfg.thread;
+      session.pool = cfg.pool;
+      session.created_at = req.entry.accepted_at;
+      reach(kill_point::session_created); // In memory only, so far.
+    }
+    session.state = session_state::active;
+    req.create_session = true;
+    req.session = session;
+  }
+  return req;
+}
+
+void conversation_state::answer_cancels(const caf::error& err) {
+  auto waiting = std::move(cancels);
+  cancels.clear();
+  for (auto& rp : waiting) {
+    if (err)
+      rp.deliver(err);
+    else
+      rp.deliver(caf::ok_atom_v);
+  }
+}
+
+void conversation_state::restore(thread_snapshot snapshot) {
+  session_exists = snapshot.exists;
+  session = std::move(snapshot.session);
+  inbox.assign(std::make_move_iterator(snapshot.inbox.begin()),
+               std::make_move_iterator(snapshot.inbox.end()));
+  context = std::move(snapshot.context);
+  next_seq = std::max(next_seq, snapshot.next_seq);
+  // A tool step's assistant entry has no log entry: never reuse its seq.
+  if (!context.empty())
+    next_seq = std::max(next_seq, context.back().seq + 1);
+  children.insert(snapshot.children.begin(), snapshot.children.end());
+  for (auto& entry : snapshot.outbox) {
+    // The outbox reserves seqs the log does not show: never reuse them.
+    next_seq = std::max(next_seq, entry.seq + 1);
+    outbox.emplace(entry.seq, std::move(entry));
+  }
+  loaded = true;
+}
+
+void conversation_state::resume_steps(const thread_snapshot& snapshot) {
+  context = snapshot.context;
+  session.tool_failures = snapshot.session.tool_failures;
+  next_seq = std::max(next_seq, snapshot.next_seq);
+  if (!context.empty())
+    next_seq = std::max(next_seq, context.back().seq + 1);
+}
+
+void conversation_state::adopt_late_accepts(
+  const std::vector<inbox_entry>& stored) {
+  for (auto& entry : stored) {
+    auto same = [&entry](const inbox_entry& x) { return x.seq == entry.seq; };
+    if (accepting.count(entry.seq) > 0
+        || std::any_of(inbox.begin(), inbox.end(), same))
+      continue;
+    // Never ahead of the running turn, which answers the front.
+    auto first = inbox.begin() + (turn_running && !inbox.empty() ? 1 : 0);
+    auto pos = std::find_if(first, inbox.end(), [&entry](const inbox_entry& x) {
+      return x.seq > entry.seq;
+    });
+    inbox.insert(pos, entry);
+  }
+}
+
+// -- the turn's tool loop -----------------------------------------------------
+
+const std::vector<tool_config>& conversation_state::tools() const {
+  return session.parent.empty() ? cfg.root_tools : cfg.agent_tools;
+}
+
+uint32_t conversation_state::tool_failures(const std::string& tool) const {
+  for (auto& x : session.tool_failures)
+    if (x.tool == tool)
+      return x.failures;
+  return 0;
+}
+
+bool conversation_state::tool_disabled(const std::string& tool) const {
+  return tool_failures(tool) >= cfg.disable_tool_after;
+}
+
+std::vector<tool_spec> conversation_state::offered_tools() const {
+  std::vector<tool_spec> result;
+  for (auto& tool : tools())
+    if (!tool_disabled(tool.name))
+      result.push_back(tool_spec{tool.name, tool.description, tool.parameters});
+  return result;
+}
+
+bool conversation_state::final_reply(const completion& reply) const {
+  return std::all_of(
+    reply.tool_calls.begin(), reply.tool_calls.end(),
+    [this](const tool_call& call) {
+      return parse_agent_tool_call(call, cfg.thread).has_value();
+    });
+}
+
+namespace {
+
+// The index of the user entry of the message `seq` in `context`, or its
+// size if the message is not there.
+size_t user_entry(const std::vector<context_entry>& context, seq_t seq) {
+  for (size_t i = context.size(); i > 0; --i)
+    if (context[i - 1].seq == seq && context[i - 1].role == "user")
+      return i - 1;
+  return context.size();
+}
+
+} // namespace
+
+bool conversation_state::turn_in_context() const {
+  return !inbox.empty()
+         && user_entry(context, inbox.front().seq) < context.size();
+}
+
+std::vector<tool_call> conversation_state::unanswered_calls() const {
+  if (inbox.empty())
+    return {};
+  std::vector<tool_call> calls;
+  std::set<std::string> answered;
+  for (auto i = user_entry(context, inbox.front().seq); i < context.size();
+       ++i) {
+    auto& entry = context[i];
+    if (entry.role == "assistant") {
+      calls = entry.tool_calls;
+      answered.clear();
+    } else if (entry.role == "tool") {
+      answered.insert(entry.tool_call_id);
+    }
+  }
+  calls.erase(std::remove_if(calls.begin(), calls.end(),
+                             [&answered](const tool_call& call) {
+                               return answered.count(call.id) > 0;
+                             }),
+              calls.end());
+  return calls;
+}
+
+namespace {
+
+// A step commit of the inbox front's turn: the inbox entry stays.
+turn_commit step_commit(const conversation_state& st) {
+  turn_commit commit;
+  commit.thread = st.cfg.thread;
+  commit.inbox_seq = st.inbox.front().seq;
+  commit.keeps_inbox = true;
+  return commit;
+}
+
+// The result entry of `call` in the context.
+context_entry tool_result_entry(seq_t seq, const tool_call& call,
+                                std::string text) {
+  context_entry entry{seq, "tool", std::move(text)};
+  entry.tool_call_id = call.id;
+  entry.tool_name = call.name;
+  return entry;
+}
+
+} // namespace
+
+turn_commit conversation_state::make_call_step(const completion& reply,
+                                               millis now,
+                                               const spawn_outcomes& spawns) {
+  auto commit = step_commit(*this);
+  auto& msg = inbox.front();
+  if (!turn_in_context())
+    commit.context.push_back(context_entry{msg.seq, "user", msg.text});
+  context_entry asked{next_seq++, "assistant",
+                      bound_text(reply.text, cfg.max_reply_bytes, "reply")};
+  asked.tool_calls = reply.tool_calls;
+  commit.context.push_back(std::move(asked));
+  // Agent calls take effect now; their results are what they did.
+  for (auto& call : reply.tool_calls)
+    if (auto note = agent_call_note(*this, commit, call, now, spawns))
+      commit.context.push_back(
+        tool_result_entry(next_seq++, call, std::move(*note)));
+  return commit;
+}
+
+namespace {
+
+// Counts a failure of `tool` in `session`; returns the new count.
+uint32_t count_failure(session_record& session, const std::string& tool) {
+  for (auto& x : session.tool_failures)
+    if (x.tool == tool)
+      return ++x.failures;
+  session.tool_failures.push_back(tool_failure_count{tool, 1});
+  return 1;
+}
+
+} // namespace
+
+turn_commit conversation_state::make_result_step(const tool_call& call,
+                                                 const tool_outcome& outcome,
+                                                 bool counts_failure,
+                                                 millis now) {
+  auto commit = step_commit(*this);
+  auto& msg = inbox.front();
+  auto seq = next_seq++;
+  auto text = bound_text(outcome.text, cfg.max_tool_output_bytes,
+                         "tool output");
+  commit.context.push_back(tool_result_entry(seq, call, text));
+  auto log = [&](seq_t seq, std::string text) {
+    auto entry = entry_about(msg, seq, log_kind::tool, std::move(text), now);
+    entry.tool = call.name;
+    commit.log.push_back(std::move(entry));
+  };
+  log(seq, std::move(text));
+  if (!counts_failure || outcome.error.empty())
+    return commit;
+  commit.write_session = true;
+  commit.session = session;
+  auto failures = count_failure(commit.session, call.name);
+  if (failures == cfg.disable_tool_after) {
+    auto note = disabled_tool_text(call.name, failures, outcome.error);
+    auto note_seq = next_seq++;
+    commit.context.push_back(context_entry{note_seq, "system", note});
+    log(note_seq, std::move(note));
+  }
+  return commit;
+}
+
+std::string disabled_tool_text(const std::string& tool, uint32_t failures,
+                               const std::string& error) {
+  return "The tool " + tool + " failed " + std::to_string(failures)
+         + " times in this thread and is disabled here; the last failure: "
+         + error;
+}
+
+} // namespace keel

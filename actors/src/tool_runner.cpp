@@ -1,0 +1,111 @@
+#include "keel/tool_runner.hpp"
+
+#include <chrono>
+#include <cstdlib>
+
+#include <caf/all.hpp>
+
+#include "keel/tool_command.hpp"
+
+namespace keel {
+
+caf::expected<tool_run> make_tool_run(const tool_config& tool,
+                                      const tool_call& call) {
+  auto argv = expand_command(tool.command, call.arguments);
+  if (!argv)
+    return std::move(argv.error());
+  tool_run run;
+  run.tool = tool.name;
+  run.argv = std::move(*argv);
+  run.cwd = tool.cwd;
+  auto pass = [&run](const std::string& name) {
+    if (auto value = std::getenv(name.c_str()))
+      run.env.push_back(name + "=" + value);
+  };
+  pass("PATH");
+  for (auto& name : tool.env)
+    if (name != "PATH")
+      pass(name);
+  run.timeout = tool.timeout;
+  run.grace = tool.grace;
+  run.output_cap = tool.output_cap;
+  return run;
+}
+
+namespace {
+
+// The last non-empty line of `text`, cut to 200 bytes.
+std::string last_line(const std::string& text) {
+  auto end = text.find_last_not_of("\r\n \t");
+  if (end == std::string::npos)
+    return {};
+  auto begin = text.find_last_of('\n', end);
+  begin = begin == std::string::npos ? 0 : begin + 1;
+  return text.substr(begin, std::min<size_t>(end + 1 - begin, 200));
+}
+
+process_spec make_spec(const tool_run& run) {
+  using std::chrono::duration_cast;
+  using std::chrono::milliseconds;
+  process_spec spec;
+  spec.argv = run.argv;
+  spec.cwd = run.cwd;
+  spec.env.emplace();
+  for (auto& var : run.env) {
+    auto eq = var.find('=');
+    spec.env->emplace_back(var.substr(0, eq), var.substr(eq + 1));
+  }
+  spec.timeout = duration_cast<milliseconds>(run.timeout);
+  spec.grace = duration_cast<milliseconds>(run.grace);
+  spec.output_cap = run.output_cap;
+  return spec;
+}
+
+} // namespace
+
+tool_outcome run_tool_process(const tool_run& run,
+                              const std::atomic<bool>* cancel) {
+  auto started = std::chrono::steady_clock::now();
+  tool_outcome outcome;
+  if (auto result = run_process(make_spec(run), cancel)) {
+    outcome.text = tool_result_text(run.tool, *result);
+    outcome.error = tool_error(run.tool, *result);
+    outcome.timed_out = result->timed_out;
+  } else {
+    outcome.error = error_message(result.error());
+    outcome.text = "[" + outcome.error + "]\n";
+  }
+  outcome.took_us = static_cast<uint64_t>(
+    std::chrono::duration_cast<std::chrono::microseconds>(
+      std::chrono::steady_clock::now() - started)
+      .count());
+  return outcome;
+}
+
+std::string tool_error(const std::string& tool, const process_result& run) {
+  if (run.timed_out)
+    return tool + " timed out after " + std::to_string(run.took.count() / 1000)
+           + " s";
+  if (run.cancelled)
+    return tool + " was cancelled";
+  if (run.exit_code == 0)
+    return {};
+  auto line = last_line(run.err);
+  return tool + " exited with status " + std::to_string(run.exit_code)
+         + (line.empty() ? "" : ": " + line);
+}
+
+tool_runner_actor::behavior_type
+tool_runner(tool_runner_actor::stateful_pointer<tool_runner_state> self,
+            std::shared_ptr<const std::atomic<bool>> cancel) {
+  self->state.cancel = std::move(cancel);
+  return {
+    [self](atom::run, const tool_run& run) {
+      auto outcome = run_tool_process(run, self->state.cancel.get());
+      self->quit();
+      return outcome;
+    },
+  };
+}
+
+} // namespace keel

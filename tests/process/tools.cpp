@@ -1,0 +1,236 @@
+#define CAF_SUITE tools
+
+#include <caf/test/unit_test.hpp>
+
+#include <csignal>
+#include <filesystem>
+
+#include "node_client.hpp"
+#include "temp_dir.hpp"
+
+#include "keel/protocol.hpp"
+#include "keel/tools/process.hpp"
+
+using namespace keel;
+using namespace keel::test;
+using namespace std::chrono_literals;
+using nlohmann::json;
+
+namespace {
+
+// Tools that time out leaving a grandchild, fail, repeat themselves or
+// leave a mark, and a scripted model that calls them by what the last user
+// message or tool result says.
+std::string tools_yaml(const temp_dir& dir) {
+  auto d = dir.str();
+  return "node:\n  name: tools-test\n  data_dir: " + d
+         + "/data\n"
+           "gateway:\n  port: 0\n  rate_limit:\n    per_second: 0\n"
+           "logging:\n  level: warn\n"
+           "tools:\n"
+           "  - name: sleepy\n"
+           "    description: Sleeps in the background and waits.\n"
+           "    command: [sh, -c, 'sleep 300 & echo $! > "
+         + d
+         + "/grandchild.pid; wait']\n"
+           "    timeout: 1s\n    grace: 200ms\n"
+           "  - name: flaky\n"
+           "    description: Fails, saying which attempt it was.\n"
+           "    parameters:\n      type: object\n"
+           "      properties:\n        n: {type: string}\n"
+           "    command: [sh, -c, 'echo failure {n} >&2; exit 3']\n"
+           "  - name: say\n    description: Says again.\n"
+           "    command: [echo, again]\n"
+           "  - name: stamp\n    description: Leaves a mark.\n"
+           "    command: [sh, -c, 'echo ran >> "
+         + d
+         + "/stamp.txt; echo stamped']\n"
+           "threads:\n  tools: [sleepy, flaky, say, stamp]\n"
+           "providers:\n"
+           "  - name: tool-script\n    kind: scripted\n    script:\n"
+           "      - {match: 'interrupted by a restart', reply: 'resumed "
+           "after the restart'}\n"
+           "      - {match: 'timed out', reply: 'the tool timed out'}\n"
+           "      - {match: 'run sleepy', reply: '', tool: {name: sleepy, "
+           "arguments: '{}'}}\n"
+           "      - {match: 'use flaky', reply: '', tool: {name: flaky, "
+           "arguments: '{\"n\": \"1\"}'}}\n"
+           "      - {match: 'failure 1', reply: '', tool: {name: flaky, "
+           "arguments: '{\"n\": \"2\"}'}}\n"
+           "      - {match: 'failure 2', reply: '', tool: {name: flaky, "
+           "arguments: '{\"n\": \"3\"}'}}\n"
+           "      - {match: 'failure 3', reply: '', tool: {name: flaky, "
+           "arguments: '{\"n\": \"4\"}'}}\n"
+           "      - {match: 'available here', reply: 'done without flaky'}\n"
+           "      - {match: 'loop', reply: '', tool: {name: say, arguments: "
+           "'{}'}}\n"
+           "      - {match: 'again', reply: '', tool: {name: say, arguments: "
+           "'{}'}}\n"
+           "      - {match: 'stamp it', reply: '', tool: {name: stamp, "
+           "arguments: '{}'}}\n"
+           "      - {match: 'stamped', reply: 'stamp done'}\n"
+           "      - reply: 'answer to {input}'\n"
+           "pools:\n  - name: default\n    chain: [tool-script]\n"
+         + storage_yaml(d + "/data");
+}
+
+// True if process `pid` is gone (or a zombie nobody reaped yet).
+bool process_gone(pid_t pid) {
+  if (::kill(pid, 0) != 0)
+    return true;
+  auto stat = read_text_file("/proc/" + std::to_string(pid) + "/stat");
+  auto end = stat.rfind(')');
+  return end != std::string::npos && end + 2 < stat.size()
+         && stat[end + 2] == 'Z';
+}
+
+struct fixture {
+  temp_dir dir{"keel-tools"};
+  node_process node{dir.str(), tools_yaml(dir)};
+  std::unique_ptr<ws_client> ws = connect_client(node.address());
+
+  void reconnect() {
+    ws = connect_client(node.address());
+  }
+
+  // Sends `text` as message `id` and returns the first reply or error
+  // answering it; status events seen on the way are kept in `statuses`.
+  json ask(const std::string& thread, const std::string& id,
+           const std::string& text, std::chrono::seconds timeout = 30s) {
+    CAF_REQUIRE(!ws->send_text(protocol::send_frame(thread, id, text)));
+    auto answer = receive_until(
+      *ws,
+      [&](auto& j) {
+        if (j["type"] == "status")
+          statuses.push_back(j);
+        return (j["type"] == "reply" || j["type"] == "error") && j["id"] == id;
+      },
+      timeout);
+    CAF_REQUIRE(answer);
+    return *answer;
+  }
+
+  json history(const std::string& thread) {
+    auto entries = read_history(*ws, thread);
+    CAF_REQUIRE(entries);
+    return *entries;
+  }
+
+  // Asks `thread` to run the stamp tool on a node armed to die at kill
+  // point `point`, starts the node again once it died, and returns the
+  // thread's history once the model answered (bounded).
+  json stamp_across_crash(const std::string& thread, const std::string& point) {
+    node.kill9();
+    node.start({"--kill-at", point});
+    reconnect();
+    CAF_REQUIRE(!ws->send_text(protocol::send_frame(thread, "m1", "stamp it")));
+    auto deadline = std::chrono::steady_clock::now() + 30s;
+    while (node.running() && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(20ms);
+    CAF_REQUIRE(!node.running());
+    node.start();
+    reconnect();
+    auto entries = history(thread);
+    while (count_text(entries, "reply", "resumed") == 0
+           && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(50ms);
+      entries = history(thread);
+    }
+    return entries;
+  }
+
+  bool saw_status(const std::string& status) const {
+    return std::any_of(statuses.begin(), statuses.end(),
+                       [&](auto& j) { return j["state"] == status; });
+  }
+
+  std::vector<json> statuses;
+};
+
+} // namespace
+
+CAF_TEST_FIXTURE_SCOPE(tools_tests, fixture)
+
+CAF_TEST(a tool past its timeout is killed with its whole process tree) {
+  auto reply = ask("t1", "m1", "run sleepy");
+  CAF_CHECK_EQUAL(reply["type"], "reply");
+  CAF_CHECK_EQUAL(reply["text"], "the tool timed out");
+  CAF_CHECK(saw_status("tool"));
+  auto entries = history("t1");
+  CAF_CHECK_EQUAL(count_text(entries, "tool", "sleepy timed out after 1 s"),
+                  1u);
+  auto pid_text = read_text_file(dir.str() + "/grandchild.pid");
+  CAF_REQUIRE(!pid_text.empty());
+  auto grandchild = static_cast<pid_t>(std::stol(pid_text));
+  CAF_CHECK(process_gone(grandchild));
+}
+
+CAF_TEST(a tool failing three times is disabled for the thread) {
+  auto reply = ask("t2", "m1", "use flaky");
+  CAF_CHECK_EQUAL(reply["text"], "done without flaky");
+  CAF_CHECK(saw_status("tool_disabled"));
+  auto entries = history("t2");
+  CAF_CHECK_EQUAL(count_text(entries, "tool", "[flaky exited with status 3]"),
+                  3u);
+  CAF_CHECK_EQUAL(count_text(entries, "tool",
+                             "The tool flaky failed 3 times in this thread "
+                             "and is disabled here"),
+                  1u);
+  CAF_CHECK_EQUAL(
+    count_text(entries, "tool", "no tool named flaky is available here"), 1u);
+  // Operators see it: the thread's history and the agent tree.
+  auto node_arg = node.address().host + ":"
+                  + std::to_string(node.address().port);
+  auto shown = run_command(
+    {tool_binary("keelctl"), "history", "t2", "--node", node_arg});
+  CAF_CHECK_EQUAL(shown.exit_code, 0);
+  CAF_CHECK(shown.out.find("tool   [flaky] The tool flaky failed 3 times")
+            != std::string::npos);
+  auto tree = run_command(
+    {tool_binary("keelctl"), "tree", "--agents", "--node", node_arg});
+  CAF_CHECK(tree.out.find("[tool failures: flaky 3]") != std::string::npos);
+  // Disabled in this thread only: another thread may still call it.
+  ask("t3", "m1", "use flaky");
+  CAF_CHECK_EQUAL(
+    count_text(history("t3"), "tool", "[flaky exited with status 3]"), 3u);
+}
+
+CAF_TEST(a model repeating the same call is stopped by the guard) {
+  auto answer = ask("t4", "m1", "loop");
+  CAF_CHECK_EQUAL(answer["type"], "error");
+  CAF_CHECK_EQUAL(answer["code"], "guard_stopped");
+  auto text = answer["message"].get<std::string>();
+  CAF_CHECK_EQUAL(text.rfind("Forced stop: say was called 4 times in a row "
+                             "with the same arguments. Events processed: ",
+                             0),
+                  0u);
+  CAF_CHECK(text.find("| Tool calls: 3 |") != std::string::npos);
+  CAF_CHECK_EQUAL(count_text(history("t4"), "tool", "again"), 3u);
+  // The thread goes on answering.
+  auto next = ask("t4", "m2", "hello");
+  CAF_CHECK_EQUAL(next["text"], "answer to hello");
+  if (next["text"] != "answer to hello")
+    CAF_MESSAGE(next.dump() << "\n" << history("t4").dump());
+}
+
+CAF_TEST(a tool call cut by a crash before it ran is not run again) {
+  auto entries = stamp_across_crash("t5", "tool_call_committed");
+  CAF_CHECK_EQUAL(count_text(entries, "reply", "resumed after the restart"),
+                  1u);
+  CAF_CHECK_EQUAL(count_text(entries, "tool", "interrupted by a restart"), 1u);
+  CAF_CHECK(!std::filesystem::exists(dir.str() + "/stamp.txt"));
+  node.stop();
+  CAF_CHECK_EQUAL(data_violations(dir.str() + "/data"), "");
+}
+
+CAF_TEST(a tool that ran before a crash is not run twice) {
+  auto entries = stamp_across_crash("t6", "tool_finished");
+  CAF_CHECK_EQUAL(count_text(entries, "reply", "resumed after the restart"),
+                  1u);
+  CAF_CHECK_EQUAL(count_text(entries, "tool", "interrupted by a restart"), 1u);
+  CAF_CHECK_EQUAL(read_text_file(dir.str() + "/stamp.txt"), "ran\n");
+  node.stop();
+  CAF_CHECK_EQUAL(data_violations(dir.str() + "/data"), "");
+}
+
+CAF_TEST_FIXTURE_SCOPE_END()

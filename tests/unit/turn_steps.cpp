@@ -1,0 +1,173 @@
+#define CAF_SUITE turn_steps
+
+#include <caf/test/unit_test.hpp>
+
+#include "keel/conversation.hpp"
+
+using namespace keel;
+
+namespace {
+
+tool_call call(std::string id, std::string name, std::string args = "{}") {
+  return tool_call{std::move(id), std::move(name), std::move(args)};
+}
+
+tool_config tool(std::string name) {
+  tool_config result;
+  result.name = std::move(name);
+  result.description = "does " + result.name;
+  result.command = {"true"};
+  return result;
+}
+
+// A conversation state of thread "t" with the user message 5 in its inbox
+// and an earlier exchange (1, 2) in its context.
+struct fixture {
+  fixture() {
+    st.cfg.thread = "t";
+    st.cfg.root_tools = {tool("ls"), tool("grep")};
+    st.cfg.agent_tools = {tool("grep")};
+    st.cfg.disable_tool_after = 3;
+    st.session_exists = true;
+    st.session.thread = "t";
+    st.context = {context_entry{1, "user", "hi"},
+                  context_entry{2, "assistant", "hello"}};
+    st.inbox.push_back(inbox_entry{5, "c5", "list it", 0});
+    st.next_seq = 6;
+  }
+
+  completion asking(std::vector<tool_call> calls) {
+    completion reply;
+    reply.text = "let me look";
+    reply.tool_calls = std::move(calls);
+    return reply;
+  }
+
+  tool_outcome failed(const std::string& why) {
+    return tool_outcome{"[" + why + "]", why, false, 0};
+  }
+
+  conversation_state st;
+};
+
+} // namespace
+
+CAF_TEST_FIXTURE_SCOPE(turn_steps_tests, fixture)
+
+CAF_TEST(a call step stores the question and the calls before they run) {
+  CAF_CHECK(!st.turn_in_context());
+  CAF_CHECK(!st.final_reply(asking({call("a", "ls"), call("b", "grep")})));
+  auto step = st.make_call_step(asking({call("a", "ls"), call("b", "grep")}), 0,
+                                {});
+  CAF_CHECK(step.keeps_inbox);
+  CAF_REQUIRE_EQUAL(step.context.size(), 2u);
+  CAF_CHECK_EQUAL(step.context[0].seq, 5u);
+  CAF_CHECK_EQUAL(step.context[0].role, "user");
+  CAF_CHECK_EQUAL(step.context[1].seq, 6u);
+  CAF_CHECK_EQUAL(step.context[1].tool_calls.size(), 2u);
+  st.apply(step);
+  CAF_CHECK_EQUAL(st.inbox.size(), 1u);
+  CAF_CHECK(st.turn_in_context());
+  CAF_CHECK_EQUAL(st.unanswered_calls().size(), 2u);
+  // The next request carries the stored question once.
+  auto req = st.make_request();
+  CAF_CHECK_EQUAL(req.context.size(), 4u);
+  CAF_CHECK_EQUAL(req.tools.size(), 2u);
+  st.apply(st.make_result_step(call("a", "ls"),
+                               tool_outcome{"x.txt\n", "", false, 0}, true, 0));
+  auto left = st.unanswered_calls();
+  CAF_REQUIRE_EQUAL(left.size(), 1u);
+  CAF_CHECK_EQUAL(left[0].id, "b");
+  CAF_CHECK_EQUAL(st.context.back().role, "tool");
+  CAF_CHECK_EQUAL(st.context.back().tool_call_id, "a");
+  CAF_CHECK_EQUAL(st.context.back().content, "x.txt\n");
+}
+
+CAF_TEST(the answer after tool steps does not repeat the question) {
+  st.apply(st.make_call_step(asking({call("a", "ls")}), 0, {}));
+  st.apply(st.make_result_step(call("a", "ls"),
+                               tool_outcome{"x.txt\n", "", false, 0}, true, 0));
+  completion answer;
+  answer.text = "there is x.txt";
+  CAF_CHECK(st.final_reply(answer));
+  auto commit = st.make_reply_commit(answer, 0);
+  CAF_CHECK(!commit.keeps_inbox);
+  CAF_REQUIRE_EQUAL(commit.context.size(), 1u);
+  CAF_CHECK_EQUAL(commit.context[0].role, "assistant");
+  CAF_REQUIRE_EQUAL(commit.log.size(), 1u);
+  CAF_CHECK_EQUAL(commit.log[0].reply_to, 5u);
+  st.apply(commit);
+  CAF_CHECK(st.inbox.empty());
+}
+
+CAF_TEST(an error after tool steps closes them as the answer) {
+  st.apply(st.make_call_step(asking({call("a", "ls")}), 0, {}));
+  st.apply(st.make_result_step(call("a", "ls"),
+                               tool_outcome{"x.txt\n", "", false, 0}, true, 0));
+  auto commit = st.make_error_commit("guard_stopped", "Forced stop: ...", 0);
+  CAF_REQUIRE_EQUAL(commit.context.size(), 1u);
+  CAF_CHECK_EQUAL(commit.context[0].role, "assistant");
+  CAF_CHECK_EQUAL(commit.context[0].content, "Forced stop: ...");
+  // Without steps the question stays out, as before.
+  conversation_state fresh;
+  fresh.cfg.thread = "u";
+  fresh.inbox.push_back(inbox_entry{1, "c1", "hi", 0});
+  CAF_CHECK(fresh.make_error_commit("x", "y", 0).context.empty());
+}
+
+CAF_TEST(a tool failing three times is disabled and no longer offered) {
+  st.apply(st.make_call_step(
+    asking({call("a", "ls"), call("b", "ls"), call("c", "ls")}), 0, {}));
+  auto first = st.make_result_step(call("a", "ls"), failed("boom 1"), true, 0);
+  CAF_CHECK(first.write_session);
+  CAF_CHECK_EQUAL(first.log.size(), 1u);
+  st.apply(first);
+  // A call that never reached the tool is not its failure.
+  st.apply(
+    st.make_result_step(call("b", "ls"), failed("no such tool"), false, 0));
+  CAF_CHECK_EQUAL(st.tool_failures("ls"), 1u);
+  st.apply(st.make_result_step(call("b", "ls"), failed("boom 2"), true, 0));
+  CAF_CHECK(!st.tool_disabled("ls"));
+  auto third = st.make_result_step(call("c", "ls"), failed("boom 3"), true, 0);
+  CAF_REQUIRE_EQUAL(third.log.size(), 2u);
+  CAF_CHECK_EQUAL(third.log[1].text, disabled_tool_text("ls", 3, "boom 3"));
+  CAF_CHECK_EQUAL(third.log[1].kind, log_kind::tool);
+  CAF_CHECK_EQUAL(third.context.back().role, "system");
+  st.apply(third);
+  CAF_CHECK(st.tool_disabled("ls"));
+  auto offered = st.make_request().tools;
+  CAF_REQUIRE_EQUAL(offered.size(), 1u);
+  CAF_CHECK_EQUAL(offered[0].name, "grep");
+}
+
+CAF_TEST(a child agent gets the agent tools) {
+  st.session.parent = "p";
+  auto offered = st.offered_tools();
+  CAF_REQUIRE_EQUAL(offered.size(), 1u);
+  CAF_CHECK_EQUAL(offered[0].name, "grep");
+}
+
+CAF_TEST(a reload never hands out the seq of a stored step again) {
+  thread_snapshot snap;
+  snap.exists = true;
+  snap.session.thread = "t";
+  snap.next_seq = 6; // The log ends at the user message 5.
+  snap.inbox = {inbox_entry{5, "c5", "list it", 0}};
+  snap.context = {context_entry{5, "user", "list it"},
+                  context_entry{6, "assistant", ""}};
+  snap.context[1].tool_calls = {call("a", "ls")};
+  conversation_state fresh;
+  fresh.restore(snap);
+  CAF_CHECK_EQUAL(fresh.next_seq, 7u);
+  CAF_CHECK(fresh.turn_in_context());
+  CAF_CHECK_EQUAL(fresh.unanswered_calls().size(), 1u);
+}
+
+CAF_TEST(a repeating model is told to try another way) {
+  st.nudge = true;
+  auto req = st.make_request();
+  CAF_CHECK_EQUAL(req.context.back().role, "system");
+  CAF_CHECK_EQUAL(req.context.back().content, different_approach_note);
+}
+
+CAF_TEST_FIXTURE_SCOPE_END()
