@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <future>
 #include <iostream>
 #include <memory>
@@ -82,6 +83,76 @@ std::string spawn_request(const op& x) {
 
 std::string cancel_request(const op& x) {
   return protocol::cancel_frame(x.thread, x.id);
+}
+
+// -- the node's model and tool ----------------------------------------------
+
+/// The folder (in a node's folder) where the tool leaves its marks.
+std::string marks_dir(const std::string& node_dir) {
+  return node_dir + "/marks";
+}
+
+/// What the tool prints, its result, for a message whose text is `text`
+/// (`message_text`): "marked" and the text's second word, the message's id.
+std::string tool_output(const std::string& text) {
+  std::istringstream words{text};
+  std::string first;
+  std::string second;
+  words >> first >> second;
+  return "marked " + second + "\n";
+}
+
+/// The tool result that says the call was cut by a restart.
+bool interrupted_result(const std::string& text) {
+  return text.find("interrupted by a restart") != std::string::npos;
+}
+
+/// The tool result of a call cut by a cancel of its thread.
+bool cancelled_result(const std::string& text) {
+  return text.find("[mark was cancelled and stopped]") != std::string::npos;
+}
+
+/// The `tools:` section: `mark`, a shell line (`sh -c SCRIPT mark DIR
+/// TEXT`, builtins only) that appends TEXT as a line to file DIR/TEXT (a
+/// message's text has no `/`), then prints `tool_output`, which never holds
+/// `tool_trigger`: the model does not call the tool again for its result.
+std::string tools_yaml(const std::string& marks) {
+  auto quoted = [](const std::string& x) { return json(x).dump(); };
+  const std::string script = R"sh(printf '%s\n' "$2" >> "$1/$2"; )sh"
+                             R"sh(set -- $2; printf 'marked %s\n' "$2")sh";
+  return "tools:\n  - name: mark\n"
+         "    description: Leaves a mark for a message and says it aloud.\n"
+         "    parameters:\n      type: object\n"
+         "      properties:\n        text: {type: string}\n"
+         "      required: [text]\n"
+         "    command: [sh, -c, "
+         + quoted(script) + ", mark, " + quoted(marks) + ", \"{text}\"]\n";
+}
+
+/// The node's config: data in `dir`/data, a scripted model answering
+/// "answer to {input}" after `delay` (the last user message or tool
+/// result), and, `with_tools`, calling `mark` for a message holding
+/// `tool_trigger`; `extra` is appended as is, `storage` holds more
+/// `storage:` keys, indented (as in `test::slow_echo_yaml`).
+std::string node_yaml(const std::string& name, const std::string& dir,
+                      const std::string& delay, bool with_tools,
+                      const std::string& extra, const std::string& storage) {
+  auto quoted = [](const std::string& x) { return json(x).dump(); };
+  std::string call_tool;
+  if (with_tools)
+    call_tool
+      = "      - match: " + quoted(tool_trigger)
+        + "\n        reply: \"\"\n        tool: {name: mark, arguments: "
+        + quoted(R"({"text": "{input}"})") + "}\n        delay: " + delay
+        + "\n";
+  return "node:\n  name: " + name + "\n  data_dir: " + dir
+         + "/data\ngateway:\n  port: 0\n  rate_limit:\n    per_second: 0\n"
+           "providers:\n  - name: fuzz-model\n    kind: scripted\n"
+           "    script:\n"
+         + call_tool + "      - reply: \"answer to {input}\"\n        delay: "
+         + delay + "\npools:\n  - name: default\n    chain: [fuzz-model]\n"
+         + (with_tools ? tools_yaml(marks_dir(dir)) : std::string{})
+         + test::storage_yaml(dir + "/data", storage) + extra;
 }
 
 /// What the fuzzer knows of one thread, kept outside the node.
@@ -233,7 +304,8 @@ private:
         << " --verify-every " << opts_.verify_every << " --generation-length "
         << opts_.shape.generation_length << " --min-ops " << opts_.shape.min_ops
         << " --max-ops " << opts_.shape.max_ops << " --max-threads "
-        << opts_.shape.max_threads << " --provider-delay "
+        << opts_.shape.max_threads << " --tool-percent "
+        << opts_.shape.tool_percent << " --provider-delay "
         << opts_.provider_delay << " --idle-timeout " << opts_.idle_timeout;
     return cmd.str();
   }
@@ -260,6 +332,11 @@ private:
       violation("--require-all: no thread was found in quarantine");
     if (stats_.used.database_server && stats_.pg_kills == 0)
       violation("--require-all: the PostgreSQL server was never killed");
+    if (!stats_.used.tools)
+      violation("--require-all: the node does not run tools");
+    else if (stats_.tool_results == 0 || stats_.tool_interrupted == 0)
+      violation("--require-all: no tool result, or no tool call interrupted "
+                "by a restart, was found in a log");
   }
 
   // -- setup ------------------------------------------------------------------
@@ -290,6 +367,7 @@ private:
     stats_.verify_available = verify.exit_code == 0
                               && verify.out.find(data_flag)
                                    != std::string::npos;
+    stats_.used.tools = node_runs_tools();
     // What the node offers is asked of a node of its own: each generation's
     // node starts with that generation's settings.
     if (!start_fresh_node(work_dir_ + "/probe", "fuzz-probe", {}) || !connect())
@@ -301,7 +379,8 @@ private:
     say("seed " + std::to_string(opts_.seed) + "; backend " + opts_.backend
         + "; work dir " + work_dir_ + "; spawn "
         + (stats_.used.spawn ? "yes" : "NO") + ", cancel "
-        + (stats_.used.cancel ? "yes" : "NO") + ", kill points "
+        + (stats_.used.cancel ? "yes" : "NO") + ", tools "
+        + (stats_.used.tools ? "yes" : "NO") + ", kill points "
         + (stats_.kill_points_available ? "yes" : "NO") + ", keelctl verify "
         + (stats_.verify_available ? "yes" : "NO"));
     return failures_.empty();
@@ -334,6 +413,36 @@ private:
     return start_fresh_node(gen_dir_, "fuzz-" + g, plan.storage_timeout);
   }
 
+  /// The config of a node on folder `dir` (see `node_yaml`), with
+  /// `storage_timeout` as `storage.request_timeout` unless empty, the tool
+  /// offered to every thread if `with_tools`.
+  std::string node_config(const std::string& dir, const std::string& name,
+                          const std::string& storage_timeout,
+                          bool with_tools) const {
+    auto settings = "logging:\n  level: warn\nthreads:\n  idle_timeout: "
+                    + opts_.idle_timeout + "\n";
+    if (with_tools)
+      settings += "  tools: [mark]\n  agent_tools: [mark]\n";
+    auto storage = storage_timeout.empty()
+                     ? std::string{}
+                     : "  request_timeout: " + storage_timeout + "\n";
+    return node_yaml(name, dir, opts_.provider_delay, with_tools, settings,
+                     storage);
+  }
+
+  /// Whether the node runs configured tools: it takes a config with one
+  /// (`--check-config`; in the probe node's folder, which it empties).
+  bool node_runs_tools() {
+    auto dir = work_dir_ + "/probe";
+    std::filesystem::create_directories(marks_dir(dir));
+    auto file = dir + "/node.yaml";
+    std::ofstream{file} << node_config(dir, "fuzz-probe", {}, true);
+    auto res = run_command({opts_.node_binary, "--check-config", file}, 30s);
+    if (res.exit_code != 0 && opts_.verbose)
+      say("keel-node refuses a config with a tool:\n" + res.out + res.err);
+    return res.exit_code == 0;
+  }
+
   /// Starts a node on the emptied folder `dir` (its data in `dir`/data),
   /// with `storage_timeout` as `storage.request_timeout` unless empty.
   /// False after recording why it did not come up.
@@ -348,17 +457,12 @@ private:
     node_armed_ = false;
     verified_ = false;
     passivations_seen_ = 0;
-    auto settings = "logging:\n  level: warn\nthreads:\n  idle_timeout: "
-                    + opts_.idle_timeout + "\n";
-    auto storage = storage_timeout.empty()
-                     ? std::string{}
-                     : "  request_timeout: " + storage_timeout + "\n";
+    if (stats_.used.tools)
+      std::filesystem::create_directories(marks_dir(dir));
     try {
       ::unsetenv("KEEL_KILL_AT");
       node_ = std::make_unique<node_process>(
-        dir,
-        test::slow_echo_yaml(name, dir + "/data", opts_.provider_delay,
-                             settings, storage),
+        dir, node_config(dir, name, storage_timeout, stats_.used.tools),
         opts_.node_binary);
     } catch (const std::exception& e) {
       violation(std::string{"a fresh node did not start: "} + e.what());
@@ -826,6 +930,8 @@ private:
     std::map<std::string, uint64_t> user_seq;
     /// User message seq -> seqs of its outcomes.
     std::map<uint64_t, std::vector<uint64_t>> outcomes;
+    /// User message seq -> its tool steps (results of its tool calls).
+    std::map<uint64_t, std::vector<const entry*>> steps;
     std::map<uint64_t, const entry*> by_seq;
   };
 
@@ -834,6 +940,7 @@ private:
     auto& rec = records_[thread];
     auto index = index_log(thread, rec.log);
     check_outcomes(thread, index);
+    check_steps(thread, index);
     bool pending = check_answered(thread, index, final);
     check_acked(thread, rec, index);
     check_refused(thread, rec, index);
@@ -863,6 +970,8 @@ private:
         }
       } else if (e.is_outcome()) {
         result.outcomes[e.reply_to].push_back(e.seq);
+      } else if (e.kind == "tool") {
+        result.steps[e.reply_to].push_back(&e);
       } else {
         violation(thread + ": unknown log entry kind: " + to_string(e));
       }
@@ -886,6 +995,72 @@ private:
           + std::to_string(seqs[0]) + ", #" + std::to_string(seqs[1]) + ")");
       }
     }
+  }
+
+  /// Tool steps belong to a stored message of the thread, after it and
+  /// before its outcome; only messages that ask for the tool have them
+  /// (see `check_tool_message`).
+  void check_steps(const std::string& thread, const log_index& index) {
+    for (auto& [reply_to, steps] : index.steps) {
+      auto u = index.by_seq.find(reply_to);
+      auto o = index.outcomes.find(reply_to);
+      for (auto step : steps) {
+        if (u == index.by_seq.end() || u->second->kind != "user"
+            || u->second->client_id != step->client_id)
+          violation(thread + ": tool step " + to_string(*step)
+                    + " answers no user message of the thread");
+        else if (o != index.outcomes.end() && o->second.front() < step->seq)
+          violation(thread + ": tool step " + to_string(*step)
+                    + " comes after its message's outcome #"
+                    + std::to_string(o->second.front()));
+      }
+    }
+    for (auto& [client_id, seq] : index.user_seq) {
+      auto& user = *index.by_seq.at(seq);
+      auto s = index.steps.find(seq);
+      static const std::vector<const entry*> none;
+      auto& steps = s == index.steps.end() ? none : s->second;
+      if (user.text.find(tool_trigger) != std::string::npos)
+        check_tool_message(thread, index, user, steps);
+      else if (!steps.empty())
+        violation(thread + ": message " + to_string(user)
+                  + " asks for no tool but has tool step "
+                  + to_string(*steps.front()));
+    }
+  }
+
+  /// A message that asks for the tool: at most one tool step (the model
+  /// calls it once, and a call is never run again), whose result is the
+  /// tool's output, "interrupted by a restart" (the call was cut by a crash
+  /// or a stop, and not run again) or a cancel's note; answered by a reply,
+  /// "answer to <the result>", or an error.
+  void check_tool_message(const std::string& thread, const log_index& index,
+                          const entry& user,
+                          const std::vector<const entry*>& steps) {
+    auto what = thread + " message " + to_string(user);
+    if (steps.size() > 1) {
+      violation("TOOL TWICE: " + what + " has " + std::to_string(steps.size())
+                + " tool steps: " + to_string(*steps[0]) + " and "
+                + to_string(*steps[1]));
+      return;
+    }
+    auto step = steps.empty() ? nullptr : steps.front();
+    if (step && step->text != tool_output(user.text)
+        && !interrupted_result(step->text) && !cancelled_result(step->text))
+      violation(what + ": unexpected tool result " + to_string(*step));
+    auto o = index.outcomes.find(user.seq);
+    if (o == index.outcomes.end())
+      return;
+    auto& outcome = *index.by_seq.at(o->second.front());
+    if (outcome.kind != "reply")
+      return;
+    if (!step)
+      violation(what
+                + " was answered without its tool step: " + to_string(outcome));
+    else if (outcome.text != "answer to " + step->text
+             || cancelled_result(step->text))
+      violation(what + ": the reply " + to_string(outcome)
+                + " does not answer its tool result " + to_string(*step));
   }
 
   /// Returns whether a stored user message has no outcome yet (a violation
@@ -1058,6 +1233,94 @@ private:
                   + " never reached its parent " + parent);
     }
     return pending;
+  }
+
+  /// A message that asks for the tool, with what its log shows of it.
+  struct tool_message {
+    const entry* user = nullptr;
+    const entry* step = nullptr;
+    bool answered = false;
+  };
+
+  /// The messages of `log` that ask for the tool, by seq.
+  static std::map<uint64_t, tool_message>
+  tool_messages(const std::vector<entry>& log) {
+    std::map<uint64_t, tool_message> result;
+    for (auto& e : log) {
+      if (e.kind == "user" && e.text.find(tool_trigger) != std::string::npos)
+        result[e.seq].user = &e;
+      auto m = result.find(e.reply_to);
+      if (e.reply_to == 0 || m == result.end())
+        continue;
+      if (e.kind == "tool")
+        m->second.step = &e;
+      else if (e.is_outcome())
+        m->second.answered = true;
+    }
+    return result;
+  }
+
+  /// How many lines file `path` has (0 if there is none).
+  static size_t lines_of(const std::string& path) {
+    std::ifstream in{path};
+    return static_cast<size_t>(std::count(std::istreambuf_iterator<char>{in},
+                                          std::istreambuf_iterator<char>{},
+                                          '\n'));
+  }
+
+  /// Once every message is answered: the tool ran (left a mark) at most
+  /// once for each message that asks for it, exactly once when the
+  /// message's tool step holds its output, and for no message that is in
+  /// no log. Counts the tool's figures.
+  bool check_tool_runs() {
+    if (!stats_.used.tools)
+      return true;
+    auto dir = marks_dir(gen_dir_);
+    std::set<std::string> expected;
+    for (auto& [thread, rec] : records_) {
+      for (auto& [seq, m] : tool_messages(rec.log)) {
+        auto& file = m.user->text;
+        expected.insert(file);
+        auto runs = lines_of(dir + "/" + file);
+        auto what = thread + " message " + to_string(*m.user);
+        if (runs > 1)
+          violation("TOOL RAN TWICE: the tool ran " + std::to_string(runs)
+                    + " times for " + what);
+        else if (runs == 0 && m.step
+                 && m.step->text == tool_output(m.user->text))
+          violation(what + ": the tool step " + to_string(*m.step)
+                    + " holds the tool's output, but the tool never ran");
+        if (m.answered
+            && tool_counted_
+                 .insert(gen_dir_ + ":" + thread + "/" + m.user->client_id)
+                 .second)
+          count_tool_message(m, runs);
+      }
+    }
+    check_unexpected_marks(dir, expected);
+    return failures_.empty();
+  }
+
+  void count_tool_message(const tool_message& m, size_t runs) {
+    ++stats_.tool_messages;
+    stats_.tool_runs += runs;
+    if (m.step && m.step->text == tool_output(m.user->text))
+      ++stats_.tool_results;
+    if (m.step && interrupted_result(m.step->text))
+      ++stats_.tool_interrupted;
+  }
+
+  /// Every mark is of a message in a log: the tool never runs for a message
+  /// that was not stored.
+  void check_unexpected_marks(const std::string& dir,
+                              const std::set<std::string>& expected) {
+    std::error_code ec;
+    for (auto& file : std::filesystem::directory_iterator{dir, ec}) {
+      auto name = file.path().filename().string();
+      if (expected.count(name) == 0)
+        violation("the tool ran for a message that is in no thread's log ("
+                  + dir + "/" + name + ")");
+    }
   }
 
   /// Waits until every message in every thread is answered and every
@@ -1464,6 +1727,8 @@ private:
       if (end == life_end::settled)
         break;
     }
+    if (!check_tool_runs())
+      return false;
     // Everything is answered and every check held: count.
     count_passivations();
     if (stats_.kills > kills_before)
@@ -1513,6 +1778,8 @@ private:
   std::set<std::string> attempted_;
   std::set<std::string> answered_;
   std::set<std::string> forwarded_;
+  /// `gen-dir:thread/id` of the answered tool messages counted.
+  std::set<std::string> tool_counted_;
   uint64_t history_requests_ = 0;
   // The current iteration.
   const iteration_plan* plan_ = nullptr;
@@ -1528,18 +1795,21 @@ private:
   std::string sabotage_;
 };
 
+/// Every kill point with its count in `counts` (0 if it has none).
+json per_kill_point(const std::map<std::string, uint64_t>& counts) {
+  json result = json::object();
+  for (auto p : all_kill_points()) {
+    auto i = counts.find(to_string(p));
+    result[to_string(p)] = i == counts.end() ? 0 : i->second;
+  }
+  return result;
+}
+
 } // namespace
 
 nlohmann::json to_json(const fuzz_stats& x) {
-  json fired = json::object();
-  json armed = json::object();
-  for (auto p : all_kill_points()) {
-    auto name = to_string(p);
-    auto f = x.kill_points_fired.find(name);
-    fired[name] = f == x.kill_points_fired.end() ? 0 : f->second;
-    auto a = x.kill_points_armed.find(name);
-    armed[name] = a == x.kill_points_armed.end() ? 0 : a->second;
-  }
+  auto fired = per_kill_point(x.kill_points_fired);
+  auto armed = per_kill_point(x.kill_points_armed);
   return json{
     {"iterations", x.iterations},
     {"generations", x.generations},
@@ -1569,6 +1839,10 @@ nlohmann::json to_json(const fuzz_stats& x) {
     {"storage_timeouts", x.storage_timeouts},
     {"corrupted_records", x.corrupted_records},
     {"quarantined_threads", x.quarantined_threads},
+    {"tool_messages", x.tool_messages},
+    {"tool_runs", x.tool_runs},
+    {"tool_results", x.tool_results},
+    {"tool_interrupted", x.tool_interrupted},
     {"acked", x.acked},
     {"answered", x.answered},
     {"forwarded", x.forwarded},
@@ -1583,6 +1857,7 @@ nlohmann::json to_json(const fuzz_stats& x) {
       {"cancel", x.used.cancel},
       {"kill_points", x.kill_points_available},
       {"database_server", x.used.database_server},
+      {"tools", x.used.tools},
       {"verify", x.verify_available}}},
   };
 }

@@ -8,20 +8,29 @@
 // postgres`) it also kills the database server mid-traffic and starts it
 // again; the node is not restarted and must carry on by itself.
 //
+// Tools: the fuzzer's node declares one tool, `mark` (a shell line that
+// appends a line per run to a file named after the message and prints
+// "marked <the message's id>"), and its scripted model calls it for every
+// message whose text holds `tool_trigger`, then answers "answer to <the
+// result>". A share of the planned messages carries the trigger, so kills
+// land before, during and after tool runs (the kill points
+// `tool_call_committed` and `tool_finished` included).
+//
 // The generator is header-only and needs no node (tests/unit checks that the
 // same seed gives the same plan); the runner is in crash_fuzz.cpp.
 //
 // Determinism: the whole plan (every operation, its thread, tree shape,
-// cancels, resends, the kill mode, the kill point, its probability and seed,
-// the number of acknowledgements before a kill -9 (of the node, or of its
-// PostgreSQL server, and how long that stays down), whether a context record
-// is corrupted before a restart, each generation's storage timeout) is a
-// function of the seed alone: the generator tracks the model it expects
-// (threads, tree, closed threads) and never looks at what the node did. The
-// runner completes every planned operation of an iteration after the crash
-// (resending the ones that got no answer), so the state after each iteration
-// is the planned one, and only where the crash fell within an iteration (and
-// so which thread's context is corrupted) depends on timing.
+// cancels, resends, which messages call the tool, the kill mode, the kill
+// point, its probability and seed, the number of acknowledgements before a
+// kill -9 (of the node, or of its PostgreSQL server, and how long that stays
+// down), whether a context record is corrupted before a restart, each
+// generation's storage timeout) is a function of the seed alone: the generator
+// tracks the model it expects (threads, tree, closed threads) and never looks
+// at what the node did. The runner completes every planned operation of an
+// iteration after the crash (resending the ones that got no answer), so the
+// state after each iteration is the planned one, and only where the crash fell
+// within an iteration (and so which thread's context is corrupted) depends on
+// timing.
 
 #include <array>
 #include <chrono>
@@ -30,6 +39,7 @@
 #include <map>
 #include <optional>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -68,6 +78,15 @@ inline const char* to_string(op_kind x) {
   }
 }
 
+/// What a message's text holds to make the fuzzer's scripted model call
+/// its tool (see `message_text`).
+inline constexpr const char* tool_trigger = "please call the mark tool";
+
+/// The text of message `id`: with `tool`, one that asks for the tool.
+inline std::string message_text(const std::string& id, bool tool) {
+  return "fuzz " + id + (tool ? std::string{" "} + tool_trigger : "");
+}
+
 /// One planned operation.
 struct op {
   op_kind kind = op_kind::send;
@@ -79,9 +98,12 @@ struct op {
   std::string id;
   /// Sends: the text.
   std::string text;
+  /// Sends: the text holds `tool_trigger` (the model calls the tool).
+  bool tool = false;
 };
 
-/// One line, e.g. `send r0-1/m3.2` or `spawn r0-1>k0-4`.
+/// One line, e.g. `send r0-1/m3.2`, `send r0-1/m3.4 +tool` (a message
+/// that calls the tool) or `spawn r0-1>k0-4`.
 inline std::string to_string(const op& x) {
   std::string result = to_string(x.kind);
   result += ' ';
@@ -90,7 +112,7 @@ inline std::string to_string(const op& x) {
     return result + ">" + x.child;
   if (x.kind == op_kind::cancel)
     return result;
-  return result + "/" + x.id;
+  return result + "/" + x.id + (x.tool ? " +tool" : "");
 }
 
 /// Where a planned crash falls.
@@ -177,6 +199,8 @@ struct thread_model {
   bool closed = false;
   /// Client ids of the messages planned for it (resend candidates).
   std::vector<std::string> sent;
+  /// Those of them that call the tool.
+  std::set<std::string> tool_sent;
 };
 
 /// What the node offers; the generator plans only what it can use.
@@ -186,6 +210,9 @@ struct features {
   /// The node's store is on a PostgreSQL server the fuzzer runs (and may
   /// kill).
   bool database_server = false;
+  /// The node runs configured tools: messages may call the fuzzer's tool,
+  /// and the tool kill points are armed.
+  bool tools = true;
 };
 
 /// Shape of the traffic.
@@ -203,6 +230,10 @@ struct generator_options {
   /// Percent of iterations that corrupt a context record (see
   /// `kill_plan::corrupt_context`).
   unsigned corrupt_context_percent = 15;
+  /// Percent of new messages that call the tool, and in iterations armed at
+  /// a tool kill point.
+  unsigned tool_percent = 20;
+  unsigned tool_percent_at_tool_point = 60;
 };
 
 /// Draws iteration plans from one seeded std::mt19937_64.
@@ -217,7 +248,8 @@ public:
     // knows no database kill: the same draws in the same order.
     first_round_.push_back(kill9_node);
     for (auto p : all_kill_points())
-      first_round_.push_back(static_cast<int>(p));
+      if (features_.tools || !tool_point(p))
+        first_round_.push_back(static_cast<int>(p));
     if (features_.database_server)
       first_round_.push_back(kill9_database);
     for (size_t i = first_round_.size(); i > 1; --i)
@@ -295,13 +327,24 @@ private:
   static constexpr int kill9_node = -1;
   static constexpr int kill9_database = -2;
 
+  /// Whether `p` is reached only by tool runs.
+  static bool tool_point(kill_point p) {
+    return p == kill_point::tool_call_committed
+           || p == kill_point::tool_finished;
+  }
+
   /// A kill mode after the first round. Weights: instant 3;
   /// session_created 2, session_written 2, provider_call 2, call_completed
-  /// 3, message_enqueued 3, tree_link_written 3, batch_written 3; the
+  /// 3, message_enqueued 3, tree_link_written 3, batch_written 3,
+  /// tool_call_committed 3, tool_finished 3 (0 and 0 without tools); the
   /// database server 3 (0 without one: the draws are those of a generator
   /// that knows no database kill).
   int draw_later_mode() {
-    static constexpr int weights[] = {3, 2, 2, 2, 3, 3, 3, 3};
+    int weights[] = {3, 2, 2, 2, 3, 3, 3, 3, 3, 3};
+    static_assert(sizeof(weights) / sizeof(weights[0]) == 10,
+                  "instant and every kill point");
+    if (!features_.tools)
+      weights[8] = weights[9] = 0;
     auto database_weight = features_.database_server ? 3 : 0;
     auto total = database_weight;
     for (auto w : weights)
@@ -342,11 +385,17 @@ private:
     k.snapshot_before_kill = chance(50);
     k.recovery_crash = !k.database_kill && chance(20);
     if (k.recovery_crash) {
+      // Recovery resumes interrupted turns: their next model call, and the
+      // tool calls of messages not begun yet (never those a crash cut).
       static const std::vector<kill_point> at_recovery{
-        kill_point::batch_written, kill_point::provider_call,
-        kill_point::call_completed, kill_point::message_enqueued,
-        kill_point::session_written};
-      k.recovery_point = pick(at_recovery);
+        kill_point::batch_written,   kill_point::provider_call,
+        kill_point::call_completed,  kill_point::message_enqueued,
+        kill_point::session_written, kill_point::tool_call_committed,
+        kill_point::tool_finished};
+      static const std::vector<kill_point> at_recovery_without_tools{
+        at_recovery.begin(), at_recovery.end() - 2};
+      k.recovery_point = pick(features_.tools ? at_recovery
+                                              : at_recovery_without_tools);
       k.recovery_probability = probability_for(k.recovery_point);
       k.recovery_seed = rng_() | 1;
     }
@@ -405,14 +454,28 @@ private:
     return pick(open);
   }
 
+  /// Whether a new message of `plan` calls the tool: more often when the
+  /// plan arms a tool kill point.
+  bool draw_tool(const iteration_plan& plan) {
+    if (!features_.tools)
+      return false;
+    auto at_tool_point = plan.kill.at_point && tool_point(plan.kill.point);
+    return chance(at_tool_point ? opts_.tool_percent_at_tool_point
+                                : opts_.tool_percent);
+  }
+
   op new_message(const iteration_plan& plan, size_t k,
                  const std::string& thread) {
     op x;
     x.kind = op_kind::send;
     x.thread = thread;
     x.id = "m" + std::to_string(plan.index) + "." + std::to_string(k);
-    x.text = "fuzz " + x.id;
-    threads_[thread].sent.push_back(x.id);
+    x.tool = draw_tool(plan);
+    x.text = message_text(x.id, x.tool);
+    auto& model = threads_[thread];
+    model.sent.push_back(x.id);
+    if (x.tool)
+      model.tool_sent.insert(x.id);
     return x;
   }
 
@@ -563,7 +626,8 @@ private:
     r.kind = op_kind::resend;
     r.thread = pick(resendable);
     r.id = pick(threads_[r.thread].sent);
-    r.text = "fuzz " + r.id;
+    r.tool = threads_[r.thread].tool_sent.count(r.id) > 0;
+    r.text = message_text(r.id, r.tool);
     return r;
   }
 
@@ -573,7 +637,8 @@ private:
     c.kind = op_kind::send_closed;
     c.thread = pick(closed);
     c.id = "c" + std::to_string(plan.index) + "." + std::to_string(k);
-    c.text = "fuzz " + c.id;
+    c.tool = draw_tool(plan);
+    c.text = message_text(c.id, c.tool);
     return c;
   }
 
@@ -626,7 +691,7 @@ struct fuzz_options {
   std::string idle_timeout = "200ms";
   /// How long a restarted node may take to answer everything.
   std::chrono::seconds settle_timeout{60};
-  /// Fail unless spawn, cancel, kill points, verify, passivation,
+  /// Fail unless spawn, cancel, tools, kill points, verify, passivation,
   /// quarantine and (on PostgreSQL) a kill of the database server were all
   /// exercised.
   bool require_all = false;
@@ -683,6 +748,13 @@ struct fuzz_stats {
   /// found in quarantine (those and only those with a corrupted record).
   uint64_t corrupted_records = 0;
   uint64_t quarantined_threads = 0;
+  /// Answered messages that asked for the tool; the tool's runs (marks it
+  /// left); tool steps in the logs with its output, and with "interrupted
+  /// by a restart" (a call cut by a crash or stop, not run again).
+  uint64_t tool_messages = 0;
+  uint64_t tool_runs = 0;
+  uint64_t tool_results = 0;
+  uint64_t tool_interrupted = 0;
   uint64_t acked = 0;
   uint64_t answered = 0;
   uint64_t forwarded = 0;

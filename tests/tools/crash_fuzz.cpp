@@ -5,8 +5,10 @@
 // database server, the node living on), restarts it and checks the contract
 // against its own record of acknowledgements: no acknowledged message lost,
 // none answered twice, every log a prefix of what it was plus what came
-// after, every child's outcome forwarded to its parent once; `keelctl
-// verify` on the stopped node's data every few iterations.
+// after, every child's outcome forwarded to its parent once, a tool run at
+// most once per message that calls it (a call cut by a crash is answered
+// "interrupted by a restart"); `keelctl verify` on the stopped node's data
+// every few iterations.
 //
 //   keel-crash-fuzz [--seed N] [--iterations N] [--duration SECONDS]
 //                   [--backend rocksdb|postgres]
@@ -61,6 +63,11 @@ void add_shape_options(CLI::App& app, keel::fuzz::generator_options& shape) {
     .add_option("--max-threads", shape.max_threads,
                 "threads per data folder (default 32)")
     ->check(CLI::PositiveNumber);
+  app
+    .add_option("--tool-percent", shape.tool_percent,
+                "percent of messages that call the tool (default 20; 60 in "
+                "iterations armed at a tool kill point)")
+    ->check(CLI::Range(0, 100));
 }
 
 /// The command line; `duration` and `settle` are in seconds.
@@ -107,8 +114,9 @@ void add_options(CLI::App& app, keel::fuzz::fuzz_options& opts,
                  "(default 60)");
   app.add_flag("--require-all", opts.require_all,
                "fail unless spawn, cancel, keelctl verify, every kill point, "
-               "passivation, quarantine and (on postgres) a kill of the "
-               "database server were exercised");
+               "a tool result and an interrupted tool call, passivation, "
+               "quarantine and (on postgres) a kill of the database server "
+               "were exercised");
   app
     .add_option("--sabotage", opts.sabotage,
                 "tests the fuzzer: corrupt its own record once (lost, "
@@ -156,7 +164,10 @@ void report(const keel::fuzz::fuzz_options& opts,
             << stats.verify_runs << " verify runs, " << stats.passivations
             << " passivations, " << stats.storage_timeouts
             << " storage timeouts, " << stats.quarantined_threads
-            << " quarantined threads, " << stats.seconds << " s\n";
+            << " quarantined threads, " << stats.tool_messages
+            << " tool messages (" << stats.tool_runs << " runs, "
+            << stats.tool_results << " results, " << stats.tool_interrupted
+            << " interrupted), " << stats.seconds << " s\n";
 }
 
 } // namespace
