@@ -426,6 +426,11 @@ void step_committed(self_ptr self, const turn_commit& commit) {
 // results a restart lost are answered "interrupted", never run again.
 void run_turn(self_ptr self) {
   auto& st = self->state;
+  if (st.steps_lost) {
+    st.steps_lost = false;
+    fail_turn(self, "history_reset", turn_errors::steps_lost);
+    return;
+  }
   if (!st.guard)
     st.guard.emplace(st.cfg.guard, std::chrono::steady_clock::now());
   auto lost = st.unanswered_calls();

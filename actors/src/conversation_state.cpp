@@ -364,6 +364,7 @@ void conversation_state::restore(thread_snapshot snapshot) {
   inbox.assign(std::make_move_iterator(snapshot.inbox.begin()),
                std::make_move_iterator(snapshot.inbox.end()));
   context = std::move(snapshot.context);
+  steps_lost = snapshot.steps_lost && !inbox.empty();
   next_seq = std::max(next_seq, snapshot.next_seq);
   // A tool step's assistant entry has no log entry: never reuse its seq.
   if (!context.empty())

@@ -310,8 +310,10 @@ persistence_state::load(const std::string& thread) {
     return err;
   count_threads(); // The session may have moved to quarantine.
   snapshot = db->load_thread(thread);
-  if (snapshot)
+  if (snapshot) {
     snapshot->quarantined = true;
+    snapshot->steps_lost = report->steps_lost;
+  }
   return snapshot;
 }
 

@@ -6,7 +6,9 @@
 #include <filesystem>
 
 #include "node_client.hpp"
+#include "raw_records.hpp"
 #include "temp_dir.hpp"
+#include "test_store.hpp"
 
 #include "keel/protocol.hpp"
 #include "keel/tools/process.hpp"
@@ -107,6 +109,8 @@ struct fixture {
       },
       timeout);
     CAF_REQUIRE(answer);
+    if ((*answer)["type"] == "error")
+      CAF_MESSAGE("error frame: " << answer->dump());
     return *answer;
   }
 
@@ -117,9 +121,8 @@ struct fixture {
   }
 
   // Asks `thread` to run the stamp tool on a node armed to die at kill
-  // point `point`, starts the node again once it died, and returns the
-  // thread's history once the model answered (bounded).
-  json stamp_across_crash(const std::string& thread, const std::string& point) {
+  // point `point` and waits (bounded) until it died.
+  void stamp_until_crash(const std::string& thread, const std::string& point) {
     node.kill9();
     node.start({"--kill-at", point});
     reconnect();
@@ -128,15 +131,34 @@ struct fixture {
     while (node.running() && std::chrono::steady_clock::now() < deadline)
       std::this_thread::sleep_for(20ms);
     CAF_REQUIRE(!node.running());
+  }
+
+  // Starts the node again and returns `thread`'s history once message m1
+  // has an answer (bounded).
+  json restart_until_answered(const std::string& thread) {
     node.start();
     reconnect();
+    auto deadline = std::chrono::steady_clock::now() + 30s;
     auto entries = history(thread);
-    while (count_text(entries, "reply", "resumed") == 0
+    while (count_answers(entries, "m1") == 0
            && std::chrono::steady_clock::now() < deadline) {
       std::this_thread::sleep_for(50ms);
       entries = history(thread);
     }
     return entries;
+  }
+
+  // The replies and errors in `entries` answering client id `id`.
+  static size_t count_answers(const json& entries, const std::string& id) {
+    return std::count_if(entries.begin(), entries.end(), [&](auto& e) {
+      return (e["kind"] == "reply" || e["kind"] == "error")
+             && e["client_id"] == id;
+    });
+  }
+
+  json stamp_across_crash(const std::string& thread, const std::string& point) {
+    stamp_until_crash(thread, point);
+    return restart_until_answered(thread);
   }
 
   bool saw_status(const std::string& status) const {
@@ -231,6 +253,37 @@ CAF_TEST(a tool that ran before a crash is not run twice) {
   CAF_CHECK_EQUAL(read_text_file(dir.str() + "/stamp.txt"), "ran\n");
   node.stop();
   CAF_CHECK_EQUAL(data_violations(dir.str() + "/data"), "");
+}
+
+CAF_TEST(a cut tool call survives the quarantine of an older record) {
+  // Seqs: "hello" 1, its reply 2, "stamp it" 3, the model's call 4.
+  auto first = ask("t7", "m0", "hello");
+  CAF_CHECK_EQUAL(first["text"], "answer to hello");
+  stamp_until_crash("t7", "tool_call_committed");
+  CAF_REQUIRE_EQUAL(write_node_record(dir.str() + "/data", "context",
+                                      seq_key("t7", 2), "garbage{"),
+                    "OK");
+  auto entries = restart_until_answered("t7");
+  CAF_CHECK_EQUAL(count_text(entries, "reply", "resumed after the restart"),
+                  1u);
+  CAF_CHECK_EQUAL(count_text(entries, "tool", "interrupted by a restart"), 1u);
+  CAF_CHECK(!std::filesystem::exists(dir.str() + "/stamp.txt"));
+}
+
+CAF_TEST(a message whose steps are unreadable is answered not run again) {
+  auto first = ask("t8", "m0", "hello");
+  CAF_CHECK_EQUAL(first["text"], "answer to hello");
+  stamp_until_crash("t8", "tool_call_committed");
+  CAF_REQUIRE_EQUAL(write_node_record(dir.str() + "/data", "context",
+                                      seq_key("t8", 4), "garbage{"),
+                    "OK");
+  auto entries = restart_until_answered("t8");
+  CAF_CHECK_EQUAL(count_text(entries, "error", "lost track of the steps"), 1u);
+  CAF_CHECK_EQUAL(count_answers(entries, "m1"), 1u);
+  CAF_CHECK(!std::filesystem::exists(dir.str() + "/stamp.txt"));
+  // The thread goes on.
+  auto next = ask("t8", "m2", "hello");
+  CAF_CHECK_EQUAL(next["text"], "answer to hello");
 }
 
 CAF_TEST_FIXTURE_SCOPE_END()

@@ -425,6 +425,67 @@ CAF_TEST(quarantine moves unreadable records aside and the thread loads) {
   CAF_CHECK_EQUAL(load("t2").inbox.size(), 1u);
 }
 
+namespace {
+
+// A message whose turn has committed steps (a tool call) but no answer yet:
+// its user entry and steps are context records at or after its inbox seq.
+turn_commit make_tool_step(const std::string& thread, seq_t seq, seq_t step) {
+  turn_commit commit;
+  commit.thread = thread;
+  commit.inbox_seq = seq;
+  commit.keeps_inbox = true;
+  commit.context.push_back(context_entry{seq, "user", "run the tool"});
+  context_entry call{step, "assistant", ""};
+  call.tool_calls.push_back(tool_call{"call-1", "mark", "{}"});
+  commit.context.push_back(call);
+  return commit;
+}
+
+} // namespace
+
+CAF_TEST(quarantine keeps the steps of a message still in the inbox) {
+  // A tool call in the steps must not be lost with an older, unreadable
+  // record: the resumed turn would run the tool a second time.
+  accept(make_accept("t1", 1, "c1", "hello", true));
+  flush();
+  db->stage_commit(make_commit("t1", 1, "c1", 2, "hi there"));
+  accept(make_accept("t1", 3, "c3", "run the tool"));
+  flush();
+  db->stage_commit(make_tool_step("t1", 3, 4));
+  flush();
+  put_raw("context", seq_key("t1", 2), "garbage{");
+  auto report = db->stage_quarantine("t1");
+  CAF_REQUIRE_EQUAL(outcome(report), "none");
+  CAF_CHECK_EQUAL(report->unreadable.size(), 1u);
+  CAF_CHECK_EQUAL(report->readable_moved, 1u);
+  CAF_CHECK(!report->steps_lost);
+  flush();
+  auto snapshot = load("t1");
+  CAF_REQUIRE_EQUAL(snapshot.inbox.size(), 1u);
+  CAF_REQUIRE_EQUAL(snapshot.context.size(), 2u);
+  CAF_CHECK_EQUAL(snapshot.context[0].seq, 3u);
+  CAF_REQUIRE_EQUAL(snapshot.context[1].tool_calls.size(), 1u);
+}
+
+CAF_TEST(quarantine of the steps of a message says the message lost them) {
+  accept(make_accept("t1", 1, "c1", "hello", true));
+  flush();
+  db->stage_commit(make_commit("t1", 1, "c1", 2, "hi there"));
+  accept(make_accept("t1", 3, "c3", "run the tool"));
+  flush();
+  db->stage_commit(make_tool_step("t1", 3, 4));
+  flush();
+  put_raw("context", seq_key("t1", 4), "garbage{");
+  auto report = db->stage_quarantine("t1");
+  CAF_REQUIRE_EQUAL(outcome(report), "none");
+  CAF_CHECK_EQUAL(report->readable_moved, 3u);
+  CAF_CHECK(report->steps_lost);
+  flush();
+  auto snapshot = load("t1");
+  CAF_CHECK(snapshot.context.empty());
+  CAF_REQUIRE_EQUAL(snapshot.inbox.size(), 1u);
+}
+
 CAF_TEST(quarantine moves an unreadable session and inbox entry) {
   accept(make_accept("t1", 1, "c1", "hello", true));
   accept(make_accept("t1", 2, "c2", "second"));

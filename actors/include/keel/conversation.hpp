@@ -86,6 +86,13 @@ constexpr const char* cancelled
 constexpr const char* history_reset
   = "I had trouble loading our conversation history. Starting fresh for this "
     "thread.";
+/// Answers (code `history_reset`) the message whose turn's steps were
+/// unreadable and went to quarantine: running it again could repeat a tool
+/// call that had effects.
+constexpr const char* steps_lost
+  = "I lost track of the steps I had already taken on this message while "
+    "restarting, so I stopped rather than repeat them. Send it again if you "
+    "want me to start over.";
 /// Posted (code `guard_stopped`) before the guard's report when the turn
 /// loop was stopped; the report says which limit.
 constexpr const char* guard_stopped_code = "guard_stopped";
@@ -173,6 +180,9 @@ struct conversation_state {
   /// True once a cancel arrived: pending messages are answered with a
   /// `cancelled` error, then the session is written CLOSED.
   bool closing = false;
+  /// True if the quarantine took the committed steps of the inbox front's
+  /// turn (`thread_snapshot::steps_lost`): it is answered with an error.
+  bool steps_lost = false;
   /// Cancels to answer once the session is CLOSED on disk.
   std::vector<caf::typed_response_promise<caf::ok_atom>> cancels;
   /// The thread's children (from the tree and this activation's spawns).

@@ -145,10 +145,20 @@ private:
   // -- quarantine (kv_store_quarantine.cpp) ------------------------------
 
   // Stages moving the records of `thread` in `cf` (decoded as `T`) that
-  // cannot be read to quarantine; with `whole`, all of them once one is bad.
+  // cannot be read to quarantine.
   template <class T>
-  caf::error quarantine_range(size_t cf, const std::string& thread, bool whole,
+  caf::error quarantine_range(size_t cf, const std::string& thread,
                               quarantine_report& report);
+
+  // The seq of `thread`'s oldest readable inbox entry, or the largest seq
+  // if there is none.
+  caf::expected<seq_t> first_unanswered_seq(const std::string& thread);
+
+  // Stages moving `thread`'s whole context to quarantine once one record of
+  // it cannot be read, but the readable steps of the oldest unanswered
+  // message's turn (see `quarantine_report::steps_lost`).
+  caf::error quarantine_context(const std::string& thread,
+                                quarantine_report& report);
 
   // Stages moving one record to quarantine.
   void move_to_quarantine(size_t cf, const std::string& thread,

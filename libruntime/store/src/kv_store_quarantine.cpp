@@ -1,5 +1,6 @@
 #include "kv_store.hpp"
 
+#include <limits>
 #include <string_view>
 
 #include "records.hpp"
@@ -27,27 +28,67 @@ void kv_store::move_to_quarantine(size_t cf, const std::string& thread,
 
 template <class T>
 caf::error kv_store::quarantine_range(size_t cf, const std::string& thread,
-                                      bool whole, quarantine_report& report) {
-  std::vector<std::pair<std::string, std::string>> readable;
-  bool any_bad = false;
-  auto err = scan(cf, range_begin(thread), range_end(thread),
+                                      quarantine_report& report) {
+  return scan(cf, range_begin(thread), range_end(thread),
+              [&](std::string_view key, std::string_view val) {
+                T x;
+                if (auto why = read_record(key, val, x)) {
+                  report.unreadable.push_back(
+                    bad_record{cf_names[cf], printable_key(cf, key), *why});
+                  move_to_quarantine(cf, thread, key, val);
+                }
+                return scan_result{};
+              });
+}
+
+caf::expected<seq_t> kv_store::first_unanswered_seq(const std::string& thread) {
+  auto first = std::numeric_limits<seq_t>::max();
+  auto err = scan(cf_inbox, range_begin(thread), range_end(thread),
                   [&](std::string_view key, std::string_view val) {
-                    T x;
+                    inbox_entry x;
+                    if (read_record(key, val, x))
+                      return scan_result{};
+                    first = x.seq;
+                    return scan_result{scan_result::stop};
+                  });
+  if (err)
+    return err;
+  return first;
+}
+
+caf::error kv_store::quarantine_context(const std::string& thread,
+                                        quarantine_report& report) {
+  auto turn_from = first_unanswered_seq(thread);
+  if (!turn_from)
+    return std::move(turn_from.error());
+  // Readable records before the running turn, and the turn's own steps.
+  std::vector<std::pair<std::string, std::string>> older;
+  std::vector<std::pair<std::string, std::string>> steps;
+  bool any_bad = false;
+  auto err = scan(cf_context, range_begin(thread), range_end(thread),
+                  [&](std::string_view key, std::string_view val) {
+                    auto seq = key_seq(key, thread.size() + 1);
+                    auto in_turn = seq && *seq >= *turn_from;
+                    context_entry x;
                     if (auto why = read_record(key, val, x)) {
                       any_bad = true;
+                      report.steps_lost = report.steps_lost || in_turn;
                       report.unreadable.push_back(
-                        bad_record{cf_names[cf], printable_key(cf, key), *why});
-                      move_to_quarantine(cf, thread, key, val);
-                    } else if (whole) {
-                      readable.emplace_back(key, val);
+                        bad_record{cf_names[cf_context],
+                                   printable_key(cf_context, key), *why});
+                      move_to_quarantine(cf_context, thread, key, val);
+                    } else {
+                      (in_turn ? steps : older).emplace_back(key, val);
                     }
                     return scan_result{};
                   });
   if (err || !any_bad)
     return err;
-  for (auto& [key, value] : readable)
-    move_to_quarantine(cf, thread, key, value);
-  report.readable_moved += readable.size();
+  if (report.steps_lost)
+    older.insert(older.end(), steps.begin(), steps.end());
+  for (auto& [key, value] : older)
+    move_to_quarantine(cf_context, thread, key, value);
+  report.readable_moved += older.size();
   return caf::none;
 }
 
@@ -72,12 +113,10 @@ kv_store::stage_quarantine(const std::string& thread) {
     }
   }
   caf::error err;
-  if ((err = quarantine_range<inbox_entry>(cf_inbox, thread, false, report))
-      || (err = quarantine_range<context_entry>(cf_context, thread, true,
-                                                report))
-      || (err = quarantine_range<outbox_entry>(cf_outbox, thread, false,
-                                               report))
-      || (err = quarantine_range<tree_link>(cf_tree, thread, false, report)))
+  if ((err = quarantine_range<inbox_entry>(cf_inbox, thread, report))
+      || (err = quarantine_context(thread, report))
+      || (err = quarantine_range<outbox_entry>(cf_outbox, thread, report))
+      || (err = quarantine_range<tree_link>(cf_tree, thread, report)))
     return err;
   // Dropped with a failed flush like any staged write; the next load fails
   // again and quarantines again.

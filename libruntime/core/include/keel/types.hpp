@@ -314,12 +314,16 @@ struct thread_snapshot {
   /// True if records that could not be read were just moved to quarantine:
   /// the thread starts fresh as far as they go, and says so.
   bool quarantined = false;
+  /// True if the quarantine took the committed steps of the first inbox
+  /// message's turn: that message is answered with an error, not run again.
+  bool steps_lost = false;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, thread_snapshot& x) {
   return f(caf::meta::type_name("keel::thread_snapshot"), x.exists, x.session,
-           x.inbox, x.context, x.next_seq, x.outbox, x.children, x.quarantined);
+           x.inbox, x.context, x.next_seq, x.outbox, x.children, x.quarantined,
+           x.steps_lost);
 }
 
 /// Everything stored about one thread (for the invariant checker).

@@ -76,6 +76,12 @@ struct quarantine_report {
   /// Readable records moved with them: the rest of a context with a hole
   /// (the model must not see a conversation with parts missing).
   size_t readable_moved = 0;
+  /// True if an unreadable context record belonged to the turn of the
+  /// oldest unanswered message (seq at or after its inbox seq): the turn's
+  /// committed steps went with it, and the message must be answered with
+  /// an error rather than run again (a tool call may have had effects).
+  /// Otherwise those steps stay: the turn resumes where it was.
+  bool steps_lost = false;
 };
 
 /// One record in quarantine (column family `quarantine`, key
@@ -247,9 +253,11 @@ public:
   /// (its session, inbox, context and outbox entries, its links to children)
   /// to the `quarantine` column family, bytes unchanged: never deleted, so
   /// an operator can inspect or restore them. One unreadable context entry
-  /// moves the whole context. Afterwards the thread loads (fresh, as far as
-  /// the moved records go). Fails on a read-only store or if nothing of the
-  /// thread can be read at all.
+  /// moves the whole context, except the steps of the oldest unanswered
+  /// message's turn when they are all readable (see
+  /// `quarantine_report::steps_lost`). Afterwards the thread loads (fresh, as
+  /// far as the moved records go). Fails on a read-only store or if nothing of
+  /// the thread can be read at all.
   virtual caf::expected<quarantine_report>
   stage_quarantine(const std::string& thread) = 0;
 
