@@ -75,6 +75,10 @@ void add_traffic_options(CLI::App& app, load_args& args) {
   app.add_option("--text-bytes", load.text_bytes, "Bytes of text per message")
     ->check(CLI::Range(size_t{1}, size_t{1} << 20))
     ->capture_default_str();
+  app.add_option("--thread-prefix", load.thread_prefix,
+                 "Threads are PREFIX-0 .. PREFIX-(M-1) (default: a random "
+                 "prefix per run); reuse one to send to an earlier run's "
+                 "threads");
 }
 
 /// RocksDB's raw synced-write rate, measured before the load.

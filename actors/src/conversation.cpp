@@ -93,8 +93,7 @@ void committed(self_ptr self, const turn_commit& commit) {
   for (auto& entry : commit.log)
     publish(self, protocol::outcome_frame(commit.thread, entry));
   self->state.turn_running = false;
-  self->state.guard.reset();
-  self->state.nudge = false;
+  self->state.end_turn();
   if (!commit.outbox.empty()) {
     // Durable in our outbox, not yet in any target's inbox.
     reach(kill_point::message_enqueued);
@@ -109,6 +108,11 @@ void committed(self_ptr self, const turn_commit& commit) {
 // the turn runs again the store says whether it did (see `retry_turn`): a
 // turn is committed once, whatever the timing.
 void commit_turn(self_ptr self, turn_commit commit) {
+  auto& st = self->state;
+  for (auto& notice : std::exchange(st.notices, {}))
+    publish(self, protocol::status_frame(
+                    st.cfg.thread, st.inbox.front().client_id,
+                    st.inbox.front().seq, notice.state, notice.detail));
   commit.tenure = self->state.tenure;
   request_component(self, names::persistence, self->state.cfg.storage_timeout,
                     atom::commit_v, commit)
@@ -213,13 +217,15 @@ void spawn_then_commit(self_ptr self, completion reply, bool step) {
                              : st.make_reply_commit(reply, now, outcomes));
     });
   };
-  auto wanted = self->state.new_children(reply);
+  self->state.notices.clear(); // A turn run again notices anew.
+  spawn_outcomes outcomes;
+  auto wanted = self->state.new_children(reply, outcomes);
   if (wanted.empty()) {
-    commit(reply, {});
+    commit(reply, outcomes);
     return;
   }
   auto state = std::make_shared<progress>(
-    progress{std::move(reply), {}, wanted.size(), {}});
+    progress{std::move(reply), std::move(outcomes), wanted.size(), {}});
   auto finish = [self, state, commit] {
     if (--state->pending > 0)
       return;
@@ -240,9 +246,12 @@ void spawn_then_commit(self_ptr self, completion reply, bool step) {
           state->outcomes.created.insert(child);
           finish();
         },
-        [state, child, finish](caf::error& err) {
+        [self, state, child, finish](caf::error& err) {
+          if (err == ec::agent_limit)
+            self->state.notices.push_back({"agent_limit", error_message(err)});
           if (err == ec::conflict || err == ec::thread_closed
-              || err == ec::not_found || err == ec::thread_limit)
+              || err == ec::not_found || err == ec::thread_limit
+              || err == ec::agent_limit)
             state->outcomes.refused.emplace(child, error_message(err));
           else if (!state->retry)
             state->retry = std::move(err);
@@ -298,9 +307,109 @@ void model_answered(self_ptr self, completion reply) {
   spawn_then_commit(self, std::move(reply), true);
 }
 
+void call_model(self_ptr self);
+
+// The compaction is complete: its outcome is stored as a step of the turn
+// (which then calls the model), or the model is called with the context as
+// it is if nothing changed (unless the provider refused that context).
+void store_compaction(self_ptr self) {
+  auto& st = self->state;
+  auto result = st.compaction->result();
+  st.compaction.reset();
+  st.just_compacted = true;
+  spdlog::info("thread {}: compaction tier {}: ~{} -> ~{} tokens",
+               st.cfg.thread, result.tier, result.tokens_before,
+               result.tokens_after);
+  auto overflowed = std::exchange(st.compacting_overflow, false);
+  if (result.retired.empty() && overflowed) {
+    auto [code, text] = describe_failure(ec::context_overflow);
+    fail_turn(self, code, text);
+    return;
+  }
+  if (result.retired.empty()) {
+    call_model(self);
+    return;
+  }
+  turn_status(self, "compacted", compacted_text(result));
+  reach(kill_point::compaction_summarized);
+  commit_turn(self, st.make_compaction_commit(result));
+}
+
+// Asks the pool for the compaction's next summary (the pool retries it like
+// any call; a failure for good sends the compaction to its plain tier).
+void summarize_next(self_ptr self) {
+  auto& st = self->state;
+  if (!st.compaction->next()) {
+    store_compaction(self);
+    return;
+  }
+  request_component(
+    self, names::providers, st.cfg.turn_timeout + turn_timeout_grace,
+    atom::forward_v, st.cfg.pool,
+    complete_message(st.make_summary_request(*st.compaction->next())))
+    .then(
+      [self](completion& reply) {
+        if (self->state.closing)
+          return cancel_turn(self);
+        self->state.compaction->summarized(reply.text);
+        guarded(self, [&] { summarize_next(self); });
+      },
+      [self](caf::error& err) {
+        if (self->state.closing)
+          return cancel_turn(self);
+        spdlog::warn("thread {}: a summary failed ({}); compacting without "
+                     "the model",
+                     self->state.cfg.thread, render(err));
+        self->state.compaction->failed();
+        guarded(self, [&] { summarize_next(self); });
+      });
+}
+
+// Compacts the context before the running turn, then calls the model.
+void compact(self_ptr self, const completion_request& req, bool overflowed) {
+  auto& st = self->state;
+  st.overflow_compacted = st.overflow_compacted || overflowed;
+  st.compacting_overflow = overflowed;
+  st.compaction.emplace(st.make_compactor(req, overflowed));
+  turn_status(self, "compacting");
+  summarize_next(self);
+}
+
+// True if `req` must wait for a compaction; warns once a turn near the
+// window. A call right after a compaction goes out as it is.
+bool compaction_due(self_ptr self, const completion_request& req) {
+  auto& st = self->state;
+  if (!st.cfg.compaction_enabled || std::exchange(st.just_compacted, false))
+    return false;
+  auto tokens = st.request_tokens(req);
+  auto level = pressure(tokens, st.cfg.context_window, st.cfg.compaction);
+  if (level != context_pressure::fine && !st.context_warned) {
+    st.context_warned = true;
+    turn_status(self, "context_warning",
+                context_warning_text(tokens, st.cfg.context_window));
+  }
+  return level == context_pressure::compact;
+}
+
+// The provider refused the context as too long: compacts and calls again,
+// once a turn. False if the turn must fail instead.
+bool compact_after_overflow(self_ptr self, const caf::error& err) {
+  auto& st = self->state;
+  if (err != ec::context_overflow || !st.cfg.compaction_enabled
+      || st.overflow_compacted)
+    return false;
+  compact(self, st.make_request(), true);
+  return true;
+}
+
 // Asks the thread's pool for the model's next answer.
 void call_model(self_ptr self) {
   auto& st = self->state;
+  auto req = st.make_request();
+  if (compaction_due(self, req)) {
+    compact(self, req, false);
+    return;
+  }
   turn_status(self, "thinking");
   if (st.context.empty())
     reach(kill_point::session_written); // The session's first call.
@@ -312,7 +421,7 @@ void call_model(self_ptr self) {
   // little later, only fires if the pool cannot answer at all.
   request_component(self, names::providers,
                     st.cfg.turn_timeout + turn_timeout_grace, atom::forward_v,
-                    st.cfg.pool, complete_message(st.make_request()))
+                    st.cfg.pool, complete_message(std::move(req)))
     .then(
       [self](completion& reply) {
         reach(kill_point::call_completed);
@@ -331,6 +440,8 @@ void call_model(self_ptr self) {
                      render(err));
         if (err == caf::sec::request_timeout)
           cancel_call(self);
+        if (compact_after_overflow(self, err))
+          return;
         auto [code, text] = describe_failure(err);
         fail_turn(self, code, text);
       });
@@ -345,11 +456,8 @@ void tool_done(self_ptr self, const tool_call& call, tool_outcome outcome,
   st.tool_cancel.reset();
   st.guard->on_tool_result(call.name, outcome.error,
                            std::chrono::steady_clock::now());
-  auto commit = st.make_result_step(call, outcome, counts_failure,
-                                    wall_clock_millis());
-  if (commit.log.size() > 1)
-    turn_status(self, "tool_disabled", commit.log.back().text);
-  commit_turn(self, std::move(commit));
+  commit_turn(self, st.make_result_step(call, outcome, counts_failure,
+                                        wall_clock_millis()));
 }
 
 // Runs `call` as a subprocess on a thread of its own; a call of a tool the
@@ -438,18 +546,7 @@ void run_turn(self_ptr self) {
     call_model(self);
     return;
   }
-  auto commit = st.make_result_step(
-    lost.front(), tool_outcome{tool_texts::interrupted, {}, false, 0}, false,
-    wall_clock_millis());
-  for (size_t i = 1; i < lost.size(); ++i) {
-    auto more = st.make_result_step(
-      lost[i], tool_outcome{tool_texts::interrupted, {}, false, 0}, false,
-      wall_clock_millis());
-    commit.context.insert(commit.context.end(), more.context.begin(),
-                          more.context.end());
-    commit.log.insert(commit.log.end(), more.log.begin(), more.log.end());
-  }
-  commit_turn(self, std::move(commit));
+  commit_turn(self, st.make_interrupted_step(lost, wall_clock_millis()));
 }
 
 // Finishes a cancel once no turn runs: every pending message is answered

@@ -26,6 +26,18 @@ std::vector<tool_config> tools_named(const node_config& node,
   return result;
 }
 
+// The context window of the first provider of `pool`: its own
+// `context_window`, else the model table's.
+uint64_t pool_window(const node_config& node, const std::string& pool) {
+  for (auto& p : node.pools)
+    if (p.name == pool && !p.chain.empty())
+      for (auto& provider : node.providers)
+        if (provider.name == p.chain.front())
+          return provider.context_window != 0 ? provider.context_window
+                                              : context_window(provider.model);
+  return default_context_window;
+}
+
 } // namespace
 
 conversation_config make_conversation_config(const node_config& node,
@@ -46,6 +58,10 @@ conversation_config make_conversation_config(const node_config& node,
   cfg.agent_tools = tools_named(node, defaults.agent_tools);
   cfg.guard = defaults.guard;
   cfg.disable_tool_after = defaults.disable_tool_after;
+  cfg.compaction = defaults.compaction;
+  cfg.compaction_enabled = defaults.compaction_enabled;
+  cfg.context_window = pool_window(node, defaults.pool);
+  cfg.agents = defaults.agents;
   return cfg;
 }
 
@@ -109,10 +125,37 @@ log_entry entry_about(const inbox_entry& msg, seq_t seq, log_kind kind,
   return entry;
 }
 
-// A message from this thread to thread `to`, under the next sequence number.
+// Why no message may go from this thread to another while it answers the
+// inbox front: the tree's threads exchanged `hop_budget` messages on behalf
+// of the client message it follows from. None if one may.
+std::optional<std::string> hop_refusal(const conversation_state& st) {
+  auto hops = st.inbox.front().hops;
+  if (hops < st.cfg.agents.hop_budget)
+    return std::nullopt;
+  return "the agents exchanged " + std::to_string(hops)
+         + " messages for one client message, the most they may "
+           "(threads.agents.hop_budget)";
+}
+
+// The context entry of the message a turn answers, placed after every entry
+// so far: under the message's seq, or, for a message that queued while
+// earlier ones were answered (its seq is older than their answers), under a
+// seq of its own.
+context_entry user_context_entry(conversation_state& st) {
+  auto& msg = st.inbox.front();
+  if (st.context.empty() || st.context.back().seq < msg.seq)
+    return context_entry{msg.seq, "user", msg.text};
+  context_entry entry{st.next_seq++, "user", msg.text};
+  entry.message_seq = msg.seq;
+  return entry;
+}
+
+// A message from this thread to thread `to`, under the next sequence number,
+// one hop past the message being answered.
 outbox_entry make_outbox_entry(conversation_state& st, const std::string& to,
                                std::string text, millis now) {
   outbox_entry entry;
+  entry.hops = st.inbox.front().hops + 1;
   entry.from = st.cfg.thread;
   entry.seq = st.next_seq++;
   entry.to = to;
@@ -148,12 +191,19 @@ void finish_commit(conversation_state& st, turn_commit& commit, log_kind kind,
     if (reply != nullptr && !reply->model.empty())
       commit.session.model = reply->model;
   }
-  if (!session.parent.empty())
-    commit.outbox.push_back(make_outbox_entry(
-      st, session.parent,
-      "[agent " + st.cfg.thread + (kind == log_kind::error ? " failed] " : "] ")
-        + text,
-      now));
+  if (session.parent.empty())
+    return;
+  if (auto why = hop_refusal(st)) {
+    st.notices.push_back(
+      {"agent_limit", "the outcome was not sent to the parent agent "
+                        + session.parent + ": " + *why});
+    return;
+  }
+  commit.outbox.push_back(
+    make_outbox_entry(st, session.parent,
+                      "[agent " + st.cfg.thread
+                        + (kind == log_kind::error ? " failed] " : "] ") + text,
+                      now));
 }
 
 // What agent tool call `call` did, in one line: a message to a child (one
@@ -174,12 +224,20 @@ std::optional<std::string> agent_call_note(conversation_state& st,
     return "[cannot spawn agent " + act.child + ": " + refused->second + "]";
   if (st.children.count(act.child) == 0)
     return "[tool call " + call.name + ": no child agent " + act.child + "]";
+  auto spawned = act.spawn && spawns.created.count(act.child) > 0;
+  if (auto why = hop_refusal(st)) {
+    auto note = (spawned ? "spawned agent " + act.child + ", but cannot "
+                         : std::string{"cannot "})
+                + "message agent " + act.child + ": " + *why;
+    st.notices.push_back({"agent_limit", note});
+    return "[" + note + "]";
+  }
   commit.outbox.push_back(make_outbox_entry(
     st, act.child,
     "[parent " + st.cfg.thread + "] "
       + bound_text(act.text, st.cfg.max_tool_output_bytes, "message to agent"),
     now));
-  if (act.spawn && spawns.created.count(act.child) > 0)
+  if (spawned)
     return "[spawned agent " + act.child + "]";
   return "[message to agent " + act.child + "]";
 }
@@ -202,15 +260,28 @@ std::string apply_tool_calls(conversation_state& st, turn_commit& commit,
 } // namespace
 
 std::vector<std::string>
-conversation_state::new_children(const completion& reply) const {
+conversation_state::new_children(const completion& reply,
+                                 spawn_outcomes& outcomes) {
   std::vector<std::string> result;
+  auto max = cfg.agents.max_spawns_per_reply;
   for (auto& call : reply.tool_calls) {
     auto action = parse_agent_tool_call(call, cfg.thread);
-    if (action && *action && (*action)->spawn
-        && children.count((*action)->child) == 0
-        && std::find(result.begin(), result.end(), (*action)->child)
-             == result.end())
-      result.push_back((*action)->child);
+    if (!action || !*action || !(*action)->spawn)
+      continue;
+    auto& child = (*action)->child;
+    if (children.count(child) > 0 || outcomes.refused.count(child) > 0
+        || std::find(result.begin(), result.end(), child) != result.end())
+      continue;
+    if (result.size() < max) {
+      result.push_back(child);
+      continue;
+    }
+    auto why = "this answer spawns " + std::to_string(max)
+               + " agents already, the most one answer may "
+                 "(threads.agents.max_spawns_per_reply)";
+    notices.push_back(
+      {"agent_limit", "cannot spawn agent " + child + ": " + why});
+    outcomes.refused.emplace(child, std::move(why));
   }
   return result;
 }
@@ -222,11 +293,12 @@ conversation_state::make_reply_commit(const completion& reply, millis now,
   turn_commit commit;
   commit.thread = cfg.thread;
   commit.inbox_seq = msg.seq;
+  // The question first: a seq of its own precedes every seq of the answer.
+  if (!turn_in_context())
+    commit.context.push_back(user_context_entry(*this));
   auto text = apply_tool_calls(*this, commit, reply, now, spawns);
   finish_commit(*this, commit, log_kind::reply, text, &reply, now);
   auto seq = next_seq++;
-  if (!turn_in_context())
-    commit.context.push_back(context_entry{msg.seq, "user", msg.text});
   commit.context.push_back(context_entry{seq, "assistant", text});
   auto entry = entry_about(msg, seq, log_kind::reply, std::move(text), now);
   entry.provider = reply.provider;
@@ -325,7 +397,7 @@ accept_request conversation_state::make_accept_request(incoming_message msg) {
   accept_request req;
   req.thread = cfg.thread;
   req.entry = inbox_entry{next_seq++, std::move(msg.client_id),
-                          std::move(msg.text), wall_clock_millis()};
+                          std::move(msg.text), wall_clock_millis(), msg.hops};
   req.tenure = tenure;
   if (!msg.from.empty()) {
     req.outbox_from = msg.from;
@@ -440,9 +512,13 @@ namespace {
 // The index of the user entry of the message `seq` in `context`, or its
 // size if the message is not there.
 size_t user_entry(const std::vector<context_entry>& context, seq_t seq) {
-  for (size_t i = context.size(); i > 0; --i)
-    if (context[i - 1].seq == seq && context[i - 1].role == "user")
+  // From the end: a running turn's entries are the last ones.
+  for (size_t i = context.size(); i > 0; --i) {
+    auto& entry = context[i - 1];
+    if (entry.role == "user"
+        && (entry.message_seq != 0 ? entry.message_seq : entry.seq) == seq)
       return i - 1;
+  }
   return context.size();
 }
 
@@ -502,9 +578,8 @@ turn_commit conversation_state::make_call_step(const completion& reply,
                                                millis now,
                                                const spawn_outcomes& spawns) {
   auto commit = step_commit(*this);
-  auto& msg = inbox.front();
   if (!turn_in_context())
-    commit.context.push_back(context_entry{msg.seq, "user", msg.text});
+    commit.context.push_back(user_context_entry(*this));
   context_entry asked{next_seq++, "assistant",
                       bound_text(reply.text, cfg.max_reply_bytes, "reply")};
   asked.tool_calls = reply.tool_calls;
@@ -555,9 +630,103 @@ turn_commit conversation_state::make_result_step(const tool_call& call,
     auto note = disabled_tool_text(call.name, failures, outcome.error);
     auto note_seq = next_seq++;
     commit.context.push_back(context_entry{note_seq, "system", note});
+    notices.push_back({"tool_disabled", note});
     log(note_seq, std::move(note));
   }
   return commit;
+}
+
+turn_commit
+conversation_state::make_interrupted_step(const std::vector<tool_call>& calls,
+                                          millis now) {
+  auto commit = step_commit(*this);
+  for (auto& call : calls) {
+    auto step = make_result_step(
+      call, tool_outcome{tool_texts::interrupted, {}, false, 0}, false, now);
+    commit.context.insert(commit.context.end(), step.context.begin(),
+                          step.context.end());
+    commit.log.insert(commit.log.end(), step.log.begin(), step.log.end());
+  }
+  return commit;
+}
+
+// -- compaction ---------------------------------------------------------------
+
+void conversation_state::end_turn() {
+  guard.reset();
+  nudge = false;
+  context_warned = false;
+  overflow_compacted = false;
+  just_compacted = false;
+  compaction.reset();
+  compacting_overflow = false;
+  notices.clear();
+}
+
+uint64_t
+conversation_state::request_tokens(const completion_request& req) const {
+  auto bytes = req.system_prompt.size();
+  for (auto& tool : req.tools)
+    bytes += tool.name.size() + tool.description.size()
+             + tool.parameters.size();
+  return estimate_tokens(req.context) + (bytes + 3) / 4;
+}
+
+compactor conversation_state::make_compactor(const completion_request& req,
+                                             bool overflowed) const {
+  auto start = turn_in_context() ? user_entry(context, inbox.front().seq)
+                                 : context.size();
+  std::vector<context_entry> older(
+    context.begin(), context.begin() + static_cast<std::ptrdiff_t>(start));
+  auto total = request_tokens(req);
+  auto fixed = total - std::min(total, estimate_tokens(older));
+  auto window = static_cast<double>(cfg.context_window);
+  auto target = static_cast<uint64_t>(cfg.compaction.warn_at * window) - 1;
+  if (overflowed)
+    target = std::min(target, total / 2);
+  return compactor{std::move(older), fixed, target, cfg.context_window / 4,
+                   cfg.compaction};
+}
+
+completion_request
+conversation_state::make_summary_request(std::string text) const {
+  completion_request req;
+  req.thread = cfg.thread;
+  auto& msg = inbox.front();
+  req.client_id = msg.client_id;
+  req.seq = msg.seq;
+  req.system_prompt = summary_instruction;
+  req.context.push_back(context_entry{msg.seq, "user", std::move(text)});
+  req.time_budget_ms = static_cast<uint64_t>(
+    std::chrono::duration_cast<std::chrono::milliseconds>(cfg.turn_timeout)
+      .count());
+  req.quiet = true;
+  return req;
+}
+
+turn_commit conversation_state::make_compaction_commit(
+  const compaction_result& result) const {
+  auto commit = step_commit(*this);
+  commit.context = result.put;
+  commit.retire_context = result.retired;
+  return commit;
+}
+
+std::string context_warning_text(uint64_t tokens, uint64_t window) {
+  return "The conversation fills about " + std::to_string(tokens * 100 / window)
+         + "% of the model's context window (" + std::to_string(tokens) + " of "
+         + std::to_string(window)
+         + " tokens, estimated); older messages will be summarized soon.";
+}
+
+std::string compacted_text(const compaction_result& result) {
+  static constexpr const char* tiers[]
+    = {"nothing to change", "large tool results stripped",
+       "older messages summarized", "the oldest half summarized",
+       "older messages replaced by a plain account"};
+  return "Compacted the conversation (" + std::string{tiers[result.tier]}
+         + "): about " + std::to_string(result.tokens_before) + " → "
+         + std::to_string(result.tokens_after) + " tokens.";
 }
 
 std::string disabled_tool_text(const std::string& tool, uint32_t failures,

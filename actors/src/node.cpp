@@ -62,10 +62,10 @@ child_spec persistence_child(const node_config& cfg, const store_options& opts,
   return {"persistence", names::persistence,
           [open = make_store_opener(cfg, opts, shards), detached, boot_recovery,
            max_threads = cfg.threads.max_stored_threads,
-           max_history = cfg.gateway.max_history_bytes,
-           shards](caf::local_actor* parent) {
-            persistence_config pcfg{open, boot_recovery, max_threads,
-                                    max_history, shards};
+           max_history = cfg.gateway.max_history_bytes, shards,
+           agents = cfg.threads.agents](caf::local_actor* parent) {
+            persistence_config pcfg{open,        boot_recovery, max_threads,
+                                    max_history, shards,        agents};
             if (detached)
               return caf::actor_cast<caf::actor>(
                 parent->spawn<caf::detached>(persistence, pcfg));

@@ -37,10 +37,12 @@ void suspend_active_sessions(store& db, const thread_filter& only) {
 // The spawn of `child` under `parent` (whose session is `parent_rec`): a
 // suspended session in the parent's pool and model, and the tree link, both
 // stamped now.
-spawn_request make_spawn_request(const std::string& parent,
-                                 const session_record& parent_rec,
-                                 const std::string& child) {
+spawn_request
+make_spawn_request(const std::string& parent, const session_record& parent_rec,
+                   const std::string& child, const agent_limits& limits) {
   spawn_request req;
+  req.max_children = limits.max_children;
+  req.max_depth = limits.max_depth;
   req.child.thread = child;
   req.child.parent = parent;
   req.child.pool = parent_rec.pool;
@@ -65,6 +67,7 @@ caf::error persistence_state::init(const persistence_config& cfg) {
   max_stored_threads = cfg.max_stored_threads;
   max_history_bytes = cfg.max_history_bytes;
   shards = cfg.shards;
+  tree_limits = cfg.agents;
   if (auto err = count_threads())
     return err;
   if (cfg.boot_recovery_pending && cfg.boot_recovery_pending->exchange(false)) {
@@ -263,7 +266,8 @@ caf::result<spawn_result> persistence_state::spawn(const std::string& parent,
     if (!admitted)
       return std::move(admitted.error());
   }
-  auto result = db->stage_spawn(make_spawn_request(parent, *parent_rec, child));
+  auto result = db->stage_spawn(
+    make_spawn_request(parent, *parent_rec, child, tree_limits));
   if (!result || !result->created)
     uncount(*this, child);
   if (!result)

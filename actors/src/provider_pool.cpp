@@ -185,7 +185,7 @@ caf::result<attempt_outcome> call_remote(worker_ptr self,
   auto rp = self->make_response_promise<attempt_outcome>();
   st.track(id, req.call_id, rp);
   delta_handler on_delta;
-  if (st.cfg.stream)
+  if (st.cfg.stream && !req.request.quiet)
     on_delta = [sys = &self->system(), thread = req.request.thread,
                 client_id = req.request.client_id, seq = req.request.seq,
                 attempt = req.attempt](std::string_view text) {
@@ -358,6 +358,8 @@ void dispatch(router_ptr self, uint64_t id);
 void tell_thread(router_ptr self, const pool_call& call,
                  const std::string& state, const std::string& detail) {
   auto& req = call.request;
+  if (req.quiet)
+    return;
   publish_event(self->system(), req.thread,
                 protocol::status_frame(req.thread, req.client_id, req.seq,
                                        state, detail));

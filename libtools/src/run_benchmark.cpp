@@ -53,6 +53,8 @@ caf::expected<report> run_benchmark(const benchmark_options& opts) {
   result.load_opts = opts.load;
   if (result.load_opts.thread_prefix.empty())
     result.load_opts.thread_prefix = "bench-" + random_hex(6);
+  else // Perhaps an earlier run's threads: message ids of this run's own.
+    result.load_opts.message_prefix = "c" + random_hex(6) + "-";
   // Reaching the node (and the token) is checked before anything else.
   auto before = api_call(opts.load.node, "GET", "/api/v1/status");
   if (!before) {

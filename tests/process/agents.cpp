@@ -18,8 +18,10 @@ namespace {
 // "summarize the report"); "tell" calls message_agent ("keep going"); "slow"
 // answers after 2 s (so a cancel finds pending work); everything else is
 // answered at once. The tasks do not contain the triggers, or every child
-// would spawn a grandchild in turn.
-std::string agents_yaml(const temp_dir& dir) {
+// would spawn a grandchild in turn. `steps` go before these, `extra`
+// (top-level sections) at the end.
+std::string agents_yaml(const temp_dir& dir, const std::string& steps = {},
+                        const std::string& extra = {}) {
   return "node:\n  name: agents-test\n  data_dir: " + dir.str()
          + "/data\n"
            "gateway:\n  port: 0\n"
@@ -27,7 +29,8 @@ std::string agents_yaml(const temp_dir& dir) {
            "providers:\n"
            "  - name: agent-script\n    kind: scripted\n"
            "    script:\n"
-           "      - match: \"delegate \"\n"
+         + steps
+         + "      - match: \"delegate \"\n"
            "        reply: \"delegating\"\n"
            "        tool:\n          name: spawn_agent\n"
            "          arguments: '{\"name\": \"helper\", \"task\": "
@@ -42,12 +45,35 @@ std::string agents_yaml(const temp_dir& dir) {
            "        delay: 2s\n"
            "      - reply: \"answer to {input}\"\n"
            "pools:\n  - name: default\n    chain: [agent-script]\n"
-         + storage_yaml(dir.str() + "/data");
+         + storage_yaml(dir.str() + "/data") + extra;
+}
+
+// Small agent limits, and a parent model that answers every message from
+// its child by messaging the child again: without the hop budget the two
+// would talk forever.
+std::string limits_yaml(const temp_dir& dir) {
+  return agents_yaml(dir,
+                     "      - match: \"[agent \"\n"
+                     "        reply: \"again\"\n"
+                     "        tool:\n          name: message_agent\n"
+                     "          arguments: '{\"name\": \"helper\", "
+                     "\"text\": \"once more\"}'\n",
+                     "threads:\n  agents:\n    max_children: 2\n"
+                     "    max_depth: 2\n    hop_budget: 6\n");
+}
+
+std::string plain_yaml(const temp_dir& dir) {
+  return agents_yaml(dir);
 }
 
 struct fixture {
+  explicit fixture(std::string (*make_yaml)(const temp_dir&) = plain_yaml)
+    : node(dir.str(), make_yaml(dir)) {
+    // nop
+  }
+
   temp_dir dir{"keel-agents"};
-  node_process node{dir.str(), agents_yaml(dir)};
+  node_process node;
   std::unique_ptr<ws_client> ws = connect_client(node.address());
 
   // Sends and waits for the ack; returns the user message's seq.
@@ -233,6 +259,90 @@ CAF_TEST(a restart after kill - 9 recovers and reports what it did) {
   CAF_CHECK_EQUAL(report["sessions"].get<uint64_t>(), 2u);
   CAF_CHECK_EQUAL(report["links"].get<uint64_t>(), 1u);
   CAF_CHECK_EQUAL(report["steps"].size(), 6u);
+  CAF_REQUIRE_EQUAL(node.stop(), 0);
+  CAF_CHECK_EQUAL(data_violations(dir.str() + "/data"), "");
+}
+
+CAF_TEST_FIXTURE_SCOPE_END()
+
+namespace {
+
+struct limits_fixture : fixture {
+  limits_fixture() : fixture(limits_yaml) {
+    // nop
+  }
+};
+
+} // namespace
+
+CAF_TEST_FIXTURE_SCOPE(agent_limits_tests, limits_fixture)
+
+CAF_TEST(the hop budget ends two agents messaging each other) {
+  send("x", "m1", "delegate the summary");
+  // x -> helper (1), helper -> x (2), ... helper -> x (6): x may not
+  // answer the sixth message by messaging the helper again. (The status
+  // event first: reading histories skips the events on the way.)
+  auto notice = receive_until(
+    *ws,
+    [](auto& j) {
+      return j["type"] == "status" && j["state"] == "agent_limit";
+    },
+    20s);
+  CAF_REQUIRE(notice);
+  auto detail = (*notice)["detail"].get<std::string>();
+  CAF_CHECK(detail.find("threads.agents.hop_budget") != std::string::npos);
+  auto parent = history_until("x", [](const json& entries) {
+    return count_text(entries, "reply", "[cannot message agent x.helper") == 1;
+  });
+  CAF_CHECK_EQUAL(count_text(parent, "reply",
+                             "[cannot message agent x.helper: the agents "
+                             "exchanged 6 messages for one client message, "
+                             "the most they may (threads.agents.hop_budget)]"),
+                  1u);
+  CAF_CHECK_EQUAL(count_text(parent, "user", "[agent x.helper]"), 3u);
+  // The helper answered each of its three messages once, and nothing more
+  // is under way.
+  auto child = history("x.helper");
+  CAF_CHECK_EQUAL(count_text(child, "user", "[parent x]"), 3u);
+  CAF_CHECK_EQUAL(count_text(child, "reply", "answer to [parent x]"), 3u);
+  CAF_REQUIRE_EQUAL(node.stop(), 0);
+  CAF_CHECK_EQUAL(data_violations(dir.str() + "/data"), "");
+}
+
+CAF_TEST(spawns past the children and depth limits are refused) {
+  send("y", "m1", "hello");
+  auto first = request(protocol::spawn_frame("y", "y.a", "s1"), "s1");
+  CAF_CHECK_EQUAL(first["type"], "spawned");
+  auto second = request(protocol::spawn_frame("y", "y.b", "s2"), "s2");
+  CAF_CHECK_EQUAL(second["type"], "spawned");
+  auto third = request(protocol::spawn_frame("y", "y.c", "s3"), "s3");
+  CAF_CHECK_EQUAL(third["type"], "error");
+  CAF_CHECK_EQUAL(third["code"], "agent_limit");
+  auto why = third["message"].get<std::string>();
+  CAF_CHECK(why.find("threads.agents.max_children") != std::string::npos);
+  // A spawn sent again is answered as before, at the limit too.
+  auto again = request(protocol::spawn_frame("y", "y.b", "s4"), "s4");
+  CAF_CHECK_EQUAL(again["created"], false);
+  auto deep = request(protocol::spawn_frame("y.a", "y.a.a", "s5"), "s5");
+  CAF_CHECK_EQUAL(deep["type"], "spawned");
+  auto deeper = request(protocol::spawn_frame("y.a.a", "y.a.a.a", "s6"), "s6");
+  CAF_CHECK_EQUAL(deeper["code"], "agent_limit");
+  why = deeper["message"].get<std::string>();
+  CAF_CHECK(why.find("threads.agents.max_depth") != std::string::npos);
+  // The model's spawn is refused alike, and told why.
+  send("y", "m2", "delegate the summary");
+  auto parent = history_until("y", [](const json& entries) {
+    return count_text(entries, "reply", "[cannot spawn agent y.helper") == 1;
+  });
+  CAF_CHECK_EQUAL(count_text(parent, "reply",
+                             "[cannot spawn agent y.helper: cannot spawn "
+                             "y.helper under y: it has 2 child agents, the "
+                             "most a thread may have "
+                             "(threads.agents.max_children)]"),
+                  1u);
+  auto agents = api_call(node.address(), "GET", "/api/v1/agents");
+  CAF_REQUIRE(agents);
+  CAF_CHECK_EQUAL((*agents)["agents"].size(), 4u);
   CAF_REQUIRE_EQUAL(node.stop(), 0);
   CAF_CHECK_EQUAL(data_violations(dir.str() + "/data"), "");
 }

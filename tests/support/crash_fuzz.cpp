@@ -132,24 +132,32 @@ std::string tools_yaml(const std::string& marks) {
 /// The node's config: data in `dir`/data, a scripted model answering
 /// "answer to {input}" after `delay` (the last user message or tool
 /// result), and, `with_tools`, calling `mark` for a message holding
-/// `tool_trigger`; `extra` is appended as is, `storage` holds more
+/// `tool_trigger`, with a context window of 1,024 tokens, and answering a
+/// summary request with "they talked"; `extra` is appended as is,
+/// `storage` holds more
 /// `storage:` keys, indented (as in `test::slow_echo_yaml`).
 std::string node_yaml(const std::string& name, const std::string& dir,
                       const std::string& delay, bool with_tools,
                       const std::string& extra, const std::string& storage) {
   auto quoted = [](const std::string& x) { return json(x).dump(); };
-  std::string call_tool;
+  std::string loop_steps;
   if (with_tools)
-    call_tool
-      = "      - match: " + quoted(tool_trigger)
+    // A compaction's summary request is the only one whose input is a
+    // transcript ("user: ...").
+    loop_steps
+      = "    context_window: 1024\n    script:\n"
+        "      - match: \"user: \"\n        reply: \"they talked\"\n"
+        "      - match: "
+        + quoted(tool_trigger)
         + "\n        reply: \"\"\n        tool: {name: mark, arguments: "
         + quoted(R"({"text": "{input}"})") + "}\n        delay: " + delay
         + "\n";
+  else
+    loop_steps = "    script:\n";
   return "node:\n  name: " + name + "\n  data_dir: " + dir
          + "/data\ngateway:\n  port: 0\n  rate_limit:\n    per_second: 0\n"
            "providers:\n  - name: fuzz-model\n    kind: scripted\n"
-           "    script:\n"
-         + call_tool + "      - reply: \"answer to {input}\"\n        delay: "
+         + loop_steps + "      - reply: \"answer to {input}\"\n        delay: "
          + delay + "\npools:\n  - name: default\n    chain: [fuzz-model]\n"
          + (with_tools ? tools_yaml(marks_dir(dir)) : std::string{})
          + test::storage_yaml(dir + "/data", storage) + extra;

@@ -14,7 +14,10 @@
 // message whose text holds `tool_trigger`, then answers "answer to <the
 // result>". A share of the planned messages carries the trigger, so kills
 // land before, during and after tool runs (the kill points
-// `tool_call_committed` and `tool_finished` included).
+// `tool_call_committed` and `tool_finished` included). The model's context
+// window is the smallest a config allows and the other messages are long:
+// threads are compacted (summaries by the same model), and kills land
+// between a compaction's summaries and its commit (`compaction_summarized`).
 //
 // The generator is header-only and needs no node (tests/unit checks that the
 // same seed gives the same plan); the runner is in crash_fuzz.cpp.
@@ -82,9 +85,16 @@ inline const char* to_string(op_kind x) {
 /// its tool (see `message_text`).
 inline constexpr const char* tool_trigger = "please call the mark tool";
 
-/// The text of message `id`: with `tool`, one that asks for the tool.
+/// The text of message `id`: with `tool`, one that asks for the tool;
+/// else one long enough (about 60 tokens) that a thread passes its model's
+/// small context window within about 8 exchanges and is compacted.
 inline std::string message_text(const std::string& id, bool tool) {
-  return "fuzz " + id + (tool ? std::string{" "} + tool_trigger : "");
+  if (tool)
+    return "fuzz " + id + " " + tool_trigger;
+  return "fuzz " + id
+         + " and some words more, so that every message takes its share of "
+           "the model's context window and a thread of the fuzzer reaches "
+           "its compaction after a few exchanges";
 }
 
 /// One planned operation.
@@ -210,8 +220,9 @@ struct features {
   /// The node's store is on a PostgreSQL server the fuzzer runs (and may
   /// kill).
   bool database_server = false;
-  /// The node runs configured tools: messages may call the fuzzer's tool,
-  /// and the tool kill points are armed.
+  /// The node runs the turn loop: messages may call the fuzzer's tool, the
+  /// model's small context window makes threads compact, and the kill
+  /// points of tool steps and compactions are armed.
   bool tools = true;
 };
 
@@ -327,24 +338,26 @@ private:
   static constexpr int kill9_node = -1;
   static constexpr int kill9_database = -2;
 
-  /// Whether `p` is reached only by tool runs.
+  /// Whether `p` is reached only by the turn loop (tool runs, compaction).
   static bool tool_point(kill_point p) {
     return p == kill_point::tool_call_committed
-           || p == kill_point::tool_finished;
+           || p == kill_point::tool_finished
+           || p == kill_point::compaction_summarized;
   }
 
   /// A kill mode after the first round. Weights: instant 3;
   /// session_created 2, session_written 2, provider_call 2, call_completed
   /// 3, message_enqueued 3, tree_link_written 3, batch_written 3,
-  /// tool_call_committed 3, tool_finished 3 (0 and 0 without tools); the
+  /// tool_call_committed 3, tool_finished 3, compaction_summarized 3 (0, 0
+  /// and 0 without tools); the
   /// database server 3 (0 without one: the draws are those of a generator
   /// that knows no database kill).
   int draw_later_mode() {
-    int weights[] = {3, 2, 2, 2, 3, 3, 3, 3, 3, 3};
-    static_assert(sizeof(weights) / sizeof(weights[0]) == 10,
+    int weights[] = {3, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3};
+    static_assert(sizeof(weights) / sizeof(weights[0]) == 11,
                   "instant and every kill point");
     if (!features_.tools)
-      weights[8] = weights[9] = 0;
+      weights[8] = weights[9] = weights[10] = 0;
     auto database_weight = features_.database_server ? 3 : 0;
     auto total = database_weight;
     for (auto w : weights)
@@ -391,9 +404,9 @@ private:
         kill_point::batch_written,   kill_point::provider_call,
         kill_point::call_completed,  kill_point::message_enqueued,
         kill_point::session_written, kill_point::tool_call_committed,
-        kill_point::tool_finished};
+        kill_point::tool_finished,   kill_point::compaction_summarized};
       static const std::vector<kill_point> at_recovery_without_tools{
-        at_recovery.begin(), at_recovery.end() - 2};
+        at_recovery.begin(), at_recovery.end() - 3};
       k.recovery_point = pick(features_.tools ? at_recovery
                                               : at_recovery_without_tools);
       k.recovery_probability = probability_for(k.recovery_point);

@@ -114,21 +114,21 @@ receive_until(ws_client& client, Pred pred,
   }
 }
 
-/// Asks for the first 1,000 entries of `thread`'s history; returns them (the
-/// history frame's `entries`), or std::nullopt if none came in time. A
-/// request the node drops under its per-connection rate limit (an error
-/// frame `rate_limited`) is asked again once the limit has had time to
-/// refill, so callers may poll a history in a loop.
+/// Asks for the first 1,000 entries of `thread`'s history after seq `after`
+/// (the history frame); returns the frame, or std::nullopt if none came in
+/// time. A request the node drops under its per-connection rate limit (an
+/// error frame `rate_limited`) is asked again once the limit has had time
+/// to refill, so callers may poll a history in a loop.
 inline std::optional<nlohmann::json>
-read_history(ws_client& client, const std::string& thread,
-             std::chrono::milliseconds timeout = std::chrono::seconds{10}) {
+read_history_page(ws_client& client, const std::string& thread, uint64_t after,
+                  std::chrono::milliseconds timeout) {
   auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
       deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0
         || client.send_text(
-          protocol::history_request_frame(thread, "h-" + thread, 0, 1000)))
+          protocol::history_request_frame(thread, "h-" + thread, after, 1000)))
       return std::nullopt;
     auto page = receive_until(
       client,
@@ -140,10 +140,40 @@ read_history(ws_client& client, const std::string& thread,
     if (!page)
       return std::nullopt;
     if ((*page)["type"] == "history")
-      return std::move((*page)["entries"]);
+      return page;
     // No event announces a refilled bucket: the default limit refills one
     // frame every 20 ms.
     std::this_thread::sleep_for(std::chrono::milliseconds{100});
+  }
+}
+
+/// The first 1,000 entries of `thread`'s history (see `read_history_page`).
+inline std::optional<nlohmann::json>
+read_history(ws_client& client, const std::string& thread,
+             std::chrono::milliseconds timeout = std::chrono::seconds{10}) {
+  auto page = read_history_page(client, thread, 0, timeout);
+  if (!page)
+    return std::nullopt;
+  return std::move((*page)["entries"]);
+}
+
+/// All of `thread`'s history, page by page, each within `timeout`.
+inline std::optional<nlohmann::json>
+read_whole_history(ws_client& client, const std::string& thread,
+                   std::chrono::milliseconds timeout
+                   = std::chrono::seconds{10}) {
+  auto all = nlohmann::json::array();
+  uint64_t after = 0;
+  for (;;) {
+    auto page = read_history_page(client, thread, after, timeout);
+    if (!page)
+      return std::nullopt;
+    for (auto& entry : (*page)["entries"]) {
+      after = entry["seq"].get<uint64_t>();
+      all.push_back(std::move(entry));
+    }
+    if (!(*page).value("more", false) || (*page)["entries"].empty())
+      return all;
   }
 }
 

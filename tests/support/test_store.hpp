@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "keel/pg_connection.hpp"
+#include "keel/pg_store.hpp"
+#include "keel/store.hpp"
 #include "keel/tools/pg_server.hpp"
 #include "raw_records.hpp"
 #include "temp_dir.hpp"
@@ -83,6 +85,21 @@ write_node_record(const std::string& data_dir, const std::string& cf,
   if (!store_on_postgres())
     return write_raw_record(data_dir + "/db", cf, key, value);
   return write_pg_record(test_pg_url_for(data_dir), cf, key, value);
+}
+
+/// The store of the stopped node on `data_dir`, read only (RocksDB in
+/// `data_dir`/db, or its PostgreSQL database).
+inline caf::expected<std::unique_ptr<store>>
+open_node_store(const std::string& data_dir) {
+  if (!store_on_postgres()) {
+    store_options opts;
+    opts.read_only = true;
+    return store::open(data_dir + "/db", opts);
+  }
+  pg_store_options opts;
+  opts.url = test_pg_url_for(data_dir);
+  opts.read_only = true;
+  return open_pg_store(opts);
 }
 
 /// The `storage:` settings of a node on `data_dir` on the suites' backend

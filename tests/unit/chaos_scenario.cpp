@@ -181,7 +181,7 @@ CAF_TEST(scenario errors name the key path and line) {
                   "'batch_writen' (known: session_created, session_written, "
                   "provider_call, call_completed, message_enqueued, "
                   "tree_link_written, batch_written, tool_call_committed, "
-                  "tool_finished)");
+                  "tool_finished, compaction_summarized)");
   CAF_CHECK_EQUAL(
     parse_error(std::string{minimal} + "  - {at: 1s, kill_node: 0, for: 1s}\n"),
     "s.yaml:4: steps[0].for: a kill_node step takes no for");

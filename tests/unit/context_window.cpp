@@ -97,6 +97,40 @@ CAF_TEST(the plain fallback counts and quotes without a model) {
   CAF_CHECK_EQUAL(merged[1].seq, 4u);
 }
 
+CAF_TEST(chunks stay within their token budget) {
+  std::mt19937 gen{20261127};
+  for (int round = 0; round < 2000; ++round) {
+    compaction_settings s;
+    s.chunk_entries = 2 + gen() % 40;
+    s.chunk_overlap = gen() % 4;
+    s.protect_last = 1 + gen() % 5;
+    s.min_entries = s.protect_last + 1;
+    std::vector<context_entry> ctx;
+    for (size_t i = 0, n = gen() % 120; i < n; ++i)
+      ctx.push_back({i + 1, "user", std::string(gen() % 400, 'x')});
+    uint64_t budget = 20 + gen() % 500;
+    auto range = compactable(ctx, s);
+    auto chunks = summary_chunks(ctx, s, budget);
+    if (range.first == range.second) {
+      CAF_REQUIRE(chunks.empty());
+      continue;
+    }
+    CAF_REQUIRE_EQUAL(chunks.front().first, range.first);
+    CAF_REQUIRE_EQUAL(chunks.back().second, range.second);
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      auto [first, second] = chunks[i];
+      auto fresh = i == 0 ? first : chunks[i - 1].second;
+      CAF_REQUIRE_LESS(fresh, second); // Something new in every chunk.
+      CAF_REQUIRE_LESS_OR_EQUAL(second - first, s.chunk_entries);
+      std::vector<context_entry> part(ctx.begin() + first,
+                                      ctx.begin() + second);
+      // Over budget only as the overlap plus its one new entry.
+      if (estimate_tokens(part) > budget)
+        CAF_REQUIRE_EQUAL(second, fresh + 1);
+    }
+  }
+}
+
 CAF_TEST(chunks cover the compactable entries with the set overlap) {
   std::mt19937 gen{20261126};
   for (int round = 0; round < 2000; ++round) {

@@ -36,7 +36,7 @@ tree_link full_link() {
 }
 
 outbox_entry full_outbox() {
-  return {"p", 7, "p.c", "agent:p:7", "hello \"child\"\t\\", 1234};
+  return {"p", 7, "p.c", "agent:p:7", "hello \"child\"\t\\", 1234, 2};
 }
 
 dead_letter full_dead_letter() {
@@ -44,7 +44,7 @@ dead_letter full_dead_letter() {
 }
 
 inbox_entry full_inbox() {
-  return {3, "c1", "hi there", 55};
+  return {3, "c1", "hi there", 55, 2};
 }
 
 log_entry user_log() {
@@ -180,26 +180,28 @@ CAF_TEST(every record encodes as before and reads back) {
                "017003702e63000000000000002a");
   check_pinned(full_outbox(),
                R"({"client_id":"agent:p:7","created_at":1234,"from":"p",)"
-               R"("seq":7,"text":"hello \"child\"\t\\","to":"p.c"})",
+               R"("hops":2,"seq":7,"text":"hello \"child\"\t\\","to":"p.c"})",
                R"(keel::outbox_entry("p", 7, "p.c", "agent:p:7",)"
-               R"( "hello \"child\"\t\\", 1234))",
+               R"( "hello \"child\"\t\\", 1234, 2))",
                "0170000000000000000703702e63096167656e743a703a370f68656c6c6f"
-               "20226368696c6422095c00000000000004d2");
+               "20226368696c6422095c00000000000004d200000002");
   check_pinned(full_dead_letter(),
                R"({"at":99,"client_id":"agent:p:7","created_at":1234,)"
-               R"("from":"p","reason":"target thread t9 has no session",)"
-               R"("seq":7,"text":"hello \"child\"\t\\","to":"p.c"})",
+               R"("from":"p","hops":2,"reason":"target thread t9 has no )"
+               R"(session","seq":7,"text":"hello \"child\"\t\\","to":"p.c"})",
                R"(keel::dead_letter(keel::outbox_entry("p", 7, "p.c",)"
-               R"( "agent:p:7", "hello \"child\"\t\\", 1234),)"
+               R"( "agent:p:7", "hello \"child\"\t\\", 1234, 2),)"
                R"( "target thread t9 has no session", 99))",
                "0170000000000000000703702e63096167656e743a703a370f68656c6c6f"
-               "20226368696c6422095c00000000000004d21f7461726765742074687265"
-               "616420743920686173206e6f2073657373696f6e0000000000000063");
+               "20226368696c6422095c00000000000004d2000000021f74617267657420"
+               "74687265616420743920686173206e6f2073657373696f6e000000000000"
+               "0063");
   check_pinned(full_inbox(),
-               R"({"accepted_at":55,"client_id":"c1","seq":3,)"
+               R"({"accepted_at":55,"client_id":"c1","hops":2,"seq":3,)"
                R"("text":"hi there"})",
-               R"(keel::inbox_entry(3, "c1", "hi there", 55))",
-               "00000000000000030263310868692074686572650000000000000037");
+               R"(keel::inbox_entry(3, "c1", "hi there", 55, 2))",
+               "0000000000000003026331086869207468657265000000000000003700"
+               "000002");
   check_pinned(user_log(),
                R"({"at":10,"client_id":"c0","kind":"user","seq":1,)"
                R"("text":"hello"})",
@@ -228,9 +230,9 @@ CAF_TEST(every record encodes as before and reads back) {
   check_pinned(full_context(),
                R"({"content":"text with\nnewline","role":"assistant","seq":3})",
                R"(keel::context_entry(3, "assistant", "text with\nnewline",)"
-               R"( [], "", ""))",
+               R"( [], "", "", 0))",
                "000000000000000309617373697374616e74117465787420776974680a6e"
-               "65776c696e65000000");
+               "65776c696e650000000000000000000000");
   check_pinned(full_health(),
                R"({"breaker":"open","calls":10,"consecutive_failures":3,)"
                R"("cooldown_until":200,"failures":4,"last_error":"timeout",)"

@@ -74,6 +74,26 @@ CAF_TEST(the child gets only the environment and folder it is given) {
   CAF_CHECK_EQUAL(run(spec).out, "set:none\n/tmp\n");
 }
 
+CAF_TEST(the child gets default signal actions and none blocked) {
+  // A node ignores SIGPIPE and blocks signals in some threads: the program
+  // must not inherit either (a pipeline would never see its SIGPIPE).
+  auto old_pipe = std::signal(SIGPIPE, SIG_IGN);
+  sigset_t usr1;
+  sigemptyset(&usr1);
+  sigaddset(&usr1, SIGUSR1);
+  sigset_t old_mask;
+  ::pthread_sigmask(SIG_BLOCK, &usr1, &old_mask);
+  auto result = run(shell("grep -E '^Sig(Ign|Blk)' /proc/self/status"));
+  ::pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
+  std::signal(SIGPIPE, old_pipe);
+  CAF_CHECK_EQUAL(result.out, "SigBlk:\t0000000000000000\n"
+                              "SigIgn:\t0000000000000000\n");
+  // A program killed by SIGPIPE says so.
+  CAF_CHECK_EQUAL(
+    run(shell("yes | head -c 1 >/dev/null; kill -PIPE $$")).exit_code,
+    128 + SIGPIPE);
+}
+
 CAF_TEST(a timeout ends the program and what it left running) {
   // The grandchild sleeps on in the background, holding stdout open; it
   // writes its pid first.

@@ -670,6 +670,44 @@ CAF_TEST(a spawn that conflicts with the tree is refused) {
                   1u);
 }
 
+CAF_TEST(a spawn past the tree limits is refused and staged children count) {
+  accept(make_accept("p", 1, "c1", "hello", true));
+  auto limited = [](std::string parent, std::string child) {
+    auto req = make_spawn(std::move(parent), std::move(child));
+    req.max_children = 2;
+    req.max_depth = 2;
+    return req;
+  };
+  CAF_CHECK_EQUAL(outcome(db->stage_spawn(limited("p", "p.a"))), "none");
+  CAF_CHECK_EQUAL(outcome(db->stage_spawn(limited("p", "p.b"))), "none");
+  // p.a and p.b are staged only: they count.
+  auto third = db->stage_spawn(limited("p", "p.c"));
+  CAF_CHECK_EQUAL(error_of(third), ec::agent_limit);
+  CAF_CHECK_EQUAL(message_of(third),
+                  "cannot spawn p.c under p: it has 2 child agents, the most "
+                  "a thread may have (threads.agents.max_children)");
+  flush();
+  CAF_CHECK_EQUAL(error_of(db->stage_spawn(limited("p", "p.c"))),
+                  ec::agent_limit);
+  // A resent spawn is no new child.
+  auto again = db->stage_spawn(limited("p", "p.b"));
+  CAF_REQUIRE_EQUAL(outcome(again), "none");
+  CAF_CHECK(!again->created);
+  CAF_CHECK_EQUAL(outcome(db->stage_spawn(limited("p.a", "p.a.a"))), "none");
+  auto deep = db->stage_spawn(limited("p.a.a", "p.a.a.a"));
+  CAF_CHECK_EQUAL(error_of(deep), ec::agent_limit);
+  CAF_CHECK_EQUAL(message_of(deep),
+                  "cannot spawn p.a.a.a under p.a.a: the tree would be deeper "
+                  "than 2 levels (threads.agents.max_depth)");
+  // Without limits the same spawns go through.
+  CAF_CHECK_EQUAL(outcome(db->stage_spawn(make_spawn("p", "p.c"))), "none");
+  CAF_CHECK_EQUAL(outcome(db->stage_spawn(make_spawn("p.a.a", "p.a.a.a"))),
+                  "none");
+  flush();
+  CAF_CHECK_EQUAL(
+    value_or(db->children("p"), std::vector<std::string>{}).size(), 3u);
+}
+
 CAF_TEST(a commit writes the session and outbox after a spawn in its group) {
   accept(make_accept("p", 1, "c1", "ask a helper", true));
   flush();

@@ -128,7 +128,12 @@ CAF_TEST(a tool failing three times is disabled and no longer offered) {
   CAF_CHECK_EQUAL(st.tool_failures("ls"), 1u);
   st.apply(st.make_result_step(call("b", "ls"), failed("boom 2"), true, 0));
   CAF_CHECK(!st.tool_disabled("ls"));
+  CAF_CHECK(st.notices.empty());
   auto third = st.make_result_step(call("c", "ls"), failed("boom 3"), true, 0);
+  // The commit's status event says so too.
+  CAF_REQUIRE_EQUAL(st.notices.size(), 1u);
+  CAF_CHECK_EQUAL(st.notices[0].state, "tool_disabled");
+  CAF_CHECK_EQUAL(st.notices[0].detail, disabled_tool_text("ls", 3, "boom 3"));
   CAF_REQUIRE_EQUAL(third.log.size(), 2u);
   CAF_CHECK_EQUAL(third.log[1].text, disabled_tool_text("ls", 3, "boom 3"));
   CAF_CHECK_EQUAL(third.log[1].kind, log_kind::tool);
@@ -163,11 +168,118 @@ CAF_TEST(a reload never hands out the seq of a stored step again) {
   CAF_CHECK_EQUAL(fresh.unanswered_calls().size(), 1u);
 }
 
+CAF_TEST(the context keeps the order of the conversation when stored by seq) {
+  // Three messages queued at once: 5 (the fixture's), 6 and 7 take their
+  // seqs when accepted, before any answer does.
+  st.inbox.push_back(inbox_entry{6, "c6", "and this", 0});
+  st.inbox.push_back(inbox_entry{7, "c7", "and that", 0});
+  st.next_seq = 8;
+  completion answer;
+  answer.text = "done";
+  // 5 takes a tool step; 6 and 7 are answered at once.
+  st.apply(st.make_call_step(asking({call("a", "ls")}), 0, {}));
+  st.apply(st.make_result_step(call("a", "ls"), tool_outcome{"x", {}, true, 0},
+                               false, 0));
+  for (int i = 0; i < 3; ++i)
+    st.apply(st.make_reply_commit(answer, 0));
+  CAF_CHECK(st.inbox.empty());
+  // The store keys context records by seq and loads them in that order.
+  auto by_seq = st.context;
+  std::stable_sort(by_seq.begin(), by_seq.end(),
+                   [](auto& x, auto& y) { return x.seq < y.seq; });
+  std::vector<std::string> stored, spoken;
+  for (auto& entry : by_seq)
+    stored.push_back(entry.role + ":" + entry.content);
+  for (auto& entry : st.context)
+    spoken.push_back(entry.role + ":" + entry.content);
+  CAF_CHECK_EQUAL(stored, spoken);
+  // Each message's entry still names it.
+  st.inbox.push_back(inbox_entry{7, "c7", "and that", 0});
+  CAF_CHECK(st.turn_in_context());
+}
+
+CAF_TEST(calls a crash cut are answered as interrupted in one step) {
+  st.apply(
+    st.make_call_step(asking({call("a", "ls"), call("b", "grep")}), 0, {}));
+  auto step = st.make_interrupted_step(st.unanswered_calls(), 0);
+  CAF_CHECK(step.keeps_inbox);
+  CAF_REQUIRE_EQUAL(step.context.size(), 2u);
+  for (auto& entry : step.context) {
+    CAF_CHECK_EQUAL(entry.role, "tool");
+    CAF_CHECK_EQUAL(entry.content, tool_texts::interrupted);
+  }
+  CAF_CHECK_EQUAL(step.context[0].tool_call_id, "a");
+  CAF_CHECK_EQUAL(step.context[1].tool_call_id, "b");
+  CAF_CHECK_EQUAL(step.log.size(), 2u);
+  st.apply(step);
+  CAF_CHECK(st.unanswered_calls().empty());
+  // Not a failure of either tool.
+  CAF_CHECK_EQUAL(st.tool_failures("ls"), 0u);
+}
+
 CAF_TEST(a repeating model is told to try another way) {
   st.nudge = true;
   auto req = st.make_request();
   CAF_CHECK_EQUAL(req.context.back().role, "system");
   CAF_CHECK_EQUAL(req.context.back().content, different_approach_note);
+}
+
+CAF_TEST(spawns past the most one answer may are refused and said) {
+  st.cfg.agents.max_spawns_per_reply = 2;
+  auto spawn = [](std::string id, std::string name) {
+    return call(std::move(id), "spawn_agent",
+                R"({"name": ")" + name + R"(", "task": "work"})");
+  };
+  auto reply = asking({spawn("a", "one"), spawn("b", "two"), spawn("c", "one"),
+                       spawn("d", "three")});
+  spawn_outcomes outcomes;
+  auto wanted = st.new_children(reply, outcomes);
+  CAF_CHECK_EQUAL(wanted, (std::vector<std::string>{"t.one", "t.two"}));
+  CAF_REQUIRE_EQUAL(outcomes.refused.count("t.three"), 1u);
+  CAF_CHECK_EQUAL(outcomes.refused["t.three"],
+                  "this answer spawns 2 agents already, the most one answer "
+                  "may (threads.agents.max_spawns_per_reply)");
+  CAF_REQUIRE_EQUAL(st.notices.size(), 1u);
+  CAF_CHECK_EQUAL(st.notices[0].state, "agent_limit");
+  outcomes.created = {"t.one", "t.two"};
+  st.children = {"t.one", "t.two"};
+  auto step = st.make_call_step(reply, 0, outcomes);
+  CAF_CHECK_EQUAL(step.outbox.size(), 3u); // The tasks of one, two, one.
+  CAF_CHECK_EQUAL(step.context.back().content,
+                  "[cannot spawn agent t.three: this answer spawns 2 agents "
+                  "already, the most one answer may "
+                  "(threads.agents.max_spawns_per_reply)]");
+}
+
+CAF_TEST(messages between agents carry their hops and stop at the budget) {
+  st.cfg.agents.hop_budget = 4;
+  st.children = {"t.kid"};
+  st.session.parent = "p";
+  auto tell = asking(
+    {call("a", "message_agent", R"({"name": "kid", "text": "go on"})")});
+  st.inbox.front().hops = 3;
+  auto reply = st.make_reply_commit(tell, 0);
+  // The message to the child and the outcome to the parent: hop 4 each.
+  CAF_REQUIRE_EQUAL(reply.outbox.size(), 2u);
+  for (auto& entry : reply.outbox)
+    CAF_CHECK_EQUAL(entry.hops, 4u);
+  CAF_CHECK(st.notices.empty());
+  st.inbox.front().hops = 4;
+  reply = st.make_reply_commit(tell, 0);
+  CAF_CHECK(reply.outbox.empty());
+  CAF_CHECK_EQUAL(reply.log.back().text,
+                  "let me look\n[cannot message agent t.kid: the agents "
+                  "exchanged 4 messages for one client message, the most "
+                  "they may (threads.agents.hop_budget)]");
+  CAF_CHECK_EQUAL(st.notices.size(), 2u);
+  // What arrives from another thread keeps its count.
+  outbox_entry from_kid;
+  from_kid.from = "t.kid";
+  from_kid.seq = 9;
+  from_kid.client_id = agent_client_id("t.kid", 9);
+  from_kid.text = "[agent t.kid] done";
+  from_kid.hops = 2;
+  CAF_CHECK_EQUAL(st.make_accept_request(from_kid).entry.hops, 2u);
 }
 
 CAF_TEST_FIXTURE_SCOPE_END()

@@ -14,6 +14,7 @@
 #include <caf/typed_event_based_actor.hpp>
 
 #include "keel/actors.hpp"
+#include "keel/compactor.hpp"
 #include "keel/config.hpp"
 #include "keel/shard_table.hpp"
 #include "keel/turn_guard.hpp"
@@ -56,6 +57,14 @@ struct conversation_config {
   guard_limits guard;
   /// A tool failing this often in the thread is disabled there.
   uint32_t disable_tool_after = 3;
+  /// When to warn about a full context and compact it; `false`: never.
+  compaction_settings compaction;
+  bool compaction_enabled = true;
+  /// The context window of the pool's first provider, in tokens.
+  uint64_t context_window = default_context_window;
+  /// Spawns per answer and messages between the tree's threads per client
+  /// message (the store enforces children and depth).
+  agent_limits agents;
 };
 
 /// How much longer than `turn_timeout` a conversation waits for its pool,
@@ -116,6 +125,13 @@ constexpr const char* interrupted
 
 } // namespace tool_texts
 
+/// Published (status `context_warning`) once a turn when the context
+/// passes `warn_at` of the window.
+std::string context_warning_text(uint64_t tokens, uint64_t window);
+
+/// Published (status `compacted`) when a compaction is stored.
+std::string compacted_text(const compaction_result& result);
+
 /// What the thread's history and the model read when `tool` is disabled
 /// after its `failures`-th failure, `error`.
 std::string disabled_tool_text(const std::string& tool, uint32_t failures,
@@ -138,6 +154,13 @@ struct spawn_outcomes {
   std::set<std::string> created;
   /// Spawns the store refused for good, with why (the id is taken).
   std::map<std::string, std::string> refused;
+};
+
+/// A status event a turn's step or answer gives rise to: its `state` and
+/// `detail` (see the status frame).
+struct status_notice {
+  std::string state;
+  std::string detail;
 };
 
 /// State of a conversation actor.
@@ -206,6 +229,21 @@ struct conversation_state {
   /// Set when the model repeated itself: the next request tells it to try
   /// a different approach.
   bool nudge = false;
+  /// The running turn was warned that its context nears the window.
+  bool context_warned = false;
+  /// The running turn compacted after the provider said its context
+  /// overflowed: a second overflow ends the turn.
+  bool overflow_compacted = false;
+  /// The compaction just stored: the next model call goes out as it is.
+  bool just_compacted = false;
+  /// The compaction under way, between its summaries.
+  std::optional<compactor> compaction;
+  /// It answers the provider's context overflow: if it changes nothing,
+  /// calling again cannot help.
+  bool compacting_overflow = false;
+  /// Status events about the commit being built (a tool disabled, an agent
+  /// limit met), published when it goes to the store.
+  std::vector<status_notice> notices;
   /// Ends the running tool's process group when set (a cancel of the
   /// thread, the actor's exit).
   std::shared_ptr<std::atomic<bool>> tool_cancel;
@@ -222,8 +260,10 @@ struct conversation_state {
   turn_commit make_reply_commit(const completion& reply, millis now,
                                 const spawn_outcomes& spawns = {});
   /// The children the reply's spawn_agent calls name that the thread does
-  /// not have yet, each once.
-  std::vector<std::string> new_children(const completion& reply) const;
+  /// not have yet, each once, at most `max_spawns_per_reply`: the ones past
+  /// it are refused in `outcomes` (and noticed).
+  std::vector<std::string> new_children(const completion& reply,
+                                        spawn_outcomes& outcomes);
   /// The commit of a failed turn: a descriptive error in the thread. If
   /// tool steps of the turn are in the context, the error closes them as
   /// the assistant's answer there.
@@ -258,6 +298,24 @@ struct conversation_state {
   turn_commit make_result_step(const tool_call& call,
                                const tool_outcome& outcome, bool counts_failure,
                                millis now);
+  /// A step of the turn: every call of `calls` answered as interrupted by a
+  /// restart (they were committed, and may have run, before a crash).
+  turn_commit make_interrupted_step(const std::vector<tool_call>& calls,
+                                    millis now);
+  /// Forgets what the turn that just ended kept (guard, compaction marks).
+  void end_turn();
+  /// The estimated tokens of `req`: its context, system prompt and tools.
+  uint64_t request_tokens(const completion_request& req) const;
+  /// A compaction of the context before the running turn, to below the
+  /// warning share of the window (`overflowed`: the provider refused the
+  /// context, so also to at most half of `req`).
+  compactor make_compactor(const completion_request& req,
+                           bool overflowed) const;
+  /// A request for the summary of `text`, which the thread's clients do
+  /// not see.
+  completion_request make_summary_request(std::string text) const;
+  /// A step of the turn: the outcome of a compaction, in one batch.
+  turn_commit make_compaction_commit(const compaction_result& result) const;
   /// Applies a committed turn to the in-memory state.
   void apply(const turn_commit& commit);
   /// Fails every accept not answered yet (the actor is going down).

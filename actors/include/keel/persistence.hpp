@@ -16,6 +16,7 @@
 #include <caf/typed_response_promise.hpp>
 
 #include "keel/actors.hpp"
+#include "keel/config.hpp"
 #include "keel/recovery.hpp"
 #include "keel/shard_table.hpp"
 #include "keel/store.hpp"
@@ -43,6 +44,9 @@ struct persistence_config {
   /// In a cluster, the node's shard table: recoveries cover the threads of
   /// the shards the node holds only. Null on a single node.
   std::shared_ptr<const shard_table> shards;
+  /// A spawn past `max_children` or `max_depth` is refused with
+  /// `agent_limit`, whether a client or a model asked for it.
+  agent_limits agents;
 };
 
 /// State of the persistence actor. Each message of `persistence_actor` has
@@ -74,6 +78,8 @@ struct persistence_state {
   size_t max_history_bytes = std::numeric_limits<size_t>::max();
   /// See `persistence_config`; null on a single node.
   std::shared_ptr<const shard_table> shards;
+  /// See `persistence_config::agents`.
+  agent_limits tree_limits;
   /// Threads stored, staged ones included, while `max_stored_threads` is
   /// set: counted from the store at start, and again after a failed flush
   /// or a quarantine (either may leave fewer than counted).

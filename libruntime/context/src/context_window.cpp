@@ -4,10 +4,15 @@
 #include <array>
 #include <cctype>
 
+#include "keel/text.hpp"
+
 namespace keel {
 
 uint64_t estimate_tokens(const context_entry& entry) {
-  return (entry.content.size() + 3) / 4 + 4;
+  auto bytes = entry.content.size();
+  for (auto& call : entry.tool_calls)
+    bytes += call.name.size() + call.arguments.size();
+  return (bytes + 3) / 4 + 4;
 }
 
 uint64_t estimate_tokens(const std::vector<context_entry>& entries) {
@@ -34,14 +39,6 @@ constexpr std::array<known_window, 7> known_windows{{
   {"deepseek-chat", 65'536},
   {"qwen-plus", 131'072},
 }};
-
-// Characters of UTF-8 `text` (bytes that do not continue a sequence).
-size_t characters(std::string_view text) {
-  return static_cast<size_t>(
-    std::count_if(text.begin(), text.end(), [](char c) {
-      return (static_cast<unsigned char>(c) & 0xC0) != 0x80;
-    }));
-}
 
 // At most `max` bytes of `text` from its start (`from_end`: its end),
 // never cutting a UTF-8 sequence.
@@ -101,7 +98,7 @@ tool_results_to_strip(const std::vector<context_entry>& entries,
   auto range = compactable(entries, settings);
   for (auto i = range.first; i < range.second; ++i)
     if (entries[i].role == "tool"
-        && characters(entries[i].content) > settings.strip_over)
+        && utf8_length(entries[i].content) > settings.strip_over)
       result.push_back(i);
   return result;
 }
@@ -113,17 +110,25 @@ std::string stripped_tool_result(size_t chars) {
 
 std::vector<entry_range>
 summary_chunks(const std::vector<context_entry>& entries,
-               const compaction_settings& settings) {
+               const compaction_settings& settings, uint64_t max_tokens) {
   std::vector<entry_range> result;
   auto [begin, end] = compactable(entries, settings);
   auto size = std::max<size_t>(settings.chunk_entries, 1);
   auto overlap = std::min(settings.chunk_overlap, size - 1);
   for (auto start = begin; start < end;) {
-    auto stop = std::min(start + size, end);
+    // At least one entry the chunk before did not have.
+    auto stop = result.empty() ? start + 1 : result.back().second + 1;
+    uint64_t tokens = 0;
+    for (auto i = start; i < stop; ++i)
+      tokens += estimate_tokens(entries[i]);
+    while (stop < end && stop - start < size
+           && (max_tokens == 0
+               || tokens + estimate_tokens(entries[stop]) <= max_tokens))
+      tokens += estimate_tokens(entries[stop++]);
     result.emplace_back(start, stop);
     if (stop == end)
       break;
-    start = stop - overlap;
+    start = stop - std::min(overlap, stop - start - 1);
   }
   return result;
 }

@@ -36,6 +36,7 @@ const char* to_string(ec x) {
     case ec::cancelled: return "cancelled";
     case ec::thread_limit: return "thread_limit";
     case ec::not_owner: return "not_owner";
+    case ec::agent_limit: return "agent_limit";
   }
   return "unknown";
 }

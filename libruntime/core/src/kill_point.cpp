@@ -14,12 +14,13 @@ namespace keel {
 
 namespace {
 
-constexpr size_t point_count = 9;
+constexpr size_t point_count = 10;
 
 constexpr std::array<const char*, point_count> point_names{
-  "session_created", "session_written",     "provider_call",
-  "call_completed",  "message_enqueued",    "tree_link_written",
-  "batch_written",   "tool_call_committed", "tool_finished",
+  "session_created",       "session_written",     "provider_call",
+  "call_completed",        "message_enqueued",    "tree_link_written",
+  "batch_written",         "tool_call_committed", "tool_finished",
+  "compaction_summarized",
 };
 
 std::array<std::atomic<uint64_t>, point_count> hits{};

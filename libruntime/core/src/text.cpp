@@ -84,6 +84,12 @@ std::string_view utf8_prefix(std::string_view str, size_t max_bytes) {
   return str.substr(0, n);
 }
 
+size_t utf8_length(std::string_view str) {
+  return static_cast<size_t>(std::count_if(str.begin(), str.end(), [](char c) {
+    return (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+  }));
+}
+
 std::string bound_text(std::string str, size_t max_bytes,
                        std::string_view what) {
   if (str.size() <= max_bytes)

@@ -43,6 +43,12 @@ bool operator==(const tool_call& x, const tool_call& y) {
   return x.id == y.id && x.name == y.name && x.arguments == y.arguments;
 }
 
+bool operator==(const context_entry& x, const context_entry& y) {
+  return x.seq == y.seq && x.role == y.role && x.content == y.content
+         && x.tool_calls == y.tool_calls && x.tool_call_id == y.tool_call_id
+         && x.tool_name == y.tool_name && x.message_seq == y.message_seq;
+}
+
 std::string agent_client_id(const std::string& from, seq_t seq) {
   return std::string{agent_client_id_prefix} + from + ":" + std::to_string(seq);
 }

@@ -44,8 +44,8 @@ struct run_pipes {
   }
 };
 
-// What the child hands to exec, built before the fork: between fork and
-// exec the child of a threaded process may only make system calls.
+// What the child hands to exec, built before the vfork: the child shares
+// the parent's memory until it execs, so it may only make system calls.
 struct exec_args {
   explicit exec_args(const process_spec& spec) {
     for (auto& arg : spec.argv)
@@ -67,9 +67,16 @@ struct exec_args {
   const char* cwd = nullptr;
 };
 
-// In the child: never returns. Reports a failing exec's errno on the
-// report pipe, which a successful exec closes.
+// In the vforked child, every signal blocked: never returns. Gives every
+// signal its default action (the parent's handlers must not run here, and
+// what the node ignores, such as SIGPIPE, the program must not), unblocks
+// them at the exec, and reports a failing exec's errno on the report pipe,
+// which a successful exec closes.
 [[noreturn]] void exec_child(const exec_args& args, const run_pipes& p) {
+  struct sigaction dfl = {};
+  dfl.sa_handler = SIG_DFL;
+  for (int sig = 1; sig < NSIG; ++sig)
+    ::sigaction(sig, &dfl, nullptr); // Fails harmlessly for KILL and STOP.
   ::setpgid(0, 0);
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   auto null_fd = ::open("/dev/null", O_RDONLY);
@@ -91,6 +98,24 @@ struct exec_args {
   int code = errno;
   [[maybe_unused]] auto n = ::write(p.report[1], &code, sizeof(code));
   ::_exit(127);
+}
+
+// Starts the child: vfork, not fork, which would copy the page tables of
+// the whole node (milliseconds for a large one, and a copy-on-write fault
+// for each page the node writes until the child execs). Signals stay
+// blocked in this thread until the child has exec'd or exited.
+pid_t spawn_child(const exec_args& args, const run_pipes& p) {
+  sigset_t all;
+  sigset_t before;
+  sigfillset(&all);
+  ::pthread_sigmask(SIG_SETMASK, &all, &before);
+  auto pid = ::vfork();
+  if (pid == 0)
+    exec_child(args, p);
+  auto saved = errno;
+  ::pthread_sigmask(SIG_SETMASK, &before, nullptr);
+  errno = saved;
+  return pid;
 }
 
 // Reads what `fd` has into `into` (up to `cap`, counting the rest in
@@ -210,13 +235,11 @@ caf::expected<process_result> run_process(const process_spec& spec,
                            "cannot start " + spec.argv.front()
                              + ": pipe: " + std::strerror(errno));
   exec_args args{spec};
-  auto pid = ::fork();
+  auto pid = spawn_child(args, p);
   if (pid < 0)
     return caf::make_error(ec::unavailable,
                            "cannot start " + spec.argv.front()
-                             + ": fork: " + std::strerror(errno));
-  if (pid == 0)
-    exec_child(args, p);
+                             + ": vfork: " + std::strerror(errno));
   ::setpgid(pid, pid); // Also here: no window before the child's own call.
   run_pipes::close_end(p.out[1]);
   run_pipes::close_end(p.err[1]);

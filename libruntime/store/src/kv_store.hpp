@@ -184,6 +184,14 @@ private:
   // or nothing if the spawn is new.
   caf::expected<std::optional<spawn_result>>
   check_spawn(const spawn_request& req);
+  // `agent_limit` if a new child of `req` would pass its limits.
+  caf::error check_agent_limits(const spawn_request& req,
+                                const session_record& parent_rec);
+  // How deep `rec` is in its tree (a root: 0), counted up to `max_depth`
+  // + 1; staged sessions included.
+  caf::expected<size_t> tree_depth(const session_record& rec, size_t max_depth);
+  // The children of `parent`, stored or staged.
+  caf::expected<size_t> count_children(const std::string& parent);
 
   // The session of `thread` as the next flush leaves it: staged, else on
   // disk, else none.

@@ -1,6 +1,7 @@
 #include "kv_store.hpp"
 
 #include <exception>
+#include <set>
 
 #include "keel/json_codec.hpp"
 #include "keel/text.hpp"
@@ -278,14 +279,74 @@ kv_store::check_spawn(const spawn_request& req) {
   auto existing = find_session(child);
   if (!existing)
     return std::move(existing.error());
-  if (!*existing)
+  if (!*existing) {
+    if (auto err = check_agent_limits(req, **parent_rec))
+      return err;
     return std::optional<spawn_result>{};
+  }
   const auto& other = (*existing)->parent;
   if (other == parent)
     return std::optional<spawn_result>{spawn_result{parent, child, false}};
   return refuse(ec::conflict, other.empty()
                                 ? "the thread exists as a root"
                                 : "the thread exists under " + other);
+}
+
+caf::error kv_store::check_agent_limits(const spawn_request& req,
+                                        const session_record& parent_rec) {
+  const auto& parent = req.link.parent;
+  auto refuse = [&](const std::string& why) {
+    return caf::make_error(ec::agent_limit, "cannot spawn " + req.child.thread
+                                              + " under " + parent + ": "
+                                              + why);
+  };
+  if (req.max_depth > 0) {
+    auto depth = tree_depth(parent_rec, req.max_depth);
+    if (!depth)
+      return std::move(depth.error());
+    if (*depth + 1 > req.max_depth)
+      return refuse("the tree would be deeper than "
+                    + std::to_string(req.max_depth)
+                    + " levels (threads.agents.max_depth)");
+  }
+  if (req.max_children > 0) {
+    auto count = count_children(parent);
+    if (!count)
+      return std::move(count.error());
+    if (*count >= req.max_children)
+      return refuse("it has " + std::to_string(*count)
+                    + " child agents, the most a thread may have "
+                      "(threads.agents.max_children)");
+  }
+  return caf::none;
+}
+
+caf::expected<size_t> kv_store::tree_depth(const session_record& rec,
+                                           size_t max_depth) {
+  size_t depth = 0;
+  auto parent = rec.parent;
+  // Walks up to one level past `max_depth`: enough to refuse.
+  while (!parent.empty() && depth <= max_depth) {
+    ++depth;
+    auto up = find_session(parent);
+    if (!up)
+      return std::move(up.error());
+    if (!*up)
+      break;
+    parent = (*up)->parent;
+  }
+  return depth;
+}
+
+caf::expected<size_t> kv_store::count_children(const std::string& parent) {
+  auto stored = children(parent);
+  if (!stored)
+    return std::move(stored.error());
+  std::set<std::string> all(stored->begin(), stored->end());
+  for (auto& [thread, rec] : pending_sessions_)
+    if (rec.parent == parent)
+      all.insert(thread);
+  return all.size();
 }
 
 void kv_store::stage_dead_letter(const outbox_entry& entry,

@@ -22,9 +22,10 @@ namespace keel {
 constexpr uint64_t default_context_window = 128'000;
 
 /// The estimated tokens of one entry: a token per 4 bytes of its content
-/// (rounded up; about right for English text and code, pessimistic for
-/// most other scripts' UTF-8) plus 4 for its role and framing. No
-/// tokenizer is exact for every provider; the thresholds leave room.
+/// and its tool calls' names and arguments (rounded up; about right for English
+/// text and code, pessimistic for most other scripts' UTF-8) plus 4 for its
+/// role and framing. No tokenizer is exact for every provider; the thresholds
+/// leave room.
 uint64_t estimate_tokens(const context_entry& entry);
 
 /// The sum over `entries`.
@@ -49,9 +50,10 @@ struct compaction_settings {
   size_t protect_last = 4;
   /// Entries a context needs before anything is summarized.
   size_t min_entries = 6;
-  /// Tier 2: entries per summarized chunk, and how many each chunk shares
-  /// with the one before it (so a summary keeps the thread of the last).
-  size_t chunk_entries = 16;
+  /// Tier 2: the most entries per summarized chunk (a chunk also stays
+  /// within a quarter of the window), and how many each chunk shares with
+  /// the one before it (so a summary keeps the thread of the last).
+  size_t chunk_entries = 100;
   size_t chunk_overlap = 2;
 };
 
@@ -78,12 +80,14 @@ tool_results_to_strip(const std::vector<context_entry>& entries,
 /// What a stripped tool result says in place of its content.
 std::string stripped_tool_result(size_t chars);
 
-/// Tier 2: the compactable entries in chunks of `chunk_entries`, each
-/// sharing `chunk_overlap` entries with the one before; together they
+/// Tier 2: the compactable entries in chunks of at most `chunk_entries`
+/// and (unless 0) `max_tokens` estimated tokens, each sharing up to
+/// `chunk_overlap` entries with the one before and adding at least one
+/// (a chunk is over `max_tokens` only if that one entry is); together they
 /// cover the compactable range. Empty if nothing is compactable.
 std::vector<entry_range>
 summary_chunks(const std::vector<context_entry>& entries,
-               const compaction_settings& settings);
+               const compaction_settings& settings, uint64_t max_tokens = 0);
 
 /// Tier 3: the oldest half of the compactable entries (at least one);
 /// none if nothing is compactable.

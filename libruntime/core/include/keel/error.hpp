@@ -75,6 +75,9 @@ enum class ec : uint8_t {
   /// This node does not own the thread's shard (any more): the write was
   /// fenced off, or the message belongs on another node.
   not_owner,
+  /// A spawn or a message between agents would pass a limit of the agent
+  /// tree (`threads.agents`).
+  agent_limit,
 };
 
 /// Returns the stable, machine-readable name of `x` (also used on the wire).

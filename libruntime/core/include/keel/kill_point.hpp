@@ -40,6 +40,9 @@ enum class kill_point : uint8_t {
   tool_call_committed,
   /// A tool's process ended; its result is not committed.
   tool_finished,
+  /// A compaction's summaries are made; the batch replacing the entries
+  /// they summarize is not committed.
+  compaction_summarized,
 };
 
 /// Every kill point, in declaration order.

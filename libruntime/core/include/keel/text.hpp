@@ -29,6 +29,10 @@ std::string sanitize_utf8(std::string_view str,
 /// prefix.
 std::string_view utf8_prefix(std::string_view str, size_t max_bytes);
 
+/// The characters of UTF-8 `str`: its bytes that do not continue a
+/// sequence.
+size_t utf8_length(std::string_view str);
+
 /// Bounds text from outside (a provider's reply, a tool call's output) to
 /// `max_bytes`: a longer `str` is cut with `utf8_prefix` and marked with a
 /// line "[WHAT cut at MAX_BYTES bytes]", so neither the user nor the model

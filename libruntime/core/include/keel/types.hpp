@@ -132,6 +132,9 @@ struct outbox_entry {
   /// The message text as the target's model sees it.
   std::string text;
   millis created_at = 0;
+  /// Messages between threads since the client's message this one follows
+  /// from, this one included (see `agent_limits::hop_budget`).
+  uint32_t hops = 0;
 };
 
 template <class Inspector>
@@ -139,7 +142,7 @@ typename Inspector::result_type inspect(Inspector& f, outbox_entry& x) {
   return f(caf::meta::type_name("keel::outbox_entry"), field("from"), x.from,
            field("seq"), x.seq, field("to"), x.to, field("client_id"),
            x.client_id, field("text"), x.text, field("created_at"),
-           x.created_at);
+           x.created_at, field("hops", field_form::omit_default), x.hops);
 }
 
 /// Returns the deduplication key of a message from thread `from`, log entry
@@ -182,13 +185,17 @@ struct inbox_entry {
   std::string text;
   /// When the node accepted the message.
   millis accepted_at = 0;
+  /// For a message from another thread, its `outbox_entry::hops`; 0 for a
+  /// client's.
+  uint32_t hops = 0;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, inbox_entry& x) {
   return f(caf::meta::type_name("keel::inbox_entry"), field("seq"), x.seq,
            field("client_id"), x.client_id, field("text"), x.text,
-           field("accepted_at"), x.accepted_at);
+           field("accepted_at"), x.accepted_at,
+           field("hops", field_form::omit_default), x.hops);
 }
 
 /// What kind of visible event a log entry records.
@@ -274,7 +281,9 @@ struct context_entry {
     // nop
   }
 
-  /// Sequence number of the log entry this came from.
+  /// The entry's place in the context, which is in seq order: taken from
+  /// the thread's sequence when the entry joined the context (an answer's
+  /// is its log entry's).
   seq_t seq = 0;
   std::string role;
   /// The message content.
@@ -284,6 +293,10 @@ struct context_entry {
   /// For "tool": the id of the call this result answers, and its tool.
   std::string tool_call_id;
   std::string tool_name;
+  /// For "user": the message's seq in the inbox and the log, taken when it
+  /// was accepted (earlier than `seq` when messages queued). 0: `seq` is
+  /// the message's (records stored before the two were kept apart).
+  seq_t message_seq = 0;
 };
 
 template <class Inspector>
@@ -292,8 +305,11 @@ typename Inspector::result_type inspect(Inspector& f, context_entry& x) {
            field("role"), x.role, field("content"), x.content,
            field("tool_calls", field_form::omit_default), x.tool_calls,
            field("tool_call_id", field_form::omit_default), x.tool_call_id,
-           field("tool_name", field_form::omit_default), x.tool_name);
+           field("tool_name", field_form::omit_default), x.tool_name,
+           field("message_seq", field_form::omit_default), x.message_seq);
 }
+
+bool operator==(const context_entry& x, const context_entry& y);
 
 /// Everything a conversation actor needs to resume a thread.
 struct thread_snapshot {
@@ -424,11 +440,17 @@ typename Inspector::result_type inspect(Inspector& f, turn_commit& x) {
 struct spawn_request {
   session_record child;
   tree_link link;
+  /// A new child is refused (`agent_limit`) if its parent has this many
+  /// children already, or if it would be deeper in its tree than
+  /// `max_depth` (a root is at depth 0). 0: no limit.
+  size_t max_children = 0;
+  size_t max_depth = 0;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, spawn_request& x) {
-  return f(caf::meta::type_name("keel::spawn_request"), x.child, x.link);
+  return f(caf::meta::type_name("keel::spawn_request"), x.child, x.link,
+           x.max_children, x.max_depth);
 }
 
 /// The outcome of a spawn: `created` is false when the same child of the

@@ -60,7 +60,7 @@ int exit_code_of(int wait_status);
 /// running in its group is killed too. When `cancel` becomes true the run
 /// ends as on a timeout. Fails with `ec::config_invalid` for an empty argv
 /// and with `ec::unavailable`, naming the program and the reason, when it
-/// cannot be started (not found, not executable, no such folder, fork
+/// cannot be started (not found, not executable, no such folder, vfork
 /// failed).
 caf::expected<process_result>
 run_process(const process_spec& spec,

@@ -45,13 +45,16 @@ struct completion_request {
   uint64_t time_budget_ms = 0;
   /// The tools the model may call, advertised in the provider's format.
   std::vector<tool_spec> tools;
+  /// A request the thread's clients do not see (a compaction's summary):
+  /// the pool publishes no delta or status frame about it.
+  bool quiet = false;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, completion_request& x) {
   return f(caf::meta::type_name("keel::completion_request"), x.thread,
            x.client_id, x.seq, x.system_prompt, x.context, x.time_budget_ms,
-           x.tools);
+           x.tools, x.quiet);
 }
 
 /// A provider's answer.
