@@ -85,7 +85,8 @@ CAF_TEST(a 5000 message thread is compacted and keeps answering) {
     send("long", "m" + std::to_string(i), "message " + std::to_string(i));
     if (i % 25 == 0) {
       auto answer = answer_to("m" + std::to_string(i));
-      CAF_REQUIRE_EQUAL(answer["text"], "answer to message " + std::to_string(i));
+      CAF_REQUIRE_EQUAL(answer["text"],
+                        "answer to message " + std::to_string(i));
     }
   }
   CAF_MESSAGE(statuses["compacted"] << " compactions, "

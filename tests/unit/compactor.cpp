@@ -153,9 +153,8 @@ CAF_TEST(any model behaviour ends with the protected tail intact) {
     }
     auto result = job.result();
     auto after = applied(ctx, result);
-    CAF_REQUIRE(std::is_sorted(after.begin(), after.end(), [](auto& x, auto& y) {
-      return x.seq < y.seq;
-    }));
+    CAF_REQUIRE(std::is_sorted(after.begin(), after.end(),
+                               [](auto& x, auto& y) { return x.seq < y.seq; }));
     CAF_REQUIRE_LESS_OR_EQUAL(estimate_tokens(after), before);
     if (ctx.size() >= s.min_entries)
       for (size_t i = 1; i <= s.protect_last; ++i)

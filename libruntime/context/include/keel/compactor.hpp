@@ -14,8 +14,8 @@
 //      repeatedly, until the context fits or nothing is left to replace.
 // A model's summary that fails, or that with its heading is not shorter
 // than what it replaces, sends the compaction to tier 4; tier 4 stops where
-// its account would not be shorter either. The protected tail (`protect_last`) is
-// never changed.
+// its account would not be shorter either. The protected tail (`protect_last`)
+// is never changed.
 
 #include <cstdint>
 #include <optional>
