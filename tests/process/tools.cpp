@@ -4,8 +4,10 @@
 
 #include <csignal>
 #include <filesystem>
+#include <functional>
 
 #include "node_client.hpp"
+#include "npm_server.hpp"
 #include "raw_records.hpp"
 #include "temp_dir.hpp"
 #include "test_store.hpp"
@@ -86,9 +88,42 @@ bool process_gone(pid_t pid) {
          && stat[end + 2] == 'Z';
 }
 
+// A node whose model is an OpenAI-compatible server at `base_url`
+// (tests/mock-llm/tool-loop.yaml) that calls the tool echo_text, then
+// answers with what the tool said.
+std::string openai_tools_yaml(const temp_dir& dir,
+                              const std::string& base_url) {
+  auto d = dir.str();
+  return "node:\n  name: tools-openai-test\n  data_dir: " + d
+         + "/data\n"
+           "gateway:\n  port: 0\n"
+           "logging:\n  level: warn\n"
+           "tools:\n"
+           "  - name: echo_text\n"
+           "    description: Prints the text it is given.\n"
+           "    parameters:\n      type: object\n"
+           "      properties:\n        text: {type: string}\n"
+           "      required: [text]\n"
+           "    command: [printf, '%s', '{text}']\n"
+           "threads:\n  tools: [echo_text]\n"
+           "providers:\n"
+           "  - name: gpt\n    kind: openai\n    base_url: "
+         + base_url
+         + "\n    model: mock-model\n    api_key: sk-test\n"
+           "    stream: false\n"
+           "pools:\n  - name: default\n    chain: [gpt]\n"
+         + storage_yaml(d + "/data");
+}
+
 struct fixture {
+  explicit fixture(std::function<std::string(const temp_dir&)> make_yaml
+                   = tools_yaml)
+    : node(dir.str(), make_yaml(dir)) {
+    // nop
+  }
+
   temp_dir dir{"keel-tools"};
-  node_process node{dir.str(), tools_yaml(dir)};
+  node_process node;
   std::unique_ptr<ws_client> ws = connect_client(node.address());
 
   void reconnect() {
@@ -284,6 +319,49 @@ CAF_TEST(a message whose steps are unreadable is answered not run again) {
   // The thread goes on.
   auto next = ask("t8", "m2", "hello");
   CAF_CHECK_EQUAL(next["text"], "answer to hello");
+}
+
+CAF_TEST_FIXTURE_SCOPE_END()
+
+namespace {
+
+struct mock_server {
+  mock_llm mock{"tool-loop.yaml"};
+};
+
+// The OpenAI-compatible mock first (its address goes into the config).
+struct openai_fixture : mock_server, fixture {
+  openai_fixture()
+    : fixture([this](const temp_dir& dir) {
+        return openai_tools_yaml(dir, mock.base_url());
+      }) {
+    // nop
+  }
+};
+
+} // namespace
+
+CAF_TEST_FIXTURE_SCOPE(openai_tools_tests, openai_fixture)
+
+CAF_TEST(an openai model calls a real tool and answers with its result) {
+  auto reply = ask("o1", "m1", "what does the tool say?");
+  CAF_CHECK_EQUAL(reply["type"], "reply");
+  CAF_CHECK_EQUAL(reply["text"], "the tool said: hello from the tool");
+  CAF_CHECK(saw_status("tool"));
+  auto entries = history("o1");
+  CAF_CHECK_EQUAL(count_text(entries, "tool", "hello from the tool"), 1u);
+}
+
+CAF_TEST(an openai model stuck calling a tool is stopped by the guard) {
+  auto answer = ask("o2", "m1", "[mock:loop] keep going");
+  CAF_CHECK_EQUAL(answer["type"], "error");
+  CAF_CHECK_EQUAL(answer["code"], "guard_stopped");
+  auto text = answer["message"].get<std::string>();
+  CAF_CHECK_EQUAL(text.rfind("Forced stop: echo_text was called 4 times in "
+                             "a row with the same arguments.",
+                             0),
+                  0u);
+  CAF_CHECK_EQUAL(count_text(history("o2"), "tool", "hello from the tool"), 3u);
 }
 
 CAF_TEST_FIXTURE_SCOPE_END()
