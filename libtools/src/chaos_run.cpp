@@ -329,11 +329,22 @@ private:
     proxy->set_mode(mode, x.link_delay);
   }
 
+  /// POSTs `body` to node `node`'s admin API; "" or why it failed. A node
+  /// that cannot be reached is tried again for up to 10 s: one that an
+  /// armed kill point took down is restarted meanwhile (by `wait_until`),
+  /// and the step acts on it then rather than failing.
   std::string call(size_t node, const std::string& target,
                    const nlohmann::json& body) {
-    auto res = api_call(nodes_.admin_address(node), "POST", target, body.dump(),
-                        5s);
-    return res ? std::string{} : error_message(res.error());
+    std::string why;
+    wait_for(
+      [&] {
+        auto res = api_call(nodes_.admin_address(node), "POST", target,
+                            body.dump(), 5s);
+        why = res ? std::string{} : error_message(res.error());
+        return res || res.error() != ec::connection_failed;
+      },
+      10s);
+    return why;
   }
 
   size_t unacknowledged() const {
