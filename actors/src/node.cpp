@@ -390,9 +390,7 @@ int run_node(const node_config& cfg) {
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   system_config sys_cfg;
-  if (cfg.cluster.enabled)
-    sys_cfg.load_middleman(cfg.cluster.heartbeat, cfg.cluster.lease_ttl,
-                           cfg.cluster.tls);
+  sys_cfg.configure_node(cfg);
   caf::actor_system sys{sys_cfg};
   auto started = node::start(sys, cfg);
   if (!started) {

@@ -72,4 +72,15 @@ void system_config::load_middleman(caf::timespan heartbeat,
   set("middleman.connection-timeout", timeout);
 }
 
+void system_config::configure_node(const node_config& cfg) {
+  set("scheduler.policy", cfg.scheduler == scheduler_policy::sharing
+                            ? caf::atom("sharing")
+                            : caf::atom("stealing"));
+  if (cfg.workers > 0)
+    set("scheduler.max-threads", cfg.workers);
+  if (cfg.cluster.enabled)
+    load_middleman(cfg.cluster.heartbeat, cfg.cluster.lease_ttl,
+                   cfg.cluster.tls);
+}
+
 } // namespace keel

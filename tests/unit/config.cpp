@@ -106,6 +106,8 @@ void check_same(const node_config& x, const node_config& y) {
   CAF_CHECK_EQUAL(x.chaos.kill, y.chaos.kill);
   CAF_CHECK_EQUAL(x.chaos.disk, y.chaos.disk);
   CAF_CHECK_EQUAL(x.gateway.io_threads, y.gateway.io_threads);
+  CAF_CHECK(x.scheduler == y.scheduler);
+  CAF_CHECK_EQUAL(x.workers, y.workers);
   CAF_REQUIRE_EQUAL(x.providers.size(), y.providers.size());
   for (size_t i = 0; i < x.providers.size(); ++i) {
     CAF_CHECK_EQUAL(x.providers[i].name, y.providers[i].name);
@@ -194,6 +196,8 @@ CAF_TEST(every option is read) {
   auto cfg = parse(R"(node:
   name: n.1_x-y
   data_dir: /var/lib/keel
+  scheduler: stealing
+  workers: 3
 gateway:
   host: 0.0.0.0
   port: 0
@@ -272,6 +276,8 @@ storage:
   CAF_REQUIRE(cfg);
   CAF_CHECK_EQUAL(cfg->name, "n.1_x-y");
   CAF_CHECK_EQUAL(cfg->data_dir, "/var/lib/keel");
+  CAF_CHECK(cfg->scheduler == keel::scheduler_policy::stealing);
+  CAF_CHECK_EQUAL(cfg->workers, 3u);
   CAF_CHECK_EQUAL(cfg->gateway.host, "0.0.0.0");
   CAF_CHECK_EQUAL(cfg->gateway.port, 0u);
   CAF_CHECK_EQUAL(cfg->gateway.token, "secret");
@@ -399,8 +405,8 @@ CAF_TEST(unknown keys are errors with a suggestion when close) {
                   "node.yaml:2: gateway.max_frame_byte: unknown key (did you "
                   "mean max_frame_bytes?)");
   CAF_CHECK_EQUAL(error_of("node:\n  colour: red\n"),
-                  "node.yaml:2: node.colour: unknown key (expected name or "
-                  "data_dir)");
+                  "node.yaml:2: node.colour: unknown key (expected name, "
+                  "data_dir, scheduler or workers)");
   CAF_CHECK_EQUAL(error_of("providers:\n  - name: a\n    kind: echo\n"
                            "    modle: x\n"),
                   "node.yaml:4: providers[0].modle: unknown key (did you mean "
@@ -504,6 +510,12 @@ CAF_TEST(integers out of range or malformed are errors) {
   CAF_CHECK_EQUAL(error_of("gateway:\n  port: 80.5\n"),
                   "node.yaml:2: gateway.port: expected an integer in "
                   "0..65535, got \"80.5\"");
+  CAF_CHECK_EQUAL(error_of("node:\n  scheduler: fair\n"),
+                  "node.yaml:2: node.scheduler: unknown value \"fair\" "
+                  "(expected sharing or stealing)");
+  CAF_CHECK_EQUAL(error_of("node:\n  workers: 300\n"),
+                  "node.yaml:2: node.workers: expected an integer in "
+                  "0..256, got \"300\"");
   CAF_CHECK_EQUAL(error_of("gateway:\n  io_threads: 0\n"),
                   "node.yaml:2: gateway.io_threads: expected an integer in "
                   "1..64, got \"0\"");

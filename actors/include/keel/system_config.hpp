@@ -20,6 +20,11 @@ public:
   /// checked both ways against `tls.ca`.
   void load_middleman(caf::timespan heartbeat, caf::timespan timeout,
                       const cluster_tls_config& tls);
+
+  /// Sets up what `cfg` asks of the actor system (before it starts): the
+  /// scheduler (`node.scheduler`, `node.workers`), and CAF's network layer
+  /// for a cluster node.
+  void configure_node(const node_config& cfg);
 };
 
 } // namespace keel

@@ -133,6 +133,7 @@ constexpr const char* log_levels[] = {"trace", "debug", "info",
                                       "warn",  "error", "off"};
 
 constexpr const char* storage_backends[] = {"rocksdb", "postgres"};
+constexpr const char* scheduler_policies[] = {"sharing", "stealing"};
 
 constexpr const char* cluster_keys[]
   = {"enabled",         "node_id",         "listen",    "advertise",
@@ -430,7 +431,8 @@ node_config parser::run(const YAML::Node& root) {
            + "), got " + describe(root));
   map_reader top{*this, root, "", line_of(root), strings(top_level_keys)};
   // Mappings are read key by key over the defaults.
-  if (auto m = section(top, "node", {"name", "data_dir"}))
+  if (auto m = section(top, "node",
+                       {"name", "data_dir", "scheduler", "workers"}))
     read_node(*m, cfg);
   if (auto m = section(top, "gateway", strings(gateway_keys)))
     read_gateway(*m, cfg.gateway);
@@ -471,6 +473,13 @@ void parser::read_node(const map_reader& m, node_config& cfg) {
     if (cfg.data_dir.empty())
       bad_value(*x, path, cfg.data_dir, "a non-empty folder path");
   }
+  if (auto x = m.get("scheduler"))
+    cfg.scheduler = read_enum(*x, m.path("scheduler"), scheduler_policies)
+                        == "stealing"
+                      ? scheduler_policy::stealing
+                      : scheduler_policy::sharing;
+  if (auto x = m.get("workers"))
+    cfg.workers = static_cast<size_t>(read_int(*x, m.path("workers"), 0, 256));
 }
 
 void parser::read_gateway(const map_reader& m, gateway_config& cfg) {

@@ -471,11 +471,25 @@ struct cluster_config {
 };
 
 /// The whole node configuration.
+/// How the actor scheduler's workers find work (`node.scheduler`).
+enum class scheduler_policy {
+  /// One shared queue; idle workers sleep until work arrives, so they take
+  /// no CPU from tool processes and the store while the node waits.
+  sharing,
+  /// A queue per worker; idle workers poll and steal (CAF's default: more
+  /// CPU spent waiting, which pays off only with cores to spare).
+  stealing,
+};
+
 struct node_config {
   /// Node name, shown in status and used as the node id.
   std::string name = "keel-1";
   /// Folder for RocksDB and other node data.
   std::string data_dir = "./data";
+  scheduler_policy scheduler = scheduler_policy::sharing;
+  /// Scheduler worker threads; 0: CAF's default (the number of cores, at
+  /// least 4).
+  size_t workers = 0;
   gateway_config gateway;
   std::vector<provider_config> providers;
   std::vector<pool_config> pools;
