@@ -359,10 +359,14 @@ std::string yaml_quote(const std::string& str) {
   return "'" + replace_all(str, "'", "''") + "'";
 }
 
+// The node's gateway does not rate-limit: the benchmark reads back every
+// pending thread's history over one connection, far more frames than a
+// client may send by default.
 std::string node_yaml(const std::string& data_dir, const std::string& token) {
   return "node:\n  name: keel-recovery-bench\n  data_dir: "
          + yaml_quote(data_dir)
          + "\ngateway:\n  host: 127.0.0.1\n  port: 0\n  token: " + token
+         + "\n  rate_limit:\n    per_second: 0"
          + "\nproviders:\n  - name: echo\n    kind: echo\n"
            "pools:\n  - name: default\n    chain: [echo]\n"
            "logging:\n  level: info\n"

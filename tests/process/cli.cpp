@@ -139,3 +139,25 @@ CAF_TEST(keelctl reads the data folder of a stopped node) {
   CAF_CHECK_EQUAL(empty.exit_code, 2);
   CAF_CHECK(contains(empty.err, "no database in " + dir.str()));
 }
+
+// The recovery benchmark reads back the histories of every pending thread
+// over one connection, more than the gateway's default frame rate allows
+// a client: its node must not be rate limited.
+CAF_TEST(bench recovery reads back more threads than a rate limit burst) {
+  temp_dir dir{"keel-cli"};
+  auto res
+    = run_command({tool_binary("keel-bench"), "recovery", "--threads", "1000",
+                   "--pending-fraction", "0.5", "--data-dir",
+                   dir.str() + "/data", "--json", "--node-binary",
+                   node_binary(), "--keelctl-binary", tool_binary("keelctl")});
+  CAF_MESSAGE("stderr: " << res.err);
+  CAF_CHECK_EQUAL(res.exit_code, 0);
+  auto report = nlohmann::json::parse(res.out, nullptr, false);
+  CAF_REQUIRE(report.is_object());
+  auto seen = report.value("outcomes_seen", uint64_t{0});
+  auto expected = report.value("outcomes_expected", uint64_t{0});
+  auto clean = report.value("clean", false);
+  CAF_CHECK_GREATER_OR_EQUAL(expected, 500u);
+  CAF_CHECK_EQUAL(seen, expected);
+  CAF_CHECK(clean);
+}
