@@ -470,7 +470,6 @@ struct cluster_config {
   cluster_tls_config tls;
 };
 
-/// The whole node configuration.
 /// How the actor scheduler's workers find work (`node.scheduler`).
 enum class scheduler_policy {
   /// One shared queue; idle workers sleep until work arrives, so they take
@@ -481,11 +480,13 @@ enum class scheduler_policy {
   stealing,
 };
 
+/// The whole node configuration.
 struct node_config {
   /// Node name, shown in status and used as the node id.
   std::string name = "keel-1";
   /// Folder for RocksDB and other node data.
   std::string data_dir = "./data";
+  /// How the scheduler's workers wait for work.
   scheduler_policy scheduler = scheduler_policy::sharing;
   /// Scheduler worker threads; 0: CAF's default (the number of cores, at
   /// least 4).
