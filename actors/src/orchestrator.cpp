@@ -34,30 +34,48 @@ bool orchestrator_state::stale(const std::string& thread,
   return cfg.shards && !entry.stopping && entry.tenure != tenure_of(thread);
 }
 
+thread_entry& orchestrator_state::add(const std::string& thread) {
+  auto [i, added] = threads.try_emplace(thread);
+  if (added)
+    remember(thread, i->second);
+  return i->second;
+}
+
+void orchestrator_state::erase(thread_map::iterator i) {
+  forget(i->first, i->second);
+  threads.erase(i);
+}
+
+orchestrator_state::thread_map orchestrator_state::take_all() {
+  live.clear();
+  auto result = std::move(threads);
+  threads.clear();
+  return result;
+}
+
+void orchestrator_state::forget(const std::string& thread,
+                                const thread_entry& entry) {
+  if (!entry.stopping && !entry.evicting)
+    live.erase({entry.routed, thread});
+}
+
+void orchestrator_state::remember(const std::string& thread,
+                                  const thread_entry& entry) {
+  if (!entry.stopping && !entry.evicting)
+    live.emplace(entry.routed, thread);
+}
+
 bool orchestrator_state::at_live_limit() const {
-  if (threads.size() < cfg.max_live)
-    return false;
-  auto live = std::count_if(threads.begin(), threads.end(), [](auto& x) {
-    return !x.second.stopping && !x.second.evicting;
-  });
-  return static_cast<size_t>(live) >= cfg.max_live;
+  return live.size() >= cfg.max_live;
 }
 
 std::string
 orchestrator_state::idlest(const std::string& thread,
                            const std::vector<std::string>& skip) const {
-  const std::string* result = nullptr;
-  uint64_t oldest = std::numeric_limits<uint64_t>::max();
-  for (auto& [id, entry] : threads) {
-    if (entry.stopping || entry.evicting || id == thread
-        || std::find(skip.begin(), skip.end(), id) != skip.end())
-      continue;
-    if (result == nullptr || entry.routed < oldest) {
-      result = &id;
-      oldest = entry.routed;
-    }
-  }
-  return result != nullptr ? *result : std::string{};
+  for (auto& [routed, id] : live)
+    if (id != thread && std::find(skip.begin(), skip.end(), id) == skip.end())
+      return id;
+  return {};
 }
 
 uint64_t orchestrator_state::hold(caf::response_promise rp) {
@@ -156,9 +174,7 @@ void ensure_started(self_ptr self, const std::string& thread,
     done(); // The forward that follows fails and tells the sender.
     return;
   }
-  thread_entry entry;
-  entry.tenure = self->state.tenure_of(thread);
-  self->state.threads.emplace(thread, std::move(entry));
+  self->state.add(thread).tenure = self->state.tenure_of(thread);
   self
     ->request(sup, self->state.cfg.request_timeout, atom::start_child_v, thread,
               caf::make_message())
@@ -190,11 +206,11 @@ void make_room(self_ptr self, const std::string& thread,
     release(self, thread);
     return;
   }
-  st.threads[victim].evicting = true;
+  st.update(victim, [](thread_entry& entry) { entry.evicting = true; });
   auto declined_by = [self, thread, victim, declined]() mutable {
-    auto i = self->state.threads.find(victim);
-    if (i != self->state.threads.end())
-      i->second.evicting = false;
+    if (self->state.threads.count(victim) > 0)
+      self->state.update(victim,
+                         [](thread_entry& entry) { entry.evicting = false; });
     declined.push_back(victim);
     make_room(self, thread, std::move(declined));
   };
@@ -226,9 +242,11 @@ void when_routable(self_ptr self, const std::string& thread,
     return;
   }
   if (i == self->state.threads.end() && self->state.at_live_limit()) {
-    auto& entry = self->state.threads[thread];
-    entry.stopping = true; // Work for it queues until `make_room` is done.
-    entry.queued.push_back(std::move(work));
+    // Work for it queues until `make_room` is done.
+    self->state.update(thread, [&work](thread_entry& entry) {
+      entry.stopping = true;
+      entry.queued.push_back(std::move(work));
+    });
     make_room(self, thread, {});
     return;
   }
@@ -259,9 +277,10 @@ void forward(self_ptr self, caf::response_promise& rp,
     return;
   }
   auto seq = next_route_seq();
-  auto& entry = self->state.threads[thread];
-  entry.routed = seq;
-  entry.evicting = false; // Work came: it stays unless it passivates.
+  self->state.update(thread, [seq](thread_entry& entry) {
+    entry.routed = seq;
+    entry.evicting = false; // Work came: it stays unless it passivates.
+  });
   if (msg.from.empty())
     rp.delegate(sup, atom::forward_v, thread,
                 caf::make_message(atom::accept_v, std::move(msg.client_id),
@@ -300,7 +319,7 @@ void release(self_ptr self, const std::string& thread) {
   if (i == self->state.threads.end() || !i->second.stopping)
     return;
   auto queued = std::move(i->second.queued);
-  self->state.threads.erase(i);
+  self->state.erase(i);
   if (queued.empty())
     return;
   // A thread of a shard this node gave up is not started again here.
@@ -328,11 +347,12 @@ void stop_conversation(self_ptr self, const std::string& thread) {
 // earlier orchestrator may have started it), then started at once (an
 // accept it had in flight may be stored and wants its answer).
 void stop_stale(self_ptr self, const std::string& thread) {
-  auto& entry = self->state.threads[thread];
-  if (entry.stopping)
+  if (self->state.add(thread).stopping)
     return; // Going away: the next one loads the thread anyway.
-  entry.stopping = true;
-  entry.queued.push_back([] {}); // Makes the release start it again.
+  self->state.update(thread, [](thread_entry& entry) {
+    entry.stopping = true;
+    entry.queued.push_back([] {}); // Makes the release start it again.
+  });
   stop_conversation(self, thread);
 }
 
@@ -563,8 +583,7 @@ void conversations_lost(self_ptr self, const caf::actor_addr& lost) {
                "with pending work once it runs again");
   self->state.conversations = caf::actor{};
   self->state.lost_conversations = lost;
-  auto threads = std::move(self->state.threads);
-  self->state.threads.clear();
+  auto threads = self->state.take_all();
   for (auto& [thread, entry] : threads) {
     if (entry.queued.empty())
       continue;
@@ -636,15 +655,14 @@ caf::result<std::vector<std::string>> cancel(self_ptr self,
 // A conversation that last saw route `last_seen` asks to stop: true (and
 // stopping it) unless a message was routed to it since.
 bool passivate(self_ptr self, const std::string& thread, uint64_t last_seen) {
-  auto& threads = self->state.threads;
-  auto i = threads.find(thread);
-  if (i == threads.end()) {
-    // Started before we were (we restarted): nothing routed by us.
-    i = threads.emplace(thread, thread_entry{}).first;
-  } else if (!self->state.may_passivate(i->second, last_seen)) {
+  // One unknown to us started before we did (we restarted): nothing
+  // routed by us.
+  auto i = self->state.threads.find(thread);
+  if (i != self->state.threads.end()
+      && !self->state.may_passivate(i->second, last_seen))
     return false;
-  }
-  i->second.stopping = true;
+  self->state.update(thread,
+                     [](thread_entry& entry) { entry.stopping = true; });
   ++self->state.passivations;
   stop_conversation(self, thread);
   return true;
@@ -689,7 +707,8 @@ std::vector<std::string> threads_of(self_ptr self,
 // left and came back before they stopped) are replaced first.
 void recover_shards(self_ptr self, const std::vector<uint32_t>& shards) {
   for (auto& thread : threads_of(self, shards))
-    if (self->state.stale(thread, self->state.threads[thread]))
+    if (auto i = self->state.threads.find(thread);
+        i != self->state.threads.end() && self->state.stale(thread, i->second))
       stop_stale(self, thread);
   auto db = lookup<persistence_actor>(self->system(), names::persistence);
   if (!db || !conversations(self)) {
@@ -723,7 +742,8 @@ void stop_threads(self_ptr self, const std::vector<std::string>& threads,
     }
     i->second.queued.push_back(gone);
     if (!i->second.stopping) {
-      i->second.stopping = true;
+      self->state.update(thread,
+                         [](thread_entry& entry) { entry.stopping = true; });
       stop_conversation(self, thread);
     }
   }
@@ -785,7 +805,7 @@ void check_release(self_ptr self, uint64_t id) {
   i->second.threads = left;
   std::vector<std::string> idle_candidates;
   for (auto& thread : left)
-    if (!self->state.threads[thread].stopping)
+    if (!self->state.threads.at(thread).stopping)
       idle_candidates.push_back(thread);
   ask_to_passivate(self, idle_candidates);
   self->delayed_send(self, release_check, atom::release_v, id);
