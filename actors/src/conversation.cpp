@@ -410,7 +410,6 @@ void call_model(self_ptr self) {
     compact(self, req, false);
     return;
   }
-  turn_status(self, "thinking");
   if (st.context.empty())
     reach(kill_point::session_written); // The session's first call.
   // Through the providers supervisor, which hands the request to the pool
@@ -445,6 +444,8 @@ void call_model(self_ptr self) {
         auto [code, text] = describe_failure(err);
         fail_turn(self, code, text);
       });
+  // Once the call is on its way: the status frame's cost is not the call's.
+  turn_status(self, "thinking");
 }
 
 // A tool call ended (or could not run): its result is committed before the
@@ -460,7 +461,7 @@ void tool_done(self_ptr self, const tool_call& call, tool_outcome outcome,
                                         wall_clock_millis()));
 }
 
-// Runs `call` as a subprocess on a thread of its own; a call of a tool the
+// Runs `call` as a subprocess on a job thread; a call of a tool the
 // thread lacks, or with arguments that do not fit, fails without running.
 void run_tool(self_ptr self, const tool_call& call) {
   auto& st = self->state;
@@ -479,9 +480,8 @@ void run_tool(self_ptr self, const tool_call& call) {
     return;
   }
   reach(kill_point::tool_call_committed);
-  turn_status(self, "tool", "running " + call.name);
   st.tool_cancel = std::make_shared<std::atomic<bool>>(false);
-  auto runner = self->spawn<caf::detached>(tool_runner, st.tool_cancel);
+  auto runner = self->spawn(tool_runner, st.tool_cancel);
   // The runner ends the run at the tool's timeout; ours only fires if the
   // runner cannot answer at all.
   self
@@ -496,6 +496,8 @@ void run_tool(self_ptr self, const tool_call& call) {
         tool_done(self, call, tool_outcome{"[" + why + "]", why, false, 0},
                   true);
       });
+  // Once the tool is on its way: the status frame's cost is not the run's.
+  turn_status(self, "tool", "running " + call.name);
 }
 
 // Takes the turn's next step from its stored state: the guard's stop, the

@@ -5,6 +5,7 @@
 
 #include <caf/all.hpp>
 
+#include "keel/job_threads.hpp"
 #include "keel/tool_command.hpp"
 
 namespace keel {
@@ -100,10 +101,19 @@ tool_runner(tool_runner_actor::stateful_pointer<tool_runner_state> self,
             std::shared_ptr<const std::atomic<bool>> cancel) {
   self->state.cancel = std::move(cancel);
   return {
-    [self](atom::run, const tool_run& run) {
-      auto outcome = run_tool_process(run, self->state.cancel.get());
+    [self](atom::run, tool_run& run) {
+      auto& st = self->state;
+      st.answer = self->make_response_promise<tool_outcome>();
+      // The handle keeps the runner alive until the job has reported.
+      auto me = caf::actor_cast<tool_runner_actor>(self);
+      tool_job_threads().post([me, run = std::move(run), cancel = st.cancel] {
+        caf::anon_send(me, atom::report_v, run_tool_process(run, cancel.get()));
+      });
+      return st.answer;
+    },
+    [self](atom::report, tool_outcome& outcome) {
+      self->state.answer.deliver(std::move(outcome));
       self->quit();
-      return outcome;
     },
   };
 }

@@ -50,9 +50,7 @@ void random_operation(orchestrator_state& st, std::mt19937& gen,
                       uint64_t& seq) {
   auto thread = "t" + std::to_string(gen() % 40);
   switch (gen() % 8) {
-    case 0:
-      st.add(thread);
-      break;
+    case 0: st.add(thread); break;
     case 1:
       st.update(thread, [&](thread_entry& e) {
         e.routed = ++seq;
@@ -91,7 +89,8 @@ CAF_TEST(the live index answers what a scan of the table answers) {
     for (int step = 0; step < 300; ++step) {
       random_operation(st, gen, seq);
       CAF_REQUIRE_EQUAL(st.live.size(), live_by_scan(st));
-      CAF_REQUIRE_EQUAL(st.at_live_limit(), live_by_scan(st) >= st.cfg.max_live);
+      CAF_REQUIRE_EQUAL(st.at_live_limit(),
+                        live_by_scan(st) >= st.cfg.max_live);
       auto thread = "t" + std::to_string(gen() % 40);
       std::vector<std::string> skip{"t" + std::to_string(gen() % 40),
                                     "t" + std::to_string(gen() % 40)};

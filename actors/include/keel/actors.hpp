@@ -422,13 +422,15 @@ using conversation_actor = caf::typed_actor<
   // does.
   caf::replies_to<atom::passivate>::with<bool>>;
 
-/// A tool runner: runs one tool call as a subprocess on a thread of its
-/// own (spawned `detached`, never on a CAF worker), then quits. A cancel
-/// flag handed over at spawn ends the run early (see `keel/tool_runner.hpp`).
+/// A tool runner: runs one tool call as a subprocess on a job thread
+/// (never on a CAF worker), then quits. A cancel flag handed over at spawn
+/// ends the run early (see `keel/tool_runner.hpp`).
 using tool_runner_actor = caf::typed_actor<
   // Runs the tool to completion and answers how it ended; a tool that
   // cannot start, fails or times out is an outcome, never an error.
-  caf::replies_to<atom::run, tool_run>::with<tool_outcome>>;
+  caf::replies_to<atom::run, tool_run>::with<tool_outcome>,
+  // From the job thread that ran it: how the run ended.
+  caf::reacts_to<atom::report, tool_outcome>>;
 
 /// The orchestrator: routes a thread to its conversation (through the
 /// conversations supervisor, starting it on demand); never waits on I/O.

@@ -2,13 +2,14 @@
 
 // Tool calls as subprocesses: from a configured tool and the model's call
 // to a `tool_run` (pure, so tested by table), and the runner actor that
-// runs it on a thread of its own.
+// runs it on one of the process's job threads.
 
 #include <atomic>
 #include <memory>
 
 #include <caf/expected.hpp>
 #include <caf/stateful_actor.hpp>
+#include <caf/typed_response_promise.hpp>
 
 #include "keel/actors.hpp"
 #include "keel/config.hpp"
@@ -38,10 +39,13 @@ struct tool_runner_state {
   /// Set by the spawner to end the run early (SIGTERM, then SIGKILL, to
   /// the whole process group).
   std::shared_ptr<const std::atomic<bool>> cancel;
+  /// The answer to the `run`, once its job reports.
+  caf::typed_response_promise<tool_outcome> answer;
 };
 
-/// Spawn with `caf::detached`: the run blocks its thread until the tool's
-/// process group is gone. Answers one `run`, then quits.
+/// Runs the tool on `tool_job_threads()`, whose thread is blocked until the
+/// tool's process group is gone (the runner itself is an ordinary actor).
+/// Answers one `run`, then quits.
 tool_runner_actor::behavior_type
 tool_runner(tool_runner_actor::stateful_pointer<tool_runner_state> self,
             std::shared_ptr<const std::atomic<bool>> cancel);

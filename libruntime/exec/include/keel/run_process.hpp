@@ -2,7 +2,8 @@
 
 // Runs a program to completion as a child process, in a process group of
 // its own so that everything it starts ends with it. Blocking: call it
-// from a thread of its own (a detached actor), never on a CAF worker.
+// from a thread of its own (e.g. one of `job_threads`), never on a CAF
+// worker.
 
 #include <atomic>
 #include <chrono>
