@@ -410,6 +410,8 @@ void call_model(self_ptr self) {
     compact(self, req, false);
     return;
   }
+  // Before the call: its streamed deltas reach the gateway directly.
+  turn_status(self, "thinking");
   if (st.context.empty())
     reach(kill_point::session_written); // The session's first call.
   // Through the providers supervisor, which hands the request to the pool
@@ -444,8 +446,6 @@ void call_model(self_ptr self) {
         auto [code, text] = describe_failure(err);
         fail_turn(self, code, text);
       });
-  // Once the call is on its way: the status frame's cost is not the call's.
-  turn_status(self, "thinking");
 }
 
 // A tool call ended (or could not run): its result is committed before the
@@ -496,7 +496,8 @@ void run_tool(self_ptr self, const tool_call& call) {
         tool_done(self, call, tool_outcome{"[" + why + "]", why, false, 0},
                   true);
       });
-  // Once the tool is on its way: the status frame's cost is not the run's.
+  // Once the tool is on its way (its outcome comes back through our own
+  // mailbox, after this frame): the status frame's cost is not the run's.
   turn_status(self, "tool", "running " + call.name);
 }
 

@@ -62,6 +62,14 @@ process_spec make_spec(const tool_run& run) {
   return spec;
 }
 
+// An outcome telling the model the tool could not run, and why.
+tool_outcome failed_outcome(const std::string& tool, const std::string& why) {
+  tool_outcome outcome;
+  outcome.error = "cannot run " + tool + ": " + why;
+  outcome.text = "[" + outcome.error + "]\n";
+  return outcome;
+}
+
 } // namespace
 
 tool_outcome run_tool_process(const tool_run& run,
@@ -83,6 +91,21 @@ tool_outcome run_tool_process(const tool_run& run,
   return outcome;
 }
 
+namespace {
+
+// `run_tool_process` on a job thread, which must not throw (running out of
+// memory there would end the node).
+tool_outcome guarded_run(const tool_run& run,
+                         const std::atomic<bool>* cancel) noexcept {
+  try {
+    return run_tool_process(run, cancel);
+  } catch (const std::exception& e) {
+    return failed_outcome(run.tool, e.what());
+  }
+}
+
+} // namespace
+
 std::string tool_error(const std::string& tool, const process_result& run) {
   if (run.timed_out)
     return tool + " timed out after " + std::to_string(run.took.count() / 1000)
@@ -96,20 +119,36 @@ std::string tool_error(const std::string& tool, const process_result& run) {
          + (line.empty() ? "" : ": " + line);
 }
 
+namespace {
+
+using runner_ptr = tool_runner_actor::stateful_pointer<tool_runner_state>;
+
+// Hands `run` to a job thread, which reports to the runner (its handle
+// keeps the runner alive until then); if no thread can start, answers now.
+void start_run(runner_ptr self, tool_run run) {
+  auto& st = self->state;
+  auto me = caf::actor_cast<tool_runner_actor>(self);
+  auto tool = run.tool;
+  try {
+    tool_job_threads().post([me, run = std::move(run), cancel = st.cancel] {
+      caf::anon_send(me, atom::report_v, guarded_run(run, cancel.get()));
+    });
+  } catch (const std::exception& e) {
+    st.answer.deliver(failed_outcome(tool, e.what()));
+    self->quit();
+  }
+}
+
+} // namespace
+
 tool_runner_actor::behavior_type
-tool_runner(tool_runner_actor::stateful_pointer<tool_runner_state> self,
-            std::shared_ptr<const std::atomic<bool>> cancel) {
+tool_runner(runner_ptr self, std::shared_ptr<const std::atomic<bool>> cancel) {
   self->state.cancel = std::move(cancel);
   return {
     [self](atom::run, tool_run& run) {
-      auto& st = self->state;
-      st.answer = self->make_response_promise<tool_outcome>();
-      // The handle keeps the runner alive until the job has reported.
-      auto me = caf::actor_cast<tool_runner_actor>(self);
-      tool_job_threads().post([me, run = std::move(run), cancel = st.cancel] {
-        caf::anon_send(me, atom::report_v, run_tool_process(run, cancel.get()));
-      });
-      return st.answer;
+      self->state.answer = self->make_response_promise<tool_outcome>();
+      start_run(self, std::move(run));
+      return self->state.answer;
     },
     [self](atom::report, tool_outcome& outcome) {
       self->state.answer.deliver(std::move(outcome));

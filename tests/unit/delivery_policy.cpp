@@ -109,6 +109,10 @@ CAF_TEST(markdown is stripped to plain text) {
   CAF_CHECK_EQUAL(strip_markdown("# Title\n> quoted\nsnake_case stays"),
                   "Title\nquoted\nsnake_case stays");
   CAF_CHECK_EQUAL(strip_markdown("~~gone~~ \\*kept\\*"), "gone *kept*");
+  CAF_CHECK_EQUAL(strip_markdown("5 * 3 and #42 and [x](http://h/~u/a_b)"),
+                  "5 * 3 and #42 and x (http://h/~u/a_b)");
+  CAF_CHECK_EQUAL(strip_markdown("ends with \\"), "ends with \\");
+  CAF_CHECK_EQUAL(strip_markdown("[open](no close"), "open (no close");
   CAF_CHECK_EQUAL(strip_markdown(""), "");
   CAF_CHECK_EQUAL(strip_markdown("##"), "");
 }

@@ -19,10 +19,16 @@ job_threads::~job_threads() {
 void job_threads::post(std::function<void()> job) {
   std::lock_guard<std::mutex> guard{mtx_};
   jobs_.push_back(std::move(job));
-  // Every queued job has an idle thread of its own, or gets a new one.
+  // Every queued job has an idle thread of its own, or gets a new one
+  // (which waits for the lock we hold before it counts anything).
   if (jobs_.size() > idle_) {
+    try {
+      std::thread{[this] { work(); }}.detach();
+    } catch (...) {
+      jobs_.pop_back(); // Not run, not counted: the caller learns why.
+      throw;
+    }
     ++threads_;
-    std::thread{[this] { work(); }}.detach();
   } else {
     wake_.notify_one();
   }
@@ -58,6 +64,7 @@ void job_threads::work() {
     jobs_.pop_front();
     guard.unlock();
     job();
+    job = nullptr; // Its captures go before the lock is taken again.
     guard.lock();
   }
 }

@@ -108,8 +108,13 @@ bool word_char(std::string_view text, size_t i) {
   return i < text.size() && std::isalnum(static_cast<unsigned char>(text[i]));
 }
 
+bool blank_at(std::string_view text, size_t i) {
+  return i >= text.size() || text[i] == ' ' || text[i] == '\n';
+}
+
 // Whether text[i] is markup: backticks and brackets always; emphasis and
-// strike marks unless inside a word (`snake_case` keeps its underscore).
+// strike marks unless inside a word (`snake_case` keeps its underscore) or
+// standing alone between blanks (`5 * 3`).
 bool markup_at(std::string_view text, size_t i) {
   switch (text[i]) {
     case '`':
@@ -118,18 +123,34 @@ bool markup_at(std::string_view text, size_t i) {
     case '*':
     case '_':
     case '~':
-      return !(i > 0 && word_char(text, i - 1) && word_char(text, i + 1));
+      if (i > 0 && word_char(text, i - 1) && word_char(text, i + 1))
+        return false;
+      return !((i == 0 || blank_at(text, i - 1)) && blank_at(text, i + 1));
     default: return false;
   }
 }
 
-// The index after the heading or quote marks (and their spaces) at `i`.
+// The index after a heading's marks and space (`## `), or after quote
+// marks, at `i`; `i` itself if there are none (`#42` is no heading).
 size_t skip_line_marks(std::string_view text, size_t i) {
-  while (i < text.size() && (text[i] == '#' || text[i] == '>'))
-    ++i;
-  while (i < text.size() && text[i] == ' ')
-    ++i;
-  return i;
+  auto j = i;
+  while (j < text.size() && text[j] == '#')
+    ++j;
+  if (j > i && j < text.size() && text[j] != ' ')
+    return i;
+  while (j < text.size() && text[j] == '>')
+    ++j;
+  while (j < text.size() && text[j] == ' ')
+    ++j;
+  return j;
+}
+
+// Copies the link target from `i` (just after "](") up to its ')'
+// verbatim; returns the index of that ')' (or the end).
+size_t copy_link_target(std::string_view text, size_t i, std::string& out) {
+  auto end = std::min(text.find(')', i), text.size());
+  out.append(text.substr(i, end - i));
+  return end;
 }
 
 } // namespace
@@ -152,7 +173,7 @@ std::string strip_markdown(std::string_view text) {
     }
     if (c == ']' && i + 1 < text.size() && text[i + 1] == '(') {
       result += " ("; // [label](url) reads "label (url)".
-      i += 2;
+      i = copy_link_target(text, i + 2, result);
       continue;
     }
     if (!markup_at(text, i))

@@ -32,7 +32,8 @@ public:
   ~job_threads();
 
   /// Runs `job` on an idle thread, or on a new one if none is idle. `job`
-  /// must not throw.
+  /// must not throw. Throws `std::system_error` if a needed thread cannot
+  /// start (then `job` never runs).
   void post(std::function<void()> job);
 
   /// Threads alive (busy or idle).

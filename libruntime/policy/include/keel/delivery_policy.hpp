@@ -95,9 +95,11 @@ send_decision after_failed_send(const channel_retry& policy, uint32_t attempt,
                                 const send_failure& failure,
                                 std::mt19937_64& rng);
 
-/// `text` without Markdown markup: emphasis, code and strike marks, link
-/// targets (`[label](url)` becomes `label (url)`), heading and quote marks
-/// at line starts, and backslash escapes.
+/// `text` without Markdown markup: emphasis, code and strike marks (not
+/// inside words, nor standing alone between blanks), link brackets
+/// (`[label](url)` becomes `label (url)`, the url kept verbatim), heading
+/// (`# `) and quote marks at line starts, and backslash escapes. A mark at
+/// a word's edge that is not markup (`~/bin`) is dropped too.
 std::string strip_markdown(std::string_view text);
 
 // -- the dead-letter queue ----------------------------------------------------
