@@ -62,12 +62,23 @@ process_spec make_spec(const tool_run& run) {
   return spec;
 }
 
-// An outcome telling the model the tool could not run, and why.
-tool_outcome failed_outcome(const std::string& tool, const std::string& why) {
+// An outcome telling the model its tool could not run, and why.
+tool_outcome failed_outcome(std::string why) {
   tool_outcome outcome;
-  outcome.error = "cannot run " + tool + ": " + why;
+  outcome.error = std::move(why);
   outcome.text = "[" + outcome.error + "]\n";
   return outcome;
+}
+
+// `run_tool_process` on a job thread, which must not throw (running out of
+// memory there would end the node).
+tool_outcome guarded_run(const tool_run& run,
+                         const std::atomic<bool>* cancel) noexcept {
+  try {
+    return run_tool_process(run, cancel);
+  } catch (const std::exception& e) {
+    return failed_outcome("cannot run " + run.tool + ": " + e.what());
+  }
 }
 
 } // namespace
@@ -81,8 +92,7 @@ tool_outcome run_tool_process(const tool_run& run,
     outcome.error = tool_error(run.tool, *result);
     outcome.timed_out = result->timed_out;
   } else {
-    outcome.error = error_message(result.error());
-    outcome.text = "[" + outcome.error + "]\n";
+    outcome = failed_outcome(error_message(result.error()));
   }
   outcome.took_us = static_cast<uint64_t>(
     std::chrono::duration_cast<std::chrono::microseconds>(
@@ -90,21 +100,6 @@ tool_outcome run_tool_process(const tool_run& run,
       .count());
   return outcome;
 }
-
-namespace {
-
-// `run_tool_process` on a job thread, which must not throw (running out of
-// memory there would end the node).
-tool_outcome guarded_run(const tool_run& run,
-                         const std::atomic<bool>* cancel) noexcept {
-  try {
-    return run_tool_process(run, cancel);
-  } catch (const std::exception& e) {
-    return failed_outcome(run.tool, e.what());
-  }
-}
-
-} // namespace
 
 std::string tool_error(const std::string& tool, const process_result& run) {
   if (run.timed_out)
@@ -134,7 +129,7 @@ void start_run(runner_ptr self, tool_run run) {
       caf::anon_send(me, atom::report_v, guarded_run(run, cancel.get()));
     });
   } catch (const std::exception& e) {
-    st.answer.deliver(failed_outcome(tool, e.what()));
+    st.answer.deliver(failed_outcome("cannot run " + tool + ": " + e.what()));
     self->quit();
   }
 }
