@@ -4,7 +4,8 @@
 // and `recovery` and `tree --agents` with --data-dir DIR or --pg URL, read
 // a node's data instead (read-only: the node may be stopped or running);
 // `migrate` copies a stopped node's RocksDB data into PostgreSQL;
-// `cluster` and `drain` show and change a cluster's membership.
+// `cluster` and `drain` show and change a cluster's membership; `dlq`
+// lists, shows, retries and drops dead letters.
 //
 // Exit codes: 0 success, 1 the request failed (error frame, timeout) or
 // `verify` found a violated invariant, 2 bad arguments (an unreadable
@@ -36,7 +37,7 @@ int main(int argc, char** argv) {
     add_kill_command(app, node),   add_providers_command(app, node),
     add_verify_command(app),       add_recovery_command(app, node),
     add_migrate_command(app),      add_cluster_command(app, node),
-    add_drain_command(app, node),
+    add_drain_command(app, node),  add_dlq_command(app, node),
   };
   try {
     app.parse(argc, argv);

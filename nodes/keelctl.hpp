@@ -107,5 +107,6 @@ command add_recovery_command(CLI::App& app, const node_args& node);
 command add_migrate_command(CLI::App& app);
 command add_cluster_command(CLI::App& app, const node_args& node);
 command add_drain_command(CLI::App& app, const node_args& node);
+command add_dlq_command(CLI::App& app, const node_args& node);
 
 } // namespace keelctl

@@ -55,8 +55,11 @@ void note_idle(self_ptr self) {
   self->delayed_send(self, st.cfg.idle_timeout, atom::idle_v);
 }
 
-// Describes a provider error to the user (code, `turn_errors` text).
-std::pair<std::string, std::string> describe_failure(const caf::error& err) {
+// Describes a provider error to the user: its code, and the `turn_errors`
+// text naming `contact` where it asks the user to get in touch.
+std::pair<std::string, std::string>
+describe_failure(const caf::error& err, const std::string& contact) {
+  auto text = turn_errors::provider_failed;
   if (err == caf::sec::request_timeout || err == ec::provider_timeout
       || err == ec::timeout)
     return {to_string(ec::provider_timeout), turn_errors::provider_timeout};
@@ -64,10 +67,15 @@ std::pair<std::string, std::string> describe_failure(const caf::error& err) {
     return {to_string(ec::context_overflow), turn_errors::context_overflow};
   if (err == ec::provider_rejected)
     return {to_string(ec::provider_rejected), turn_errors::provider_rejected};
-  if (err.category() == error_category)
-    return {error_code_name(err), turn_errors::provider_failed};
-  // The pool is down or restarting: still a provider problem to the user.
-  return {to_string(ec::provider_failed), turn_errors::provider_failed};
+  if (err == ec::provider_unauthorized)
+    text = turn_errors::provider_unauthorized;
+  if (err == ec::credits_exhausted)
+    text = turn_errors::credits_exhausted;
+  // Not a Keel error: the pool is down or restarting, still a provider
+  // problem to the user.
+  auto code = err.category() == error_category ? error_code_name(err)
+                                               : to_string(ec::provider_failed);
+  return {code, with_owner_contact(text, contact)};
 }
 
 void deliver_outbox(self_ptr self);
@@ -322,7 +330,8 @@ void store_compaction(self_ptr self) {
                result.tokens_after);
   auto overflowed = std::exchange(st.compacting_overflow, false);
   if (result.retired.empty() && overflowed) {
-    auto [code, text] = describe_failure(ec::context_overflow);
+    auto [code, text] = describe_failure(ec::context_overflow,
+                                         st.cfg.owner_contact);
     fail_turn(self, code, text);
     return;
   }
@@ -443,7 +452,8 @@ void call_model(self_ptr self) {
           cancel_call(self);
         if (compact_after_overflow(self, err))
           return;
-        auto [code, text] = describe_failure(err);
+        auto [code, text] = describe_failure(err,
+                                             self->state.cfg.owner_contact);
         fail_turn(self, code, text);
       });
 }
@@ -636,7 +646,8 @@ void deliver_later(self_ptr self, seq_t seq) {
 }
 
 // The target of `entry` refused it: for good (cancelled, gone) the entry
-// moves to the dead letters, else it is retried.
+// moves to the dead-letter queue, which retries it on its schedule; else it
+// is retried here.
 void delivery_failed(self_ptr self, const outbox_entry& entry,
                      const caf::error& err) {
   auto seq = entry.seq;
@@ -644,9 +655,7 @@ void delivery_failed(self_ptr self, const outbox_entry& entry,
     deliver_later(self, seq);
     return;
   }
-  spdlog::info("thread {}: message for {} is a dead letter: {}", entry.from,
-               entry.to, render(err));
-  request_component(self, names::persistence, self->state.cfg.storage_timeout,
+  request_component(self, names::dead_letters, self->state.cfg.storage_timeout,
                     caf::put_atom_v, entry, render(err), self->state.tenure)
     .then([self, seq](caf::ok_atom) { delivered(self, seq); },
           [self, seq](caf::error&) { deliver_later(self, seq); });

@@ -62,7 +62,14 @@ conversation_config make_conversation_config(const node_config& node,
   cfg.compaction_enabled = defaults.compaction_enabled;
   cfg.context_window = pool_window(node, defaults.pool);
   cfg.agents = defaults.agents;
+  cfg.owner_contact = node.owner.contact;
   return cfg;
+}
+
+std::string with_owner_contact(const std::string& text,
+                               const std::string& contact) {
+  return replace_all(text, "{ownerContact}",
+                     contact.empty() ? "our team" : contact);
 }
 
 bool conversation_state::idle() const {

@@ -175,9 +175,10 @@ void respond_unavailable(self_ptr self, uint64_t request,
   respond_error(self, request, 503, error_code_name(err), render(err));
 }
 
-// A component refused: 404 if what was asked for is not there, else 503.
+// A component refused: 404 if what was asked for is not there, 409 if the
+// request conflicts with its state, else 503.
 void respond_refused(self_ptr self, uint64_t request, const caf::error& err) {
-  auto status = err == ec::not_found ? 404 : 503;
+  auto status = err == ec::not_found ? 404 : err == ec::conflict ? 409 : 503;
   respond_error(self, request, status, error_code_name(err),
                 readable_message(err));
 }
@@ -606,6 +607,102 @@ void on_kill(self_ptr self, uint64_t request, const std::string& body) {
   kill_actor(self, request, path, relative, reason);
 }
 
+// A dead letter as the API shows it: its record and its id.
+nlohmann::json dead_letter_json(const dead_letter& x) {
+  auto j = to_json(x);
+  j["id"] = dead_letter_id(x);
+  return j;
+}
+
+// GET /api/v1/dlq: every dead letter, with counts by status.
+void on_dead_letters(self_ptr self, uint64_t request, const std::string&) {
+  request_component(self, names::dead_letters, std::chrono::seconds{30},
+                    atom::dead_letters_v)
+    .then(
+      [self, request](std::vector<dead_letter>& letters) {
+        auto list = nlohmann::json::array();
+        auto counts = nlohmann::json::object();
+        for (auto& x : letters) {
+          list.push_back(dead_letter_json(x));
+          counts[to_string(x.status)] = counts.value(to_string(x.status), 0)
+                                        + 1;
+        }
+        respond_json(self, request, 200,
+                     {{"dead_letters", list}, {"counts", counts}});
+      },
+      [self, request](caf::error& err) {
+        respond_refused(self, request, err);
+      });
+}
+
+// Answers an operator's action on a dead letter with the letter as stored.
+template <class... Ts>
+void act_on_dead_letter(self_ptr self, uint64_t request, Ts&&... xs) {
+  request_component(self, names::dead_letters, std::chrono::seconds{60},
+                    std::forward<Ts>(xs)...)
+    .then(
+      [self, request](dead_letter& x) {
+        respond_json(self, request, 200, dead_letter_json(x));
+      },
+      [self, request](caf::error& err) {
+        respond_refused(self, request, err);
+      });
+}
+
+// GET /api/v1/dlq/FROM/SEQ: one dead letter.
+void on_one_dead_letter(self_ptr self, uint64_t request,
+                        const std::string& id) {
+  request_component(self, names::dead_letters, std::chrono::seconds{30},
+                    atom::dead_letters_v)
+    .then(
+      [self, request, id](std::vector<dead_letter>& letters) {
+        for (auto& x : letters)
+          if (dead_letter_id(x) == id) {
+            respond_json(self, request, 200, dead_letter_json(x));
+            return;
+          }
+        respond_error(self, request, 404, to_string(ec::not_found),
+                      "no dead letter " + id);
+      },
+      [self, request](caf::error& err) {
+        respond_refused(self, request, err);
+      });
+}
+
+// GET /api/v1/dlq/FROM/SEQ, POST .../retry and POST .../drop
+// {"reason": "..."}: one dead letter, retried now or dropped. `rest` is the
+// path after /api/v1/dlq/.
+void on_dead_letter(self_ptr self, uint64_t request, const std::string& method,
+                    const std::string& rest, const std::string& body) {
+  auto last = rest.rfind('/');
+  auto action = last == std::string::npos ? std::string{}
+                                          : rest.substr(last + 1);
+  if (action != "retry" && action != "drop")
+    action.clear();
+  auto id = action.empty() ? rest : rest.substr(0, last);
+  auto parsed = parse_dead_letter_id(id);
+  auto allowed = action.empty() ? "GET" : "POST";
+  if (!parsed || method != allowed) {
+    respond_error(self, request, 404, to_string(ec::not_found),
+                  "no endpoint " + method + " /api/v1/dlq/" + rest
+                    + " (expected GET /api/v1/dlq/THREAD/SEQ or POST "
+                      "/api/v1/dlq/THREAD/SEQ/retry|drop)");
+    return;
+  }
+  auto& [from, seq] = *parsed;
+  if (action == "retry") {
+    act_on_dead_letter(self, request, atom::retry_v, from, seq);
+  } else if (action == "drop") {
+    auto j = read_body(self, request, body.empty() ? "{}" : body,
+                       {{"reason", nlohmann::json::value_t::string, false}});
+    if (!j.is_discarded())
+      act_on_dead_letter(self, request, atom::drop_v, from, seq,
+                         j.value("reason", std::string{"dropped by operator"}));
+  } else {
+    on_one_dead_letter(self, request, id);
+  }
+}
+
 // An endpoint of the HTTP API: answers request `request`, given its body.
 using http_handler = void (*)(self_ptr self, uint64_t request,
                               const std::string& body);
@@ -627,12 +724,21 @@ constexpr http_route http_routes[] = {
   {"POST", "/api/v1/cluster/drain", on_drain},
   {"POST", "/api/v1/chaos/disk", on_disk_chaos},
   {"POST", "/api/v1/kill", on_kill},
+  {"GET", "/api/v1/dlq", on_dead_letters},
 };
+
+// Endpoints below this prefix name one dead letter in their path.
+constexpr std::string_view dead_letter_prefix = "/api/v1/dlq/";
 
 // Hands an HTTP API request to its endpoint; 404 if there is none.
 void on_http(self_ptr self, uint64_t request, const std::string& method,
              const std::string& target, const std::string& body) {
   auto path = target.substr(0, target.find('?'));
+  if (path.compare(0, dead_letter_prefix.size(), dead_letter_prefix) == 0) {
+    on_dead_letter(self, request, method,
+                   path.substr(dead_letter_prefix.size()), body);
+    return;
+  }
   for (auto& route : http_routes) {
     if (path == route.path && method == route.method) {
       route.handler(self, request, body);

@@ -14,6 +14,7 @@
 #include "keel/actors.hpp"
 #include "keel/cluster.hpp"
 #include "keel/conversation.hpp"
+#include "keel/dead_letter_queue.hpp"
 #include "keel/fd_limit.hpp"
 #include "keel/gateway_bridge.hpp"
 #include "keel/logging.hpp"
@@ -226,6 +227,14 @@ root_spec(const node_config& cfg, std::shared_ptr<ws_server> server,
   sup.children.push_back(
     {"orchestrator", names::orchestrator, [ocfg](caf::local_actor* parent) {
        return caf::actor_cast<caf::actor>(parent->spawn(orchestrator, ocfg));
+     }});
+  dead_letter_queue_config dcfg;
+  dcfg.schedule = cfg.delivery.dead_letters;
+  dcfg.poll = cfg.cluster.enabled;
+  sup.children.push_back(
+    {"dead_letters", names::dead_letters, [dcfg](caf::local_actor* parent) {
+       return caf::actor_cast<caf::actor>(
+         parent->spawn(dead_letter_queue, dcfg));
      }});
   if (cfg.cluster.enabled)
     add_cluster_children(sup, cfg, shards);

@@ -1,5 +1,6 @@
 #include "keel/persistence.hpp"
 
+#include <algorithm>
 #include <set>
 
 #include <caf/all.hpp>
@@ -232,13 +233,26 @@ persistence_state::put(const provider_health_record& rec) {
   return after_flush(caf::ok_atom_v);
 }
 
-caf::result<caf::ok_atom> persistence_state::put(const outbox_entry& entry,
-                                                 const std::string& reason,
+caf::result<caf::ok_atom> persistence_state::put(const dead_letter& letter,
                                                  uint64_t tenure) {
-  if (auto err = check_tenure(entry.from, tenure))
+  if (auto err = check_tenure(letter.entry.from, tenure))
     return err;
-  db->stage_dead_letter(entry, reason, tenure);
+  db->stage_dead_letter(letter, tenure);
   return after_flush(caf::ok_atom_v);
+}
+
+caf::result<std::vector<dead_letter>>
+persistence_state::dead_letters(bool served_only) {
+  auto letters = db->dead_letters();
+  if (!letters)
+    return letters.error();
+  auto only = served();
+  if (served_only && only)
+    letters->erase(
+      std::remove_if(letters->begin(), letters->end(),
+                     [&](const dead_letter& x) { return !only(x.entry.from); }),
+      letters->end());
+  return std::move(*letters);
 }
 
 caf::result<caf::ok_atom>
@@ -436,8 +450,12 @@ persistence(persistence_actor::stateful_pointer<persistence_state> self,
     [self](atom::spawn, const std::string& parent, const std::string& child) {
       return self->state.spawn(parent, child);
     },
-    [self](caf::put_atom, outbox_entry& entry, std::string& reason,
-           uint64_t tenure) { return self->state.put(entry, reason, tenure); },
+    [self](caf::put_atom, dead_letter& letter, uint64_t tenure) {
+      return self->state.put(letter, tenure);
+    },
+    [self](atom::dead_letters, bool served_only) {
+      return self->state.dead_letters(served_only);
+    },
     [self](atom::subtree, const std::string& thread) {
       return self->state.subtree(thread);
     },

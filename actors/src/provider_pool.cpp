@@ -392,6 +392,10 @@ caf::error final_error(const provider_router_state& st, const pool_call& call,
       return caf::make_error(ec::context_overflow, std::move(text));
     case error_class::invalid_request:
       return caf::make_error(ec::provider_rejected, std::move(text));
+    case error_class::auth:
+      return caf::make_error(ec::provider_unauthorized, std::move(text));
+    case error_class::billing:
+      return caf::make_error(ec::credits_exhausted, std::move(text));
     default: return caf::make_error(ec::provider_failed, std::move(text));
   }
 }
@@ -582,6 +586,9 @@ void skip_cooling_down(provider_router_state& st, pool_call& call,
   while (call.link < st.chain.size()
          && !st.chain[call.link].breaker.admit(now)) {
     auto& link = st.chain[call.link];
+    // What opened the breaker speaks for the provider (credits used up).
+    if (auto cls = link.breaker.health().last_error_class)
+      call.last_class = *cls;
     auto wait = duration_cast<milliseconds>(link.breaker.probe_at() - now);
     if (!skipped.empty())
       skipped += ", ";

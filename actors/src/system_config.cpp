@@ -39,6 +39,8 @@ system_config::system_config() {
   add_message_type<recovery_step>("keel::recovery_step");
   add_message_type<tool_run>("keel::tool_run");
   add_message_type<tool_outcome>("keel::tool_outcome");
+  add_message_type<dead_letter>("keel::dead_letter");
+  add_message_type<std::vector<dead_letter>>("std::vector<keel::dead_letter>");
   add_message_type<recovery_report>("keel::recovery_report");
   add_message_type<recovery_plan>("keel::recovery_plan");
   add_message_type<std::vector<session_record>>(

@@ -1,9 +1,12 @@
 #define CAF_SUITE agents
 
+#include <thread>
+
 #include <caf/test/unit_test.hpp>
 
 #include "node_client.hpp"
 #include "temp_dir.hpp"
+#include "text_checks.hpp"
 
 #include "keel/protocol.hpp"
 
@@ -345,6 +348,103 @@ CAF_TEST(spawns past the children and depth limits are refused) {
   CAF_CHECK_EQUAL((*agents)["agents"].size(), 4u);
   CAF_REQUIRE_EQUAL(node.stop(), 0);
   CAF_CHECK_EQUAL(data_violations(dir.str() + "/data"), "");
+}
+
+CAF_TEST_FIXTURE_SCOPE_END()
+
+namespace {
+
+// Dead letters retried every second, abandoned after two retries.
+std::string dead_letter_yaml(const temp_dir& dir) {
+  return agents_yaml(dir, {},
+                     "delivery:\n  dead_letters:\n    max_retries: 2\n"
+                     "    interval: 1s\n");
+}
+
+struct dead_letter_fixture : fixture {
+  dead_letter_fixture() : fixture(dead_letter_yaml) {
+    // nop
+  }
+
+  command_result keelctl(std::vector<std::string> args) {
+    std::vector<std::string> argv{tool_binary("keelctl"), "--node",
+                                  "127.0.0.1:"
+                                    + std::to_string(node.address().port)};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return run_command(argv);
+  }
+
+  // The dead letters as `keelctl dlq list --json` prints them.
+  json letters() {
+    auto res = keelctl({"dlq", "list", "--json"});
+    CAF_REQUIRE_EQUAL(res.exit_code, 0);
+    return json::parse(res.out)["dead_letters"];
+  }
+
+  // Polls the letters until `pred` holds for them (bounded).
+  template <class Pred>
+  json letters_until(Pred pred) {
+    auto deadline = std::chrono::steady_clock::now() + 20s;
+    auto xs = letters();
+    while (!pred(xs) && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(100ms); // polling a running process
+      xs = letters();
+    }
+    return xs;
+  }
+};
+
+} // namespace
+
+CAF_TEST_FIXTURE_SCOPE(dead_letter_tests, dead_letter_fixture)
+
+CAF_TEST(a message to a cancelled child is retried then abandoned and operators
+           see it) {
+  send("d", "m1", "hello");
+  auto spawned = request(protocol::spawn_frame("d", "d.helper", "s1"), "s1");
+  CAF_REQUIRE_EQUAL(spawned["type"], "spawned");
+  auto cancelled = request(protocol::cancel_frame("d.helper", "x1"), "x1");
+  CAF_REQUIRE_EQUAL(cancelled["type"], "cancelled");
+  send("d", "m2", "tell the helper");
+  auto xs = letters_until([](const json& xs) {
+    return xs.size() == 1 && xs[0]["status"] == "abandoned";
+  });
+  CAF_REQUIRE_EQUAL(xs.size(), 1u);
+  CAF_CHECK_EQUAL(xs[0]["status"], "abandoned");
+  CAF_CHECK_EQUAL(xs[0]["to"], "d.helper");
+  CAF_CHECK_EQUAL(xs[0]["retries"], 2);
+  CAF_CHECK_EQUAL(xs[0]["events"].size(), 2u);
+  auto id = xs[0]["id"].get<std::string>();
+  auto list = keelctl({"dlq", "list", "--status", "abandoned"});
+  CAF_CHECK_EQUAL(list.exit_code, 0);
+  KEEL_CHECK_CONTAINS(list.out, id);
+  KEEL_CHECK_CONTAINS(list.out, "d.helper");
+  CAF_CHECK(keelctl({"dlq", "list", "--status", "pending"}).out.find(id)
+            == std::string::npos);
+  auto shown = keelctl({"dlq", "show", id});
+  CAF_CHECK_EQUAL(shown.exit_code, 0);
+  KEEL_CHECK_CONTAINS(shown.out, "abandoned");
+  KEEL_CHECK_CONTAINS(shown.out, "scheduled retry: thread_closed");
+  auto retried = keelctl({"dlq", "retry", id});
+  CAF_CHECK_EQUAL(retried.exit_code, 0);
+  KEEL_CHECK_CONTAINS(retried.out, "operator retry: thread_closed");
+  auto dropped = keelctl({"dlq", "drop", id, "--reason", "the child is gone"});
+  CAF_CHECK_EQUAL(dropped.exit_code, 0);
+  KEEL_CHECK_CONTAINS(dropped.out, "dropped");
+  KEEL_CHECK_CONTAINS(dropped.out, "operator drop: the child is gone");
+  auto again = keelctl({"dlq", "retry", id});
+  CAF_CHECK_EQUAL(again.exit_code, 1);
+  KEEL_CHECK_CONTAINS(again.err, "already dropped");
+  auto unknown = keelctl({"dlq", "show", "d/999"});
+  CAF_CHECK_EQUAL(unknown.exit_code, 1);
+  KEEL_CHECK_CONTAINS(unknown.err, "no dead letter d/999");
+  // What the operators did is in the letter, and it stays after a restart.
+  CAF_CHECK_EQUAL(node.stop(), 0);
+  node.start();
+  xs = letters();
+  CAF_REQUIRE_EQUAL(xs.size(), 1u);
+  CAF_CHECK_EQUAL(xs[0]["status"], "dropped");
+  CAF_CHECK_EQUAL(xs[0]["events"].size(), 4u);
 }
 
 CAF_TEST_FIXTURE_SCOPE_END()

@@ -14,6 +14,7 @@
 #include "node_client.hpp"
 #include "npm_server.hpp"
 #include "temp_dir.hpp"
+#include "text_checks.hpp"
 
 #include "keel/conversation.hpp"
 #include "keel/protocol.hpp"
@@ -295,7 +296,8 @@ CAF_TEST(with no provider left the thread gets a descriptive error) {
   auto failed = run_turn(*client, "t", "m1", "[[fault:malformed]] x");
   CAF_CHECK_EQUAL(failed.outcome["type"], "error");
   CAF_CHECK_EQUAL(failed.outcome["code"], "provider_failed");
-  CAF_CHECK_EQUAL(failed.outcome["message"], turn_errors::provider_failed);
+  CAF_CHECK_EQUAL(failed.outcome["message"],
+                  with_owner_contact(turn_errors::provider_failed, ""));
   auto slow = run_turn(*client, "t", "m2", "[[fault:hang]] x");
   CAF_CHECK_EQUAL(slow.outcome["code"], "provider_timeout");
   CAF_CHECK_EQUAL(slow.outcome["message"], turn_errors::provider_timeout);
@@ -307,6 +309,45 @@ CAF_TEST(with no provider left the thread gets a descriptive error) {
   auto ok = run_turn(*client, "t", "m4", "and now");
   CAF_CHECK_EQUAL(ok.outcome["type"], "reply");
   CAF_CHECK_EQUAL(ok.outcome["text"], "echo: and now");
+}
+
+CAF_TEST(fatal provider failures tell the user why and whom to contact) {
+  fault_llm_server faulty;
+  temp_dir dir{"keel-providers"};
+  node_process node{
+    dir.str(),
+    node_yaml(dir, openai("only", faulty.base_url(), false), "only",
+              no_cooldowns + "owner:\n  contact: ops@example.com\n")};
+  auto client = connect_client(node.address());
+  faulty.set_default(parse_fault("status=503").value());
+  auto down = run_turn(*client, "t", "m0", "x");
+  CAF_CHECK_EQUAL(down.outcome["code"], "provider_failed");
+  KEEL_CHECK_CONTAINS(down.outcome["message"].get<std::string>(),
+                      "or contact ops@example.com directly.");
+  // While the pool retried (before the fatal classes below open the
+  // breaker, which no retry passes), the user was asked to wait, in words.
+  auto retrying
+    = std::find_if(down.statuses.begin(), down.statuses.end(),
+                   [](auto& s) { return s["state"] == "retrying_provider"; });
+  CAF_REQUIRE(retrying != down.statuses.end());
+  CAF_CHECK_EQUAL((*retrying)["text"],
+                  "Just a moment while I think about that...");
+  faulty.set_default(parse_fault("status=402").value());
+  auto broke = run_turn(*client, "t", "m1", "x");
+  CAF_CHECK_EQUAL(broke.outcome["code"], "credits_exhausted");
+  CAF_CHECK_EQUAL(broke.outcome["message"],
+                  with_owner_contact(turn_errors::credits_exhausted,
+                                     "ops@example.com"));
+  KEEL_CHECK_CONTAINS(broke.outcome["message"].get<std::string>(),
+                      "please contact ops@example.com.");
+  faulty.set_default(parse_fault("status=401").value());
+  auto unset = run_turn(*client, "t", "m2", "x");
+  CAF_CHECK_EQUAL(unset.outcome["code"], "provider_unauthorized");
+  CAF_CHECK_EQUAL(unset.outcome["message"], turn_errors::provider_unauthorized);
+  // The history keeps the same text and code.
+  auto log = read_history(*client, "t");
+  CAF_REQUIRE(log);
+  CAF_CHECK_EQUAL(count_text(*log, "error", "thinking budget"), 1u);
 }
 
 CAF_TEST(cooldowns survive a kill of the node and keelctl shows them) {

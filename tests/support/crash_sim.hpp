@@ -225,7 +225,8 @@ private:
                                       "providers/default/router",
                                       "providers/default/script",
                                       "providers/default/script",
-                                      "conversations"};
+                                      "conversations",
+                                      "dead_letters"};
     return any(paths);
   }
 
@@ -1001,9 +1002,7 @@ private:
   // The registry keeps a name's first actor (`put` does not replace it):
   // names of a dead tree must go before the next one starts.
   void forget_names() {
-    for (auto name :
-         {names::root, names::persistence, names::providers,
-          names::conversations, names::orchestrator, names::gateway})
+    for (auto name : names::all)
       sys.registry().erase(name);
   }
 

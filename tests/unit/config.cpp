@@ -425,14 +425,16 @@ CAF_TEST(duplicate keys are errors) {
 }
 
 CAF_TEST(the document must be a mapping) {
-  CAF_CHECK_EQUAL(error_of("- a\n- b\n"),
-                  "node.yaml:1: expected a mapping of top-level keys (node, "
-                  "gateway, providers, pools, tools, threads, supervision, "
-                  "logging, storage, cluster or chaos), got a list");
-  CAF_CHECK_EQUAL(error_of("hello\n"),
-                  "node.yaml:1: expected a mapping of top-level keys (node, "
-                  "gateway, providers, pools, tools, threads, supervision, "
-                  "logging, storage, cluster or chaos), got \"hello\"");
+  CAF_CHECK_EQUAL(
+    error_of("- a\n- b\n"),
+    "node.yaml:1: expected a mapping of top-level keys (node, "
+    "gateway, providers, pools, tools, threads, supervision, "
+    "logging, storage, cluster, chaos, owner or delivery), got a list");
+  CAF_CHECK_EQUAL(
+    error_of("hello\n"),
+    "node.yaml:1: expected a mapping of top-level keys (node, "
+    "gateway, providers, pools, tools, threads, supervision, "
+    "logging, storage, cluster, chaos, owner or delivery), got \"hello\"");
 }
 
 CAF_TEST(wrong types are errors) {
@@ -1046,7 +1048,7 @@ CAF_TEST(keys are not expanded) {
   CAF_CHECK_EQUAL(error_of("${KEY}: 1\n", {{"KEY", "node"}}),
                   "node.yaml:1: ${KEY}: unknown key (expected node, gateway, "
                   "providers, pools, tools, threads, supervision, logging, "
-                  "storage, cluster or chaos)");
+                  "storage, cluster, chaos, owner or delivery)");
 }
 
 CAF_TEST(process_env reads the real environment) {
@@ -1152,6 +1154,34 @@ CAF_TEST(config example yaml sets every section) {
   CAF_CHECK_EQUAL(cfg->threads.guard.per_tool.size(), 1u);
   CAF_CHECK(cfg->threads.compaction_enabled);
   CAF_CHECK_EQUAL(cfg->threads.agents.max_depth, 4u);
+  CAF_CHECK_EQUAL(cfg->owner.contact, "support@example.com");
+  CAF_CHECK_EQUAL(cfg->delivery.dead_letters.max_retries, 5u);
+  CAF_CHECK_EQUAL(cfg->delivery.dead_letters.interval, 5min);
+  CAF_CHECK_EQUAL(cfg->delivery.dead_letters.batch, 50u);
+}
+
+CAF_TEST(the owner and the dead letter schedule are read and checked) {
+  auto cfg = parse("owner:\n  contact: ops@example.com\ndelivery:\n"
+                   "  dead_letters:\n    max_retries: 2\n    interval: 30s\n"
+                   "    batch: 7\n");
+  CAF_REQUIRE_EQUAL(outcome(cfg), "none");
+  CAF_CHECK_EQUAL(cfg->owner.contact, "ops@example.com");
+  CAF_CHECK_EQUAL(cfg->delivery.dead_letters.max_retries, 2u);
+  CAF_CHECK_EQUAL(cfg->delivery.dead_letters.interval, 30s);
+  CAF_CHECK_EQUAL(cfg->delivery.dead_letters.batch, 7u);
+  auto defaults = parse("{}\n");
+  CAF_REQUIRE_EQUAL(outcome(defaults), "none");
+  CAF_CHECK_EQUAL(defaults->owner.contact, "");
+  CAF_CHECK_EQUAL(defaults->delivery.dead_letters.max_retries, 5u);
+  CAF_CHECK_EQUAL(defaults->delivery.dead_letters.interval, 5min);
+  CAF_CHECK_EQUAL(defaults->delivery.dead_letters.batch, 50u);
+  CAF_CHECK_EQUAL(
+    error_of("delivery:\n  dead_letters:\n    batch: 0\n"),
+    "node.yaml:3: delivery.dead_letters.batch: expected an integer "
+    ">= 1, got \"0\"");
+  CAF_CHECK_EQUAL(error_of("delivery:\n  dead_letters:\n    every: 1s\n"),
+                  "node.yaml:3: delivery.dead_letters.every: unknown key "
+                  "(expected max_retries, interval or batch)");
 }
 
 CAF_TEST(http providers take their endpoint timeouts and limits) {

@@ -462,7 +462,11 @@ CAF_TEST(a restarted pool honours the stored cooldowns from its first call) {
   auto log = history("t");
   CAF_REQUIRE_EQUAL(log.size(), 2u);
   CAF_CHECK_EQUAL(log[1].kind, log_kind::error);
-  CAF_CHECK_EQUAL(log[1].code, "provider_failed");
+  // The breaker was opened by a billing failure: the user learns why.
+  CAF_CHECK_EQUAL(log[1].code, "credits_exhausted");
+  CAF_CHECK_EQUAL(log[1].text,
+                  with_owner_contact(turn_errors::credits_exhausted, ""));
+  CAF_CHECK_NOT_EQUAL(log[1].text.find("contact our team"), std::string::npos);
 }
 
 CAF_TEST_FIXTURE_SCOPE_END()
@@ -510,7 +514,8 @@ CAF_TEST(a provider failure becomes a descriptive error and the drain goes on) {
   auto log = history("t");
   CAF_REQUIRE_EQUAL(log.size(), 4u);
   CAF_CHECK_EQUAL(log[1].kind, log_kind::error);
-  CAF_CHECK_EQUAL(log[1].text, turn_errors::provider_failed);
+  CAF_CHECK_EQUAL(log[1].text,
+                  with_owner_contact(turn_errors::provider_failed, ""));
   CAF_CHECK_EQUAL(log[1].code, "provider_failed");
   CAF_CHECK_EQUAL(log[1].reply_to, 1u);
   CAF_CHECK_EQUAL(log[3].text, "re: fine");

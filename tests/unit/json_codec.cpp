@@ -40,7 +40,12 @@ outbox_entry full_outbox() {
 }
 
 dead_letter full_dead_letter() {
-  return {full_outbox(), "target thread t9 has no session", 99};
+  dead_letter x{full_outbox(), "target thread t9 has no session", 99};
+  x.status = dead_letter_status::abandoned;
+  x.retries = 5;
+  x.last_attempt_at = 500;
+  x.events.push_back({300, "scheduled retry", "no session"});
+  return x;
 }
 
 inbox_entry full_inbox() {
@@ -187,15 +192,21 @@ CAF_TEST(every record encodes as before and reads back) {
                "20226368696c6422095c00000000000004d200000002");
   check_pinned(full_dead_letter(),
                R"({"at":99,"client_id":"agent:p:7","created_at":1234,)"
-               R"("from":"p","hops":2,"reason":"target thread t9 has no )"
-               R"(session","seq":7,"text":"hello \"child\"\t\\","to":"p.c"})",
+               R"("events":[{"action":"scheduled retry","at":300,)"
+               R"("outcome":"no session"}],"from":"p","hops":2,)"
+               R"("last_attempt_at":500,"reason":"target thread t9 has no )"
+               R"(session","retries":5,"seq":7,"status":"abandoned",)"
+               R"("text":"hello \"child\"\t\\","to":"p.c"})",
                R"(keel::dead_letter(keel::outbox_entry("p", 7, "p.c",)"
                R"( "agent:p:7", "hello \"child\"\t\\", 1234, 2),)"
-               R"( "target thread t9 has no session", 99))",
+               R"( "target thread t9 has no session", 99, abandoned, 5, 500,)"
+               R"( 0, [keel::dead_letter_event(300, "scheduled retry",)"
+               R"( "no session")]))",
                "0170000000000000000703702e63096167656e743a703a370f68656c6c6f"
                "20226368696c6422095c00000000000004d2000000021f74617267657420"
                "74687265616420743920686173206e6f2073657373696f6e000000000000"
-               "0063");
+               "0063020000000500000000000001f4000000000000000001000000000000"
+               "012c0f7363686564756c65642072657472790a6e6f2073657373696f6e");
   check_pinned(full_inbox(),
                R"({"accepted_at":55,"client_id":"c1","hops":2,"seq":3,)"
                R"("text":"hi there"})",
@@ -424,6 +435,20 @@ CAF_TEST(dead_letter decode errors) {
     R"({"from":"p","seq":1,"to":"c","client_id":"x","text":"y",)"
     R"("created_at":1,"reason":1,"at":1})",
     "dead letter: field 'reason' has the wrong type");
+  check_error<dead_letter>(
+    R"({"from":"p","seq":1,"to":"c","client_id":"x","text":"y",)"
+    R"("created_at":1,"reason":"r","at":1,"status":"lost"})",
+    "dead letter: field 'status' has unknown value 'lost'");
+}
+
+CAF_TEST(a dead letter written before its schedule existed reads as pending) {
+  auto x = decode<dead_letter>(
+    R"({"from":"p","seq":1,"to":"c","client_id":"x","text":"y",)"
+    R"("created_at":1,"reason":"r","at":1})");
+  CAF_REQUIRE(x);
+  CAF_CHECK_EQUAL(x->status, dead_letter_status::pending);
+  CAF_CHECK_EQUAL(x->retries, 0u);
+  CAF_CHECK_EQUAL(x->next_retry_at, 0);
 }
 
 CAF_TEST(inbox_entry decode errors) {

@@ -265,7 +265,8 @@ CAF_TEST(one retry budget spans the whole chain) {
   auto log = f.history("t");
   CAF_REQUIRE_EQUAL(log.size(), 2u);
   CAF_CHECK_EQUAL(log[1].code, "provider_failed");
-  CAF_CHECK_EQUAL(log[1].text, turn_errors::provider_failed);
+  CAF_CHECK_EQUAL(log[1].text,
+                  with_owner_contact(turn_errors::provider_failed, ""));
 }
 
 CAF_TEST(a timeout is retried once with fewer tokens then fails over) {

@@ -822,7 +822,9 @@ CAF_TEST(delivering a message removes its outbox entry in the same batch) {
 CAF_TEST(an undeliverable message moves to the dead letters) {
   auto msg = make_outbox("p", 2, "gone", "anyone there?");
   put_raw("outbox", seq_key("p", 2), encode(msg));
-  db->stage_dead_letter(msg, "target thread gone has no session");
+  dead_letter letter{msg, "target thread gone has no session", 1700000000000};
+  letter.next_retry_at = 1700000300000;
+  db->stage_dead_letter(letter);
   CAF_CHECK_EQUAL(db->staged(), 1u);
   flush();
   CAF_CHECK(value_or(db->outbox(), std::vector<outbox_entry>{}).empty());
@@ -834,7 +836,20 @@ CAF_TEST(an undeliverable message moves to the dead letters) {
   CAF_CHECK_EQUAL((*letters)[0].entry.to, "gone");
   CAF_CHECK_EQUAL((*letters)[0].entry.text, "anyone there?");
   CAF_CHECK_EQUAL((*letters)[0].reason, "target thread gone has no session");
-  CAF_CHECK((*letters)[0].at > 1600000000000);
+  CAF_CHECK_EQUAL((*letters)[0].at, 1700000000000);
+  CAF_CHECK_EQUAL((*letters)[0].status, dead_letter_status::pending);
+  CAF_CHECK_EQUAL((*letters)[0].next_retry_at, 1700000300000);
+  // Updating it (a failed retry) keeps one record.
+  letter.retries = 1;
+  letter.events.push_back({1700000300000, "scheduled retry", "no session"});
+  db->stage_dead_letter(letter);
+  flush();
+  letters = db->dead_letters();
+  CAF_REQUIRE_EQUAL(outcome(letters), "none");
+  CAF_REQUIRE_EQUAL(letters->size(), 1u);
+  CAF_CHECK_EQUAL((*letters)[0].retries, 1u);
+  CAF_REQUIRE_EQUAL((*letters)[0].events.size(), 1u);
+  CAF_CHECK_EQUAL((*letters)[0].events[0].outcome, "no session");
 }
 
 CAF_TEST(the listing reads return everything in key order) {
@@ -970,7 +985,7 @@ CAF_TEST(a read - only store reads beside a writer and refuses every write) {
   reader.stage_session(make_session("t2"));
   reader.stage_commit(make_commit("t1", 1, "c1", 2, "r"));
   reader.stage_meta("k", "v");
-  reader.stage_dead_letter(make_outbox("t1", 9, "t2", "x"), "why");
+  reader.stage_dead_letter(dead_letter{make_outbox("t1", 9, "t2", "x"), "why"});
   // The refused writes count as one: the flush must run, and fails.
   CAF_CHECK_EQUAL(reader.staged(), 1u);
   auto err = reader.flush();

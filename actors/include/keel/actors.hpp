@@ -220,6 +220,8 @@ CAF_ADD_ATOM(keel, keel::atom, release, "release")
 CAF_ADD_ATOM(keel, keel::atom, interest, "interest")
 CAF_ADD_ATOM(keel, keel::atom, cluster, "cluster")
 CAF_ADD_ATOM(keel, keel::atom, run, "run")
+CAF_ADD_ATOM(keel, keel::atom, dead_letters, "deadlettrs")
+CAF_ADD_ATOM(keel, keel::atom, drop, "drop")
 
 CAF_ADD_TYPE_ID(keel, (keel::session_record))
 CAF_ADD_TYPE_ID(keel, (keel::inbox_entry))
@@ -257,6 +259,8 @@ CAF_ADD_TYPE_ID(keel, (keel::cluster_member_info))
 CAF_ADD_TYPE_ID(keel, (keel::cluster_status))
 CAF_ADD_TYPE_ID(keel, (keel::tool_run))
 CAF_ADD_TYPE_ID(keel, (keel::tool_outcome))
+CAF_ADD_TYPE_ID(keel, (keel::dead_letter))
+CAF_ADD_TYPE_ID(keel, (std::vector<keel::dead_letter>) )
 
 CAF_END_TYPE_ID_BLOCK(keel)
 
@@ -280,6 +284,13 @@ constexpr caf::atom_value gateway = caf::atom("gateway");
 /// node's door for its peers.
 constexpr caf::atom_value cluster = caf::atom("cluster");
 constexpr caf::atom_value peers = caf::atom("peers");
+/// The dead-letter queue.
+constexpr caf::atom_value dead_letters = caf::atom("deadletter");
+
+/// Every name above.
+constexpr caf::atom_value all[] = {persistence,  root,          providers,
+                                   orchestrator, conversations, gateway,
+                                   cluster,      peers,         dead_letters};
 
 } // namespace names
 
@@ -336,10 +347,12 @@ using persistence_actor = caf::typed_actor<
   // Spawns a child agent (parent, child): writes the child's session (the
   // parent's pool) and its tree link; answers once synced.
   caf::replies_to<atom::spawn, std::string, std::string>::with<spawn_result>,
-  // Moves an undeliverable outbox entry to the dead letters, with a reason,
-  // for a conversation of a tenure.
-  caf::replies_to<caf::put_atom, outbox_entry, std::string,
-                  uint64_t>::with<caf::ok_atom>,
+  // Writes a dead letter (a new one leaves the outbox in the same write),
+  // for a writer of a tenure (0 for the dead-letter queue's updates).
+  caf::replies_to<caf::put_atom, dead_letter, uint64_t>::with<caf::ok_atom>,
+  // Reads the dead letters, in key order; `true`: only those from threads
+  // this node serves (all on a single node).
+  caf::replies_to<atom::dead_letters, bool>::with<std::vector<dead_letter>>,
   // Lists a thread and its descendants, parents before children.
   caf::replies_to<atom::subtree, std::string>::with<std::vector<std::string>>,
   // Reads every session record and tree link (the agent tree).
@@ -361,6 +374,26 @@ using persistence_actor = caf::typed_actor<
   caf::replies_to<atom::stats>::with<persistence_stats>,
   // (internal) Commits the pending group.
   caf::reacts_to<atom::flush>>;
+
+/// The dead-letter queue (`keel/dead_letter_queue.hpp`): the one writer of
+/// dead letters, their scheduled retries and the operators' door to them.
+using dead_letter_queue_actor = caf::typed_actor<
+  // Writes a new dead letter: an outbox entry its target refused for good,
+  // why, and the writer's tenure; answers once synced.
+  caf::replies_to<caf::put_atom, outbox_entry, std::string,
+                  uint64_t>::with<caf::ok_atom>,
+  // Lists every dead letter (every node's in a cluster), in key order.
+  caf::replies_to<atom::dead_letters>::with<std::vector<dead_letter>>,
+  // Retries letter (from, seq) now; answers it as stored after the retry.
+  // not_found if there is none, conflict if it is delivered or dropped or
+  // a retry of it is under way.
+  caf::replies_to<atom::retry, std::string, seq_t>::with<dead_letter>,
+  // Drops letter (from, seq) for a reason: it is never retried again;
+  // answers it as stored. Errors as for a retry.
+  caf::replies_to<atom::drop, std::string, seq_t,
+                  std::string>::with<dead_letter>,
+  // (internal) Runs a round of scheduled retries.
+  caf::reacts_to<atom::tick>>;
 
 /// The router of a provider pool: the pool's front door. Owns the failover
 /// chain's circuit breakers, health and retry timers; makes each attempt

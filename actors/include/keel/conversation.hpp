@@ -65,6 +65,8 @@ struct conversation_config {
   /// Spawns per answer and messages between the tree's threads per client
   /// message (the store enforces children and depth).
   agent_limits agents;
+  /// Whom users are told to contact (`owner.contact`).
+  std::string owner_contact;
 };
 
 /// How much longer than `turn_timeout` a conversation waits for its pool,
@@ -79,8 +81,21 @@ conversation_config make_conversation_config(const node_config& node,
 /// Descriptive messages posted to a thread when a turn fails.
 namespace turn_errors {
 
+// The texts with `{ownerContact}` name whom to contact (see
+// `with_owner_contact`).
+
+/// Every provider of the pool failed (code `provider_failed`).
 constexpr const char* provider_failed
-  = "I'm having trouble reaching my AI provider. Try again in a moment.";
+  = "I'm having some technical difficulties right now. Please try again in a "
+    "few minutes, or contact {ownerContact} directly.";
+/// Every provider refused the credentials (code `provider_unauthorized`).
+constexpr const char* provider_unauthorized
+  = "I'm not fully set up yet. My team has been notified and will get me "
+    "running soon.";
+/// Every provider's credit is used up (code `credits_exhausted`).
+constexpr const char* credits_exhausted
+  = "I've used up my thinking budget for today. I'll be back with more "
+    "capacity soon! If this is urgent, please contact {ownerContact}.";
 constexpr const char* provider_timeout
   = "My AI provider took too long to answer. Try again in a moment.";
 constexpr const char* context_overflow
@@ -124,6 +139,11 @@ constexpr const char* interrupted
     "before calling it again.]";
 
 } // namespace tool_texts
+
+/// `text` with `{ownerContact}` replaced by `contact`, or by "our team"
+/// when `contact` is empty.
+std::string with_owner_contact(const std::string& text,
+                               const std::string& contact);
 
 /// Published (status `context_warning`) once a turn when the context
 /// passes `warn_at` of the window.

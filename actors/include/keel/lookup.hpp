@@ -36,6 +36,8 @@ inline std::string root_child_id(caf::atom_value name) {
     return "cluster";
   if (name == names::peers)
     return "peers";
+  if (name == names::dead_letters)
+    return "dead_letters";
   return "gateway";
 }
 

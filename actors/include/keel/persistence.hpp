@@ -110,9 +110,11 @@ struct persistence_state {
 
   caf::result<caf::ok_atom> put(const provider_health_record& rec);
 
-  /// Moves an undeliverable outbox entry to the dead letters.
-  caf::result<caf::ok_atom> put(const outbox_entry& entry,
-                                const std::string& reason, uint64_t tenure);
+  /// Writes a dead letter (a new one leaves the outbox).
+  caf::result<caf::ok_atom> put(const dead_letter& letter, uint64_t tenure);
+
+  /// Reads the dead letters; `served_only`: of the threads this node serves.
+  caf::result<std::vector<dead_letter>> dead_letters(bool served_only);
 
   /// Stores the final recovery report.
   caf::result<caf::ok_atom> put(const recovery_report& report);

@@ -33,9 +33,9 @@ using strict_yaml::strings;
 
 // -- the schema's names -------------------------------------------------------
 
-constexpr const char* top_level_keys[]
-  = {"node",        "gateway", "providers", "pools",   "tools", "threads",
-     "supervision", "logging", "storage",   "cluster", "chaos"};
+constexpr const char* top_level_keys[] = {
+  "node",    "gateway", "providers", "pools", "tools", "threads", "supervision",
+  "logging", "storage", "cluster",   "chaos", "owner", "delivery"};
 
 constexpr const char* gateway_keys[] = {"host",
                                         "port",
@@ -375,6 +375,7 @@ private:
   void read_duration_at_least(const map_reader& m, const std::string& key,
                               caf::timespan minimum, caf::timespan& out);
   void read_chaos(const map_reader& m, chaos_config& cfg);
+  void read_dead_letters(const map_reader& m, dead_letter_schedule& cfg);
 
   // -- checks across fields ---------------------------------------------------
 
@@ -452,6 +453,13 @@ node_config parser::run(const YAML::Node& root) {
     read_cluster(*m, cfg.cluster);
   if (auto m = section(top, "chaos", {"kill", "disk"}))
     read_chaos(*m, cfg.chaos);
+  if (auto m = section(top, "owner", {"contact"}))
+    if (auto x = m->get("contact"))
+      cfg.owner.contact = read_string(*x, m->path("contact"));
+  if (auto m = section(top, "delivery", {"dead_letters"}))
+    if (auto d = section(*m, "dead_letters",
+                         {"max_retries", "interval", "batch"}))
+      read_dead_letters(*d, cfg.delivery.dead_letters);
   validate(cfg);
   fill_cluster_defaults(cfg);
   collect_warnings(cfg);
@@ -1284,6 +1292,15 @@ void parser::read_logging(const map_reader& m, logging_config& cfg) {
     cfg.level = read_enum(*x, m.path("level"), log_levels);
   if (auto x = m.get("file"))
     cfg.file = read_string(*x, m.path("file"));
+}
+
+void parser::read_dead_letters(const map_reader& m, dead_letter_schedule& cfg) {
+  read_count(m, "max_retries", 0, cfg.max_retries);
+  read_count(m, "batch", 1, cfg.batch);
+  caf::timespan interval = cfg.interval;
+  read_duration_at_least(m, "interval", std::chrono::milliseconds{1}, interval);
+  cfg.interval
+    = std::chrono::duration_cast<std::chrono::milliseconds>(interval);
 }
 
 void parser::read_storage(const map_reader& m, storage_config& cfg) {

@@ -22,6 +22,8 @@ const char* to_string(ec x) {
     case ec::provider_timeout: return "provider_timeout";
     case ec::provider_bad_answer: return "provider_bad_answer";
     case ec::provider_rejected: return "provider_rejected";
+    case ec::provider_unauthorized: return "provider_unauthorized";
+    case ec::credits_exhausted: return "credits_exhausted";
     case ec::context_overflow: return "context_overflow";
     case ec::turn_failed: return "turn_failed";
     case ec::unavailable: return "unavailable";

@@ -62,6 +62,11 @@ inline std::optional<log_kind> parse_name(const std::string& str, log_kind) {
   return parse_log_kind(str);
 }
 
+inline std::optional<dead_letter_status> parse_name(const std::string& str,
+                                                    dead_letter_status) {
+  return parse_dead_letter_status(str);
+}
+
 template <class T>
 constexpr bool dependent_false = false;
 

@@ -1,6 +1,7 @@
 #include "keel/types.hpp"
 
 #include <algorithm>
+#include <charconv>
 
 namespace keel {
 
@@ -55,6 +56,26 @@ std::string agent_client_id(const std::string& from, seq_t seq) {
 
 bool reserved_client_id(std::string_view id) {
   return id.substr(0, agent_client_id_prefix.size()) == agent_client_id_prefix;
+}
+
+std::string dead_letter_id(const dead_letter& x) {
+  return x.entry.from + "/" + std::to_string(x.entry.seq);
+}
+
+std::optional<std::pair<std::string, seq_t>>
+parse_dead_letter_id(std::string_view id) {
+  auto slash = id.find('/');
+  if (slash == std::string_view::npos)
+    return std::nullopt;
+  std::string thread{id.substr(0, slash)};
+  auto digits = id.substr(slash + 1);
+  seq_t seq = 0;
+  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(),
+                                   seq);
+  if (!valid_thread_id(thread) || digits.empty() || ec != std::errc{}
+      || end != digits.data() + digits.size() || seq == 0)
+    return std::nullopt;
+  return std::make_pair(std::move(thread), seq);
 }
 
 bool valid_thread_id(const std::string& id) {

@@ -87,8 +87,7 @@ public:
 
   caf::expected<spawn_result> stage_spawn(const spawn_request& req) override;
 
-  void stage_dead_letter(const outbox_entry& entry, const std::string& reason,
-                         uint64_t tenure) override;
+  void stage_dead_letter(const dead_letter& letter, uint64_t tenure) override;
 
   void stage_session(const session_record& given, uint64_t tenure) override;
 

@@ -349,9 +349,8 @@ caf::expected<size_t> kv_store::count_children(const std::string& parent) {
   return all.size();
 }
 
-void kv_store::stage_dead_letter(const outbox_entry& entry,
-                                 const std::string& reason, uint64_t tenure) {
-  dead_letter letter{entry, reason, wall_clock_millis()};
+void kv_store::stage_dead_letter(const dead_letter& letter, uint64_t tenure) {
+  auto& entry = letter.entry;
   auto key = seq_key(entry.from, entry.seq);
   if (stage_record(cf_dead_letters, entry.from, key, letter, tenure))
     batch_delete(cf_outbox, key);

@@ -440,16 +440,24 @@ std::string ack_frame(const std::string& thread, const std::string& client_id,
     .done();
 }
 
+std::string status_text(std::string_view state) {
+  if (state == "retrying" || state == "retrying_provider")
+    return "Just a moment while I think about that...";
+  return {};
+}
+
 std::string status_frame(const std::string& thread,
                          const std::string& client_id, seq_t reply_to,
                          const std::string& state, const std::string& detail) {
-  return object_writer{"status",
-                       thread.size() + client_id.size() + detail.size() + 64}
+  auto text = status_text(state);
+  return object_writer{"status", thread.size() + client_id.size()
+                                   + detail.size() + text.size() + 64}
     .field("thread", thread)
     .field("id", client_id)
     .field("reply_to", reply_to)
     .field("state", state)
     .optional("detail", detail)
+    .optional("text", text)
     .done();
 }
 

@@ -16,6 +16,7 @@
 #include <caf/timespan.hpp>
 
 #include "keel/context_window.hpp"
+#include "keel/delivery_policy.hpp"
 #include "keel/error.hpp"
 #include "keel/provider_policy.hpp"
 #include "keel/turn_guard.hpp"
@@ -396,6 +397,21 @@ struct logging_config {
   std::string file;
 };
 
+/// Whom the node's users are told to contact (`owner:`).
+struct owner_config {
+  /// Fills `{ownerContact}` in the texts users get when their message fails
+  /// for good (credits exhausted, every model failing, the agent offline);
+  /// empty: "our team".
+  std::string contact;
+};
+
+/// What happens to outcomes that could not reach anyone (`delivery:`).
+struct delivery_config {
+  /// When dead letters are retried, and when abandoned
+  /// (`delivery.dead_letters`: `max_retries`, `interval`, `batch`).
+  dead_letter_schedule dead_letters;
+};
+
 /// Where the store lives (`storage.backend`).
 enum class storage_backend {
   /// RocksDB in `node.data_dir`/db: no outside service.
@@ -502,6 +518,8 @@ struct node_config {
   storage_config storage;
   cluster_config cluster;
   chaos_config chaos;
+  owner_config owner;
+  delivery_config delivery;
   /// Settings that are valid but risky, one sentence each naming the key;
   /// `keel-node` logs them as warnings at start.
   std::vector<std::string> warnings;

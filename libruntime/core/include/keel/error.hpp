@@ -78,6 +78,12 @@ enum class ec : uint8_t {
   /// A spawn or a message between agents would pass a limit of the agent
   /// tree (`threads.agents`).
   agent_limit,
+  /// Every provider of a pool refused the credentials (401/403, or a key
+  /// missing): the node is not set up to answer.
+  provider_unauthorized,
+  /// Every provider of a pool has used up its credit or quota (402,
+  /// `insufficient_quota`).
+  credits_exhausted,
 };
 
 /// Returns the stable, machine-readable name of `x` (also used on the wire).

@@ -16,6 +16,7 @@
 
 #include <caf/meta/type_name.hpp>
 
+#include "keel/delivery_policy.hpp"
 #include "keel/record_field.hpp"
 
 namespace keel {
@@ -157,22 +158,65 @@ inline constexpr std::string_view agent_client_id_prefix = "agent:";
 /// True if `id` is reserved for messages between agents.
 bool reserved_client_id(std::string_view id);
 
+/// Something that happened to a dead letter after it was written: a
+/// scheduled or operator retry and its outcome, or an operator's drop.
+struct dead_letter_event {
+  millis at = 0;
+  /// "scheduled retry", "operator retry" or "operator drop".
+  std::string action;
+  /// "delivered", the error of a failed retry, or the drop's reason.
+  std::string outcome;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, dead_letter_event& x) {
+  return f(caf::meta::type_name("keel::dead_letter_event"), field("at"), x.at,
+           field("action"), x.action, field("outcome"), x.outcome);
+}
+
 /// An outbox entry that could not be delivered (column family
-/// `dead_letters`, key `from + '/' + 8-byte big-endian seq`).
+/// `dead_letters`, key `from + '/' + 8-byte big-endian seq`), with its
+/// retry schedule. Records written before the schedule existed read as
+/// pending with no retry made and none scheduled: the queue schedules them
+/// when it first sees them.
 struct dead_letter {
   outbox_entry entry;
   /// Why it could not be delivered (e.g. "target thread t9 has no session").
   std::string reason;
-  /// When it was moved out of the outbox.
+  /// When it was moved out of the outbox: its first failed attempt.
   millis at = 0;
+  /// Where it stands.
+  dead_letter_status status = dead_letter_status::pending;
+  /// Scheduled retries made so far.
+  uint32_t retries = 0;
+  /// The last attempt (the first one: `at`).
+  millis last_attempt_at = 0;
+  /// When the next scheduled retry is due; 0 when none is.
+  millis next_retry_at = 0;
+  /// Retries and operator actions, oldest first.
+  std::vector<dead_letter_event> events;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, dead_letter& x) {
   return f(caf::meta::type_name("keel::dead_letter"),
            field("entry", field_form::embedded), x.entry, field("reason"),
-           x.reason, field("at"), x.at);
+           x.reason, field("at"), x.at, field("status", field_form::optional),
+           x.status, field("retries", field_form::omit_default), x.retries,
+           field("last_attempt_at", field_form::omit_default),
+           x.last_attempt_at, field("next_retry_at", field_form::omit_default),
+           x.next_retry_at, field("events", field_form::omit_default),
+           x.events);
 }
+
+/// The id operators name a dead letter by: `from/seq` (thread ids hold no
+/// '/').
+std::string dead_letter_id(const dead_letter& x);
+
+/// Splits a `dead_letter_id` into thread and seq; nullopt if `id` is not
+/// one.
+std::optional<std::pair<std::string, seq_t>>
+parse_dead_letter_id(std::string_view id);
 
 /// An accepted message that has not been answered yet (column family
 /// `inbox`). It stays until the turn that answers it commits.

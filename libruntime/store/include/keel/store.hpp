@@ -232,11 +232,11 @@ public:
   /// parent is a resent spawn: nothing is staged, `created == false`.
   virtual caf::expected<spawn_result> stage_spawn(const spawn_request& req) = 0;
 
-  /// Stages moving an undeliverable outbox entry to `dead_letters` (key
-  /// `from/seq`, the entry plus `reason` and the wall clock time), removing
-  /// it from the outbox. `tenure`: the writer's, as in `accept_request`.
-  virtual void stage_dead_letter(const outbox_entry& entry,
-                                 const std::string& reason, uint64_t tenure = 0)
+  /// Stages writing `letter` to `dead_letters` (key `from/seq` of its
+  /// entry), removing the entry from the outbox if it is still there: a new
+  /// dead letter moves out of the outbox, a known one is updated. `tenure`:
+  /// the writer's, as in `accept_request`.
+  virtual void stage_dead_letter(const dead_letter& letter, uint64_t tenure = 0)
     = 0;
 
   /// Stages writing a session record (create or update). `tenure`: the

@@ -91,10 +91,16 @@ std::string hello_frame(const std::string& node);
 std::string ack_frame(const std::string& thread, const std::string& client_id,
                       seq_t seq, bool duplicate);
 
+/// What a chat shows the user for a status `state`, if anything: while a
+/// turn is retried ("retrying", "retrying_provider") "Just a moment while I
+/// think about that..."; empty for the other states.
+std::string status_text(std::string_view state);
+
 /// A status event of a thread, about the message `client_id` / `reply_to`.
 /// States: "thinking", "retrying" (storing failed, the turn is retried),
 /// "retrying_provider", "failing_over", "stream_interrupted"; `detail`, when
-/// non-empty, says what happened in words (sent as `detail`).
+/// non-empty, says what happened in words for operators (sent as `detail`),
+/// `text` what to show the user (`status_text`, sent when non-empty).
 std::string status_frame(const std::string& thread,
                          const std::string& client_id, seq_t reply_to,
                          const std::string& state,

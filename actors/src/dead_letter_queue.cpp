@@ -1,0 +1,363 @@
+#include "keel/dead_letter_queue.hpp"
+
+#include <algorithm>
+#include <functional>
+#include <memory>
+
+#include <caf/all.hpp>
+#include <spdlog/spdlog.h>
+
+#include "keel/lookup.hpp"
+#include "keel/text.hpp"
+
+namespace keel {
+
+// -- the schedule of one letter -----------------------------------------------
+
+dead_letter_timing timing_of(const dead_letter& x,
+                             const dead_letter_schedule& schedule) {
+  dead_letter_timing t;
+  t.retries = x.retries;
+  t.first_attempt = x.at;
+  t.last_attempt = x.last_attempt_at != 0 ? x.last_attempt_at : x.at;
+  t.status = x.status;
+  if (x.next_retry_at != 0)
+    t.next_retry = x.next_retry_at;
+  else if (x.status == dead_letter_status::pending)
+    t.next_retry = x.at + schedule.interval.count();
+  return t;
+}
+
+void apply_timing(dead_letter& x, const dead_letter_timing& t) {
+  x.retries = t.retries;
+  x.at = t.first_attempt;
+  x.last_attempt_at = t.last_attempt;
+  x.next_retry_at = t.next_retry.value_or(0);
+  x.status = t.status;
+}
+
+dead_letter make_dead_letter(const outbox_entry& entry, std::string reason,
+                             const dead_letter_schedule& schedule,
+                             epoch_ms now) {
+  dead_letter result;
+  result.entry = entry;
+  result.reason = std::move(reason);
+  apply_timing(result, new_dead_letter(schedule, now, now));
+  return result;
+}
+
+dead_letter after_retry(dead_letter x, const dead_letter_schedule& schedule,
+                        bool scheduled, const retry_result& result,
+                        epoch_ms now) {
+  auto t = timing_of(x, schedule);
+  if (result.delivered)
+    t = after_delivered(t, now);
+  else if (scheduled)
+    t = after_failed_retry(schedule, t, now);
+  else
+    t.last_attempt = now;
+  apply_timing(x, t);
+  x.events.push_back(
+    {now, scheduled ? "scheduled retry" : "operator retry",
+     result.delivered ? std::string{"delivered"} : result.error});
+  return x;
+}
+
+dead_letter after_drop(dead_letter x, const std::string& reason, epoch_ms now) {
+  x.status = dead_letter_status::dropped;
+  x.next_retry_at = 0;
+  x.events.push_back({now, "operator drop", reason});
+  return x;
+}
+
+// -- state --------------------------------------------------------------------
+
+epoch_ms dead_letter_queue_state::now(const caf::actor_clock& clock) const {
+  auto since = clock.now() - clock_at_start;
+  return wall_at_start
+         + std::chrono::duration_cast<std::chrono::milliseconds>(since).count();
+}
+
+std::vector<dead_letter>
+dead_letter_queue_state::pick_due(std::vector<dead_letter> letters,
+                                  epoch_ms now) const {
+  auto not_due = [&](const dead_letter& x) {
+    return !due(timing_of(x, cfg.schedule), now)
+           || busy.count(dead_letter_id(x)) > 0;
+  };
+  letters.erase(std::remove_if(letters.begin(), letters.end(), not_due),
+                letters.end());
+  auto due_at = [&](const dead_letter& x) {
+    return timing_of(x, cfg.schedule).next_retry.value_or(0);
+  };
+  std::stable_sort(letters.begin(), letters.end(),
+                   [&](auto& x, auto& y) { return due_at(x) < due_at(y); });
+  if (letters.size() > cfg.schedule.batch)
+    letters.resize(cfg.schedule.batch);
+  return letters;
+}
+
+std::optional<epoch_ms> dead_letter_queue_state::next_round_after(
+  const std::vector<dead_letter>& letters, epoch_ms now) const {
+  std::optional<epoch_ms> result;
+  if (cfg.poll)
+    result = now + cfg.schedule.interval.count();
+  for (auto& x : letters) {
+    auto t = timing_of(x, cfg.schedule);
+    if (t.status == dead_letter_status::pending && t.next_retry
+        && *t.next_retry > now)
+      result = std::min(result.value_or(*t.next_retry), *t.next_retry);
+  }
+  return result;
+}
+
+caf::expected<dead_letter>
+dead_letter_queue_state::actionable(std::vector<dead_letter>& letters,
+                                    const std::string& from, seq_t seq) const {
+  auto id = from + "/" + std::to_string(seq);
+  auto i = std::find_if(letters.begin(), letters.end(), [&](auto& x) {
+    return x.entry.from == from && x.entry.seq == seq;
+  });
+  if (i == letters.end())
+    return caf::make_error(ec::not_found, "no dead letter " + id);
+  if (i->status == dead_letter_status::delivered
+      || i->status == dead_letter_status::dropped)
+    return caf::make_error(ec::conflict, "dead letter " + id + " is already "
+                                           + to_string(i->status));
+  if (busy.count(id) > 0)
+    return caf::make_error(ec::conflict,
+                           "a retry of dead letter " + id + " is under way");
+  return std::move(*i);
+}
+
+// -- the actor ----------------------------------------------------------------
+
+namespace {
+
+using self_ptr = dead_letter_queue_state::self_ptr;
+
+epoch_ms now_of(self_ptr self) {
+  return self->state.now(self->clock());
+}
+
+// Arms the round timer for `at` unless one is armed for that time or
+// earlier.
+void arm_round(self_ptr self, epoch_ms at) {
+  auto& st = self->state;
+  if (st.next_round && *st.next_round <= at)
+    return;
+  st.next_round = at;
+  auto delay = at - now_of(self);
+  if (delay <= 0)
+    self->send(self, atom::tick_v);
+  else
+    self->delayed_send(self, std::chrono::milliseconds{delay}, atom::tick_v);
+}
+
+// Stores `letter` as updated by the queue; a failure is logged (the stored
+// letter stays as it was and is retried again: the target deduplicates).
+void store(self_ptr self, const dead_letter& letter,
+           std::function<void()> done) {
+  request_component(self, names::persistence, self->state.cfg.attempt_timeout,
+                    caf::put_atom_v, letter, uint64_t{0})
+    .then([done](caf::ok_atom) { done(); },
+          [self, id = dead_letter_id(letter), done](caf::error& err) {
+            spdlog::warn("dead letter {}: cannot store its update: {}", id,
+                         render(err));
+            done();
+          });
+}
+
+// Logs what a retry did to `x` (the owner is told through the log for now).
+void log_outcome(const dead_letter& x) {
+  auto id = dead_letter_id(x);
+  auto& last = x.events.back();
+  auto& action = last.action;
+  if (x.status == dead_letter_status::delivered)
+    spdlog::info("dead letter {} delivered by {}", id, action);
+  else if (x.status == dead_letter_status::abandoned)
+    spdlog::warn("dead letter {} abandoned after {} retries: {}", id, x.retries,
+                 last.outcome);
+  else
+    spdlog::info("dead letter {}: {} failed: {}", id, action, last.outcome);
+}
+
+// Delivers `letter` to its target again (`scheduled`: by the schedule, not
+// an operator), stores the outcome and calls `done` with the letter as
+// stored.
+void retry_letter(self_ptr self, dead_letter letter, bool scheduled,
+                  std::function<void(dead_letter&)> done) {
+  auto id = dead_letter_id(letter);
+  self->state.busy.insert(id);
+  auto finish = [self, letter, scheduled, done, id](retry_result result) {
+    auto& st = self->state;
+    auto updated = after_retry(letter, st.cfg.schedule, scheduled, result,
+                               now_of(self));
+    log_outcome(updated);
+    store(self, updated, [self, updated, done, id]() mutable {
+      self->state.busy.erase(id);
+      if (updated.next_retry_at != 0)
+        arm_round(self, updated.next_retry_at);
+      done(updated);
+    });
+  };
+  request_component(self, names::orchestrator, self->state.cfg.attempt_timeout,
+                    atom::deliver_v, letter.entry)
+    .then(
+      [finish](accept_result&) {
+        finish({true, {}});
+      },
+      [finish](caf::error& err) {
+        finish({false, render(err)});
+      });
+}
+
+void run_round(self_ptr self);
+
+// A round's letters are read: retries the due ones, then arms the next
+// round (at once if a whole batch was due: more may be).
+void start_round(self_ptr self, std::vector<dead_letter>& letters) {
+  auto& st = self->state;
+  auto now = now_of(self);
+  auto due = st.pick_due(letters, now);
+  auto next = due.size() >= st.cfg.schedule.batch
+                ? std::optional<epoch_ms>{now}
+                : st.next_round_after(letters, now);
+  auto left = std::make_shared<size_t>(due.size());
+  auto finish = [self, next] {
+    self->state.round_running = false;
+    if (next)
+      arm_round(self, *next);
+  };
+  if (due.empty()) {
+    finish();
+    return;
+  }
+  for (auto& letter : due)
+    retry_letter(self, std::move(letter), true, [left, finish](dead_letter&) {
+      if (--*left == 0)
+        finish();
+    });
+}
+
+void run_round(self_ptr self) {
+  auto& st = self->state;
+  st.next_round.reset();
+  if (st.round_running)
+    return;
+  st.round_running = true;
+  request_component(self, names::persistence, st.cfg.attempt_timeout,
+                    atom::dead_letters_v, true)
+    .then(
+      [self](std::vector<dead_letter>& letters) { start_round(self, letters); },
+      [self](caf::error& err) {
+        spdlog::warn("dead letters: cannot read them for a retry round: "
+                     "{}",
+                     render(err));
+        // Tried again one interval later.
+        self->state.round_running = false;
+        arm_round(self,
+                  now_of(self) + self->state.cfg.schedule.interval.count());
+      });
+}
+
+// Writes a new dead letter and arms the round that retries it.
+caf::result<caf::ok_atom> add(self_ptr self, const outbox_entry& entry,
+                              std::string reason, uint64_t tenure) {
+  auto& st = self->state;
+  auto letter = make_dead_letter(entry, std::move(reason), st.cfg.schedule,
+                                 now_of(self));
+  spdlog::info("thread {}: message for {} is a dead letter: {}", entry.from,
+               entry.to, letter.reason);
+  if (letter.next_retry_at != 0)
+    arm_round(self, letter.next_retry_at);
+  auto rp = self->make_response_promise<caf::ok_atom>();
+  request_component(self, names::persistence, st.cfg.attempt_timeout,
+                    caf::put_atom_v, letter, tenure)
+    .then([rp](caf::ok_atom) mutable { rp.deliver(caf::ok_atom_v); },
+          [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+  return rp;
+}
+
+// Finds letter `from/seq` for an operator's action and calls `act` with it
+// unless it is gone, settled or busy; the action's answer goes to `rp`.
+void with_letter(self_ptr self, const std::string& from, seq_t seq,
+                 caf::typed_response_promise<dead_letter> rp,
+                 std::function<void(dead_letter&)> act) {
+  request_component(self, names::persistence, self->state.cfg.attempt_timeout,
+                    atom::dead_letters_v, false)
+    .then(
+      [self, from, seq, rp, act](std::vector<dead_letter>& letters) mutable {
+        auto found = self->state.actionable(letters, from, seq);
+        if (found)
+          act(*found);
+        else
+          rp.deliver(std::move(found.error()));
+      },
+      [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+}
+
+caf::result<dead_letter> operator_retry(self_ptr self, const std::string& from,
+                                        seq_t seq) {
+  auto rp = self->make_response_promise<dead_letter>();
+  with_letter(self, from, seq, rp, [self, rp](dead_letter& x) mutable {
+    retry_letter(self, std::move(x), false,
+                 [rp](dead_letter& updated) mutable { rp.deliver(updated); });
+  });
+  return rp;
+}
+
+caf::result<dead_letter> operator_drop(self_ptr self, const std::string& from,
+                                       seq_t seq, std::string reason) {
+  auto rp = self->make_response_promise<dead_letter>();
+  with_letter(self, from, seq, rp, [self, rp, reason](dead_letter& x) mutable {
+    auto dropped = after_drop(std::move(x), reason, now_of(self));
+    auto id = dead_letter_id(dropped);
+    spdlog::info("dead letter {} dropped by an operator: {}", id, reason);
+    self->state.busy.insert(id);
+    store(self, dropped, [self, rp, dropped, id]() mutable {
+      self->state.busy.erase(id);
+      rp.deliver(dropped);
+    });
+  });
+  return rp;
+}
+
+caf::result<std::vector<dead_letter>> list(self_ptr self) {
+  auto rp = self->make_response_promise<std::vector<dead_letter>>();
+  request_component(self, names::persistence, self->state.cfg.attempt_timeout,
+                    atom::dead_letters_v, false)
+    .then([rp](std::vector<dead_letter>& xs) mutable { rp.deliver(xs); },
+          [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+  return rp;
+}
+
+} // namespace
+
+dead_letter_queue_actor::behavior_type dead_letter_queue(
+  dead_letter_queue_actor::stateful_pointer<dead_letter_queue_state> self,
+  dead_letter_queue_config cfg) {
+  auto& st = self->state;
+  st.cfg = std::move(cfg);
+  st.wall_at_start = wall_clock_millis();
+  st.clock_at_start = self->clock().now();
+  // Letters due while the node was down (or before a restart) go at once.
+  self->send(self, atom::tick_v);
+  return {
+    [self](caf::put_atom, const outbox_entry& entry, std::string& reason,
+           uint64_t tenure) {
+      return add(self, entry, std::move(reason), tenure);
+    },
+    [self](atom::dead_letters) { return list(self); },
+    [self](atom::retry, const std::string& from, seq_t seq) {
+      return operator_retry(self, from, seq);
+    },
+    [self](atom::drop, const std::string& from, seq_t seq,
+           std::string& reason) {
+      return operator_drop(self, from, seq, std::move(reason));
+    },
+    [self](atom::tick) { run_round(self); },
+  };
+}
+
+} // namespace keel

@@ -1,0 +1,136 @@
+// keelctl dlq: the dead-letter queue through the admin API: listing the
+// letters, showing one with its retries, retrying one now, dropping one.
+
+#include <cstdio>
+#include <iostream>
+#include <memory>
+
+#include "keel/text.hpp"
+#include "keel/tools/ws_client.hpp"
+#include "keelctl.hpp"
+
+namespace keelctl {
+
+namespace {
+
+// "in 4m 10s", "3s ago" or "-" for a time in ms since the epoch.
+std::string relative_time(const json& letter, const char* key) {
+  auto at = static_cast<int64_t>(json_number(letter, {key}));
+  if (at == 0)
+    return "-";
+  auto delta = at - keel::wall_clock_millis();
+  auto text = keel::human_duration(std::chrono::milliseconds{std::abs(delta)});
+  return delta >= 0 ? "in " + text : text + " ago";
+}
+
+int print_list(const json& body, const std::string& status) {
+  std::printf("%-28s %-9s %7s %-12s %-16s %s\n", "ID", "STATUS", "RETRIES",
+              "NEXT RETRY", "TO", "REASON");
+  if (auto i = body.find("dead_letters"); i != body.end() && i->is_array())
+    for (auto& x : *i) {
+      if (!status.empty() && json_string(x, "status") != status)
+        continue;
+      std::printf("%-28s %-9s %7llu %-12s %-16s %s\n",
+                  json_string(x, "id").c_str(),
+                  json_string(x, "status").c_str(),
+                  static_cast<unsigned long long>(json_number(x, {"retries"})),
+                  relative_time(x, "next_retry_at").c_str(),
+                  json_string(x, "to").c_str(),
+                  json_string(x, "reason").c_str());
+    }
+  return exit_ok;
+}
+
+int print_letter(const json& x) {
+  std::cout << "dead letter " << json_string(x, "id") << ": "
+            << json_string(x, "status") << "\n  from " << json_string(x, "from")
+            << " to " << json_string(x, "to") << ": " << json_string(x, "text")
+            << "\n  reason: " << json_string(x, "reason")
+            << "\n  first attempt: " << relative_time(x, "at")
+            << ", last: " << relative_time(x, "last_attempt_at")
+            << ", next retry: " << relative_time(x, "next_retry_at")
+            << ", retries: " << json_number(x, {"retries"}) << '\n';
+  if (auto i = x.find("events"); i != x.end() && i->is_array())
+    for (auto& ev : *i)
+      std::cout << "  " << relative_time(ev, "at") << ": "
+                << json_string(ev, "action") << ": "
+                << json_string(ev, "outcome") << '\n';
+  return exit_ok;
+}
+
+// Calls the API and prints the answer as JSON or with `print`.
+int call(const keel::endpoint& ep, const std::string& method,
+         const std::string& target, const std::string& body, bool as_json,
+         const std::function<int(const json&)>& print) {
+  auto res = keel::api_call(ep, method, target, body, std::chrono::seconds{70});
+  if (!res)
+    return fail(ep, res.error());
+  if (as_json) {
+    std::cout << res->dump(2) << '\n';
+    return exit_ok;
+  }
+  return print(*res);
+}
+
+struct dlq_args {
+  std::string id;
+  std::string status;
+  std::string reason = "dropped by operator";
+  bool as_json = false;
+};
+
+// Adds `dlq NAME`, run with the letter id and options in `args`.
+CLI::App* add_action(CLI::App* dlq, const std::string& name,
+                     const std::string& description,
+                     const std::shared_ptr<dlq_args>& args) {
+  auto cmd = dlq->add_subcommand(name, description);
+  cmd->add_option("ID", args->id, "The letter's id: THREAD/SEQ")
+    ->type_name("")
+    ->required();
+  cmd->add_flag("--json", args->as_json, "Print the raw JSON");
+  return cmd;
+}
+
+int run_dlq(const keel::endpoint& ep, CLI::App* dlq, const dlq_args& args) {
+  auto one = "/api/v1/dlq/" + args.id;
+  if (dlq->got_subcommand("list"))
+    return call(ep, "GET", "/api/v1/dlq", {}, args.as_json,
+                [&](const json& j) { return print_list(j, args.status); });
+  if (dlq->got_subcommand("show"))
+    return call(ep, "GET", one, {}, args.as_json, print_letter);
+  if (dlq->got_subcommand("retry"))
+    return call(ep, "POST", one + "/retry", {}, args.as_json, print_letter);
+  json body{{"reason", args.reason}};
+  return call(ep, "POST", one + "/drop", body.dump(), args.as_json,
+              print_letter);
+}
+
+} // namespace
+
+command add_dlq_command(CLI::App& app, const node_args& node) {
+  auto args = std::make_shared<dlq_args>();
+  auto dlq = add_node_command(
+    app, "dlq",
+    "The dead-letter queue: messages no target could take, retried on a "
+    "schedule (delivery.dead_letters) until delivered or abandoned");
+  dlq->require_subcommand(1);
+  auto list = dlq->add_subcommand("list", "Lists the dead letters");
+  list
+    ->add_option("--status", args->status,
+                 "Only letters in this state: pending, delivered, "
+                 "abandoned or dropped")
+    ->check(CLI::IsMember({"pending", "delivered", "abandoned", "dropped"}));
+  list->add_flag("--json", args->as_json, "Print the raw JSON");
+  add_action(dlq, "show", "Shows one letter with its retries", args);
+  add_action(dlq, "retry",
+             "Retries a pending or abandoned letter now (recorded in it)",
+             args);
+  add_action(dlq, "drop", "Drops a letter: it is never retried again", args)
+    ->add_option("--reason", args->reason, "Why (recorded in the letter)");
+  return node_command(
+    dlq, node,
+    [args, dlq](const keel::endpoint& ep) { return run_dlq(ep, dlq, *args); },
+    true);
+}
+
+} // namespace keelctl
