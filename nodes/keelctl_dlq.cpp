@@ -58,18 +58,23 @@ int print_letter(const json& x) {
   return exit_ok;
 }
 
-// Calls the API and prints the answer as JSON or with `print`.
+// Calls the API and prints the answer as JSON or with `print`; exits with
+// `exit_failed` (after printing) unless `succeeded` holds for the answer.
 int call(const keel::endpoint& ep, const std::string& method,
          const std::string& target, const std::string& body, bool as_json,
-         const std::function<int(const json&)>& print) {
-  auto res = keel::api_call(ep, method, target, body, std::chrono::seconds{70});
+         const std::function<int(const json&)>& print,
+         const std::function<bool(const json&)>& succeeded = nullptr) {
+  auto res = keel::api_call(ep, method, target, body,
+                            std::chrono::seconds{110});
   if (!res)
     return fail(ep, res.error());
-  if (as_json) {
+  if (as_json)
     std::cout << res->dump(2) << '\n';
-    return exit_ok;
-  }
-  return print(*res);
+  else
+    print(*res);
+  if (succeeded && !succeeded(*res))
+    return fail("the retry did not deliver " + json_string(*res, "id"));
+  return exit_ok;
 }
 
 struct dlq_args {
@@ -99,7 +104,10 @@ int run_dlq(const keel::endpoint& ep, CLI::App* dlq, const dlq_args& args) {
   if (dlq->got_subcommand("show"))
     return call(ep, "GET", one, {}, args.as_json, print_letter);
   if (dlq->got_subcommand("retry"))
-    return call(ep, "POST", one + "/retry", {}, args.as_json, print_letter);
+    return call(ep, "POST", one + "/retry", {}, args.as_json, print_letter,
+                [](const json& x) {
+                  return json_string(x, "status") == "delivered";
+                });
   json body{{"reason", args.reason}};
   return call(ep, "POST", one + "/drop", body.dump(), args.as_json,
               print_letter);

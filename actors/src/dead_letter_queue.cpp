@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <functional>
 #include <memory>
+#include <utility>
 
 #include <caf/all.hpp>
 #include <spdlog/spdlog.h>
@@ -154,17 +155,18 @@ void arm_round(self_ptr self, epoch_ms at) {
     self->delayed_send(self, std::chrono::milliseconds{delay}, atom::tick_v);
 }
 
-// Stores `letter` as updated by the queue; a failure is logged (the stored
-// letter stays as it was and is retried again: the target deduplicates).
+// Stores `letter` as updated by the queue and calls `done` with the
+// outcome. A failure is logged: the stored letter stays as it was (and is
+// retried again; the target deduplicates).
 void store(self_ptr self, const dead_letter& letter,
-           std::function<void()> done) {
+           std::function<void(caf::error)> done) {
   request_component(self, names::persistence, self->state.cfg.attempt_timeout,
                     caf::put_atom_v, letter, uint64_t{0})
-    .then([done](caf::ok_atom) { done(); },
+    .then([done](caf::ok_atom) { done(caf::none); },
           [self, id = dead_letter_id(letter), done](caf::error& err) {
             spdlog::warn("dead letter {}: cannot store its update: {}", id,
                          render(err));
-            done();
+            done(std::move(err));
           });
 }
 
@@ -182,23 +184,34 @@ void log_outcome(const dead_letter& x) {
     spdlog::info("dead letter {}: {} failed: {}", id, action, last.outcome);
 }
 
+// A retried letter's update is stored (or could not be): it is free again,
+// its next retry is armed, and `done` learns how it ended.
+void retry_stored(self_ptr self, const dead_letter& updated,
+                  const caf::error& err,
+                  const std::function<void(caf::expected<dead_letter>)>& done) {
+  self->state.busy.erase(dead_letter_id(updated));
+  if (err) {
+    done(err);
+    return;
+  }
+  if (updated.next_retry_at != 0)
+    arm_round(self, updated.next_retry_at);
+  done(updated);
+}
+
 // Delivers `letter` to its target again (`scheduled`: by the schedule, not
 // an operator), stores the outcome and calls `done` with the letter as
-// stored.
+// stored, or with the error that kept it from being stored.
 void retry_letter(self_ptr self, dead_letter letter, bool scheduled,
-                  std::function<void(dead_letter&)> done) {
-  auto id = dead_letter_id(letter);
-  self->state.busy.insert(id);
-  auto finish = [self, letter, scheduled, done, id](retry_result result) {
+                  std::function<void(caf::expected<dead_letter>)> done) {
+  self->state.busy.insert(dead_letter_id(letter));
+  auto finish = [self, letter, scheduled, done](retry_result result) {
     auto& st = self->state;
     auto updated = after_retry(letter, st.cfg.schedule, scheduled, result,
                                now_of(self));
     log_outcome(updated);
-    store(self, updated, [self, updated, done, id]() mutable {
-      self->state.busy.erase(id);
-      if (updated.next_retry_at != 0)
-        arm_round(self, updated.next_retry_at);
-      done(updated);
+    store(self, updated, [self, updated, done](caf::error err) {
+      retry_stored(self, updated, err, done);
     });
   };
   request_component(self, names::orchestrator, self->state.cfg.attempt_timeout,
@@ -212,7 +225,20 @@ void retry_letter(self_ptr self, dead_letter letter, bool scheduled,
       });
 }
 
-void run_round(self_ptr self);
+// Ends a round: arms the next at `next` (none: no letter is pending), or
+// at once if a tick came while the round ran; after a failed write one
+// interval later, so a store that refuses writes is not hammered.
+void end_round(self_ptr self, std::optional<epoch_ms> next, bool failed) {
+  auto& st = self->state;
+  st.round_running = false;
+  auto now = now_of(self);
+  if (std::exchange(st.rerun, false))
+    next = now;
+  if (failed)
+    next = now + st.cfg.schedule.interval.count();
+  if (next)
+    arm_round(self, *next);
+}
 
 // A round's letters are read: retries the due ones, then arms the next
 // round (at once if a whole batch was due: more may be).
@@ -223,28 +249,31 @@ void start_round(self_ptr self, std::vector<dead_letter>& letters) {
   auto next = due.size() >= st.cfg.schedule.batch
                 ? std::optional<epoch_ms>{now}
                 : st.next_round_after(letters, now);
-  auto left = std::make_shared<size_t>(due.size());
-  auto finish = [self, next] {
-    self->state.round_running = false;
-    if (next)
-      arm_round(self, *next);
-  };
   if (due.empty()) {
-    finish();
+    end_round(self, next, false);
     return;
   }
+  struct progress {
+    size_t left;
+    bool failed = false;
+  };
+  auto round = std::make_shared<progress>(progress{due.size()});
   for (auto& letter : due)
-    retry_letter(self, std::move(letter), true, [left, finish](dead_letter&) {
-      if (--*left == 0)
-        finish();
-    });
+    retry_letter(self, std::move(letter), true,
+                 [self, round, next](caf::expected<dead_letter> stored) {
+                   round->failed |= !stored;
+                   if (--round->left == 0)
+                     end_round(self, next, round->failed);
+                 });
 }
 
 void run_round(self_ptr self) {
   auto& st = self->state;
   st.next_round.reset();
-  if (st.round_running)
+  if (st.round_running) {
+    st.rerun = true; // Due meanwhile (an operator's retry left it so).
     return;
+  }
   st.round_running = true;
   request_component(self, names::persistence, st.cfg.attempt_timeout,
                     atom::dead_letters_v, true)
@@ -254,10 +283,7 @@ void run_round(self_ptr self) {
         spdlog::warn("dead letters: cannot read them for a retry round: "
                      "{}",
                      render(err));
-        // Tried again one interval later.
-        self->state.round_running = false;
-        arm_round(self,
-                  now_of(self) + self->state.cfg.schedule.interval.count());
+        end_round(self, std::nullopt, true);
       });
 }
 
@@ -302,7 +328,12 @@ caf::result<dead_letter> operator_retry(self_ptr self, const std::string& from,
   auto rp = self->make_response_promise<dead_letter>();
   with_letter(self, from, seq, rp, [self, rp](dead_letter& x) mutable {
     retry_letter(self, std::move(x), false,
-                 [rp](dead_letter& updated) mutable { rp.deliver(updated); });
+                 [rp](caf::expected<dead_letter> stored) mutable {
+                   if (stored)
+                     rp.deliver(std::move(*stored));
+                   else
+                     rp.deliver(std::move(stored.error()));
+                 });
   });
   return rp;
 }
@@ -315,9 +346,12 @@ caf::result<dead_letter> operator_drop(self_ptr self, const std::string& from,
     auto id = dead_letter_id(dropped);
     spdlog::info("dead letter {} dropped by an operator: {}", id, reason);
     self->state.busy.insert(id);
-    store(self, dropped, [self, rp, dropped, id]() mutable {
+    store(self, dropped, [self, rp, dropped, id](caf::error err) mutable {
       self->state.busy.erase(id);
-      rp.deliver(dropped);
+      if (err)
+        rp.deliver(std::move(err));
+      else
+        rp.deliver(dropped);
     });
   });
   return rp;

@@ -636,9 +636,10 @@ void on_dead_letters(self_ptr self, uint64_t request, const std::string&) {
 }
 
 // Answers an operator's action on a dead letter with the letter as stored.
+// The queue's own steps (read, deliver, write) are bounded by 30 s each.
 template <class... Ts>
 void act_on_dead_letter(self_ptr self, uint64_t request, Ts&&... xs) {
-  request_component(self, names::dead_letters, std::chrono::seconds{60},
+  request_component(self, names::dead_letters, std::chrono::seconds{100},
                     std::forward<Ts>(xs)...)
     .then(
       [self, request](dead_letter& x) {
@@ -651,18 +652,18 @@ void act_on_dead_letter(self_ptr self, uint64_t request, Ts&&... xs) {
 
 // GET /api/v1/dlq/FROM/SEQ: one dead letter.
 void on_one_dead_letter(self_ptr self, uint64_t request,
-                        const std::string& id) {
+                        const std::string& from, seq_t seq) {
   request_component(self, names::dead_letters, std::chrono::seconds{30},
                     atom::dead_letters_v)
     .then(
-      [self, request, id](std::vector<dead_letter>& letters) {
+      [self, request, from, seq](std::vector<dead_letter>& letters) {
         for (auto& x : letters)
-          if (dead_letter_id(x) == id) {
+          if (x.entry.from == from && x.entry.seq == seq) {
             respond_json(self, request, 200, dead_letter_json(x));
             return;
           }
         respond_error(self, request, 404, to_string(ec::not_found),
-                      "no dead letter " + id);
+                      "no dead letter " + from + "/" + std::to_string(seq));
       },
       [self, request](caf::error& err) {
         respond_refused(self, request, err);
@@ -699,7 +700,7 @@ void on_dead_letter(self_ptr self, uint64_t request, const std::string& method,
       act_on_dead_letter(self, request, atom::drop_v, from, seq,
                          j.value("reason", std::string{"dropped by operator"}));
   } else {
-    on_one_dead_letter(self, request, id);
+    on_one_dead_letter(self, request, from, seq);
   }
 }
 

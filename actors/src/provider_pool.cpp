@@ -271,6 +271,20 @@ void pool_call::next_provider() {
   max_tokens = 0;
 }
 
+void pool_call::note_failure(error_class cls, bool skipped) {
+  if (!skipped)
+    last_class = cls;
+  if (shared_class && *shared_class != cls)
+    classes_differ = true;
+  shared_class = cls;
+}
+
+std::optional<error_class> pool_call::common_class() const {
+  if (classes_differ)
+    return std::nullopt;
+  return shared_class;
+}
+
 void provider_router_state::init(const provider_pool_config& config,
                                  caf::actor pool_supervisor) {
   pool = config.pool.name;
@@ -385,6 +399,11 @@ caf::error final_error(const provider_router_state& st, const pool_call& call,
   auto text = "pool '" + st.pool + "': " + why;
   if (!call.failures.empty())
     text += " (" + call.failures + ")";
+  // Set up wrong or out of credit only if every provider was.
+  if (call.common_class() == error_class::auth)
+    return caf::make_error(ec::provider_unauthorized, std::move(text));
+  if (call.common_class() == error_class::billing)
+    return caf::make_error(ec::credits_exhausted, std::move(text));
   switch (call.last_class.value_or(error_class::unknown)) {
     case error_class::timeout:
       return caf::make_error(ec::provider_timeout, std::move(text));
@@ -392,10 +411,6 @@ caf::error final_error(const provider_router_state& st, const pool_call& call,
       return caf::make_error(ec::context_overflow, std::move(text));
     case error_class::invalid_request:
       return caf::make_error(ec::provider_rejected, std::move(text));
-    case error_class::auth:
-      return caf::make_error(ec::provider_unauthorized, std::move(text));
-    case error_class::billing:
-      return caf::make_error(ec::credits_exhausted, std::move(text));
     default: return caf::make_error(ec::provider_failed, std::move(text));
   }
 }
@@ -438,7 +453,7 @@ void expire(router_ptr self, uint64_t id) {
   if (i == st.calls.end())
     return;
   auto& call = i->second;
-  call.last_class = error_class::timeout;
+  call.note_failure(error_class::timeout);
   auto budget = milliseconds{call.request.time_budget_ms};
   end_call(self, id,
            final_error(st, call,
@@ -481,7 +496,7 @@ void record_failure(router_ptr self, pool_call& call,
                     time_point now) {
   auto& st = self->state;
   auto& link = st.chain[call.link];
-  call.last_class = cls;
+  call.note_failure(cls);
   if (!call.failures.empty())
     call.failures += "; ";
   call.failures += out.message;
@@ -588,7 +603,7 @@ void skip_cooling_down(provider_router_state& st, pool_call& call,
     auto& link = st.chain[call.link];
     // What opened the breaker speaks for the provider (credits used up).
     if (auto cls = link.breaker.health().last_error_class)
-      call.last_class = *cls;
+      call.note_failure(*cls, true);
     auto wait = duration_cast<milliseconds>(link.breaker.probe_at() - now);
     if (!skipped.empty())
       skipped += ", ";

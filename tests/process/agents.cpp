@@ -426,8 +426,13 @@ CAF_TEST(a message to a cancelled child is retried then abandoned and operators
   KEEL_CHECK_CONTAINS(shown.out, "abandoned");
   KEEL_CHECK_CONTAINS(shown.out, "scheduled retry: thread_closed");
   auto retried = keelctl({"dlq", "retry", id});
-  CAF_CHECK_EQUAL(retried.exit_code, 0);
+  CAF_CHECK_EQUAL(retried.exit_code, 1); // it could not deliver
   KEEL_CHECK_CONTAINS(retried.out, "operator retry: thread_closed");
+  KEEL_CHECK_CONTAINS(retried.err, "the retry did not deliver " + id);
+  auto leading_zero = keelctl(
+    {"dlq", "show",
+     id.substr(0, id.find('/') + 1) + "0" + id.substr(id.find('/') + 1)});
+  CAF_CHECK_EQUAL(leading_zero.exit_code, 0);
   auto dropped = keelctl({"dlq", "drop", id, "--reason", "the child is gone"});
   CAF_CHECK_EQUAL(dropped.exit_code, 0);
   KEEL_CHECK_CONTAINS(dropped.out, "dropped");

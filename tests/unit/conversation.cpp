@@ -31,6 +31,26 @@ scripted_step slow_step(caf::timespan delay) {
 
 struct fixture : node_fixture {
   fixture() = default;
+
+  /// Stores the health of `provider` of pool "default": a billing failure
+  /// opened its breaker for an hour.
+  void store_out_of_credit(const std::string& provider) {
+    provider_health_record down;
+    down.pool = "default";
+    down.provider = provider;
+    down.status = "down";
+    down.breaker = "open";
+    down.consecutive_failures = 5;
+    down.last_error = "billing: out of credit";
+    down.last_error_class = "billing";
+    down.cooldown_until = wall_clock_millis() + 3'600'000;
+    auto put = self->request(persistence(), caf::infinite, caf::put_atom_v,
+                             down);
+    consume_messages();
+    put.receive([](caf::ok_atom) {},
+                [](caf::error& err) { CAF_FAIL(render(err)); });
+  }
+
   explicit fixture(node_config cfg) : node_fixture(std::move(cfg)) {
     // nop
   }
@@ -438,19 +458,7 @@ CAF_TEST(a turn that starts while the providers restart waits for them) {
 }
 
 CAF_TEST(a restarted pool honours the stored cooldowns from its first call) {
-  provider_health_record down;
-  down.pool = "default";
-  down.provider = "script";
-  down.status = "down";
-  down.breaker = "open";
-  down.consecutive_failures = 5;
-  down.last_error = "billing: out of credit";
-  down.last_error_class = "billing";
-  down.cooldown_until = wall_clock_millis() + 3'600'000;
-  auto put = self->request(persistence(), caf::infinite, caf::put_atom_v, down);
-  consume_messages();
-  put.receive([](caf::ok_atom) {},
-              [](caf::error& err) { CAF_FAIL(render(err)); });
+  store_out_of_credit("script");
   // The pool restarts and asks for the record; a turn waiting for the
   // restart reaches the router before persistence answers, and must not
   // reach the provider that cools down.
@@ -467,6 +475,49 @@ CAF_TEST(a restarted pool honours the stored cooldowns from its first call) {
   CAF_CHECK_EQUAL(log[1].text,
                   with_owner_contact(turn_errors::credits_exhausted, ""));
   CAF_CHECK_NOT_EQUAL(log[1].text.find("contact our team"), std::string::npos);
+}
+
+CAF_TEST_FIXTURE_SCOPE_END()
+
+namespace {
+
+// Pool "default" chains "script" (failing "fail" messages as overloaded)
+// and "backup", whose stored health says a billing failure opened its
+// breaker an hour ago.
+node_config config_with_backup_out_of_credit() {
+  auto cfg = scripted_config(node_fixture::fresh_data_dir(),
+                             {match_step("fail", "overloaded"),
+                              reply_step("re: {input}")});
+  provider_config backup;
+  backup.name = "backup";
+  backup.kind = "scripted";
+  backup.script = {reply_step("backup: {input}")};
+  cfg.providers.push_back(backup);
+  cfg.pools[0].chain = {"script", "backup"};
+  return cfg;
+}
+
+struct backup_fixture : fixture {
+  backup_fixture() : fixture(config_with_backup_out_of_credit()) {
+    store_out_of_credit("backup");
+    kill("providers/default"); // reloads the stored health
+    consume_messages();
+  }
+};
+
+} // namespace
+
+CAF_TEST_FIXTURE_SCOPE(backup_tests, backup_fixture)
+
+CAF_TEST(credits are exhausted only if every provider is out of credit) {
+  // "script" fails for another reason: the user must not read that the
+  // credit is used up.
+  CAF_REQUIRE(send("t", "1", "please fail"));
+  auto log = history("t");
+  CAF_REQUIRE_EQUAL(log.size(), 2u);
+  CAF_CHECK_EQUAL(log[1].code, "provider_failed");
+  CAF_CHECK_EQUAL(log[1].text,
+                  with_owner_contact(turn_errors::provider_failed, ""));
 }
 
 CAF_TEST_FIXTURE_SCOPE_END()

@@ -82,6 +82,8 @@ struct dead_letter_queue_state {
   std::set<std::string> busy;
   /// A scheduled round is running.
   bool round_running = false;
+  /// A round became due while one ran: the next runs at once.
+  bool rerun = false;
   /// The time of the pending round's timer; none if no timer is armed.
   std::optional<epoch_ms> next_round;
 

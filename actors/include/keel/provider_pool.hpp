@@ -135,9 +135,22 @@ struct pool_call {
   std::string failures;
   /// Class of the last failure.
   std::optional<error_class> last_class;
+  /// The class every failure so far shared, counting providers skipped for
+  /// an open breaker with the class that opened it; none once two
+  /// differed (`classes_differ`).
+  std::optional<error_class> shared_class;
+  bool classes_differ = false;
 
   /// Moves on to the next provider of the chain, with fresh counters.
   void next_provider();
+
+  /// Records a failure of class `cls` (`skipped`: a provider passed over
+  /// because its breaker was opened by `cls`, which is not this call's
+  /// last failure).
+  void note_failure(error_class cls, bool skipped = false);
+
+  /// The class of every failure of the call, if they all had the same.
+  std::optional<error_class> common_class() const;
 };
 
 /// State of a pool's router.
