@@ -23,6 +23,19 @@ std::string relative_time(const json& letter, const char* key) {
   return delta >= 0 ? "in " + text : text + " ago";
 }
 
+// Where a letter goes: its target thread, or a reply's channels
+// ("channel crm,ops").
+std::string destination(const json& x) {
+  auto i = x.find("channels");
+  if (i == x.end() || !i->is_array() || i->empty())
+    return json_string(x, "to");
+  std::string result = "channel ";
+  for (auto& name : *i)
+    if (name.is_string())
+      result += (result.size() > 8 ? "," : "") + name.get<std::string>();
+  return result;
+}
+
 int print_list(const json& body, const std::string& status) {
   std::printf("%-28s %-9s %7s %-12s %-16s %s\n", "ID", "STATUS", "RETRIES",
               "NEXT RETRY", "TO", "REASON");
@@ -35,8 +48,7 @@ int print_list(const json& body, const std::string& status) {
                   json_string(x, "status").c_str(),
                   static_cast<unsigned long long>(json_number(x, {"retries"})),
                   relative_time(x, "next_retry_at").c_str(),
-                  json_string(x, "to").c_str(),
-                  json_string(x, "reason").c_str());
+                  destination(x).c_str(), json_string(x, "reason").c_str());
     }
   return exit_ok;
 }
@@ -44,7 +56,7 @@ int print_list(const json& body, const std::string& status) {
 int print_letter(const json& x) {
   std::cout << "dead letter " << json_string(x, "id") << ": "
             << json_string(x, "status") << "\n  from " << json_string(x, "from")
-            << " to " << json_string(x, "to") << ": " << json_string(x, "text")
+            << " to " << destination(x) << ": " << json_string(x, "text")
             << "\n  reason: " << json_string(x, "reason")
             << "\n  first attempt: " << relative_time(x, "at")
             << ", last: " << relative_time(x, "last_attempt_at")

@@ -63,6 +63,7 @@ conversation_config make_conversation_config(const node_config& node,
   cfg.context_window = pool_window(node, defaults.pool);
   cfg.agents = defaults.agents;
   cfg.owner_contact = node.owner.contact;
+  cfg.channels = node.delivery.channels_of(cfg.thread);
   return cfg;
 }
 
@@ -293,6 +294,20 @@ conversation_state::new_children(const completion& reply,
   return result;
 }
 
+namespace {
+
+// The answer `entry` goes to the thread's outbound channels, if any: its
+// delivery record is written with the commit.
+void add_delivery(const conversation_state& st, turn_commit& commit,
+                  const log_entry& entry, millis now) {
+  if (st.cfg.channels.empty())
+    return;
+  commit.deliveries.push_back({st.cfg.thread, entry.seq, commit.inbox_seq,
+                               entry.text, now, st.cfg.channels});
+}
+
+} // namespace
+
 turn_commit
 conversation_state::make_reply_commit(const completion& reply, millis now,
                                       const spawn_outcomes& spawns) {
@@ -309,6 +324,7 @@ conversation_state::make_reply_commit(const completion& reply, millis now,
   commit.context.push_back(context_entry{seq, "assistant", text});
   auto entry = entry_about(msg, seq, log_kind::reply, std::move(text), now);
   entry.provider = reply.provider;
+  add_delivery(*this, commit, entry, now);
   commit.log.push_back(std::move(entry));
   return commit;
 }
@@ -329,6 +345,7 @@ turn_commit conversation_state::make_error_commit(const std::string& code,
     commit.context.push_back(context_entry{seq, "assistant", text});
   auto entry = entry_about(msg, seq, log_kind::error, text, now);
   entry.code = code;
+  add_delivery(*this, commit, entry, now);
   commit.log.push_back(std::move(entry));
   return commit;
 }

@@ -199,30 +199,53 @@ void retry_stored(self_ptr self, const dead_letter& updated,
   done(updated);
 }
 
-// Delivers `letter` to its target again (`scheduled`: by the schedule, not
-// an operator), stores the outcome and calls `done` with the letter as
-// stored, or with the error that kept it from being stored.
+// Asks for `letter` to be delivered once more: to its target thread, or a
+// reply's to its channels. `done` learns the outcome and the channels that
+// still failed.
+void redeliver(
+  self_ptr self, const dead_letter& letter,
+  std::function<void(retry_result, std::vector<std::string>)> done) {
+  auto timeout = self->state.cfg.attempt_timeout;
+  auto failed = [done, channels = letter.channels](caf::error& err) {
+    done({false, render(err)}, channels);
+  };
+  if (letter.channels.empty()) {
+    request_component(self, names::orchestrator, timeout, atom::deliver_v,
+                      letter.entry)
+      .then(
+        [done](accept_result&) {
+          done({true, {}}, {});
+        },
+        failed);
+    return;
+  }
+  request_component(self, names::channels, timeout, atom::retry_v, letter)
+    .then(
+      [done](dead_letter& after) {
+        done({after.channels.empty(), after.reason}, after.channels);
+      },
+      failed);
+}
+
+// Delivers `letter` again (`scheduled`: by the schedule, not an operator),
+// stores the outcome and calls `done` with the letter as stored, or with
+// the error that kept it from being stored.
 void retry_letter(self_ptr self, dead_letter letter, bool scheduled,
                   std::function<void(caf::expected<dead_letter>)> done) {
   self->state.busy.insert(dead_letter_id(letter));
-  auto finish = [self, letter, scheduled, done](retry_result result) {
+  auto finish = [self, letter, scheduled,
+                 done](retry_result result, std::vector<std::string> failed) {
     auto& st = self->state;
     auto updated = after_retry(letter, st.cfg.schedule, scheduled, result,
                                now_of(self));
+    if (!updated.channels.empty() && !failed.empty())
+      updated.channels = std::move(failed);
     log_outcome(updated);
     store(self, updated, [self, updated, done](caf::error err) {
       retry_stored(self, updated, err, done);
     });
   };
-  request_component(self, names::orchestrator, self->state.cfg.attempt_timeout,
-                    atom::deliver_v, letter.entry)
-    .then(
-      [finish](accept_result&) {
-        finish({true, {}});
-      },
-      [finish](caf::error& err) {
-        finish({false, render(err)});
-      });
+  redeliver(self, letter, finish);
 }
 
 // Ends a round: arms the next at `next` (none: no letter is pending), or
@@ -288,13 +311,9 @@ void run_round(self_ptr self) {
 }
 
 // Writes a new dead letter and arms the round that retries it.
-caf::result<caf::ok_atom> add(self_ptr self, const outbox_entry& entry,
-                              std::string reason, uint64_t tenure) {
+caf::result<caf::ok_atom> write_new(self_ptr self, const dead_letter& letter,
+                                    uint64_t tenure) {
   auto& st = self->state;
-  auto letter = make_dead_letter(entry, std::move(reason), st.cfg.schedule,
-                                 now_of(self));
-  spdlog::info("thread {}: message for {} is a dead letter: {}", entry.from,
-               entry.to, letter.reason);
   if (letter.next_retry_at != 0)
     arm_round(self, letter.next_retry_at);
   auto rp = self->make_response_promise<caf::ok_atom>();
@@ -303,6 +322,23 @@ caf::result<caf::ok_atom> add(self_ptr self, const outbox_entry& entry,
     .then([rp](caf::ok_atom) mutable { rp.deliver(caf::ok_atom_v); },
           [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
   return rp;
+}
+
+caf::result<caf::ok_atom> add(self_ptr self, const outbox_entry& entry,
+                              std::string reason, uint64_t tenure) {
+  auto letter = make_dead_letter(entry, std::move(reason),
+                                 self->state.cfg.schedule, now_of(self));
+  spdlog::info("thread {}: message for {} is a dead letter: {}", entry.from,
+               entry.to, letter.reason);
+  return write_new(self, letter, tenure);
+}
+
+// A reply no channel delivered.
+caf::result<caf::ok_atom> add_reply(self_ptr self, dead_letter given) {
+  auto letter = make_dead_letter(given.entry, std::move(given.reason),
+                                 self->state.cfg.schedule, now_of(self));
+  letter.channels = std::move(given.channels);
+  return write_new(self, letter, 0);
 }
 
 // Finds letter `from/seq` for an operator's action and calls `act` with it
@@ -381,6 +417,9 @@ dead_letter_queue_actor::behavior_type dead_letter_queue(
     [self](caf::put_atom, const outbox_entry& entry, std::string& reason,
            uint64_t tenure) {
       return add(self, entry, std::move(reason), tenure);
+    },
+    [self](caf::put_atom, dead_letter& letter) {
+      return add_reply(self, std::move(letter));
     },
     [self](atom::dead_letters) { return list(self); },
     [self](atom::retry, const std::string& from, seq_t seq) {

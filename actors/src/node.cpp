@@ -12,6 +12,7 @@
 #include <spdlog/spdlog.h>
 
 #include "keel/actors.hpp"
+#include "keel/channel_delivery.hpp"
 #include "keel/cluster.hpp"
 #include "keel/conversation.hpp"
 #include "keel/dead_letter_queue.hpp"
@@ -193,12 +194,34 @@ void add_cluster_children(supervisor_config& sup, const node_config& cfg,
      }});
 }
 
+// The outbound channels; fails naming a channel whose client cannot be
+// set up (an unreadable CA file).
+caf::expected<child_spec> channels_child(const node_config& cfg,
+                                         const std::shared_ptr<http_io>& io) {
+  channel_delivery_config dcfg;
+  dcfg.channels = cfg.delivery.channels;
+  dcfg.io = io;
+  dcfg.store_timeout = cfg.storage.request_timeout;
+  if (cfg.cluster.enabled)
+    dcfg.poll = cfg.delivery.dead_letters.interval;
+  for (auto& channel : dcfg.channels)
+    if (auto client = channel_client::make(*io, channel); !client)
+      return std::move(client.error());
+  return child_spec{
+    "channels", names::channels, [dcfg](caf::local_actor* parent) {
+      return caf::actor_cast<caf::actor>(parent->spawn(channel_delivery, dcfg));
+    }};
+}
+
 } // namespace
 
 caf::expected<supervisor_config>
 root_spec(const node_config& cfg, std::shared_ptr<ws_server> server,
           bool detached_persistence, std::shared_ptr<http_io> io,
           std::shared_ptr<shard_table> shards) {
+  auto channels = channels_child(cfg, io);
+  if (!channels)
+    return channels.error();
   auto providers_sup = providers_spec(cfg, std::move(io));
   if (!providers_sup)
     return providers_sup.error();
@@ -236,6 +259,7 @@ root_spec(const node_config& cfg, std::shared_ptr<ws_server> server,
        return caf::actor_cast<caf::actor>(
          parent->spawn(dead_letter_queue, dcfg));
      }});
+  sup.children.push_back(std::move(*channels));
   if (cfg.cluster.enabled)
     add_cluster_children(sup, cfg, shards);
   if (server)

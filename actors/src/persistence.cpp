@@ -255,6 +255,26 @@ persistence_state::dead_letters(bool served_only) {
   return std::move(*letters);
 }
 
+caf::result<caf::ok_atom> persistence_state::put(const reply_delivery& rec,
+                                                 uint64_t tenure) {
+  if (auto err = check_tenure(rec.thread, tenure))
+    return err;
+  db->stage_delivery(rec, tenure);
+  return after_flush(caf::ok_atom_v);
+}
+
+caf::result<std::vector<reply_delivery>> persistence_state::deliveries() {
+  auto replies = db->deliveries();
+  if (!replies)
+    return replies.error();
+  if (auto only = served())
+    replies->erase(
+      std::remove_if(replies->begin(), replies->end(),
+                     [&](const reply_delivery& x) { return !only(x.thread); }),
+      replies->end());
+  return std::move(*replies);
+}
+
 caf::result<caf::ok_atom>
 persistence_state::put(const recovery_report& report) {
   db->stage_meta("last_recovery", encode(report));
@@ -411,15 +431,27 @@ caf::result<recovery_report> persistence_state::report() {
   return decode<recovery_report>(*text);
 }
 
-persistence_actor::behavior_type
-persistence(persistence_actor::stateful_pointer<persistence_state> self,
-            persistence_config cfg) {
+namespace {
+
+// Opens the store; false (the actor quits with the reason) if it cannot.
+bool start(persistence_actor::stateful_pointer<persistence_state> self,
+           const persistence_config& cfg) {
   if (auto err = self->state.init(cfg)) {
     self->quit(std::move(err));
-    return persistence_actor::behavior_type::make_empty_behavior();
+    return false;
   }
   self->set_exit_handler(
     [self](caf::exit_msg& msg) { self->state.on_exit(msg); });
+  return true;
+}
+
+} // namespace
+
+persistence_actor::behavior_type
+persistence(persistence_actor::stateful_pointer<persistence_state> self,
+            persistence_config cfg) {
+  if (!start(self, cfg))
+    return persistence_actor::behavior_type::make_empty_behavior();
   return {
     [self](atom::accept, accept_request& req) {
       return self->state.accept(req);
@@ -456,6 +488,10 @@ persistence(persistence_actor::stateful_pointer<persistence_state> self,
     [self](atom::dead_letters, bool served_only) {
       return self->state.dead_letters(served_only);
     },
+    [self](caf::put_atom, const reply_delivery& rec, uint64_t tenure) {
+      return self->state.put(rec, tenure);
+    },
+    [self](atom::deliveries) { return self->state.deliveries(); },
     [self](atom::subtree, const std::string& thread) {
       return self->state.subtree(thread);
     },

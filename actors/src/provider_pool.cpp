@@ -780,7 +780,7 @@ bool needs_http(const node_config& cfg) {
   for (auto& p : cfg.providers)
     if (is_http_kind(p.kind))
       return true;
-  return false;
+  return !cfg.delivery.channels.empty();
 }
 
 caf::expected<supervisor_config> providers_spec(const node_config& cfg,

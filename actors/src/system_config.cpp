@@ -41,6 +41,9 @@ system_config::system_config() {
   add_message_type<tool_outcome>("keel::tool_outcome");
   add_message_type<dead_letter>("keel::dead_letter");
   add_message_type<std::vector<dead_letter>>("std::vector<keel::dead_letter>");
+  add_message_type<reply_delivery>("keel::reply_delivery");
+  add_message_type<std::vector<reply_delivery>>(
+    "std::vector<keel::reply_delivery>");
   add_message_type<recovery_report>("keel::recovery_report");
   add_message_type<recovery_plan>("keel::recovery_plan");
   add_message_type<std::vector<session_record>>(

@@ -366,19 +366,13 @@ struct dead_letter_fixture : fixture {
     // nop
   }
 
-  command_result keelctl(std::vector<std::string> args) {
-    std::vector<std::string> argv{tool_binary("keelctl"), "--node",
-                                  "127.0.0.1:"
-                                    + std::to_string(node.address().port)};
-    argv.insert(argv.end(), args.begin(), args.end());
-    return run_command(argv);
+  command_result keelctl(const std::vector<std::string>& args) {
+    return keelctl_at(node.address(), args);
   }
 
   // The dead letters as `keelctl dlq list --json` prints them.
   json letters() {
-    auto res = keelctl({"dlq", "list", "--json"});
-    CAF_REQUIRE_EQUAL(res.exit_code, 0);
-    return json::parse(res.out)["dead_letters"];
+    return dead_letters_at(node.address());
   }
 
   // Polls the letters until `pred` holds for them (bounded).

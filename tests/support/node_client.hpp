@@ -82,6 +82,24 @@ inline std::string data_violations(const std::string& data_dir) {
          + res.out + res.err;
 }
 
+/// Runs `keelctl --node 127.0.0.1:PORT ARGS...` against the node at `ep`.
+inline command_result keelctl_at(const endpoint& ep,
+                                 const std::vector<std::string>& args) {
+  std::vector<std::string> argv{tool_binary("keelctl"), "--node",
+                                "127.0.0.1:" + std::to_string(ep.port)};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run_command(argv);
+}
+
+/// The node's dead letters as `keelctl dlq list --json` prints them; throws
+/// std::runtime_error with keelctl's output if it fails.
+inline nlohmann::json dead_letters_at(const endpoint& ep) {
+  auto res = keelctl_at(ep, {"dlq", "list", "--json"});
+  if (res.exit_code != 0)
+    throw std::runtime_error("keelctl dlq list failed: " + res.out + res.err);
+  return nlohmann::json::parse(res.out)["dead_letters"];
+}
+
 /// Opens a WebSocket client to the node and consumes its hello frame.
 inline std::unique_ptr<ws_client> connect_client(const endpoint& ep) {
   auto client = ws_client::connect(ep);

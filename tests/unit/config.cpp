@@ -1184,6 +1184,72 @@ CAF_TEST(the owner and the dead letter schedule are read and checked) {
                   "(expected max_retries, interval or batch)");
 }
 
+CAF_TEST(outbound channels are read with the retry preset of their kind) {
+  auto cfg = parse("delivery:\n  channels:\n"
+                   "    - name: crm\n      kind: webhook\n"
+                   "      url: https://crm.example.com/hook\n"
+                   "      secret: s3cret\n      threads: [\"support-*\", ops]\n"
+                   "      retry: {max_attempts: 5, base_delay: 2s}\n"
+                   "      timeout: 3s\n"
+                   "    - name: tg\n      kind: telegram\n"
+                   "      token: \"1:x\"\n      chat_id: \"42\"\n"
+                   "      threads: [\"*\"]\n");
+  CAF_REQUIRE_EQUAL(outcome(cfg), "none");
+  auto& channels = cfg->delivery.channels;
+  CAF_REQUIRE_EQUAL(channels.size(), 2u);
+  CAF_CHECK_EQUAL(channels[0].secret, "s3cret");
+  CAF_CHECK_EQUAL(channels[0].retry.backoff.max_attempts, 5u);
+  CAF_CHECK_EQUAL(channels[0].retry.backoff.base_delay, 2s);
+  CAF_CHECK_EQUAL(channels[0].retry.backoff.max_delay, 30s);
+  CAF_CHECK_EQUAL(channels[0].retry.send_timeout, 3s);
+  CAF_CHECK(channels[1].kind == channel_kind::telegram);
+  CAF_CHECK_EQUAL(channels[1].url, "https://api.telegram.org");
+  CAF_CHECK_EQUAL(channels[1].parse_mode, "Markdown");
+  CAF_CHECK_EQUAL(channels[1].retry.backoff.base_delay, 400ms);
+  CAF_CHECK_EQUAL(channels[1].retry.min_retry_after, 400ms);
+  CAF_CHECK(channels[1].retry.plain_text_fallback);
+  CAF_CHECK_EQUAL(channels[1].retry.send_timeout, 10s);
+  using names = std::vector<std::string>;
+  CAF_CHECK_EQUAL(cfg->delivery.channels_of("support-7"), (names{"crm", "tg"}));
+  CAF_CHECK_EQUAL(cfg->delivery.channels_of("ops"), (names{"crm", "tg"}));
+  CAF_CHECK_EQUAL(cfg->delivery.channels_of("opsx"), names{"tg"});
+}
+
+CAF_TEST(bad outbound channels name the key) {
+  auto channel = [](const std::string& body) {
+    return "delivery:\n  channels:\n    - name: c\n" + body;
+  };
+  CAF_CHECK_EQUAL(error_of(channel("      kind: sms\n      threads: [a]\n")),
+                  "node.yaml:4: delivery.channels[0].kind: unknown value "
+                  "\"sms\" (expected webhook or telegram)");
+  CAF_CHECK_EQUAL(
+    error_of(channel("      kind: webhook\n      threads: [a]\n")),
+    "node.yaml:3: delivery.channels[0].url: missing required "
+    "key (expected an http:// or https:// URL)");
+  CAF_CHECK_EQUAL(
+    error_of(channel("      kind: webhook\n      url: ftp://x\n"
+                     "      threads: [a]\n")),
+    "node.yaml:5: delivery.channels[0].url: expected an http:// or https:// "
+    "URL with a host, got \"ftp://x\"");
+  CAF_CHECK_EQUAL(
+    error_of(channel("      kind: webhook\n      url: http://h/\n"
+                     "      token: t\n      threads: [a]\n")),
+    "node.yaml:6: delivery.channels[0].token: only telegram channels take "
+    "token");
+  CAF_CHECK_EQUAL(
+    error_of(channel("      kind: webhook\n      url: http://h/\n"
+                     "      threads: [\"a/b\"]\n")),
+    "node.yaml:6: delivery.channels[0].threads[0]: expected a thread id or a "
+    "prefix of one ending in *, got \"a/b\"");
+  CAF_CHECK_EQUAL(
+    error_of(
+      "delivery:\n  channels:\n"
+      "    - {name: c, kind: webhook, url: \"http://h\", threads: [a]}\n"
+      "    - {name: c, kind: webhook, url: \"http://h\", threads: [b]}\n"),
+    "node.yaml:4: delivery.channels[1].name: duplicate channel name \"c\" "
+    "(also delivery.channels[0])");
+}
+
 CAF_TEST(http providers take their endpoint timeouts and limits) {
   // Any readable file passes the ca_file check; TLS reads it later.
   auto ca_file = (source_dir() / "config" / "default.yaml").string();

@@ -106,6 +106,32 @@ CAF_TEST(
   CAF_CHECK_EQUAL(only_letter().events.size(), 2u);
 }
 
+CAF_TEST(a reply letter is retried through its channels on the schedule) {
+  dead_letter reply{
+    {"p", 4, "", "", "the reply", 10, 0}, "channel gone: 500", 0};
+  reply.channels = {"gone"};
+  auto hdl = self->request(dlq(), caf::infinite, caf::put_atom_v, reply);
+  consume_messages();
+  hdl.receive([](caf::ok_atom) {},
+              [](caf::error& err) { CAF_FAIL(render(err)); });
+  auto x = only_letter();
+  CAF_CHECK_EQUAL(x.status, dead_letter_status::pending);
+  CAF_CHECK_EQUAL(x.channels, std::vector<std::string>{"gone"});
+  CAF_CHECK_EQUAL(x.reason, "channel gone: 500");
+  CAF_CHECK_EQUAL(x.next_retry_at, x.at + 60000);
+  // The node has no channel "gone": the channels answer so, and the letter
+  // keeps its schedule until it is abandoned.
+  advance(61s);
+  x = only_letter();
+  CAF_CHECK_EQUAL(x.retries, 1u);
+  CAF_REQUIRE_EQUAL(x.events.size(), 1u);
+  CAF_CHECK_EQUAL(x.events[0].outcome,
+                  "channel gone: channel gone is not configured");
+  CAF_CHECK_EQUAL(x.channels, std::vector<std::string>{"gone"});
+  advance(60s);
+  CAF_CHECK_EQUAL(only_letter().status, dead_letter_status::abandoned);
+}
+
 CAF_TEST(a dead letter is delivered once its target takes it) {
   add_letter("p", "t2");
   CAF_REQUIRE(send("t2", "c1", "hello"));

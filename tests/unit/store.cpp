@@ -33,7 +33,7 @@ CAF_TEST(opening creates the folder and records the schema version) {
   CAF_CHECK_EQUAL(value_or(db->meta("schema_version"), ""), "1");
   CAF_CHECK_EQUAL(error_of(db->meta("node_id")), ec::not_found);
   CAF_CHECK_EQUAL(value_or(db->count_sessions(), 99), 0u);
-  CAF_CHECK_EQUAL(column_families.size(), 11u);
+  CAF_CHECK_EQUAL(column_families.size(), 12u);
   auto snapshot = load("t1");
   CAF_CHECK(!snapshot.exists);
   CAF_CHECK(snapshot.inbox.empty());
@@ -850,6 +850,49 @@ CAF_TEST(an undeliverable message moves to the dead letters) {
   CAF_CHECK_EQUAL((*letters)[0].retries, 1u);
   CAF_REQUIRE_EQUAL((*letters)[0].events.size(), 1u);
   CAF_CHECK_EQUAL((*letters)[0].events[0].outcome, "no session");
+}
+
+CAF_TEST(a reply for channels is recorded with its commit until delivered) {
+  accept(make_accept("t1", 1, "c1", "hello", true));
+  flush();
+  auto commit = make_commit("t1", 1, "c1", 3, "hi there");
+  commit.deliveries.push_back({"t1", 3, 1, "hi there", 77, {"crm", "ops"}});
+  db->stage_commit(commit);
+  flush();
+  auto pending = db->deliveries();
+  CAF_REQUIRE_EQUAL(outcome(pending), "none");
+  CAF_REQUIRE_EQUAL(pending->size(), 1u);
+  CAF_CHECK_EQUAL((*pending)[0].seq, 3u);
+  CAF_CHECK_EQUAL((*pending)[0].text, "hi there");
+  CAF_CHECK_EQUAL((*pending)[0].channels,
+                  (std::vector<std::string>{"crm", "ops"}));
+  // One channel delivered: the record keeps the other.
+  auto rest = (*pending)[0];
+  rest.channels = {"ops"};
+  db->stage_delivery(rest);
+  flush();
+  pending = db->deliveries();
+  CAF_REQUIRE_EQUAL(outcome(pending), "none");
+  CAF_REQUIRE_EQUAL(pending->size(), 1u);
+  CAF_CHECK_EQUAL((*pending)[0].channels, std::vector<std::string>{"ops"});
+  // The last channel gave up: the reply moves to the dead letters in one
+  // write.
+  dead_letter letter{
+    {"t1", 3, "", "", "hi there", 77, 0}, "channel ops: 500", 80};
+  letter.channels = {"ops"};
+  db->stage_dead_letter(letter);
+  flush();
+  CAF_CHECK(value_or(db->deliveries(), std::vector<reply_delivery>{1}).empty());
+  auto letters = value_or(db->dead_letters(), std::vector<dead_letter>{});
+  CAF_REQUIRE_EQUAL(letters.size(), 1u);
+  CAF_CHECK_EQUAL(letters[0].channels, std::vector<std::string>{"ops"});
+  // An empty channel list removes a record.
+  db->stage_delivery({"t1", 5, 4, "more", 90, {"crm"}});
+  flush();
+  db->stage_delivery({"t1", 5, 4, "more", 90, {}});
+  CAF_CHECK_EQUAL(db->staged(), 1u);
+  flush();
+  CAF_CHECK(value_or(db->deliveries(), std::vector<reply_delivery>{1}).empty());
 }
 
 CAF_TEST(the listing reads return everything in key order) {

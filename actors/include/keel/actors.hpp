@@ -222,6 +222,7 @@ CAF_ADD_ATOM(keel, keel::atom, cluster, "cluster")
 CAF_ADD_ATOM(keel, keel::atom, run, "run")
 CAF_ADD_ATOM(keel, keel::atom, dead_letters, "deadlettrs")
 CAF_ADD_ATOM(keel, keel::atom, drop, "drop")
+CAF_ADD_ATOM(keel, keel::atom, deliveries, "deliveries")
 
 CAF_ADD_TYPE_ID(keel, (keel::session_record))
 CAF_ADD_TYPE_ID(keel, (keel::inbox_entry))
@@ -261,6 +262,8 @@ CAF_ADD_TYPE_ID(keel, (keel::tool_run))
 CAF_ADD_TYPE_ID(keel, (keel::tool_outcome))
 CAF_ADD_TYPE_ID(keel, (keel::dead_letter))
 CAF_ADD_TYPE_ID(keel, (std::vector<keel::dead_letter>) )
+CAF_ADD_TYPE_ID(keel, (keel::reply_delivery))
+CAF_ADD_TYPE_ID(keel, (std::vector<keel::reply_delivery>) )
 
 CAF_END_TYPE_ID_BLOCK(keel)
 
@@ -286,11 +289,13 @@ constexpr caf::atom_value cluster = caf::atom("cluster");
 constexpr caf::atom_value peers = caf::atom("peers");
 /// The dead-letter queue.
 constexpr caf::atom_value dead_letters = caf::atom("deadletter");
+/// The outbound channels.
+constexpr caf::atom_value channels = caf::atom("channels");
 
 /// Every name above.
-constexpr caf::atom_value all[] = {persistence,  root,          providers,
-                                   orchestrator, conversations, gateway,
-                                   cluster,      peers,         dead_letters};
+constexpr caf::atom_value all[]
+  = {persistence, root,    providers, orchestrator, conversations,
+     gateway,     cluster, peers,     dead_letters, channels};
 
 } // namespace names
 
@@ -353,6 +358,13 @@ using persistence_actor = caf::typed_actor<
   // Reads the dead letters, in key order; `true`: only those from threads
   // this node serves (all on a single node).
   caf::replies_to<atom::dead_letters, bool>::with<std::vector<dead_letter>>,
+  // Rewrites a reply's delivery record (removes it once no channel is
+  // left), for a writer of a tenure (0 for the channels); answers once
+  // synced.
+  caf::replies_to<caf::put_atom, reply_delivery, uint64_t>::with<caf::ok_atom>,
+  // Reads the replies on their way to outbound channels, of the threads
+  // this node serves (all on a single node).
+  caf::replies_to<atom::deliveries>::with<std::vector<reply_delivery>>,
   // Lists a thread and its descendants, parents before children.
   caf::replies_to<atom::subtree, std::string>::with<std::vector<std::string>>,
   // Reads every session record and tree link (the agent tree).
@@ -382,6 +394,10 @@ using dead_letter_queue_actor = caf::typed_actor<
   // why, and the writer's tenure; answers once synced.
   caf::replies_to<caf::put_atom, outbox_entry, std::string,
                   uint64_t>::with<caf::ok_atom>,
+  // Writes a new dead letter for a reply no channel delivered (`channels`
+  // and `reason` set), scheduling its retries; its delivery record goes in
+  // the same write. Answers once synced.
+  caf::replies_to<caf::put_atom, dead_letter>::with<caf::ok_atom>,
   // Lists every dead letter (every node's in a cluster), in key order.
   caf::replies_to<atom::dead_letters>::with<std::vector<dead_letter>>,
   // Retries letter (from, seq) now; answers it as stored after the retry.
@@ -393,6 +409,26 @@ using dead_letter_queue_actor = caf::typed_actor<
   caf::replies_to<atom::drop, std::string, seq_t,
                   std::string>::with<dead_letter>,
   // (internal) Runs a round of scheduled retries.
+  caf::reacts_to<atom::tick>>;
+
+/// The outbound channels (`keel/channel_delivery.hpp`): sends committed
+/// replies to the channels their threads are bound to, each channel with
+/// its retry policy, and hands what no attempt delivered to the dead-letter
+/// queue.
+using channel_delivery_actor = caf::typed_actor<
+  // A reply was committed with its delivery record: send it (no answer).
+  caf::reacts_to<atom::deliver, reply_delivery>,
+  // One attempt of a reply's dead letter on each of its channels; answers
+  // the letter with `channels` the ones that failed again and `reason`
+  // why (no channels left: delivered).
+  caf::replies_to<atom::retry, dead_letter>::with<dead_letter>,
+  // (internal) The next attempt of send `id` is due.
+  caf::reacts_to<atom::attempt, uint64_t>,
+  // (internal) Send `id` ended: delivered, else the failure's kind, its
+  // Retry-After in ms (-1: none) and what happened.
+  caf::reacts_to<atom::attempt, uint64_t, bool, uint8_t, int64_t, std::string>,
+  // (internal) Reads the delivery records again (at start, after a failed
+  // read, and in a cluster periodically).
   caf::reacts_to<atom::tick>>;
 
 /// The router of a provider pool: the pool's front door. Owns the failover

@@ -67,6 +67,10 @@ struct conversation_config {
   agent_limits agents;
   /// Whom users are told to contact (`owner.contact`).
   std::string owner_contact;
+  /// The outbound channels the thread is bound to
+  /// (`delivery.channels[].threads`): each answer is committed with a
+  /// delivery record for them.
+  std::vector<std::string> channels;
 };
 
 /// How much longer than `turn_timeout` a conversation waits for its pool,

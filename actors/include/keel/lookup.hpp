@@ -38,6 +38,8 @@ inline std::string root_child_id(caf::atom_value name) {
     return "peers";
   if (name == names::dead_letters)
     return "dead_letters";
+  if (name == names::channels)
+    return "channels";
   return "gateway";
 }
 

@@ -116,6 +116,12 @@ struct persistence_state {
   /// Reads the dead letters; `served_only`: of the threads this node serves.
   caf::result<std::vector<dead_letter>> dead_letters(bool served_only);
 
+  /// Rewrites (or removes) a reply's delivery record.
+  caf::result<caf::ok_atom> put(const reply_delivery& rec, uint64_t tenure);
+
+  /// Reads the delivery records of the threads this node serves.
+  caf::result<std::vector<reply_delivery>> deliveries();
+
   /// Stores the final recovery report.
   caf::result<caf::ok_atom> put(const recovery_report& report);
 

@@ -201,8 +201,8 @@ supervisor_config pool_spec(const provider_pool_config& cfg,
 caf::expected<supervisor_config> providers_spec(const node_config& cfg,
                                                 std::shared_ptr<http_io> io);
 
-/// Returns whether any configured provider speaks HTTP (then the node needs
-/// an `http_io`).
+/// Returns whether any configured provider speaks HTTP or any outbound
+/// channel is configured (then the node needs an `http_io`).
 bool needs_http(const node_config& cfg);
 
 } // namespace keel

@@ -32,6 +32,30 @@ const tool_config* node_config::find_tool(const std::string& x) const {
   return i != tools.end() ? &*i : nullptr;
 }
 
+bool channel_binds(const std::string& pattern, const std::string& thread) {
+  if (!pattern.empty() && pattern.back() == '*')
+    return thread.compare(0, pattern.size() - 1, pattern, 0, pattern.size() - 1)
+           == 0;
+  return pattern == thread;
+}
+
+std::vector<std::string>
+delivery_config::channels_of(const std::string& thread) const {
+  std::vector<std::string> result;
+  for (auto& channel : channels)
+    if (std::any_of(channel.threads.begin(), channel.threads.end(),
+                    [&](auto& x) { return channel_binds(x, thread); }))
+      result.push_back(channel.name);
+  return result;
+}
+
+const channel_config*
+delivery_config::find_channel(const std::string& x) const {
+  auto i = std::find_if(channels.begin(), channels.end(),
+                        [&](const channel_config& c) { return c.name == x; });
+  return i != channels.end() ? &*i : nullptr;
+}
+
 bool is_loopback_host(std::string_view host) {
   // Host names are case-insensitive (RFC 4343).
   constexpr std::string_view local = "localhost";

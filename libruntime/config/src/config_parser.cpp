@@ -79,6 +79,18 @@ constexpr const char* retry_keys[] = {"base_delay",      "multiplier",
                                       "max_delay",       "jitter",
                                       "retry_after_cap", "budget"};
 
+constexpr const char* channel_keys[]
+  = {"name",       "kind",    "url",   "secret",  "token",  "chat_id",
+     "parse_mode", "threads", "retry", "timeout", "ca_file"};
+
+constexpr const char* channel_kinds[] = {"webhook", "telegram"};
+
+constexpr const char* telegram_parse_modes[] = {"Markdown", "MarkdownV2",
+                                                "HTML", ""};
+
+constexpr const char* channel_retry_keys[]
+  = {"max_attempts", "base_delay", "multiplier", "max_delay", "jitter"};
+
 constexpr const char* breaker_keys[] = {"failure_threshold", "probe_lead",
                                         "probe_timeout"};
 
@@ -376,6 +388,12 @@ private:
                               caf::timespan minimum, caf::timespan& out);
   void read_chaos(const map_reader& m, chaos_config& cfg);
   void read_dead_letters(const map_reader& m, dead_letter_schedule& cfg);
+  channel_config read_channel(const YAML::Node& node, const std::string& path);
+  void read_channel_target(const map_reader& m, channel_config& cfg);
+  void read_channel_retry(const map_reader& m, channel_retry& cfg);
+  /// Reads `base_delay`, `multiplier`, `max_delay` (at least `base_delay`)
+  /// and `jitter` of a retry policy.
+  void read_backoff_delays(const map_reader& m, retry_policy& r);
 
   // -- checks across fields ---------------------------------------------------
 
@@ -395,6 +413,24 @@ private:
   void check_tool_refs(const node_config& cfg, const std::string& path,
                        const std::vector<std::string>& names) const;
   void check_storage(const node_config& cfg) const;
+  void check_channels(const delivery_config& cfg) const;
+
+  /// Fails for the first item of `items`, the list at `path`, whose name an
+  /// earlier item has: "duplicate WHAT name ...".
+  template <class T>
+  void check_unique_names(const std::vector<T>& items, const std::string& path,
+                          const std::string& what) const {
+    std::map<std::string, size_t> index;
+    for (size_t i = 0; i < items.size(); ++i) {
+      auto [pos, added] = index.emplace(items[i].name, i);
+      if (added)
+        continue;
+      auto at = indexed(path, i) + ".name";
+      fail(line(at), at,
+           "duplicate " + what + " name " + quote(items[i].name) + " (also "
+             + indexed(path, pos->second) + ")");
+    }
+  }
   void check_cluster(const node_config& cfg) const;
   void check_cluster_token(const cluster_config& cfg) const;
   void check_cluster_advertise(const cluster_config& cfg) const;
@@ -456,10 +492,14 @@ node_config parser::run(const YAML::Node& root) {
   if (auto m = section(top, "owner", {"contact"}))
     if (auto x = m->get("contact"))
       cfg.owner.contact = read_string(*x, m->path("contact"));
-  if (auto m = section(top, "delivery", {"dead_letters"}))
+  if (auto m = section(top, "delivery", {"dead_letters", "channels"})) {
     if (auto d = section(*m, "dead_letters",
                          {"max_retries", "interval", "batch"}))
       read_dead_letters(*d, cfg.delivery.dead_letters);
+    if (auto x = m->get("channels"))
+      cfg.delivery.channels = read_each(
+        *x, m->path("channels"), "a list of channels", &parser::read_channel);
+  }
   validate(cfg);
   fill_cluster_defaults(cfg);
   collect_warnings(cfg);
@@ -878,22 +918,12 @@ pool_config parser::read_pool(const YAML::Node& node, const std::string& path) {
 
 void parser::read_retry(const map_reader& m, pool_config& cfg) {
   auto& r = cfg.retry;
-  if (auto x = m.get("base_delay"))
-    r.base_delay = read_millis(*x, m.path("base_delay"), false);
-  if (auto x = m.get("multiplier"))
-    r.multiplier = read_number(*x, m.path("multiplier"), 1.0, 100.0);
-  if (auto x = m.get("max_delay"))
-    r.max_delay = read_millis(*x, m.path("max_delay"), false);
-  if (auto x = m.get("jitter"))
-    r.jitter = read_number(*x, m.path("jitter"), 0.0, 1.0);
   if (auto x = m.get("retry_after_cap"))
     r.retry_after_cap = read_millis(*x, m.path("retry_after_cap"), false);
   if (auto x = m.get("budget"))
     cfg.budget
       = static_cast<uint32_t>(read_int(*x, m.path("budget"), 1, 10000));
-  if (r.max_delay < r.base_delay)
-    fail_below(m.line("max_delay"), m.path("max_delay"), m.path("base_delay"),
-               r.base_delay, r.max_delay);
+  read_backoff_delays(m, r);
 }
 
 void parser::read_breaker(const map_reader& m, breaker_config& cfg) {
@@ -1303,6 +1333,95 @@ void parser::read_dead_letters(const map_reader& m, dead_letter_schedule& cfg) {
     = std::chrono::duration_cast<std::chrono::milliseconds>(interval);
 }
 
+channel_config parser::read_channel(const YAML::Node& node,
+                                    const std::string& path) {
+  map_reader m{*this, node, path, line_of(node), strings(channel_keys)};
+  channel_config result;
+  result.name = read_name(required(m, "name", "a non-empty channel name"),
+                          m.path("name"));
+  auto kind = read_enum(required(m, "kind", one_of(channel_kinds)),
+                        m.path("kind"), channel_kinds);
+  result.kind = *parse_channel_kind(kind);
+  result.retry = channel_retry_preset(result.kind);
+  read_channel_target(m, result);
+  auto threads = required(m, "threads",
+                          "a list of thread ids or prefixes ending in *");
+  result.threads = read_each(threads, m.path("threads"),
+                             "a list of thread ids or prefixes ending in *",
+                             &reader::read_string);
+  for (size_t i = 0; i < result.threads.size(); ++i) {
+    auto& x = result.threads[i];
+    auto id = x.empty() || x.back() != '*' ? x : x.substr(0, x.size() - 1);
+    if (x.empty() || (id.empty() ? x != "*" : !valid_thread_id(id)))
+      fail(line_of(threads[i]), indexed(m.path("threads"), i),
+           "expected a thread id or a prefix of one ending in *, got "
+             + quote(x));
+  }
+  if (auto r = section(m, "retry", strings(channel_retry_keys)))
+    read_channel_retry(*r, result.retry);
+  if (auto x = m.get("timeout"))
+    result.retry.send_timeout = read_millis(*x, m.path("timeout"), true);
+  if (auto x = m.get("ca_file"))
+    result.ca_file = read_string(*x, m.path("ca_file"));
+  return result;
+}
+
+void parser::read_channel_target(const map_reader& m, channel_config& cfg) {
+  auto only = [&](const char* key, channel_kind kind) {
+    if (m.has(key) && cfg.kind != kind)
+      fail(m.line(key), m.path(key),
+           std::string{"only "} + to_string(kind) + " channels take " + key);
+  };
+  only("secret", channel_kind::webhook);
+  only("token", channel_kind::telegram);
+  only("chat_id", channel_kind::telegram);
+  only("parse_mode", channel_kind::telegram);
+  if (cfg.kind == channel_kind::webhook) {
+    auto url = required(m, "url", "an http:// or https:// URL");
+    cfg.url = read_string(url, m.path("url"));
+    if (auto x = m.get("secret"))
+      cfg.secret = read_string(*x, m.path("secret"));
+  } else {
+    cfg.url = "https://api.telegram.org";
+    if (auto x = m.get("url"))
+      cfg.url = read_string(*x, m.path("url"));
+    cfg.token = read_string(required(m, "token", "the bot token"),
+                            m.path("token"));
+    cfg.chat_id = read_string(required(m, "chat_id", "the chat to send to"),
+                              m.path("chat_id"));
+    if (auto x = m.get("parse_mode"))
+      cfg.parse_mode = read_enum(*x, m.path("parse_mode"),
+                                 telegram_parse_modes);
+  }
+  auto scheme_ok = cfg.url.rfind("http://", 0) == 0
+                   || cfg.url.rfind("https://", 0) == 0;
+  if (!scheme_ok || cfg.url.find("://") + 3 >= cfg.url.size())
+    fail(m.line("url"), m.path("url"),
+         "expected an http:// or https:// URL with a host, got "
+           + quote(cfg.url));
+}
+
+void parser::read_channel_retry(const map_reader& m, channel_retry& cfg) {
+  if (auto x = m.get("max_attempts"))
+    cfg.backoff.max_attempts
+      = static_cast<uint32_t>(read_int(*x, m.path("max_attempts"), 1, 100));
+  read_backoff_delays(m, cfg.backoff);
+}
+
+void parser::read_backoff_delays(const map_reader& m, retry_policy& r) {
+  if (auto x = m.get("base_delay"))
+    r.base_delay = read_millis(*x, m.path("base_delay"), false);
+  if (auto x = m.get("multiplier"))
+    r.multiplier = read_number(*x, m.path("multiplier"), 1.0, 100.0);
+  if (auto x = m.get("max_delay"))
+    r.max_delay = read_millis(*x, m.path("max_delay"), false);
+  if (auto x = m.get("jitter"))
+    r.jitter = read_number(*x, m.path("jitter"), 0.0, 1.0);
+  if (r.max_delay < r.base_delay)
+    fail_below(m.line("max_delay"), m.path("max_delay"), m.path("base_delay"),
+               r.base_delay, r.max_delay);
+}
+
 void parser::read_storage(const map_reader& m, storage_config& cfg) {
   if (auto x = m.get("sync"))
     cfg.sync = read_bool(*x, m.path("sync"));
@@ -1449,6 +1568,7 @@ void parser::validate(const node_config& cfg) const {
   check_tools(cfg);
   check_storage(cfg);
   check_cluster(cfg);
+  check_channels(cfg.delivery);
 }
 
 void parser::fail_below(int line, const std::string& path,
@@ -1552,33 +1672,20 @@ void parser::check_providers(
   if (providers_written_ && providers.empty())
     fail(line("providers"), "providers",
          "expected a non-empty list of providers, got an empty list");
-  std::map<std::string, size_t> provider_index;
-  for (size_t i = 0; i < providers.size(); ++i) {
-    auto [pos, added] = provider_index.emplace(providers[i].name, i);
-    if (!added) {
-      auto path = indexed("providers", i) + ".name";
-      fail(line(path), path,
-           "duplicate provider name " + quote(providers[i].name) + " (also "
-             + indexed("providers", pos->second) + ")");
-    }
-  }
+  check_unique_names(providers, "providers", "provider");
+}
+
+void parser::check_channels(const delivery_config& cfg) const {
+  check_unique_names(cfg.channels, "delivery.channels", "channel");
 }
 
 void parser::check_pools(const node_config& cfg) const {
   if (pools_written_ && cfg.pools.empty())
     fail(line("pools"), "pools",
          "expected a non-empty list of pools, got an empty list");
-  std::map<std::string, size_t> pool_index;
-  for (size_t i = 0; i < cfg.pools.size(); ++i) {
-    auto& pool = cfg.pools[i];
-    auto path = indexed("pools", i) + ".name";
-    auto [pos, added] = pool_index.emplace(pool.name, i);
-    if (!added)
-      fail(line(path), path,
-           "duplicate pool name " + quote(pool.name) + " (also "
-             + indexed("pools", pos->second) + ")");
+  check_unique_names(cfg.pools, "pools", "pool");
+  for (size_t i = 0; i < cfg.pools.size(); ++i)
     check_chain(cfg, i);
-  }
 }
 
 void parser::check_chain(const node_config& cfg, size_t pool_index) const {
@@ -1601,16 +1708,7 @@ void parser::check_chain(const node_config& cfg, size_t pool_index) const {
 }
 
 void parser::check_tools(const node_config& cfg) const {
-  std::map<std::string, size_t> tool_index;
-  for (size_t i = 0; i < cfg.tools.size(); ++i) {
-    auto [pos, added] = tool_index.emplace(cfg.tools[i].name, i);
-    if (!added) {
-      auto path = indexed("tools", i) + ".name";
-      fail(line(path), path,
-           "duplicate tool name " + quote(cfg.tools[i].name) + " (also "
-             + indexed("tools", pos->second) + ")");
-    }
-  }
+  check_unique_names(cfg.tools, "tools", "tool");
   for (size_t i = 0; i < cfg.pools.size(); ++i)
     check_tool_refs(cfg, indexed("pools", i) + ".tools", cfg.pools[i].tools);
   check_tool_refs(cfg, "threads.tools", cfg.threads.tools);

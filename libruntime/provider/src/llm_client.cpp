@@ -163,7 +163,10 @@ namespace {
 
 // -- endpoints and calls ------------------------------------------------------
 
+using header_list = std::vector<std::pair<std::string, std::string>>;
+
 class endpoint_impl : public llm_endpoint,
+                      public post_endpoint,
                       public std::enable_shared_from_this<endpoint_impl> {
 public:
   endpoint_impl(std::shared_ptr<http_io::impl> io, provider_config cfg,
@@ -182,6 +185,8 @@ public:
   call_canceller complete(const completion_request& req, uint32_t max_tokens,
                           delta_handler on_delta,
                           result_handler on_done) override;
+
+  call_canceller post(post_request req, result_handler on_done) override;
 
   const std::string& name() const override {
     return cfg_.name;
@@ -263,6 +268,9 @@ public:
   void shutdown();
 
 private:
+  /// Starts `c` now or queues it for a slot; fails it at once if stopped.
+  call_canceller launch(const std::shared_ptr<call>& c);
+
   // Declared first: destroyed last, after the sockets that use it.
   std::shared_ptr<http_io::impl> io_;
   provider_config cfg_;
@@ -286,7 +294,7 @@ private:
 /// exactly once. Every step runs on the call's strand.
 class call : public std::enable_shared_from_this<call> {
 public:
-  call(std::shared_ptr<endpoint_impl> ep, std::string body,
+  call(std::shared_ptr<endpoint_impl> ep, std::string body, header_list headers,
        std::chrono::milliseconds time_budget, delta_handler on_delta,
        result_handler on_done)
     : ep_(std::move(ep)),
@@ -300,7 +308,7 @@ public:
       decoder_(ep_->api()),
       on_delta_(std::move(on_delta)),
       on_done_(std::move(on_done)) {
-    build_request(std::move(body));
+    build_request(std::move(body), headers);
   }
 
   ~call() {
@@ -376,7 +384,7 @@ private:
     return net::bind_executor(strand_, std::move(f));
   }
 
-  void build_request(std::string body) {
+  void build_request(std::string body, const header_list& headers) {
     auto& cfg = ep_->cfg();
     req_.method(http::verb::post);
     req_.target(ep_->url().target);
@@ -389,12 +397,14 @@ private:
     if (ep_->api() == wire::api::openai) {
       if (!cfg.api_key.empty())
         req_.set(http::field::authorization, "Bearer " + cfg.api_key);
-    } else {
+    } else if (ep_->api() == wire::api::anthropic) {
       if (!cfg.api_key.empty())
         req_.set("x-api-key", cfg.api_key);
       req_.set("anthropic-version", "2023-06-01");
     }
     for (auto& [key, value] : cfg.headers)
+      req_.set(key, value);
+    for (auto& [key, value] : headers)
       req_.set(key, value);
     req_.body() = std::move(body);
     req_.prepare_payload();
@@ -943,19 +953,28 @@ endpoint_impl::complete(const completion_request& req, uint32_t max_tokens,
   auto body = wire::request_body(api_, cfg_.model, req,
                                  max_tokens > 0 ? max_tokens : cfg_.max_tokens,
                                  cfg_.stream);
-  auto c = std::make_shared<call>(shared_from_this(), std::move(body),
-                                  std::chrono::milliseconds{req.time_budget_ms},
-                                  std::move(on_delta), std::move(on_done));
+  return launch(
+    std::make_shared<call>(shared_from_this(), std::move(body), header_list{},
+                           std::chrono::milliseconds{req.time_budget_ms},
+                           std::move(on_delta), std::move(on_done)));
+}
+
+call_canceller endpoint_impl::post(post_request req, result_handler on_done) {
+  return launch(std::make_shared<call>(
+    shared_from_this(), std::move(req.body), std::move(req.headers),
+    std::chrono::milliseconds{0}, nullptr, std::move(on_done)));
+}
+
+call_canceller endpoint_impl::launch(const std::shared_ptr<call>& c) {
   call_canceller canceller = [weak = std::weak_ptr<call>{c}](std::string why) {
     if (auto ptr = weak.lock())
       ptr->cancel(std::move(why));
   };
-  bool start;
   {
     std::lock_guard<std::mutex> guard{mtx_};
     if (!stopping_) {
       live_.insert(c);
-      start = active_ < max_active_;
+      bool start = active_ < max_active_;
       if (start) {
         ++active_;
         c->holds_slot = true;
@@ -1064,23 +1083,17 @@ llm_endpoint::~llm_endpoint() {
   // nop
 }
 
+post_endpoint::~post_endpoint() {
+  // nop
+}
+
 namespace {
 
-caf::expected<std::shared_ptr<llm_endpoint>>
-make_endpoint(http_io& io, const provider_config& cfg) {
-  auto key = [&](const char* name) {
-    return "providers." + cfg.name + "." + name;
-  };
-  wire::api api;
-  if (cfg.kind == "openai")
-    api = wire::api::openai;
-  else if (cfg.kind == "anthropic")
-    api = wire::api::anthropic;
-  else
-    return caf::make_error(ec::config_invalid,
-                           key("kind") + ": '" + cfg.kind
-                             + "' is not an HTTP provider kind (expected "
-                               "openai or anthropic)");
+/// The endpoint for `cfg` speaking `api`; `key` names a setting in errors.
+template <class KeyName>
+caf::expected<std::shared_ptr<endpoint_impl>>
+make_endpoint(http_io& io, const provider_config& cfg, wire::api api,
+              KeyName key) {
   auto url = wire::parse_base_url(cfg.base_url, api);
   if (!url)
     return caf::make_error(ec::config_invalid,
@@ -1098,15 +1111,63 @@ make_endpoint(http_io& io, const provider_config& cfg) {
     impl.shared_from_this(), cfg, api, std::move(*url), std::move(tls_ctx));
   if (!impl.add(ep))
     return caf::make_error(ec::unavailable, "the HTTP client is shut down");
-  return std::shared_ptr<llm_endpoint>{std::move(ep)};
+  return ep;
+}
+
+caf::expected<std::shared_ptr<llm_endpoint>>
+make_llm_endpoint(http_io& io, const provider_config& cfg) {
+  auto key = [&](const char* name) {
+    return "providers." + cfg.name + "." + name;
+  };
+  wire::api api;
+  if (cfg.kind == "openai")
+    api = wire::api::openai;
+  else if (cfg.kind == "anthropic")
+    api = wire::api::anthropic;
+  else
+    return caf::make_error(ec::config_invalid,
+                           key("kind") + ": '" + cfg.kind
+                             + "' is not an HTTP provider kind (expected "
+                               "openai or anthropic)");
+  auto ep = make_endpoint(io, cfg, api, key);
+  if (!ep)
+    return std::move(ep.error());
+  return std::shared_ptr<llm_endpoint>{std::move(*ep)};
 }
 
 } // namespace
 
+caf::expected<std::shared_ptr<post_endpoint>>
+post_endpoint::make(http_io& io, const post_target& target) {
+  provider_config cfg;
+  cfg.name = target.name;
+  cfg.kind = "json";
+  cfg.base_url = target.url;
+  cfg.ca_file = target.ca_file;
+  cfg.stream = false;
+  cfg.max_concurrency = target.max_concurrency;
+  cfg.total_timeout = target.timeout;
+  cfg.first_byte_timeout = target.timeout;
+  cfg.connect_timeout = std::min<std::chrono::milliseconds>(target.timeout, 5s);
+  auto key = [&](std::string_view name) {
+    return target.name + "." + std::string{name == "base_url" ? "url" : name};
+  };
+  try {
+    auto ep = make_endpoint(io, cfg, wire::api::json, key);
+    if (!ep)
+      return std::move(ep.error());
+    return std::shared_ptr<post_endpoint>{std::move(*ep)};
+  } catch (const std::exception& e) {
+    return caf::make_error(ec::config_invalid,
+                           target.name
+                             + ": cannot set up the HTTP client: " + e.what());
+  }
+}
+
 caf::expected<std::shared_ptr<llm_endpoint>>
 llm_endpoint::make(http_io& io, const provider_config& cfg) {
   try {
-    return make_endpoint(io, cfg);
+    return make_llm_endpoint(io, cfg);
   } catch (const std::exception& e) {
     // OpenSSL could not set up a context, or memory ran out.
     return caf::make_error(ec::config_invalid, "providers." + cfg.name

@@ -195,6 +195,25 @@ bool parse_anthropic(const json& j, completion& out, std::string& error) {
 
 // -- URLs ---------------------------------------------------------------------
 
+namespace {
+
+/// The request target of an endpoint of `kind` whose URL has `path`: an LLM
+/// API's path below it ("/v1" added unless there), a JSON POST's path as it
+/// is ("/" if none).
+std::string request_target(std::string_view path, api kind) {
+  if (kind == api::json)
+    return path.empty() ? "/" : std::string{path};
+  while (!path.empty() && path.back() == '/')
+    path.remove_suffix(1);
+  auto result = std::string{path};
+  if (!ends_with(path, "/v1"))
+    result += "/v1";
+  result += kind == api::openai ? "/chat/completions" : "/messages";
+  return result;
+}
+
+} // namespace
+
 caf::expected<base_url> parse_base_url(std::string_view url, api kind) {
   auto bad = [&](const std::string& why) {
     return caf::make_error(ec::config_invalid,
@@ -245,12 +264,7 @@ caf::expected<base_url> parse_base_url(std::string_view url, api kind) {
   result.authority = bracketed + ":" + std::to_string(result.port);
   result.host_header = result.port == default_port ? bracketed
                                                    : result.authority;
-  while (!path.empty() && path.back() == '/')
-    path.remove_suffix(1);
-  result.target = std::string{path};
-  if (!ends_with(path, "/v1"))
-    result.target += "/v1";
-  result.target += kind == api::openai ? "/chat/completions" : "/messages";
+  result.target = request_target(path, kind);
   return result;
 }
 
@@ -442,6 +456,10 @@ std::string request_body(api kind, const std::string& model,
 
 bool parse_answer(api kind, std::string_view body, completion& out,
                   std::string& error) {
+  if (kind == api::json) {
+    out.text = std::string{body};
+    return true;
+  }
   json j;
   std::string why;
   if (!parse_json(body, j, why)) {

@@ -50,7 +50,7 @@ namespace {
 
 bool has_seq_keys(size_t cf) {
   return cf == cf_inbox || cf == cf_context || cf == cf_log || cf == cf_outbox
-         || cf == cf_dead_letters;
+         || cf == cf_dead_letters || cf == cf_deliveries;
 }
 
 } // namespace

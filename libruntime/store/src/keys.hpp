@@ -34,6 +34,7 @@ enum cf_id : size_t {
   cf_client_ids,
   cf_outbox,
   cf_quarantine,
+  cf_deliveries,
   cf_count,
 };
 
@@ -41,7 +42,7 @@ enum cf_id : size_t {
 /// of an older build lacks them, and opening it for writing creates them.
 constexpr std::array<const char*, cf_count> cf_names{
   "sessions",     "tree", "inbox",      "context", "log",        "health",
-  "dead_letters", "meta", "client_ids", "outbox",  "quarantine",
+  "dead_letters", "meta", "client_ids", "outbox",  "quarantine", "deliveries",
 };
 
 /// The `meta` key of the schema version.

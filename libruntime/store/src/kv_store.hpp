@@ -64,6 +64,7 @@ public:
   outbox(std::vector<bad_record>& bad) override;
 
   caf::expected<std::vector<dead_letter>> dead_letters() override;
+  caf::expected<std::vector<reply_delivery>> deliveries() override;
 
   caf::expected<std::vector<std::pair<std::string, uint64_t>>>
   inbox_counts() override;
@@ -88,6 +89,7 @@ public:
   caf::expected<spawn_result> stage_spawn(const spawn_request& req) override;
 
   void stage_dead_letter(const dead_letter& letter, uint64_t tenure) override;
+  void stage_delivery(const reply_delivery& rec, uint64_t tenure) override;
 
   void stage_session(const session_record& given, uint64_t tenure) override;
 

@@ -240,6 +240,10 @@ caf::expected<std::vector<dead_letter>> kv_store::dead_letters() {
   return collect_all<dead_letter>(cf_dead_letters, nullptr);
 }
 
+caf::expected<std::vector<reply_delivery>> kv_store::deliveries() {
+  return collect_all<reply_delivery>(cf_deliveries, nullptr);
+}
+
 caf::expected<std::vector<std::pair<std::string, uint64_t>>>
 kv_store::inbox_counts() {
   if (auto err = ensure_readable())

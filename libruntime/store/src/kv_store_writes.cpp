@@ -195,6 +195,7 @@ void kv_store::stage_commit(const turn_commit& commit) {
   kv_list log;
   kv_list sessions;
   kv_list outbox;
+  kv_list deliveries;
   std::optional<session_record> session;
   if (commit.write_session) {
     auto rec = with_stored_parent(commit.session);
@@ -213,6 +214,8 @@ void kv_store::stage_commit(const turn_commit& commit) {
     sessions.emplace_back(session->thread, encode(*session));
   for (auto& x : commit.outbox)
     outbox.emplace_back(seq_key(x.from, x.seq), encode(x));
+  for (auto& x : commit.deliveries)
+    deliveries.emplace_back(seq_key(x.thread, x.seq), encode(x));
   if (!commit.keeps_inbox)
     batch_delete(cf_inbox, seq_key(commit.thread, commit.inbox_seq));
   for (auto seq : commit.retire_context)
@@ -225,6 +228,8 @@ void kv_store::stage_commit(const turn_commit& commit) {
     batch_put(cf_sessions, key, value);
   for (auto& [key, value] : outbox)
     batch_put(cf_outbox, key, value);
+  for (auto& [key, value] : deliveries)
+    batch_put(cf_deliveries, key, value);
   if (session)
     pending_sessions_[session->thread] = std::move(*session);
   count_staged();
@@ -353,7 +358,19 @@ void kv_store::stage_dead_letter(const dead_letter& letter, uint64_t tenure) {
   auto& entry = letter.entry;
   auto key = seq_key(entry.from, entry.seq);
   if (stage_record(cf_dead_letters, entry.from, key, letter, tenure))
-    batch_delete(cf_outbox, key);
+    batch_delete(letter.channels.empty() ? cf_outbox : cf_deliveries, key);
+}
+
+void kv_store::stage_delivery(const reply_delivery& rec, uint64_t tenure) {
+  auto key = seq_key(rec.thread, rec.seq);
+  if (!rec.channels.empty()) {
+    stage_record(cf_deliveries, rec.thread, key, rec, tenure);
+    return;
+  }
+  if (!ready_to_stage(rec.thread, tenure))
+    return;
+  batch_delete(cf_deliveries, key);
+  count_staged();
 }
 
 void kv_store::stage_session(const session_record& given, uint64_t tenure) {

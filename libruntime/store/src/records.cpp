@@ -63,6 +63,13 @@ std::optional<std::string> key_mismatch(std::string_view key,
 }
 
 std::optional<std::string> key_mismatch(std::string_view key,
+                                        const reply_delivery& x) {
+  if (key != std::string_view{seq_key(x.thread, x.seq)})
+    return "record is reply " + x.thread + "/" + std::to_string(x.seq);
+  return std::nullopt;
+}
+
+std::optional<std::string> key_mismatch(std::string_view key,
                                         const provider_health_record& x) {
   if (key != std::string_view{health_key(x.pool, x.provider)})
     return "record is for " + x.pool + "/" + x.provider;

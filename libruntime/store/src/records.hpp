@@ -31,6 +31,8 @@ std::optional<std::string> key_mismatch(std::string_view key,
 std::optional<std::string> key_mismatch(std::string_view key,
                                         const dead_letter& x);
 std::optional<std::string> key_mismatch(std::string_view key,
+                                        const reply_delivery& x);
+std::optional<std::string> key_mismatch(std::string_view key,
                                         const provider_health_record& x);
 
 /// Decodes the value stored under `key` into `out`; returns what is wrong

@@ -405,11 +405,51 @@ struct owner_config {
   std::string contact;
 };
 
+/// One outbound channel (`delivery.channels[]`): the replies of the threads
+/// bound to it are sent there, besides any WebSocket subscriber.
+struct channel_config {
+  /// Unique name (`[A-Za-z0-9_-]`), part of every idempotency key.
+  std::string name;
+  /// `webhook` or `telegram`.
+  channel_kind kind = channel_kind::webhook;
+  /// webhook: the URL each event is POSTed to; telegram: the Bot API's
+  /// base URL (default "https://api.telegram.org").
+  std::string url;
+  /// webhook: the HMAC-SHA256 key of the `X-Keel-Signature` header; empty:
+  /// unsigned.
+  std::string secret;
+  /// telegram: the bot token (`${ENV_VAR}` keeps it out of the file).
+  std::string token;
+  /// telegram: the chat the replies go to.
+  std::string chat_id;
+  /// telegram: `Markdown` (default), `MarkdownV2`, `HTML`, or empty for
+  /// plain text.
+  std::string parse_mode = "Markdown";
+  /// The threads bound to it: exact ids, or prefixes ending in `*` (`*`
+  /// alone binds every thread).
+  std::vector<std::string> threads;
+  /// Attempts, backoff, Retry-After floor, send timeout, plain-text
+  /// fallback: the kind's preset unless `retry:` and `timeout:` change it.
+  channel_retry retry;
+  /// PEM file of trusted CAs for https; empty uses the system's store.
+  std::string ca_file;
+};
+
+/// Whether channel pattern `pattern` binds thread `thread`.
+bool channel_binds(const std::string& pattern, const std::string& thread);
+
 /// What happens to outcomes that could not reach anyone (`delivery:`).
 struct delivery_config {
   /// When dead letters are retried, and when abandoned
   /// (`delivery.dead_letters`: `max_retries`, `interval`, `batch`).
   dead_letter_schedule dead_letters;
+  /// Outbound channels (`delivery.channels`); none by default.
+  std::vector<channel_config> channels;
+
+  /// Names of the channels `thread` is bound to, in configuration order.
+  std::vector<std::string> channels_of(const std::string& thread) const;
+  /// Returns the channel named `name`, or null.
+  const channel_config* find_channel(const std::string& name) const;
 };
 
 /// Where the store lives (`storage.backend`).

@@ -195,6 +195,10 @@ struct dead_letter {
   millis next_retry_at = 0;
   /// Retries and operator actions, oldest first.
   std::vector<dead_letter_event> events;
+  /// Set for a reply no outbound channel could deliver: the channels it
+  /// failed on (`entry.from` and `entry.seq` are the reply's thread and log
+  /// entry, `entry.to` is empty). Empty for a message between threads.
+  std::vector<std::string> channels;
 };
 
 template <class Inspector>
@@ -205,8 +209,8 @@ typename Inspector::result_type inspect(Inspector& f, dead_letter& x) {
            x.status, field("retries", field_form::omit_default), x.retries,
            field("last_attempt_at", field_form::omit_default),
            x.last_attempt_at, field("next_retry_at", field_form::omit_default),
-           x.next_retry_at, field("events", field_form::omit_default),
-           x.events);
+           x.next_retry_at, field("events", field_form::omit_default), x.events,
+           field("channels", field_form::omit_default), x.channels);
 }
 
 /// The id operators name a dead letter by: `from/seq` (thread ids hold no
@@ -217,6 +221,31 @@ std::string dead_letter_id(const dead_letter& x);
 /// one.
 std::optional<std::pair<std::string, seq_t>>
 parse_dead_letter_id(std::string_view id);
+
+/// A reply on its way to the outbound channels its thread is bound to
+/// (column family `deliveries`, key `thread/seq` of the reply). Written in
+/// the batch that commits the reply, so it costs no sync of its own;
+/// rewritten as channels deliver, removed once none is left or when the
+/// reply becomes a dead letter.
+struct reply_delivery {
+  std::string thread;
+  /// The reply's log entry, and the message it answers.
+  seq_t seq = 0;
+  seq_t reply_to = 0;
+  std::string text;
+  /// When the reply was committed.
+  millis at = 0;
+  /// The channels it has yet to reach.
+  std::vector<std::string> channels;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, reply_delivery& x) {
+  return f(caf::meta::type_name("keel::reply_delivery"), field("thread"),
+           x.thread, field("seq"), x.seq, field("reply_to"), x.reply_to,
+           field("text"), x.text, field("at"), x.at, field("channels"),
+           x.channels);
+}
 
 /// An accepted message that has not been answered yet (column family
 /// `inbox`). It stays until the turn that answers it commits.
@@ -470,13 +499,15 @@ struct turn_commit {
   /// Context entries removed in the same batch (a compaction retires what
   /// its summary replaces), by seq.
   std::vector<seq_t> retire_context;
+  /// The reply for the thread's outbound channels, if it is bound to any.
+  std::vector<reply_delivery> deliveries;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, turn_commit& x) {
   return f(caf::meta::type_name("keel::turn_commit"), x.thread, x.inbox_seq,
            x.context, x.log, x.write_session, x.session, x.outbox, x.tenure,
-           x.keeps_inbox, x.retire_context);
+           x.keeps_inbox, x.retire_context, x.deliveries);
 }
 
 /// A spawn of a child agent: the child's session record (its `parent` set)

@@ -21,7 +21,9 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <variant>
+#include <vector>
 
 #include <caf/expected.hpp>
 
@@ -116,6 +118,45 @@ public:
 
   /// The configured provider name.
   virtual const std::string& name() const = 0;
+};
+
+/// A JSON POST to an outbound URL (a webhook, a messaging API).
+struct post_request {
+  std::string body;
+  /// Header fields besides Host, User-Agent, Content-Type and Accept.
+  std::vector<std::pair<std::string, std::string>> headers;
+};
+
+/// Where a `post_endpoint` sends, and how long a send may take.
+struct post_target {
+  /// Names the endpoint in errors (e.g. "channel alerts").
+  std::string name;
+  /// http:// or https:// URL; its path is the request target.
+  std::string url;
+  /// Whole send, connecting included; connecting alone at most 5 s of it.
+  std::chrono::milliseconds timeout{10000};
+  /// PEM file of trusted CAs for https; empty uses the system's store.
+  std::string ca_file;
+  /// Sends in flight at once; further sends wait.
+  size_t max_concurrency = 16;
+};
+
+/// One outbound URL on the same client as the LLM endpoints (keep-alive
+/// pool, timeouts, TLS, one resend on a stale pooled connection). A 2xx
+/// answer arrives as a `completion` whose `text` is the body; another
+/// status as a `call_failure` with status, body and Retry-After; a send
+/// over `timeout` as a timeout failure. Thread-safe.
+class post_endpoint {
+public:
+  /// Fails with `ec::config_invalid` naming the URL or CA file.
+  static caf::expected<std::shared_ptr<post_endpoint>>
+  make(http_io& io, const post_target& target);
+
+  virtual ~post_endpoint();
+
+  /// Starts one send and returns at once; `on_done` runs exactly once, on
+  /// an I/O thread (or at once on the caller's if the `http_io` is gone).
+  virtual call_canceller post(post_request req, result_handler on_done) = 0;
 };
 
 } // namespace keel

@@ -47,6 +47,10 @@ enum class api : uint8_t {
   openai,
   /// Anthropic Messages.
   anthropic,
+  /// Any JSON POST (outbound channels): the URL's path is the target as it
+  /// is, the request body is the caller's, and a 2xx answer's body is the
+  /// completion's text, unparsed.
+  json,
 };
 
 /// Where an endpoint's requests go, parsed from `base_url`.

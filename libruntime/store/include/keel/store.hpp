@@ -28,8 +28,10 @@ namespace keel {
 
 /// The column families: `sessions`, `tree`, `inbox`, `context`, `log`,
 /// `health`, `dead_letters`, `meta`, plus `client_ids`, the per-thread index
-/// of client message ids used to deduplicate resends, and `outbox`, messages
-/// between threads not delivered yet (see `outbox_entry`).
+/// of client message ids used to deduplicate resends, `outbox`, messages
+/// between threads not delivered yet (see `outbox_entry`), `quarantine`,
+/// and `deliveries`, replies on their way to outbound channels (see
+/// `reply_delivery`).
 /// Keys are `thread + '/' + 8-byte big-endian seq` (or `thread + '/' +
 /// client_id` in `client_ids`, plain `thread` in `sessions`), so a thread's
 /// data is one contiguous range. Thread ids never contain '/'.
@@ -176,6 +178,10 @@ public:
   /// Returns every dead letter, in key order.
   virtual caf::expected<std::vector<dead_letter>> dead_letters() = 0;
 
+  /// Returns every reply still on its way to an outbound channel, in key
+  /// order.
+  virtual caf::expected<std::vector<reply_delivery>> deliveries() = 0;
+
   // Lenient reads for the invariant checker: like the reads above, but a
   // record that cannot be decoded (or does not match its key) is appended to
   // `bad` and skipped, so that one corrupt record hides nothing else. They
@@ -233,10 +239,16 @@ public:
   virtual caf::expected<spawn_result> stage_spawn(const spawn_request& req) = 0;
 
   /// Stages writing `letter` to `dead_letters` (key `from/seq` of its
-  /// entry), removing the entry from the outbox if it is still there: a new
-  /// dead letter moves out of the outbox, a known one is updated. `tenure`:
-  /// the writer's, as in `accept_request`.
+  /// entry), removing the entry from the outbox (a reply's letter: the
+  /// reply from `deliveries`) if it is still there: a new dead letter moves
+  /// out, a known one is updated. `tenure`: the writer's, as in
+  /// `accept_request`.
   virtual void stage_dead_letter(const dead_letter& letter, uint64_t tenure = 0)
+    = 0;
+
+  /// Stages rewriting a reply's delivery record (key `thread/seq`), or
+  /// removing it when `rec.channels` is empty. `tenure` as above.
+  virtual void stage_delivery(const reply_delivery& rec, uint64_t tenure = 0)
     = 0;
 
   /// Stages writing a session record (create or update). `tenure`: the

@@ -148,16 +148,19 @@ std::string set_fault_text(std::string_view value, fault& f) {
   return {};
 }
 
-/// `status=N` or `N`: a 2xx status answers normally.
-inline std::string set_fault_status(int n, fault& f) {
+/// `status=N` or `N`: a 2xx status answers normally. For any test server's
+/// `Fault` with `what`, `status` and the kinds `ok` and `status`.
+template <class Fault>
+std::string set_fault_status(int n, Fault& f) {
   if (n < 100 || n > 999)
     return "status " + std::to_string(n) + " out of range";
   f.status = n;
-  f.what = n / 100 == 2 ? fault::kind::ok : fault::kind::status;
+  f.what = n / 100 == 2 ? Fault::kind::ok : Fault::kind::status;
   return {};
 }
 
-inline std::string set_fault_status_item(std::string_view value, fault& f) {
+template <class Fault>
+std::string set_fault_status_item(std::string_view value, Fault& f) {
   int n = 0;
   if (!parse_count(value, n))
     return "status needs a number";
@@ -192,7 +195,7 @@ inline std::string set_fault_drip(std::string_view value, fault& f) {
 inline const std::map<std::string_view, fault_item>& fault_items() {
   static const std::map<std::string_view, fault_item> items{
     {"ok", set_fault_kind<fault::kind::ok>},
-    {"status", set_fault_status_item},
+    {"status", set_fault_status_item<fault>},
     {"error", set_fault_text<&fault::error_type>},
     {"retry_after", set_fault_text<&fault::retry_after>},
     {"retry_after_ms", set_fault_text<&fault::retry_after_ms>},
@@ -237,20 +240,25 @@ inline std::string_view next_item(std::string_view& list, char separator) {
 
 } // namespace detail
 
-/// Parses a SPEC (see the top of this file); on failure returns nullopt and
-/// says why in `error`.
-inline std::optional<fault> parse_fault(std::string_view spec,
-                                        std::string* error = nullptr) {
+namespace detail {
+
+/// Parses a SPEC of `;`-separated `KEY[=VALUE]` items into a `Fault`, each
+/// applied by `apply(key, value, fault)` (which returns why it cannot, or
+/// nothing); on failure returns nullopt and says why in `error`. Shared by
+/// the test servers, whose faults differ.
+template <class Fault, class Apply>
+std::optional<Fault>
+parse_spec(std::string_view spec, std::string* error, Apply apply) {
   const std::string whole{spec};
-  fault result;
+  Fault result;
   while (!spec.empty()) {
-    auto item = detail::next_item(spec, ';');
+    auto item = next_item(spec, ';');
     if (item.empty())
       continue;
     auto eq = item.find('=');
     auto value = eq == std::string_view::npos ? std::string_view{}
                                               : item.substr(eq + 1);
-    auto why = detail::apply_fault_item(item.substr(0, eq), value, result);
+    auto why = apply(item.substr(0, eq), value, result);
     if (!why.empty()) {
       if (error != nullptr)
         *error = "bad fault '" + whole + "': " + why;
@@ -260,20 +268,36 @@ inline std::optional<fault> parse_fault(std::string_view spec,
   return result;
 }
 
-/// Parses a `,`-separated list of SPECs (the CLI's `--sequence`).
-inline std::optional<std::vector<fault>>
-parse_fault_sequence(std::string_view list, std::string* error = nullptr) {
-  std::vector<fault> result;
+/// Parses a `,`-separated list of SPECs with `parse(spec, error)`.
+template <class Fault, class Parse>
+std::optional<std::vector<Fault>>
+parse_spec_list(std::string_view list, std::string* error, Parse parse) {
+  std::vector<Fault> result;
   while (!list.empty()) {
-    auto end = list.find(',');
-    auto f = parse_fault(list.substr(0, end), error);
+    auto f = parse(next_item(list, ','), error);
     if (!f)
       return std::nullopt;
     result.push_back(std::move(*f));
-    list = end == std::string_view::npos ? std::string_view{}
-                                         : list.substr(end + 1);
   }
   return result;
+}
+
+} // namespace detail
+
+/// Parses a SPEC (see the top of this file); on failure returns nullopt and
+/// says why in `error`.
+inline std::optional<fault> parse_fault(std::string_view spec,
+                                        std::string* error = nullptr) {
+  return detail::parse_spec<fault>(spec, error, detail::apply_fault_item);
+}
+
+/// Parses a `,`-separated list of SPECs (the CLI's `--sequence`).
+inline std::optional<std::vector<fault>>
+parse_fault_sequence(std::string_view list, std::string* error = nullptr) {
+  return detail::parse_spec_list<fault>(
+    list, error, [](std::string_view spec, std::string* why) {
+      return parse_fault(spec, why);
+    });
 }
 
 /// A certificate and its private key, PEM encoded.
@@ -363,6 +387,17 @@ using tcp = net::ip::tcp;
 using error_code = boost::system::error_code;
 using json = nlohmann::json;
 
+/// The next fault of `script` (taken from it), else `fallback`. Callers
+/// hold their state's lock.
+template <class Fault>
+Fault take_scripted(std::deque<Fault>& script, const Fault& fallback) {
+  if (script.empty())
+    return fallback;
+  auto result = std::move(script.front());
+  script.pop_front();
+  return result;
+}
+
 /// What the sessions share with the server object. Thread-safe.
 struct fault_state {
   mutable std::mutex mtx;
@@ -378,11 +413,7 @@ struct fault_state {
     std::lock_guard<std::mutex> guard{mtx};
     if (directive)
       return *directive;
-    if (script.empty())
-      return fallback;
-    auto result = std::move(script.front());
-    script.pop_front();
-    return result;
+    return take_scripted(script, fallback);
   }
 
   void record(recorded_request req) {
@@ -1011,6 +1042,65 @@ private:
   bool in_flight_ = false;
 };
 
+/// A TCP acceptor on 127.0.0.1 serving on a thread of its own: each
+/// accepted socket goes to `on_socket`, on that thread. Destroying it stops
+/// the thread; connections still open are cut. Shared by the test servers.
+class loopback_listener {
+public:
+  using socket_handler = std::function<void(tcp::socket)>;
+
+  /// Binds 127.0.0.1:`port` (0: any free port); throws std::runtime_error
+  /// naming `who` if it cannot.
+  loopback_listener(const std::string& who, uint16_t port,
+                    socket_handler on_socket)
+    : acceptor_(ioc_), on_socket_(std::move(on_socket)) {
+    error_code err;
+    tcp::endpoint ep{net::ip::make_address("127.0.0.1"), port};
+    acceptor_.open(ep.protocol(), err);
+    if (!err)
+      acceptor_.set_option(net::socket_base::reuse_address(true), err);
+    if (!err)
+      acceptor_.bind(ep, err);
+    if (!err)
+      acceptor_.listen(net::socket_base::max_listen_connections, err);
+    if (err)
+      throw std::runtime_error(who + ": cannot listen on 127.0.0.1:"
+                               + std::to_string(port) + ": " + err.message());
+    port_ = acceptor_.local_endpoint().port();
+    accept();
+    thread_ = std::thread{[this] { ioc_.run(); }};
+  }
+
+  ~loopback_listener() {
+    ioc_.stop();
+    thread_.join();
+  }
+
+  loopback_listener(const loopback_listener&) = delete;
+  loopback_listener& operator=(const loopback_listener&) = delete;
+
+  uint16_t port() const {
+    return port_;
+  }
+
+private:
+  void accept() {
+    acceptor_.async_accept([this](error_code err, tcp::socket socket) {
+      if (err == net::error::operation_aborted)
+        return;
+      if (!err)
+        on_socket_(std::move(socket));
+      accept();
+    });
+  }
+
+  net::io_context ioc_;
+  tcp::acceptor acceptor_;
+  socket_handler on_socket_;
+  uint16_t port_ = 0;
+  std::thread thread_;
+};
+
 } // namespace detail
 
 /// How a `fault_llm_server` starts.
@@ -1032,8 +1122,7 @@ public:
 
   /// Binds 127.0.0.1 and starts serving; throws std::runtime_error if it
   /// cannot bind.
-  explicit fault_llm_server(options opts = {})
-    : acceptor_(ioc_), tls_(opts.tls.has_value()) {
+  explicit fault_llm_server(options opts = {}) : tls_(opts.tls.has_value()) {
     state_.fallback = std::move(opts.fallback);
     state_.script.assign(opts.script.begin(), opts.script.end());
     if (opts.tls) {
@@ -1042,41 +1131,23 @@ public:
       tls_ctx_->use_private_key(detail::net::buffer(opts.tls->key_pem),
                                 detail::ssl::context::pem);
     }
-    detail::error_code err;
-    detail::tcp::endpoint ep{detail::net::ip::make_address("127.0.0.1"),
-                             opts.port};
-    acceptor_.open(ep.protocol(), err);
-    if (!err)
-      acceptor_.set_option(detail::net::socket_base::reuse_address(true), err);
-    if (!err)
-      acceptor_.bind(ep, err);
-    if (!err)
-      acceptor_.listen(detail::net::socket_base::max_listen_connections, err);
-    if (err)
-      throw std::runtime_error("fault_llm_server: cannot listen on 127.0.0.1:"
-                               + std::to_string(opts.port) + ": "
-                               + err.message());
-    port_ = acceptor_.local_endpoint().port();
-    accept();
-    thread_ = std::thread{[this] { ioc_.run(); }};
-  }
-
-  ~fault_llm_server() {
-    ioc_.stop();
-    thread_.join();
+    listener_.emplace("fault_llm_server", opts.port,
+                      [this](detail::tcp::socket socket) {
+                        serve(std::move(socket));
+                      });
   }
 
   fault_llm_server(const fault_llm_server&) = delete;
   fault_llm_server& operator=(const fault_llm_server&) = delete;
 
   uint16_t port() const {
-    return port_;
+    return listener_->port();
   }
 
   /// "http://127.0.0.1:PORT" (or https).
   std::string base_url() const {
     return std::string{tls_ ? "https" : "http"}
-           + "://127.0.0.1:" + std::to_string(port_);
+           + "://127.0.0.1:" + std::to_string(port());
   }
 
   /// Appends to the script.
@@ -1143,35 +1214,25 @@ public:
   }
 
 private:
-  void accept() {
-    acceptor_.async_accept(
-      [this](detail::error_code err, detail::tcp::socket socket) {
-        if (err == detail::net::error::operation_aborted)
-          return;
-        if (!err) {
-          state_.accepted();
-          if (tls_ctx_)
-            std::make_shared<
-              detail::fault_session<detail::ssl::stream<detail::tcp::socket>>>(
-              state_, std::move(socket), *tls_ctx_)
-              ->start();
-          else
-            std::make_shared<detail::fault_session<detail::tcp::socket>>(
-              state_, std::move(socket))
-              ->start();
-        }
-        accept();
-      });
+  void serve(detail::tcp::socket socket) {
+    state_.accepted();
+    if (tls_ctx_)
+      std::make_shared<
+        detail::fault_session<detail::ssl::stream<detail::tcp::socket>>>(
+        state_, std::move(socket), *tls_ctx_)
+        ->start();
+    else
+      std::make_shared<detail::fault_session<detail::tcp::socket>>(
+        state_, std::move(socket))
+        ->start();
   }
 
   // Declared first: destroyed after the sessions that use it.
   detail::fault_state state_;
   std::optional<detail::ssl::context> tls_ctx_;
-  detail::net::io_context ioc_;
-  detail::tcp::acceptor acceptor_;
   bool tls_;
-  uint16_t port_ = 0;
-  std::thread thread_;
+  // Last: stops serving before the rest goes.
+  std::optional<detail::loopback_listener> listener_;
 };
 
 /// A local port nothing listens on (free a moment ago), for "connection

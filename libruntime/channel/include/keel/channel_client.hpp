@@ -1,0 +1,41 @@
+#pragma once
+
+// Sends messages to one configured outbound channel (see
+// `keel/channel_wire.hpp` for the wire format) over the node's HTTP client.
+// One attempt per call: the retry schedule is the caller's
+// (`after_failed_send`), so it runs on the caller's clock.
+
+#include <functional>
+#include <memory>
+
+#include <caf/expected.hpp>
+
+#include "keel/channel_wire.hpp"
+
+namespace keel {
+
+/// Receives the result of a send, exactly once, on an I/O thread: only
+/// hand it on (e.g. `caf::anon_send`).
+using send_handler = std::function<void(send_result)>;
+
+class channel_client {
+public:
+  /// Fails with `ec::config_invalid` naming the channel's URL or CA file.
+  static caf::expected<std::unique_ptr<channel_client>>
+  make(http_io& io, const channel_config& cfg);
+
+  /// Sends `msg` once; `plain_text`: without markup (see `build_send`).
+  void send(const outbound_message& msg, bool plain_text, send_handler on_done);
+
+  const channel_config& config() const {
+    return cfg_;
+  }
+
+private:
+  channel_client(channel_config cfg, std::shared_ptr<post_endpoint> endpoint);
+
+  channel_config cfg_;
+  std::shared_ptr<post_endpoint> endpoint_;
+};
+
+} // namespace keel

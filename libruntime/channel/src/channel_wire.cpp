@@ -1,0 +1,165 @@
+#include "keel/channel_wire.hpp"
+
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+
+#include <nlohmann/json.hpp>
+
+namespace keel {
+
+namespace {
+
+using json = nlohmann::json;
+using std::chrono::milliseconds;
+
+std::string to_hex(const unsigned char* data, size_t size) {
+  static constexpr const char* digits = "0123456789abcdef";
+  std::string result;
+  result.reserve(size * 2);
+  for (size_t i = 0; i < size; ++i) {
+    result += digits[data[i] >> 4];
+    result += digits[data[i] & 0x0F];
+  }
+  return result;
+}
+
+channel_send webhook_send(const channel_config& cfg,
+                          const outbound_message& msg, epoch_ms now) {
+  json event{{"event", msg.event},
+             {"id", msg.id},
+             {"thread", msg.thread},
+             {"seq", msg.seq},
+             {"reply_to", msg.reply_to},
+             {"text", msg.text},
+             {"at", msg.at}};
+  channel_send result;
+  result.body = event.dump(-1, ' ', false, json::error_handler_t::replace);
+  auto timestamp = std::to_string(now / 1000);
+  result.headers = {{"Idempotency-Key", msg.id},
+                    {"X-Keel-Event", msg.event},
+                    {"X-Keel-Timestamp", timestamp}};
+  if (!cfg.secret.empty())
+    result.headers.emplace_back(
+      "X-Keel-Signature",
+      "sha256=" + hmac_sha256_hex(cfg.secret, timestamp + "." + result.body));
+  return result;
+}
+
+channel_send telegram_send(const channel_config& cfg,
+                           const outbound_message& msg, bool plain_text) {
+  json body{{"chat_id", cfg.chat_id}};
+  if (plain_text || cfg.parse_mode.empty()) {
+    body["text"] = plain_text ? strip_markdown(msg.text) : msg.text;
+  } else {
+    body["text"] = msg.text;
+    body["parse_mode"] = cfg.parse_mode;
+  }
+  channel_send result;
+  result.body = body.dump(-1, ' ', false, json::error_handler_t::replace);
+  result.headers = {{"Idempotency-Key", msg.id}};
+  return result;
+}
+
+/// Telegram's answer body, or an empty object.
+json telegram_body(const std::string& body) {
+  auto j = json::parse(body, nullptr, false);
+  return j.is_object() ? j : json::object();
+}
+
+send_result failed(send_failure_kind kind, std::string description) {
+  send_result result;
+  result.failure.kind = kind;
+  result.description = std::move(description);
+  return result;
+}
+
+/// Reads a 2xx answer.
+send_result read_delivered(channel_kind kind, const completion& answer) {
+  if (kind != channel_kind::telegram) {
+    send_result result;
+    result.delivered = true;
+    return result;
+  }
+  auto j = telegram_body(answer.text);
+  if (j.value("ok", false) == true) {
+    send_result result;
+    result.delivered = true;
+    return result;
+  }
+  return failed(send_failure_kind::rejected,
+                "the Bot API answered 2xx without \"ok\": true: "
+                  + answer.text.substr(0, 200));
+}
+
+bool transient_status(int status) {
+  return status == 408 || status == 425 || status == 429 || status >= 500;
+}
+
+/// Reads a failed send: an HTTP error answer or a transport failure.
+send_result read_failure(channel_kind kind, const call_failure& f) {
+  auto result = failed(send_failure_kind::transient, f.message);
+  result.failure.retry_after = f.retry_after;
+  if (!f.failure.status)
+    return result; // Connection refused or cut, a timeout: try again.
+  auto status = *f.failure.status;
+  if (kind == channel_kind::telegram) {
+    auto j = telegram_body(f.failure.body);
+    auto description = j.value("description", std::string{});
+    if (!description.empty()
+        && result.description.find(description) == std::string::npos)
+      result.description += ": " + description;
+    auto after = j.find("parameters");
+    if (after != j.end() && after->is_object()
+        && after->value("retry_after", json{}).is_number_integer())
+      result.failure.retry_after
+        = milliseconds{(*after)["retry_after"].get<int64_t>() * 1000};
+    if (status == 400
+        && description.find("can't parse entities") != std::string::npos) {
+      result.failure.kind = send_failure_kind::parse_error;
+      return result;
+    }
+  }
+  if (!transient_status(status))
+    result.failure.kind = send_failure_kind::rejected;
+  return result;
+}
+
+} // namespace
+
+std::string reply_idempotency_key(const std::string& channel,
+                                  const std::string& thread, seq_t seq) {
+  return "keel:" + channel + ":" + thread + ":" + std::to_string(seq);
+}
+
+channel_send build_send(const channel_config& cfg, const outbound_message& msg,
+                        bool plain_text, epoch_ms now) {
+  if (cfg.kind == channel_kind::telegram)
+    return telegram_send(cfg, msg, plain_text);
+  return webhook_send(cfg, msg, now);
+}
+
+std::string send_url(const channel_config& cfg) {
+  if (cfg.kind != channel_kind::telegram)
+    return cfg.url;
+  auto base = cfg.url;
+  while (!base.empty() && base.back() == '/')
+    base.pop_back();
+  return base + "/bot" + cfg.token + "/sendMessage";
+}
+
+send_result read_send_answer(channel_kind kind, const call_result& answer) {
+  if (auto done = std::get_if<completion>(&answer))
+    return read_delivered(kind, *done);
+  return read_failure(kind, std::get<call_failure>(answer));
+}
+
+std::string hmac_sha256_hex(std::string_view key, std::string_view data) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int size = 0;
+  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
+       reinterpret_cast<const unsigned char*>(data.data()), data.size(), digest,
+       &size);
+  return to_hex(digest, size);
+}
+
+} // namespace keel
