@@ -22,6 +22,7 @@ dead_letter reply_letter(const reply_delivery& reply,
   letter.entry.text = reply.text;
   letter.entry.created_at = reply.at;
   letter.channels = failed;
+  letter.reply_to = reply.reply_to;
   for (size_t i = 0; i < failed.size() && i < errors.size(); ++i) {
     if (!letter.reason.empty())
       letter.reason += "; ";
@@ -35,6 +36,7 @@ reply_delivery reply_of(const dead_letter& letter) {
   result.thread = letter.entry.from;
   result.seq = letter.entry.seq;
   result.text = letter.entry.text;
+  result.reply_to = letter.reply_to;
   result.at = letter.entry.created_at;
   result.channels = letter.channels;
   return result;
@@ -42,11 +44,16 @@ reply_delivery reply_of(const dead_letter& letter) {
 
 // -- state --------------------------------------------------------------------
 
+namespace {
+
+std::string reply_key(const reply_delivery& reply) {
+  return reply.thread + "/" + std::to_string(reply.seq);
+}
+
+} // namespace
+
 bool channel_delivery_state::busy(const reply_delivery& reply) const {
-  return std::any_of(jobs.begin(), jobs.end(), [&](auto& kv) {
-    return kv.second.reply.thread == reply.thread
-           && kv.second.reply.seq == reply.seq;
-  });
+  return busy_replies.count(reply_key(reply)) > 0;
 }
 
 send_decision
@@ -101,6 +108,19 @@ void attempt(self_ptr self, uint64_t id) {
            });
 }
 
+// The outcome of reply `key` is stored (or could not be): it is free again.
+// After a failed write its record is still there: read the records again
+// one retry interval later, so it is not left until a restart.
+void outcome_stored(self_ptr self, const std::string& key, caf::error err) {
+  auto& st = self->state;
+  st.busy_replies.erase(key);
+  if (!err)
+    return;
+  spdlog::warn("reply {}: cannot store its delivery: {} (tried again in {})",
+               key, render(err), human_duration(st.cfg.reload_after_failure));
+  self->delayed_send(self, st.cfg.reload_after_failure, atom::tick_v);
+}
+
 // Job `id` has no send under way any more: stores its outcome (a reply's
 // own delivery) or answers it (a dead letter's attempt).
 void finish_job(self_ptr self, uint64_t id) {
@@ -108,30 +128,29 @@ void finish_job(self_ptr self, uint64_t id) {
   auto job = std::move(st.jobs.at(id));
   st.jobs.erase(id);
   auto letter = reply_letter(job.reply, job.failed, job.errors);
+  auto key = reply_key(job.reply);
   if (job.answer) {
+    st.busy_replies.erase(key);
     job.answer->deliver(std::move(letter));
     return;
   }
-  auto& thread = job.reply.thread;
-  auto seq = job.reply.seq;
-  auto failed = [thread, seq](caf::error& err) {
-    spdlog::warn("thread {}: reply {}: cannot store its delivery: {} (sent "
-                 "again after a restart)",
-                 thread, seq, render(err));
+  auto done = [self, key](caf::ok_atom) { outcome_stored(self, key, {}); };
+  auto failed = [self, key](caf::error& err) {
+    outcome_stored(self, key, std::move(err));
   };
   if (job.failed.empty()) {
-    auto done = job.reply;
-    done.channels.clear();
+    auto delivered = job.reply;
+    delivered.channels.clear();
     request_component(self, names::persistence, st.cfg.store_timeout,
-                      caf::put_atom_v, done, uint64_t{0})
-      .then([](caf::ok_atom) {}, failed);
+                      caf::put_atom_v, delivered, uint64_t{0})
+      .then(done, failed);
     return;
   }
-  spdlog::warn("thread {}: reply {} is a dead letter: {}", thread, seq,
-               letter.reason);
+  spdlog::warn("thread {}: reply {} is a dead letter: {}", job.reply.thread,
+               job.reply.seq, letter.reason);
   request_component(self, names::dead_letters, st.cfg.store_timeout,
                     caf::put_atom_v, std::move(letter))
-    .then([](caf::ok_atom) {}, failed);
+    .then(done, failed);
 }
 
 // Stores that a reply reached `channel` while other channels still wait,
@@ -209,6 +228,7 @@ void start_job(self_ptr self, const reply_delivery& reply,
                std::optional<caf::typed_response_promise<dead_letter>> answer) {
   auto& st = self->state;
   auto job_id = st.next_id++;
+  st.busy_replies.insert(reply_key(reply));
   auto& job = st.jobs[job_id];
   job.reply = reply;
   job.answer = std::move(answer);
@@ -216,7 +236,7 @@ void start_job(self_ptr self, const reply_delivery& reply,
   for (auto& channel : reply.channels) {
     if (st.clients.count(channel) == 0) {
       job.failed.push_back(channel);
-      job.errors.push_back("channel " + channel + " is not configured");
+      job.errors.push_back("not configured on this node");
       continue;
     }
     auto id = st.next_id++;
@@ -247,8 +267,8 @@ void load(self_ptr self) {
       [self](caf::error& err) {
         spdlog::warn("channels: cannot read the replies to deliver: {}",
                      render(err));
-        auto again = self->state.cfg.poll.value_or(std::chrono::seconds{5});
-        self->delayed_send(self, again, atom::tick_v);
+        self->delayed_send(self, self->state.cfg.reload_after_failure,
+                           atom::tick_v);
       });
 }
 

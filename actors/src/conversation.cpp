@@ -107,12 +107,12 @@ void committed(self_ptr self, const turn_commit& commit) {
     reach(kill_point::message_enqueued);
     deliver_outbox(self);
   }
-  // Durable with its delivery record: the channels send it (and find it
-  // again after a restart if this message is lost).
+  // Durable with its delivery record: the channels send it (held for them
+  // while they restart; after a node restart they find the record).
   for (auto& reply : commit.deliveries)
-    if (auto channels = lookup<channel_delivery_actor>(self->system(),
-                                                       names::channels))
-      self->send(channels, atom::deliver_v, reply);
+    request_component(self, names::channels, self->state.cfg.storage_timeout,
+                      atom::deliver_v, reply)
+      .then([] {}, [](caf::error&) {});
   drain(self);
 }
 

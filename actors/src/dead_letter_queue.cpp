@@ -338,6 +338,7 @@ caf::result<caf::ok_atom> add_reply(self_ptr self, dead_letter given) {
   auto letter = make_dead_letter(given.entry, std::move(given.reason),
                                  self->state.cfg.schedule, now_of(self));
   letter.channels = std::move(given.channels);
+  letter.reply_to = given.reply_to;
   return write_new(self, letter, 0);
 }
 

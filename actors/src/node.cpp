@@ -254,6 +254,11 @@ root_spec(const node_config& cfg, std::shared_ptr<ws_server> server,
   dead_letter_queue_config dcfg;
   dcfg.schedule = cfg.delivery.dead_letters;
   dcfg.poll = cfg.cluster.enabled;
+  // A reply letter's retry is a send and maybe its plain-text resend.
+  for (auto& channel : cfg.delivery.channels)
+    dcfg.attempt_timeout = std::max<caf::timespan>(
+      dcfg.attempt_timeout,
+      2 * channel.retry.send_timeout + std::chrono::seconds{5});
   sup.children.push_back(
     {"dead_letters", names::dead_letters, [dcfg](caf::local_actor* parent) {
        return caf::actor_cast<caf::actor>(

@@ -151,6 +151,12 @@ CAF_TEST(a reply no attempt delivers is a dead letter an operator retries) {
   CAF_CHECK_EQUAL(got.at(0).idempotency_key,
                   reply_idempotency_key("hook", "hook-2",
                                         reply["seq"].get<seq_t>()));
+  // The retry sends the same event as the first attempts.
+  auto first = json::parse(sink.requests().at(0).body);
+  auto resent = json::parse(got.at(0).body);
+  CAF_CHECK_EQUAL(resent["reply_to"], reply["reply_to"]);
+  CAF_CHECK_EQUAL(resent["reply_to"], first["reply_to"]);
+  CAF_CHECK_EQUAL(resent["at"], first["at"]);
   auto after = letters();
   CAF_CHECK_EQUAL(after.at(0)["status"], "delivered");
 }

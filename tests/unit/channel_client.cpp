@@ -113,14 +113,30 @@ CAF_TEST(a slow or cut send is a transient failure) {
   CAF_CHECK(send(webhook()).failure.kind == send_failure_kind::rejected);
 }
 
-CAF_TEST(a channel with a bad url does not start and hides the token) {
+CAF_TEST(a webhook url may carry a query) {
+  auto cfg = webhook();
+  cfg.url = sink.base_url() + "/events?key=abc";
+  CAF_CHECK(send(cfg).delivered);
+  auto got = sink.requests();
+  CAF_REQUIRE_EQUAL(got.size(), 1u);
+  CAF_CHECK_EQUAL(got[0].target, "/events?key=abc");
+}
+
+CAF_TEST(a channel with a bad url does not start and hides its secrets) {
   auto cfg = telegram();
   cfg.url = "http://";
   auto client = channel_client::make(io, cfg);
   CAF_REQUIRE(!client);
   auto why = error_message(client.error());
   CAF_CHECK_EQUAL(why.find("1:x"), std::string::npos);
-  KEEL_CHECK_CONTAINS(why, "<token>");
+  KEEL_CHECK_CONTAINS(why, "<url>");
+  auto hook = webhook();
+  hook.url = "http://127.0.0.1:9/events?key=abc#x";
+  auto bad = channel_client::make(io, hook);
+  CAF_REQUIRE(!bad);
+  auto what = error_message(bad.error());
+  CAF_CHECK_EQUAL(what.find("key=abc"), std::string::npos);
+  KEEL_CHECK_CONTAINS(what, "fragment");
 }
 
 CAF_TEST_FIXTURE_SCOPE_END()

@@ -13,6 +13,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "text_checks.hpp"
+
 using namespace keel;
 using namespace std::chrono_literals;
 
@@ -1248,6 +1250,30 @@ CAF_TEST(bad outbound channels name the key) {
       "    - {name: c, kind: webhook, url: \"http://h\", threads: [b]}\n"),
     "node.yaml:4: delivery.channels[1].name: duplicate channel name \"c\" "
     "(also delivery.channels[0])");
+  // The name is part of the idempotency key `keel:NAME:THREAD:SEQ`; thread
+  // ids may hold ':', so names may not.
+  CAF_CHECK_EQUAL(
+    error_of("delivery:\n  channels:\n    - name: \"a:b\"\n"
+             "      kind: webhook\n      url: http://h/\n      threads: [c]\n"),
+    "node.yaml:3: delivery.channels[0].name: expected a channel name of "
+    "[A-Za-z0-9_-] (it is part of every idempotency key), got \"a:b\"");
+  CAF_CHECK_EQUAL(
+    error_of(channel("      kind: webhook\n      url: http://h/\n"
+                     "      threads: []\n")),
+    "node.yaml:6: delivery.channels[0].threads: expected at least one thread "
+    "id or prefix ending in * (a channel no thread is bound to sends "
+    "nothing)");
+  CAF_CHECK_EQUAL(
+    error_of(channel("      kind: telegram\n      token: \"\"\n"
+                     "      chat_id: \"1\"\n      threads: [a]\n")),
+    "node.yaml:5: delivery.channels[0].token: expected the bot token, got "
+    "\"\"");
+  auto warned = parse(channel("      kind: telegram\n      url: http://relay\n"
+                              "      token: t\n      chat_id: \"1\"\n"
+                              "      threads: [a]\n"));
+  CAF_REQUIRE_EQUAL(outcome(warned), "none");
+  CAF_REQUIRE_EQUAL(warned->warnings.size(), 1u);
+  KEEL_CHECK_CONTAINS(warned->warnings[0], "bot token of channel \"c\"");
 }
 
 CAF_TEST(http providers take their endpoint timeouts and limits) {

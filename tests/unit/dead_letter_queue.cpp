@@ -126,7 +126,7 @@ CAF_TEST(a reply letter is retried through its channels on the schedule) {
   CAF_CHECK_EQUAL(x.retries, 1u);
   CAF_REQUIRE_EQUAL(x.events.size(), 1u);
   CAF_CHECK_EQUAL(x.events[0].outcome,
-                  "channel gone: channel gone is not configured");
+                  "channel gone: not configured on this node");
   CAF_CHECK_EQUAL(x.channels, std::vector<std::string>{"gone"});
   advance(60s);
   CAF_CHECK_EQUAL(only_letter().status, dead_letter_status::abandoned);

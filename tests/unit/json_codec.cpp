@@ -53,6 +53,7 @@ dead_letter full_reply_letter() {
     {"t", 9, "", "", "the reply", 1234, 0}, "channel crm: HTTP 500", 99};
   x.next_retry_at = 400;
   x.channels = {"crm", "ops"};
+  x.reply_to = 8;
   return x;
 }
 
@@ -213,24 +214,26 @@ CAF_TEST(every record encodes as before and reads back) {
                R"( "agent:p:7", "hello \"child\"\t\\", 1234, 2),)"
                R"( "target thread t9 has no session", 99, abandoned, 5, 500,)"
                R"( 0, [keel::dead_letter_event(300, "scheduled retry",)"
-               R"( "no session")], []))",
+               R"( "no session")], [], 0))",
                "0170000000000000000703702e63096167656e743a703a370f68656c6c6f"
                "20226368696c6422095c00000000000004d2000000021f74617267657420"
                "74687265616420743920686173206e6f2073657373696f6e000000000000"
                "0063020000000500000000000001f4000000000000000001000000000000"
-               "012c0f7363686564756c65642072657472790a6e6f2073657373696f6e00");
+               "012c0f7363686564756c65642072657472790a6e6f2073657373696f6e00"
+               "0000000000000000");
   check_pinned(full_reply_letter(),
                R"({"at":99,"channels":["crm","ops"],"client_id":"",)"
                R"("created_at":1234,"from":"t","next_retry_at":400,)"
-               R"("reason":"channel crm: HTTP 500","seq":9,"status":)"
+               R"("reason":"channel crm: HTTP 500","reply_to":8,"seq":9,)"
+               R"("status":)"
                R"("pending","text":"the reply","to":""})",
                R"(keel::dead_letter(keel::outbox_entry("t", 9, "", "",)"
                R"( "the reply", 1234, 0), "channel crm: HTTP 500", 99,)"
-               R"( pending, 0, 0, 400, [], ["crm", "ops"]))",
+               R"( pending, 0, 0, 400, [], ["crm", "ops"], 8))",
                "01740000000000000009000009746865207265706c7900000000000004d2"
                "00000000156368616e6e656c2063726d3a20485454502035303000000000"
                "0000006300000000000000000000000000000000000000019000020363726d"
-               "036f7073");
+               "036f70730000000000000008");
   check_pinned(full_delivery(),
                R"({"at":1234,"channels":["crm","ops"],"reply_to":8,"seq":9,)"
                R"("text":"the reply","thread":"t"})",

@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,9 @@ struct channel_delivery_config {
   /// came to serve (written by another node); none on a single node, where
   /// every reply passes through this actor.
   std::optional<caf::timespan> poll;
+  /// After a failed write of a reply's outcome (its record stays), read the
+  /// records again this much later.
+  std::chrono::milliseconds reload_after_failure{std::chrono::seconds{5}};
   /// Seeds the jitter of the retry delays.
   uint64_t seed = std::random_device{}();
 };
@@ -80,10 +84,15 @@ struct channel_delivery_state {
   std::map<std::string, std::unique_ptr<channel_client>> clients;
   std::map<uint64_t, delivery_job> jobs;
   std::map<uint64_t, channel_send_state> sends;
+  /// Replies (`thread/seq`) with a job under way, or whose outcome is being
+  /// stored: a read of the records from before that write must not start
+  /// them again.
+  std::set<std::string> busy_replies;
   uint64_t next_id = 1;
   std::mt19937_64 rng;
 
-  /// Whether a job for reply `thread/seq` is under way.
+  /// Whether reply `thread/seq` has a job under way or an outcome being
+  /// stored.
   bool busy(const reply_delivery& reply) const;
 
   /// What follows a failed attempt of `send` (its policy is its channel's;

@@ -19,12 +19,14 @@ channel_client::make(http_io& io, const channel_config& cfg) {
   target.ca_file = cfg.ca_file;
   auto endpoint = post_endpoint::make(io, target);
   if (!endpoint) {
-    // The Telegram URL holds the token, which errors must not show.
+    // URLs may hold secrets (Telegram's token, a webhook's key), which
+    // errors must not show.
     auto what = error_message(endpoint.error());
-    if (!cfg.token.empty())
-      for (auto at = what.find(cfg.token); at != std::string::npos;
-           at = what.find(cfg.token))
-        what.replace(at, cfg.token.size(), "<token>");
+    for (auto& secret : {target.url, cfg.token})
+      for (auto at = what.find(secret);
+           !secret.empty() && at != std::string::npos; at = what.find(secret))
+        what.replace(at, secret.size(),
+                     secret == cfg.token ? "<token>" : "<url>");
     return caf::make_error(ec::config_invalid, std::move(what));
   }
   return std::unique_ptr<channel_client>{

@@ -1337,8 +1337,15 @@ channel_config parser::read_channel(const YAML::Node& node,
                                     const std::string& path) {
   map_reader m{*this, node, path, line_of(node), strings(channel_keys)};
   channel_config result;
-  result.name = read_name(required(m, "name", "a non-empty channel name"),
-                          m.path("name"));
+  auto name = required(m, "name", "a channel name of [A-Za-z0-9_-]");
+  result.name = read_name(name, m.path("name"));
+  auto name_char = [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+  };
+  if (!std::all_of(result.name.begin(), result.name.end(), name_char))
+    bad_value(name, m.path("name"), result.name,
+              "a channel name of [A-Za-z0-9_-] (it is part of every "
+              "idempotency key)");
   auto kind = read_enum(required(m, "kind", one_of(channel_kinds)),
                         m.path("kind"), channel_kinds);
   result.kind = *parse_channel_kind(kind);
@@ -1349,6 +1356,10 @@ channel_config parser::read_channel(const YAML::Node& node,
   result.threads = read_each(threads, m.path("threads"),
                              "a list of thread ids or prefixes ending in *",
                              &reader::read_string);
+  if (result.threads.empty())
+    fail(line_of(threads), m.path("threads"),
+         "expected at least one thread id or prefix ending in * (a channel "
+         "no thread is bound to sends nothing)");
   for (size_t i = 0; i < result.threads.size(); ++i) {
     auto& x = result.threads[i];
     auto id = x.empty() || x.back() != '*' ? x : x.substr(0, x.size() - 1);
@@ -1385,10 +1396,15 @@ void parser::read_channel_target(const map_reader& m, channel_config& cfg) {
     cfg.url = "https://api.telegram.org";
     if (auto x = m.get("url"))
       cfg.url = read_string(*x, m.path("url"));
-    cfg.token = read_string(required(m, "token", "the bot token"),
-                            m.path("token"));
-    cfg.chat_id = read_string(required(m, "chat_id", "the chat to send to"),
-                              m.path("chat_id"));
+    auto token = required(m, "token", "the bot token");
+    cfg.token = read_string(token, m.path("token"));
+    auto chat = required(m, "chat_id", "the chat to send to");
+    cfg.chat_id = read_string(chat, m.path("chat_id"));
+    // Never show the token, not even in an error.
+    if (cfg.token.empty())
+      fail(line_of(token), m.path("token"), "expected the bot token, got \"\"");
+    if (cfg.chat_id.empty())
+      bad_value(chat, m.path("chat_id"), cfg.chat_id, "the chat to send to");
     if (auto x = m.get("parse_mode"))
       cfg.parse_mode = read_enum(*x, m.path("parse_mode"),
                                  telegram_parse_modes);
@@ -1639,6 +1655,13 @@ void parser::collect_warnings(node_config& cfg) const {
                     + ".base_url is http://, so "
                       "the API key of provider "
                     + quote(p.name) + " travels unencrypted");
+  }
+  for (size_t i = 0; i < cfg.delivery.channels.size(); ++i) {
+    auto& c = cfg.delivery.channels[i];
+    if (!c.token.empty() && c.url.compare(0, 7, "http://") == 0)
+      out.push_back(indexed("delivery.channels", i)
+                    + ".url is http://, so the bot token of channel "
+                    + quote(c.name) + " travels unencrypted");
   }
   if (!cfg.storage.sync)
     out.push_back("storage.sync is false: acknowledged messages can be lost "

@@ -202,7 +202,8 @@ namespace {
 /// is ("/" if none).
 std::string request_target(std::string_view path, api kind) {
   if (kind == api::json)
-    return path.empty() ? "/" : std::string{path};
+    return path.empty() || path.front() == '?' ? "/" + std::string{path}
+                                               : std::string{path};
   while (!path.empty() && path.back() == '/')
     path.remove_suffix(1);
   auto result = std::string{path};
@@ -229,7 +230,10 @@ caf::expected<base_url> parse_base_url(std::string_view url, api kind) {
   } else {
     return bad("expected an http:// or https:// URL");
   }
-  auto slash = rest.find('/');
+  // A JSON POST's URL may carry a query (webhooks often hold their key
+  // there); an LLM API's may not.
+  auto json = kind == api::json;
+  auto slash = rest.find_first_of(json ? "/?" : "/");
   auto authority = rest.substr(0, slash);
   auto path = slash == std::string_view::npos ? std::string_view{}
                                               : rest.substr(slash);
@@ -237,8 +241,9 @@ caf::expected<base_url> parse_base_url(std::string_view url, api kind) {
     return bad("missing host");
   if (authority.find('@') != std::string_view::npos)
     return bad("user info in the URL is not supported (use api_key)");
-  if (path.find_first_of("?#") != std::string_view::npos)
-    return bad("query and fragment are not supported");
+  if (path.find_first_of(json ? "#" : "?#") != std::string_view::npos)
+    return bad(json ? "a fragment is not supported"
+                    : "query and fragment are not supported");
   uint16_t default_port = result.tls ? 443 : 80;
   bool has_port = authority.back() != ']'
                   && authority.find(':') != std::string_view::npos;

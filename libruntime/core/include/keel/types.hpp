@@ -199,6 +199,8 @@ struct dead_letter {
   /// failed on (`entry.from` and `entry.seq` are the reply's thread and log
   /// entry, `entry.to` is empty). Empty for a message between threads.
   std::vector<std::string> channels;
+  /// A reply's letter: the message the reply answers.
+  seq_t reply_to = 0;
 };
 
 template <class Inspector>
@@ -210,7 +212,8 @@ typename Inspector::result_type inspect(Inspector& f, dead_letter& x) {
            field("last_attempt_at", field_form::omit_default),
            x.last_attempt_at, field("next_retry_at", field_form::omit_default),
            x.next_retry_at, field("events", field_form::omit_default), x.events,
-           field("channels", field_form::omit_default), x.channels);
+           field("channels", field_form::omit_default), x.channels,
+           field("reply_to", field_form::omit_default), x.reply_to);
 }
 
 /// The id operators name a dead letter by: `from/seq` (thread ids hold no
