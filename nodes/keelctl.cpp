@@ -5,7 +5,8 @@
 // a node's data instead (read-only: the node may be stopped or running);
 // `migrate` copies a stopped node's RocksDB data into PostgreSQL;
 // `cluster` and `drain` show and change a cluster's membership; `dlq`
-// lists, shows, retries and drops dead letters.
+// lists, shows, retries and drops dead letters; `notifications` lists what
+// the owner was told; `pause` and `resume` pause an agent.
 //
 // Exit codes: 0 success, 1 the request failed (error frame, timeout) or
 // `verify` found a violated invariant, 2 bad arguments (an unreadable
@@ -32,12 +33,21 @@ int main(int argc, char** argv) {
   keel::cli::add_admin_token_option(app, node.admin_token);
   keel::cli::add_ca_file_option(app, node.ca_file);
   std::vector<command> commands{
-    add_send_command(app, node),   add_history_command(app, node),
-    add_status_command(app, node), add_tree_command(app, node),
-    add_kill_command(app, node),   add_providers_command(app, node),
-    add_verify_command(app),       add_recovery_command(app, node),
-    add_migrate_command(app),      add_cluster_command(app, node),
-    add_drain_command(app, node),  add_dlq_command(app, node),
+    add_send_command(app, node),
+    add_history_command(app, node),
+    add_status_command(app, node),
+    add_tree_command(app, node),
+    add_kill_command(app, node),
+    add_providers_command(app, node),
+    add_verify_command(app),
+    add_recovery_command(app, node),
+    add_migrate_command(app),
+    add_cluster_command(app, node),
+    add_drain_command(app, node),
+    add_dlq_command(app, node),
+    add_notifications_command(app, node),
+    add_pause_command(app, node, true),
+    add_pause_command(app, node, false),
   };
   try {
     app.parse(argc, argv);

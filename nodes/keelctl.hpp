@@ -108,5 +108,8 @@ command add_migrate_command(CLI::App& app);
 command add_cluster_command(CLI::App& app, const node_args& node);
 command add_drain_command(CLI::App& app, const node_args& node);
 command add_dlq_command(CLI::App& app, const node_args& node);
+command add_notifications_command(CLI::App& app, const node_args& node);
+/// `pause THREAD` (`paused`) or `resume THREAD`.
+command add_pause_command(CLI::App& app, const node_args& node, bool paused);
 
 } // namespace keelctl

@@ -1,5 +1,6 @@
 // keelctl dlq: the dead-letter queue through the admin API: listing the
 // letters, showing one with its retries, retrying one now, dropping one.
+// keelctl notifications: what the owner was told, and what was suppressed.
 
 #include <cstdio>
 #include <iostream>
@@ -125,7 +126,43 @@ int run_dlq(const keel::endpoint& ep, CLI::App* dlq, const dlq_args& args) {
               print_letter);
 }
 
+int print_notices(const json& body) {
+  std::printf("%-8s %-22s %-24s %-8s %-10s %10s  %s\n", "SEVERITY", "KIND",
+              "SUBJECT", "STATUS", "AT", "SUPPRESSED", "TEXT");
+  if (auto i = body.find("notifications"); i != body.end() && i->is_array())
+    for (auto& x : *i) {
+      auto status = json_string(x, "status");
+      if (status == "failed")
+        status += " (" + json_string(x, "error") + ")";
+      std::printf(
+        "%-8s %-22s %-24s %-8s %-10s %10llu  %s\n",
+        json_string(x, "severity").c_str(), json_string(x, "kind").c_str(),
+        json_string(x, "subject").c_str(), status.c_str(),
+        relative_time(x, "at").c_str(),
+        static_cast<unsigned long long>(json_number(x, {"suppressed"})),
+        json_string(x, "text").c_str());
+    }
+  return exit_ok;
+}
+
 } // namespace
+
+command add_notifications_command(CLI::App& app, const node_args& node) {
+  auto as_json = std::make_shared<bool>(false);
+  auto cmd = add_node_command(
+    app, "notifications",
+    "What the owner was told (owner.channel), newest first: per kind and "
+    "subject the latest notice and how many its dedup window suppressed "
+    "since");
+  cmd->add_flag("--json", *as_json, "Print the raw JSON");
+  return node_command(
+    cmd, node,
+    [as_json](const keel::endpoint& ep) {
+      return call(ep, "GET", "/api/v1/notifications", {}, *as_json,
+                  print_notices);
+    },
+    true);
+}
 
 command add_dlq_command(CLI::App& app, const node_args& node) {
   auto args = std::make_shared<dlq_args>();

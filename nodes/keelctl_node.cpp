@@ -168,6 +168,23 @@ int run_kill(const keel::endpoint& ep, const std::string& path,
   return exit_ok;
 }
 
+// -- pause and resume
+// -----------------------------------------------------------------------
+
+int run_pause(const keel::endpoint& ep, const std::string& thread,
+              bool paused) {
+  auto res = keel::api_call(
+    ep, "POST", "/api/v1/agents/" + thread + (paused ? "/pause" : "/resume"),
+    {});
+  if (!res)
+    return fail(ep, res.error());
+  std::cout << json_string(*res, "thread")
+            << (paused ? " is paused: its messages are answered with the "
+                         "offline text\n"
+                       : " is resumed\n");
+  return exit_ok;
+}
+
 // -- providers
 // ------------------------------------------------------------------
 
@@ -280,6 +297,25 @@ command add_kill_command(CLI::App& app, const node_args& node) {
     cmd, node,
     [args](const keel::endpoint& ep) {
       return run_kill(ep, args->path, args->reason);
+    },
+    true);
+}
+
+command add_pause_command(CLI::App& app, const node_args& node, bool paused) {
+  auto thread = std::make_shared<std::string>();
+  auto cmd = add_node_command(
+    app, paused ? "pause" : "resume",
+    paused ? "Pauses the agent of THREAD: each message it gets is stored and "
+             "answered with the offline text (code agent_paused) until it "
+             "is resumed"
+           : "Resumes the agent of THREAD after a pause");
+  cmd->add_option("THREAD", *thread, "The thread id")
+    ->type_name("")
+    ->required();
+  return node_command(
+    cmd, node,
+    [thread, paused](const keel::endpoint& ep) {
+      return run_pause(ep, *thread, paused);
     },
     true);
 }

@@ -74,8 +74,11 @@ namespace {
 
 using self_ptr = channel_delivery_state::self_ptr;
 
-outbound_message message_of(const reply_delivery& reply,
+outbound_message message_of(const delivery_job& job,
                             const std::string& channel) {
+  if (job.notice)
+    return notice_message(*job.notice);
+  auto& reply = job.reply;
   outbound_message msg;
   msg.id = reply_idempotency_key(channel, reply.thread, reply.seq);
   msg.thread = reply.thread;
@@ -86,19 +89,26 @@ outbound_message message_of(const reply_delivery& reply,
   return msg;
 }
 
-// Makes the next attempt of send `id`; its outcome comes back as a
-// message (the client answers on an I/O thread).
+// Makes the next attempt of send `id` once its channel has room at the
+// client; its outcome comes back as a message (the client answers on an
+// I/O thread).
 void attempt(self_ptr self, uint64_t id) {
   auto& st = self->state;
   auto i = st.sends.find(id);
   if (i == st.sends.end())
     return;
   auto& send = i->second;
+  auto& line = st.lines[send.channel];
+  if (line.in_flight >= channel_client::max_in_flight) {
+    line.waiting.push_back(id);
+    return;
+  }
+  ++line.in_flight;
   ++send.attempt;
-  auto& reply = st.jobs.at(send.job).reply;
+  auto& job = st.jobs.at(send.job);
   auto handle = caf::actor_cast<channel_delivery_actor>(self);
   st.clients.at(send.channel)
-    ->send(message_of(reply, send.channel), send.plain_text,
+    ->send(message_of(job, send.channel), send.plain_text,
            [handle, id](send_result r) {
              auto after = r.failure.retry_after ? r.failure.retry_after->count()
                                                 : int64_t{-1};
@@ -127,6 +137,13 @@ void finish_job(self_ptr self, uint64_t id) {
   auto& st = self->state;
   auto job = std::move(st.jobs.at(id));
   st.jobs.erase(id);
+  if (job.notice_answer) {
+    job.notice->status = job.failed.empty() ? notice_status::sent
+                                            : notice_status::failed;
+    job.notice->error = job.errors.empty() ? "" : job.errors.front();
+    job.notice_answer->deliver(std::move(*job.notice));
+    return;
+  }
   auto letter = reply_letter(job.reply, job.failed, job.errors);
   auto key = reply_key(job.reply);
   if (job.answer) {
@@ -148,6 +165,12 @@ void finish_job(self_ptr self, uint64_t id) {
   }
   spdlog::warn("thread {}: reply {} is a dead letter: {}", job.reply.thread,
                job.reply.seq, letter.reason);
+  for (size_t i = 0; i < job.failed.size(); ++i)
+    notify_owner(self->system(), notice_kind::channel_unhealthy, job.failed[i],
+                 "Channel " + job.failed[i] + " did not take reply "
+                   + std::to_string(job.reply.seq) + " of thread "
+                   + job.reply.thread + " after its retries: " + job.errors[i]
+                   + ". The reply waits in the dead-letter queue.");
   request_component(self, names::dead_letters, st.cfg.store_timeout,
                     caf::put_atom_v, std::move(letter))
     .then(done, failed);
@@ -193,12 +216,25 @@ void settle(self_ptr self, uint64_t id, bool delivered, std::string error) {
     store_progress(self, job);
 }
 
+// A send to `channel` left the client: the next one waiting goes.
+void release(self_ptr self, const std::string& channel) {
+  auto& line = self->state.lines[channel];
+  --line.in_flight;
+  while (!line.waiting.empty()
+         && line.in_flight < channel_client::max_in_flight) {
+    auto next = line.waiting.front();
+    line.waiting.pop_front();
+    attempt(self, next);
+  }
+}
+
 void on_result(self_ptr self, uint64_t id, bool delivered, uint8_t kind,
                int64_t retry_after, std::string description) {
   auto& st = self->state;
   auto i = st.sends.find(id);
   if (i == st.sends.end())
     return;
+  release(self, i->second.channel);
   if (delivered) {
     settle(self, id, true, {});
     return;
@@ -220,6 +256,25 @@ void on_result(self_ptr self, uint64_t id, bool delivered, uint8_t kind,
     attempt(self, id);
   else
     self->delayed_send(self, decision.delay, atom::attempt_v, id);
+}
+
+// Starts sending `notice` to `channel`, answering its outcome.
+caf::result<owner_notice> send_notice(self_ptr self, owner_notice notice,
+                                      const std::string& channel) {
+  auto& st = self->state;
+  if (st.clients.count(channel) == 0)
+    return caf::make_error(ec::not_found,
+                           "channel " + channel + " is not configured");
+  auto job_id = st.next_id++;
+  auto& job = st.jobs[job_id];
+  job.notice = std::move(notice);
+  auto rp = self->make_response_promise<owner_notice>();
+  job.notice_answer = rp;
+  job.in_flight = 1;
+  auto id = st.next_id++;
+  st.sends[id] = channel_send_state{job_id, channel, 0, false};
+  attempt(self, id);
+  return rp;
 }
 
 // Starts sending `reply` to each of its channels; `answer`: a dead
@@ -304,6 +359,9 @@ channel_delivery_actor::behavior_type channel_delivery(
         start_job(self, reply, std::nullopt);
     },
     [self](atom::retry, const dead_letter& x) { return retry_letter(self, x); },
+    [self](atom::notify, owner_notice& x, const std::string& channel) {
+      return send_notice(self, std::move(x), channel);
+    },
     [self](atom::attempt, uint64_t id) { attempt(self, id); },
     [self](atom::attempt, uint64_t id, bool delivered, uint8_t kind,
            int64_t retry_after, std::string& description) {

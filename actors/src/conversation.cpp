@@ -78,6 +78,27 @@ describe_failure(const caf::error& err, const std::string& contact) {
   return {code, with_owner_contact(text, contact)};
 }
 
+// What the owner hears of a turn that failed with provider error `err`:
+// every provider of the pool failing, out of credit or refusing the
+// credentials; none for the thread's own limits (context, a rejected
+// message, its own timeout).
+std::optional<owner_notice> provider_notice(const caf::error& err,
+                                            const conversation_config& cfg) {
+  owner_notice x;
+  x.subject = "pool " + cfg.pool;
+  x.text = "Thread " + cfg.thread + " could not be answered: " + render(err);
+  if (err == ec::credits_exhausted)
+    x.kind = notice_kind::credits_exhausted;
+  else if (err == ec::provider_unauthorized)
+    x.kind = notice_kind::provider_unauthorized;
+  else if (err == ec::provider_failed || err == ec::provider_timeout
+           || err.category() != error_category)
+    x.kind = notice_kind::all_models_failed;
+  else
+    return std::nullopt;
+  return x;
+}
+
 void deliver_outbox(self_ptr self);
 
 // Tells the thread that its turn could not be stored and runs it again
@@ -101,6 +122,8 @@ void committed(self_ptr self, const turn_commit& commit) {
   for (auto& entry : commit.log)
     publish(self, protocol::outcome_frame(commit.thread, entry));
   self->state.turn_running = false;
+  for (auto& x : self->state.owner_notices)
+    notify_owner(self->system(), x.kind, x.subject, x.text);
   self->state.end_turn();
   if (!commit.outbox.empty()) {
     // Durable in our outbox, not yet in any target's inbox.
@@ -295,8 +318,12 @@ void turn_status(self_ptr self, const std::string& status,
 
 // Ends the turn with the guard's report; the guard's stop is final.
 void stop_turn(self_ptr self, const guard_stop& stop) {
-  spdlog::info("thread {}: turn stopped by the guard ({})",
-               self->state.cfg.thread, to_string(stop.reason));
+  auto& thread = self->state.cfg.thread;
+  spdlog::info("thread {}: turn stopped by the guard ({})", thread,
+               to_string(stop.reason));
+  self->state.owner_notices.push_back(
+    {notice_kind::agent_stuck, thread,
+     "Thread " + thread + " was stopped by its turn guard: " + stop.report});
   fail_turn(self, turn_errors::guard_stopped_code, stop.report);
 }
 
@@ -417,6 +444,27 @@ bool compact_after_overflow(self_ptr self, const caf::error& err) {
   return true;
 }
 
+// The model call failed: the turn ends with the failure's text (unless a
+// cancel came meanwhile, or a compaction may make the context fit), and the
+// owner hears of a pool that could not answer.
+void model_call_failed(self_ptr self, const caf::error& err) {
+  auto& st = self->state;
+  if (st.closing) {
+    cancel_turn(self);
+    return;
+  }
+  spdlog::info("thread {}: turn failed: {}", st.cfg.thread, render(err));
+  if (err == caf::sec::request_timeout)
+    cancel_call(self);
+  if (compact_after_overflow(self, err))
+    return;
+  auto [code, text] = describe_failure(err, st.cfg.owner_contact);
+  if (err != caf::sec::request_timeout)
+    if (auto x = provider_notice(err, st.cfg))
+      st.owner_notices.push_back(std::move(*x));
+  fail_turn(self, code, text);
+}
+
 // Asks the thread's pool for the model's next answer.
 void call_model(self_ptr self) {
   auto& st = self->state;
@@ -447,21 +495,7 @@ void call_model(self_ptr self) {
         }
         guarded(self, [&] { model_answered(self, std::move(reply)); });
       },
-      [self](caf::error& err) {
-        if (self->state.closing) {
-          cancel_turn(self);
-          return;
-        }
-        spdlog::info("thread {}: turn failed: {}", self->state.cfg.thread,
-                     render(err));
-        if (err == caf::sec::request_timeout)
-          cancel_call(self);
-        if (compact_after_overflow(self, err))
-          return;
-        auto [code, text] = describe_failure(err,
-                                             self->state.cfg.owner_contact);
-        fail_turn(self, code, text);
-      });
+      [self](caf::error& err) { model_call_failed(self, err); });
 }
 
 // A tool call ended (or could not run): its result is committed before the
@@ -558,6 +592,12 @@ void run_turn(self_ptr self) {
     fail_turn(self, "history_reset", turn_errors::steps_lost);
     return;
   }
+  if (st.session.paused_at != 0) {
+    fail_turn(self, turn_errors::agent_paused_code,
+              with_owner_contact(turn_errors::agent_offline,
+                                 st.cfg.owner_contact));
+    return;
+  }
   if (!st.guard)
     st.guard.emplace(st.cfg.guard, std::chrono::steady_clock::now());
   auto lost = st.unanswered_calls();
@@ -605,6 +645,49 @@ void finish_cancel(self_ptr self) {
       });
 }
 
+// Writes the pause or resume the latest request asks for while no turn
+// runs (no commit carries an older session meanwhile), then answers the
+// requests it covers and drains on.
+void write_pause(self_ptr self) {
+  auto& st = self->state;
+  auto batch = std::make_shared<decltype(st.pauses)>(std::move(st.pauses));
+  st.pauses.clear();
+  auto answer = [batch](const caf::error& err) {
+    for (auto& request : *batch)
+      if (err)
+        request.second.deliver(err);
+      else
+        request.second.deliver(caf::ok_atom_v);
+  };
+  if (!st.session_exists || st.session.state == session_state::closed) {
+    answer(st.session_exists ? caf::make_error(
+             ec::thread_closed, "thread " + st.cfg.thread + " was cancelled")
+                             : st.not_found());
+    drain(self);
+    return;
+  }
+  auto record = st.session;
+  auto paused = batch->back().first;
+  record.paused_at = !paused                 ? 0
+                     : record.paused_at != 0 ? record.paused_at
+                                             : wall_clock_millis();
+  st.turn_running = true;
+  request_component(self, names::persistence, st.cfg.storage_timeout,
+                    caf::put_atom_v, record, st.tenure)
+    .then(
+      [self, record, answer](caf::ok_atom) {
+        self->state.session = record;
+        self->state.turn_running = false;
+        answer({});
+        drain(self);
+      },
+      [self, answer](caf::error& err) {
+        self->state.turn_running = false;
+        answer(err);
+        drain(self);
+      });
+}
+
 // Starts the next turn unless one runs; arms the idle timer when done.
 void drain(self_ptr self) {
   auto& st = self->state;
@@ -615,6 +698,10 @@ void drain(self_ptr self) {
     return;
   if (st.closing) {
     finish_cancel(self);
+    return;
+  }
+  if (!st.pauses.empty()) {
+    write_pause(self);
     return;
   }
   if (st.inbox.empty()) {
@@ -924,6 +1011,16 @@ caf::result<caf::ok_atom> cancel(self_ptr self) {
   return rp;
 }
 
+caf::result<caf::ok_atom> pause(self_ptr self, bool paused) {
+  auto& st = self->state;
+  if (st.loaded && !st.session_exists)
+    return st.not_found();
+  auto rp = self->make_response_promise<caf::ok_atom>();
+  st.pauses.emplace_back(paused, rp);
+  drain(self);
+  return rp;
+}
+
 // The idle timer fired: passivates if the thread has been idle for the
 // whole `idle_timeout`, else waits for the rest of it.
 void idle_timer_fired(self_ptr self) {
@@ -980,6 +1077,7 @@ conversation(conversation_actor::stateful_pointer<conversation_state> self,
       return receive(self, std::move(msg), route);
     },
     [self](atom::cancel) { return cancel(self); },
+    [self](atom::pause, bool paused) { return pause(self, paused); },
     [self](atom::redeliver) {
       self->state.redeliver_armed = false;
       deliver_outbox(self);

@@ -655,6 +655,8 @@ turn_commit conversation_state::make_result_step(const tool_call& call,
     auto note_seq = next_seq++;
     commit.context.push_back(context_entry{note_seq, "system", note});
     notices.push_back({"tool_disabled", note});
+    owner_notices.push_back({notice_kind::tool_disabled, call.name,
+                             note + " (thread " + cfg.thread + ")"});
     log(note_seq, std::move(note));
   }
   return commit;
@@ -685,6 +687,7 @@ void conversation_state::end_turn() {
   compaction.reset();
   compacting_overflow = false;
   notices.clear();
+  owner_notices.clear();
 }
 
 uint64_t

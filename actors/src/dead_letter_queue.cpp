@@ -73,12 +73,6 @@ dead_letter after_drop(dead_letter x, const std::string& reason, epoch_ms now) {
 
 // -- state --------------------------------------------------------------------
 
-epoch_ms dead_letter_queue_state::now(const caf::actor_clock& clock) const {
-  auto since = clock.now() - clock_at_start;
-  return wall_at_start
-         + std::chrono::duration_cast<std::chrono::milliseconds>(since).count();
-}
-
 std::vector<dead_letter>
 dead_letter_queue_state::pick_due(std::vector<dead_letter> letters,
                                   epoch_ms now) const {
@@ -138,7 +132,7 @@ namespace {
 using self_ptr = dead_letter_queue_state::self_ptr;
 
 epoch_ms now_of(self_ptr self) {
-  return self->state.now(self->clock());
+  return self->state.clock.now(self->clock());
 }
 
 // Arms the round timer for `at` unless one is armed for that time or
@@ -170,7 +164,7 @@ void store(self_ptr self, const dead_letter& letter,
           });
 }
 
-// Logs what a retry did to `x` (the owner is told through the log for now).
+// Logs what a retry did to `x`.
 void log_outcome(const dead_letter& x) {
   auto id = dead_letter_id(x);
   auto& last = x.events.back();
@@ -182,6 +176,42 @@ void log_outcome(const dead_letter& x) {
                  last.outcome);
   else
     spdlog::info("dead letter {}: {} failed: {}", id, action, last.outcome);
+}
+
+// Where `x` goes, for the owner: "thread T" or "channel a,b".
+std::string destination_of(const dead_letter& x) {
+  if (x.channels.empty())
+    return "thread " + x.entry.to;
+  std::string result = "channel ";
+  for (auto& name : x.channels)
+    result += (&name == &x.channels.front() ? "" : ",") + name;
+  return result;
+}
+
+// Tells the owner that `x` was abandoned (its update is stored).
+void notify_abandoned(self_ptr self, const dead_letter& x) {
+  auto to = destination_of(x);
+  notify_owner(self->system(), notice_kind::dead_letter_abandoned, to,
+               "Dead letter " + dead_letter_id(x) + " to " + to
+                 + " was abandoned after " + std::to_string(x.retries)
+                 + " retries: " + x.events.back().outcome
+                 + ". keelctl dlq retry can still send it.");
+}
+
+// Tells the owner when `dead_letter_digest_threshold` or more letters
+// are pending.
+void notify_if_many_pending(self_ptr self,
+                            const std::vector<dead_letter>& letters) {
+  auto pending = std::count_if(letters.begin(), letters.end(), [](auto& x) {
+    return x.status == dead_letter_status::pending;
+  });
+  if (static_cast<size_t>(pending) < dead_letter_digest_threshold)
+    return;
+  notify_owner(self->system(), notice_kind::dead_letters_pending,
+               "dead letters",
+               std::to_string(pending)
+                 + " dead letters are pending their retries (keelctl dlq "
+                   "list shows them).");
 }
 
 // A retried letter's update is stored (or could not be): it is free again,
@@ -196,6 +226,8 @@ void retry_stored(self_ptr self, const dead_letter& updated,
   }
   if (updated.next_retry_at != 0)
     arm_round(self, updated.next_retry_at);
+  if (updated.status == dead_letter_status::abandoned)
+    notify_abandoned(self, updated);
   done(updated);
 }
 
@@ -268,6 +300,7 @@ void end_round(self_ptr self, std::optional<epoch_ms> next, bool failed) {
 void start_round(self_ptr self, std::vector<dead_letter>& letters) {
   auto& st = self->state;
   auto now = now_of(self);
+  notify_if_many_pending(self, letters);
   auto due = st.pick_due(letters, now);
   auto next = due.size() >= st.cfg.schedule.batch
                 ? std::optional<epoch_ms>{now}
@@ -410,8 +443,7 @@ dead_letter_queue_actor::behavior_type dead_letter_queue(
   dead_letter_queue_config cfg) {
   auto& st = self->state;
   st.cfg = std::move(cfg);
-  st.wall_at_start = wall_clock_millis();
-  st.clock_at_start = self->clock().now();
+  st.clock.anchor(self->clock());
   // Letters due while the node was down (or before a restart) go at once.
   self->send(self, atom::tick_v);
   return {

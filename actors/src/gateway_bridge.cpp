@@ -178,7 +178,9 @@ void respond_unavailable(self_ptr self, uint64_t request,
 // A component refused: 404 if what was asked for is not there, 409 if the
 // request conflicts with its state, else 503.
 void respond_refused(self_ptr self, uint64_t request, const caf::error& err) {
-  auto status = err == ec::not_found ? 404 : err == ec::conflict ? 409 : 503;
+  auto status = err == ec::not_found                              ? 404
+                : err == ec::conflict || err == ec::thread_closed ? 409
+                                                                  : 503;
   respond_error(self, request, status, error_code_name(err),
                 readable_message(err));
 }
@@ -635,6 +637,26 @@ void on_dead_letters(self_ptr self, uint64_t request, const std::string&) {
       });
 }
 
+// GET /api/v1/notifications: the latest notice to the owner per kind and
+// subject, newest first, each with its severity and suppressed count.
+void on_notifications(self_ptr self, uint64_t request, const std::string&) {
+  request_component(self, names::notifier, std::chrono::seconds{30},
+                    atom::notices_v)
+    .then(
+      [self, request](std::vector<owner_notice>& notices) {
+        auto list = nlohmann::json::array();
+        for (auto& x : notices) {
+          auto j = to_json(x);
+          j["severity"] = to_string(severity_of(x.kind));
+          list.push_back(std::move(j));
+        }
+        respond_json(self, request, 200, {{"notifications", list}});
+      },
+      [self, request](caf::error& err) {
+        respond_refused(self, request, err);
+      });
+}
+
 // Answers an operator's action on a dead letter with the letter as stored.
 // The queue's own steps (read, deliver, write) are bounded by 30 s each.
 template <class... Ts>
@@ -704,6 +726,35 @@ void on_dead_letter(self_ptr self, uint64_t request, const std::string& method,
   }
 }
 
+// POST /api/v1/agents/THREAD/pause or /resume: through the thread's
+// conversation (its owner's in a cluster); answers once the session says
+// so on disk.
+void on_agent_action(self_ptr self, uint64_t request, const std::string& method,
+                     const std::string& rest) {
+  auto last = rest.rfind('/');
+  auto action = last == std::string::npos ? std::string{}
+                                          : rest.substr(last + 1);
+  auto thread = rest.substr(0, last == std::string::npos ? 0 : last);
+  if (method != "POST" || (action != "pause" && action != "resume")
+      || !valid_thread_id(thread)) {
+    respond_error(self, request, 404, to_string(ec::not_found),
+                  "no endpoint " + method + " /api/v1/agents/" + rest
+                    + " (expected POST /api/v1/agents/THREAD/pause|resume)");
+    return;
+  }
+  auto paused = action == "pause";
+  request_component(self, names::orchestrator, std::chrono::seconds{30},
+                    atom::pause_v, thread, paused)
+    .then(
+      [self, request, thread, paused](caf::ok_atom) {
+        respond_json(self, request, 200,
+                     {{"thread", thread}, {"paused", paused}});
+      },
+      [self, request](caf::error& err) {
+        respond_refused(self, request, err);
+      });
+}
+
 // An endpoint of the HTTP API: answers request `request`, given its body.
 using http_handler = void (*)(self_ptr self, uint64_t request,
                               const std::string& body);
@@ -726,10 +777,13 @@ constexpr http_route http_routes[] = {
   {"POST", "/api/v1/chaos/disk", on_disk_chaos},
   {"POST", "/api/v1/kill", on_kill},
   {"GET", "/api/v1/dlq", on_dead_letters},
+  {"GET", "/api/v1/notifications", on_notifications},
 };
 
-// Endpoints below this prefix name one dead letter in their path.
+// Endpoints below these prefixes name one dead letter or agent in their
+// path.
 constexpr std::string_view dead_letter_prefix = "/api/v1/dlq/";
+constexpr std::string_view agent_prefix = "/api/v1/agents/";
 
 // Hands an HTTP API request to its endpoint; 404 if there is none.
 void on_http(self_ptr self, uint64_t request, const std::string& method,
@@ -738,6 +792,10 @@ void on_http(self_ptr self, uint64_t request, const std::string& method,
   if (path.compare(0, dead_letter_prefix.size(), dead_letter_prefix) == 0) {
     on_dead_letter(self, request, method,
                    path.substr(dead_letter_prefix.size()), body);
+    return;
+  }
+  if (path.compare(0, agent_prefix.size(), agent_prefix) == 0) {
+    on_agent_action(self, request, method, path.substr(agent_prefix.size()));
     return;
   }
   for (auto& route : http_routes) {

@@ -20,6 +20,7 @@
 #include "keel/gateway_bridge.hpp"
 #include "keel/logging.hpp"
 #include "keel/lookup.hpp"
+#include "keel/notifier.hpp"
 #include "keel/orchestrator.hpp"
 #include "keel/peers.hpp"
 #include "keel/persistence.hpp"
@@ -213,6 +214,24 @@ caf::expected<child_spec> channels_child(const node_config& cfg,
     }};
 }
 
+// The owner's notifications, through `owner.channel` if set.
+child_spec notifier_child(const node_config& cfg) {
+  notifier_config ncfg;
+  ncfg.channel = cfg.owner.channel;
+  ncfg.windows = cfg.owner.notice_windows;
+  ncfg.store_timeout = cfg.storage.request_timeout;
+  if (auto channel = cfg.delivery.find_channel(ncfg.channel)) {
+    // Every attempt may time out and wait the longest backoff.
+    auto& retry = channel->retry;
+    ncfg.send_timeout = retry.backoff.max_attempts
+                          * (retry.send_timeout + retry.backoff.max_delay)
+                        + std::chrono::seconds{5};
+  }
+  return {"notifier", names::notifier, [ncfg](caf::local_actor* parent) {
+            return caf::actor_cast<caf::actor>(parent->spawn(notifier, ncfg));
+          }};
+}
+
 } // namespace
 
 caf::expected<supervisor_config>
@@ -265,6 +284,7 @@ root_spec(const node_config& cfg, std::shared_ptr<ws_server> server,
          parent->spawn(dead_letter_queue, dcfg));
      }});
   sup.children.push_back(std::move(*channels));
+  sup.children.push_back(notifier_child(cfg));
   if (cfg.cluster.enabled)
     add_cluster_children(sup, cfg, shards);
   if (server)

@@ -652,6 +652,39 @@ caf::result<std::vector<std::string>> cancel(self_ptr self,
   return rp;
 }
 
+// Pauses or resumes `thread` through its conversation (started for it if
+// it is not live); answers the conversation's answer.
+caf::result<caf::ok_atom> pause(self_ptr self, const std::string& thread,
+                                bool paused) {
+  if (elsewhere(self, thread))
+    return to_owner<caf::ok_atom>(
+      self, thread, caf::make_message(atom::pause_v, thread, paused));
+  auto rp = self->make_response_promise<caf::ok_atom>();
+  auto id = self->state.hold(rp);
+  when_routable(self, thread, [self, id, thread, paused] {
+    auto sup = conversations(self);
+    if (!sup) {
+      answer(self, id,
+             caf::make_error(ec::unavailable, "the conversations supervisor "
+                                              "is restarting; try again"));
+      return;
+    }
+    self
+      ->request(sup, self->state.cfg.request_timeout, atom::forward_v, thread,
+                caf::make_message(atom::pause_v, paused))
+      .then([self, id](caf::ok_atom) { answer(self, id, caf::ok_atom_v); },
+            [self, id](caf::error& err) { answer(self, id, std::move(err)); });
+  });
+  return rp;
+}
+
+// The conversations: live, passivated and evicted so far.
+caf::result<uint64_t, uint64_t, uint64_t> counts(self_ptr self) {
+  auto& st = self->state;
+  return caf::make_result(uint64_t{st.threads.size()}, st.passivations,
+                          st.evictions);
+}
+
 // A conversation that last saw route `last_seen` asks to stop: true (and
 // stopping it) unless a message was routed to it since.
 bool passivate(self_ptr self, const std::string& thread, uint64_t last_seen) {
@@ -852,17 +885,16 @@ orchestrator_actor::behavior_type orchestrator(self_ptr self,
     [self](atom::cancel, const std::string& thread) {
       return cancel(self, thread);
     },
+    [self](atom::pause, const std::string& thread, bool paused) {
+      return pause(self, thread, paused);
+    },
     [self](atom::passivate, const std::string& thread, uint64_t last_seen) {
       return passivate(self, thread, last_seen);
     },
     [self](atom::started, const std::string& thread) {
       self->state.restarted(thread);
     },
-    [self](atom::stats) {
-      auto& st = self->state;
-      return caf::make_result(uint64_t{st.threads.size()}, st.passivations,
-                              st.evictions);
-    },
+    [self](atom::stats) { return counts(self); },
     [self](atom::recover) { recover(self); },
     [self](atom::recover, const std::vector<uint32_t>& shards) {
       recover_shards(self, shards);

@@ -282,6 +282,8 @@ caf::response_promise forward(self_ptr self, const std::string& thread,
   else if (req.match_element<atom::cancel>(0))
     r = make_request<std::vector<std::string>>(self, thread, std::move(req),
                                                rp);
+  else if (req.match_element<atom::pause>(0))
+    r = make_request<caf::ok_atom>(self, thread, std::move(req), rp);
   else {
     rp.deliver(caf::make_error(ec::protocol_violation,
                                "cannot forward this request to a peer"));

@@ -241,18 +241,29 @@ caf::result<caf::ok_atom> persistence_state::put(const dead_letter& letter,
   return after_flush(caf::ok_atom_v);
 }
 
+namespace {
+
+// `xs` without the records whose thread (`thread_of`) `only` leaves out.
+template <class T, class ThreadOf>
+caf::result<std::vector<T>> keep_served(caf::expected<std::vector<T>> xs,
+                                        const thread_filter& only,
+                                        ThreadOf thread_of) {
+  if (!xs)
+    return xs.error();
+  if (only)
+    xs->erase(std::remove_if(xs->begin(), xs->end(),
+                             [&](const T& x) { return !only(thread_of(x)); }),
+              xs->end());
+  return std::move(*xs);
+}
+
+} // namespace
+
 caf::result<std::vector<dead_letter>>
 persistence_state::dead_letters(bool served_only) {
-  auto letters = db->dead_letters();
-  if (!letters)
-    return letters.error();
-  auto only = served();
-  if (served_only && only)
-    letters->erase(
-      std::remove_if(letters->begin(), letters->end(),
-                     [&](const dead_letter& x) { return !only(x.entry.from); }),
-      letters->end());
-  return std::move(*letters);
+  return keep_served(db->dead_letters(),
+                     served_only ? served() : thread_filter{},
+                     [](const dead_letter& x) { return x.entry.from; });
 }
 
 caf::result<caf::ok_atom> persistence_state::put(const reply_delivery& rec,
@@ -264,15 +275,25 @@ caf::result<caf::ok_atom> persistence_state::put(const reply_delivery& rec,
 }
 
 caf::result<std::vector<reply_delivery>> persistence_state::deliveries() {
-  auto replies = db->deliveries();
-  if (!replies)
-    return replies.error();
-  if (auto only = served())
-    replies->erase(
-      std::remove_if(replies->begin(), replies->end(),
-                     [&](const reply_delivery& x) { return !only(x.thread); }),
-      replies->end());
-  return std::move(*replies);
+  return keep_served(db->deliveries(), served(),
+                     [](const reply_delivery& x) { return x.thread; });
+}
+
+caf::result<std::vector<provider_health_record>> persistence_state::health() {
+  return db->health();
+}
+
+caf::result<std::vector<owner_notice>> persistence_state::notices() {
+  return db->notices();
+}
+
+caf::result<std::vector<std::string>> persistence_state::inboxes() {
+  return db->threads_with_inbox();
+}
+
+caf::result<caf::ok_atom> persistence_state::put(const owner_notice& rec) {
+  db->stage_notice(rec);
+  return after_flush(caf::ok_atom_v);
 }
 
 caf::result<caf::ok_atom>
@@ -465,9 +486,7 @@ persistence(persistence_actor::stateful_pointer<persistence_state> self,
     [self](caf::put_atom, provider_health_record& rec) {
       return self->state.put(rec);
     },
-    [self](atom::health) -> caf::result<std::vector<provider_health_record>> {
-      return self->state.db->health();
-    },
+    [self](atom::health) { return self->state.health(); },
     [self](atom::load, const std::string& thread) {
       return self->state.load(thread);
     },
@@ -475,9 +494,7 @@ persistence(persistence_actor::stateful_pointer<persistence_state> self,
            uint64_t limit) {
       return self->state.history(thread, after, limit);
     },
-    [self](atom::inboxes) -> caf::result<std::vector<std::string>> {
-      return self->state.db->threads_with_inbox();
-    },
+    [self](atom::inboxes) { return self->state.inboxes(); },
     [self](atom::stats) { return self->state.stats(); },
     [self](atom::spawn, const std::string& parent, const std::string& child) {
       return self->state.spawn(parent, child);
@@ -492,6 +509,10 @@ persistence(persistence_actor::stateful_pointer<persistence_state> self,
       return self->state.put(rec, tenure);
     },
     [self](atom::deliveries) { return self->state.deliveries(); },
+    [self](caf::put_atom, const owner_notice& rec) {
+      return self->state.put(rec);
+    },
+    [self](atom::notices) { return self->state.notices(); },
     [self](atom::subtree, const std::string& thread) {
       return self->state.subtree(thread);
     },

@@ -70,6 +70,8 @@ private:
       rest += (i == 0 ? " [tool failures: " : ", ") + x.tool_failures[i].tool
               + " " + std::to_string(x.tool_failures[i].failures)
               + (i + 1 == x.tool_failures.size() ? "]" : "");
+    if (x.paused_at != 0)
+      rest += " [paused]";
     if (root && !x.parent.empty())
       rest += by_thread_.count(x.parent) == 0
                 ? " (parent " + x.parent + " has no session)"

@@ -4,11 +4,13 @@
 // and a Telegram-compatible Bot API, through 429s with retry_after, a
 // markup the chat cannot parse, 5xx answers and a node killed mid-send; a
 // reply no attempt delivered becomes a dead letter an operator's retry
-// delivers. The receiver is libtools' channel_sink_server, in this process,
-// so it outlives the node.
+// delivers, also when the node was killed during an earlier retry. The
+// receiver is libtools' channel_sink_server, in this process, so it
+// outlives the node.
 
 #include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <caf/test/unit_test.hpp>
@@ -79,6 +81,18 @@ struct fixture {
   json letters() {
     return dead_letters_at(node.address());
   }
+
+  // The dead letters once there are `n` (or after 20 s).
+  json letters_once(size_t n) {
+    json xs;
+    poll_until(
+      [&] {
+        xs = letters();
+        return xs.size() == n;
+      },
+      20s);
+    return xs;
+  }
 };
 
 } // namespace
@@ -130,13 +144,7 @@ CAF_TEST(telegram waits out retry_after and falls back to plain text) {
 CAF_TEST(a reply no attempt delivers is a dead letter an operator retries) {
   sink.set_default(*parse_fault("500", nullptr));
   auto reply = answer("hook-2", "m1", "lost?");
-  json xs;
-  CAF_CHECK(poll_until(
-    [&] {
-      xs = letters();
-      return xs.size() == 1;
-    },
-    20s));
+  auto xs = letters_once(1);
   CAF_REQUIRE_EQUAL(xs.size(), 1u);
   CAF_CHECK_EQUAL(sink.requests().size(), 3u);
   CAF_CHECK_EQUAL(xs[0]["status"], "pending");
@@ -174,6 +182,55 @@ CAF_TEST(a node killed during a send delivers the reply after its restart) {
   auto xs = sink.requests();
   CAF_CHECK_EQUAL(xs[0].idempotency_key, xs[1].idempotency_key);
   CAF_CHECK_EQUAL(sink.delivered().size(), 1u);
+  CAF_CHECK(letters().empty());
+}
+
+CAF_TEST(a node killed during a dead letter retry delivers it after restart) {
+  sink.set_default(*parse_fault("500", nullptr));
+  auto reply = answer("hook-5", "m1", "late");
+  auto xs = letters_once(1);
+  CAF_REQUIRE_EQUAL(xs.size(), 1u);
+  auto id = xs[0]["id"].get<std::string>();
+  sink.set_default(*parse_fault("ok", nullptr));
+  sink.push(*parse_fault("delay=2s", nullptr));
+  // The operator's retry is under way (the receiver holds it) when the
+  // node dies: nothing of it is stored, the letter stays pending.
+  std::thread retry{[&] { keelctl({"dlq", "retry", id}); }};
+  CAF_REQUIRE(sink.wait_for_requests(4, 10s));
+  node.kill9();
+  retry.join();
+  node.start();
+  auto pending = letters();
+  CAF_REQUIRE_EQUAL(pending.size(), 1u);
+  CAF_CHECK_EQUAL(pending[0]["status"], "pending");
+  CAF_CHECK_EQUAL(keelctl({"dlq", "retry", id}).exit_code, 0);
+  auto after = letters();
+  CAF_CHECK_EQUAL(after.at(0)["status"], "delivered");
+  // Every send carried the reply's one key: a receiver deduplicating by it
+  // has the reply once, whether or not the cut retry reached it.
+  auto sent = sink.requests();
+  CAF_REQUIRE_EQUAL(sent.size(), 5u);
+  auto key = reply_idempotency_key("hook", "hook-5", reply["seq"].get<seq_t>());
+  for (auto& x : sent)
+    CAF_CHECK_EQUAL(x.idempotency_key, key);
+  CAF_CHECK_EQUAL(sink.delivered().size(), 1u);
+}
+
+CAF_TEST(a backlog of replies to a slow channel is not timed out in line) {
+  // The client sends at most 16 at once; replies beyond wait their turn
+  // without their wait counting against the 5 s timeout of a send.
+  constexpr size_t n = 48;
+  sink.set_default(*parse_fault("delay=2s", nullptr));
+  auto client = connect_client(node.address());
+  for (size_t i = 0; i < n; ++i)
+    CAF_REQUIRE(!client->send_text(
+      protocol::send_frame("hook-7", "m" + std::to_string(i), "x")));
+  size_t replies = 0;
+  CAF_REQUIRE(receive_until(*client, [&](auto& j) {
+    return j["type"] == "reply" && ++replies == n;
+  }));
+  CAF_REQUIRE(sink.wait_for_delivered(n, 30s));
+  CAF_CHECK_EQUAL(sink.requests().size(), n); // not one timed out
   CAF_CHECK(letters().empty());
 }
 

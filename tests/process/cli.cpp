@@ -161,3 +161,30 @@ CAF_TEST(bench recovery reads back more threads than a rate limit burst) {
   CAF_CHECK_EQUAL(seen, expected);
   CAF_CHECK(clean);
 }
+
+CAF_TEST(keelctl pauses and resumes an agent) {
+  temp_dir dir{"keel-cli"};
+  node_process node{dir.str(), node_yaml(dir)};
+  auto ctl = tool_binary("keelctl");
+  auto send = [&](const std::string& text) {
+    return run_command({ctl, "send", "--node", node_flag(node), "t1", text});
+  };
+  CAF_CHECK_EQUAL(send("hello").exit_code, 0);
+  auto paused = keelctl_at(node.address(), {"pause", "t1"});
+  CAF_CHECK_EQUAL(paused.exit_code, 0);
+  CAF_CHECK(contains(paused.out, "t1 is paused"));
+  // Stored and answered with the offline text, as an error.
+  auto offline = send("anyone there?");
+  CAF_CHECK_EQUAL(offline.exit_code, 1);
+  CAF_CHECK(contains(offline.out + offline.err, "I'm currently offline"));
+  CAF_CHECK(contains(offline.out + offline.err, "agent_paused"));
+  CAF_CHECK_EQUAL(keelctl_at(node.address(), {"resume", "t1"}).exit_code, 0);
+  auto back = send("back");
+  CAF_CHECK_EQUAL(back.exit_code, 0);
+  CAF_CHECK(contains(back.out, "echo: back"));
+  auto hist = run_command({ctl, "history", "--node", node_flag(node), "t1"});
+  CAF_CHECK(contains(hist.out, "anyone there?"));
+  auto ghost = keelctl_at(node.address(), {"pause", "ghost"});
+  CAF_CHECK_EQUAL(ghost.exit_code, 1);
+  CAF_CHECK(contains(ghost.err, "thread 'ghost' does not exist"));
+}

@@ -135,6 +135,32 @@ public:
     return result;
   }
 
+  /// Asks `hdl` and processes everything that follows; returns the answer
+  /// (an error fails the test).
+  template <class T, class Handle, class... Ts>
+  T ask(const Handle& hdl, Ts&&... xs) {
+    auto rh = self->request(hdl, caf::infinite, std::forward<Ts>(xs)...);
+    consume_messages();
+    T result{};
+    rh.receive([&](T& x) { result = std::move(x); },
+               [&](caf::error& err) { CAF_FAIL(render(err)); });
+    return result;
+  }
+
+  /// Writes a dead letter through the dead-letter queue: message 2 of
+  /// thread `from` to `to`, refused for good.
+  void add_dead_letter(const std::string& from, const std::string& to) {
+    outbox_entry entry;
+    entry.from = from;
+    entry.seq = 2;
+    entry.to = to;
+    entry.client_id = agent_client_id(from, 2);
+    entry.text = "a note for " + to;
+    ask<caf::ok_atom>(component<dead_letter_queue_actor>(names::dead_letters),
+                      caf::put_atom_v, entry,
+                      std::string{"target thread has no session"}, uint64_t{0});
+  }
+
   /// Reads a thread's whole history.
   std::vector<log_entry> history(const std::string& thread) {
     auto hdl = self->request(persistence(), caf::infinite, atom::history_v,

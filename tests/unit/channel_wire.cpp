@@ -112,6 +112,34 @@ CAF_TEST(telegram gets its parse mode or the text without markup) {
   CAF_CHECK(!y.contains("parse_mode"));
 }
 
+CAF_TEST(a notice goes to a webhook as an event and to telegram as text) {
+  owner_notice notice;
+  notice.kind = notice_kind::credits_exhausted;
+  notice.subject = "pool main";
+  notice.text = "Thread t1 could not be answered";
+  notice.at = 1700000000123;
+  auto msg = notice_message(notice);
+  CAF_CHECK_EQUAL(msg.id, "keel:notice:credits_exhausted:pool main:"
+                          "1700000000123");
+  auto x = build_send(webhook("s3cret"), msg, false, 1700000005000);
+  auto body = json::parse(x.body);
+  CAF_CHECK_EQUAL(body["event"], "notice");
+  CAF_CHECK_EQUAL(body["kind"], "credits_exhausted");
+  CAF_CHECK_EQUAL(body["severity"], "high");
+  CAF_CHECK_EQUAL(body["subject"], "pool main");
+  CAF_CHECK_EQUAL(body["text"], "Thread t1 could not be answered");
+  CAF_CHECK_EQUAL(body["at"], 1700000000123);
+  CAF_CHECK(!body.contains("thread"));
+  CAF_CHECK_EQUAL(header(x, "X-Keel-Event"), "notice");
+  CAF_CHECK_EQUAL(header(x, "Idempotency-Key"), msg.id);
+  // Telegram: plain text (kind names hold '_', which Markdown would take
+  // for markup).
+  auto y = json::parse(build_send(telegram(), msg, false, 0).body);
+  CAF_CHECK_EQUAL(y["text"], "[high] credits_exhausted: pool main\n"
+                             "Thread t1 could not be answered");
+  CAF_CHECK(!y.contains("parse_mode"));
+}
+
 CAF_TEST(answers are delivered or classified for the retry policy) {
   auto tg = channel_kind::telegram;
   auto hook = channel_kind::webhook;

@@ -1255,14 +1255,15 @@ CAF_TEST(bad outbound channels name the key) {
   CAF_CHECK_EQUAL(
     error_of("delivery:\n  channels:\n    - name: \"a:b\"\n"
              "      kind: webhook\n      url: http://h/\n      threads: [c]\n"),
-    "node.yaml:3: delivery.channels[0].name: expected a channel name of "
-    "[A-Za-z0-9_-] (it is part of every idempotency key), got \"a:b\"");
+    "node.yaml:3: delivery.channels[0].name: expected 1 to 64 characters of "
+    "[A-Za-z0-9_-] (a channel name is part of every idempotency key), got "
+    "\"a:b\"");
   CAF_CHECK_EQUAL(
     error_of(channel("      kind: webhook\n      url: http://h/\n"
                      "      threads: []\n")),
     "node.yaml:6: delivery.channels[0].threads: expected at least one thread "
-    "id or prefix ending in * (a channel no thread is bound to sends "
-    "nothing)");
+    "id or prefix ending in * (channel \"c\" is not owner.channel and would "
+    "send nothing)");
   CAF_CHECK_EQUAL(
     error_of(channel("      kind: telegram\n      token: \"\"\n"
                      "      chat_id: \"1\"\n      threads: [a]\n")),
@@ -1274,6 +1275,30 @@ CAF_TEST(bad outbound channels name the key) {
   CAF_REQUIRE_EQUAL(outcome(warned), "none");
   CAF_REQUIRE_EQUAL(warned->warnings.size(), 1u);
   KEEL_CHECK_CONTAINS(warned->warnings[0], "bot token of channel \"c\"");
+}
+
+CAF_TEST(the owner channel and notice windows are read) {
+  auto cfg = parse("owner:\n  contact: ops@example.com\n  channel: alerts\n"
+                   "  notices:\n    all_models_failed: 10m\n"
+                   "    tool_disabled: 0s\n"
+                   "delivery:\n  channels:\n"
+                   "    - {name: alerts, kind: webhook, url: \"http://h\"}\n");
+  CAF_REQUIRE_EQUAL(outcome(cfg), "none");
+  CAF_CHECK_EQUAL(cfg->owner.channel, "alerts");
+  auto& windows = cfg->owner.notice_windows;
+  CAF_CHECK_EQUAL(windows.size(), 2u);
+  CAF_CHECK_EQUAL(windows.at(notice_kind::all_models_failed), 10min);
+  CAF_CHECK_EQUAL(windows.at(notice_kind::tool_disabled), 0ms);
+  // The owner's channel needs no threads; it is no thread's channel.
+  CAF_CHECK(cfg->delivery.channels_of("t1").empty());
+  CAF_CHECK_EQUAL(
+    error_of("owner:\n  channel: nope\n"),
+    "node.yaml:2: owner.channel: expected the name of a channel of "
+    "delivery.channels, got \"nope\"");
+  KEEL_CHECK_CONTAINS(error_of("owner:\n  notices:\n    bogus: 1m\n"),
+                      "owner.notices.bogus");
+  KEEL_CHECK_CONTAINS(error_of("owner:\n  notices:\n    agent_stuck: soon\n"),
+                      "owner.notices.agent_stuck");
 }
 
 CAF_TEST(http providers take their endpoint timeouts and limits) {

@@ -32,22 +32,6 @@ struct fixture : node_fixture {
     return component<dead_letter_queue_actor>(names::dead_letters);
   }
 
-  /// Writes a dead letter from thread `from` (seq 2) to `to`.
-  void add_letter(const std::string& from, const std::string& to) {
-    outbox_entry entry;
-    entry.from = from;
-    entry.seq = 2;
-    entry.to = to;
-    entry.client_id = agent_client_id(from, 2);
-    entry.text = "a note for " + to;
-    auto hdl = self->request(dlq(), caf::infinite, caf::put_atom_v, entry,
-                             std::string{"target thread has no session"},
-                             uint64_t{0});
-    consume_messages();
-    hdl.receive([](caf::ok_atom) {},
-                [](caf::error& err) { CAF_FAIL(render(err)); });
-  }
-
   std::vector<dead_letter> letters() {
     auto hdl = self->request(dlq(), caf::infinite, atom::dead_letters_v);
     consume_messages();
@@ -81,7 +65,7 @@ CAF_TEST_FIXTURE_SCOPE(dead_letter_queue_tests, fixture)
 
 CAF_TEST(
   a dead letter is retried on its schedule and abandoned after the last retry) {
-  add_letter("p", "ghost");
+  add_dead_letter("p", "ghost");
   auto x = only_letter();
   CAF_CHECK_EQUAL(x.status, dead_letter_status::pending);
   CAF_CHECK_EQUAL(x.retries, 0u);
@@ -133,7 +117,7 @@ CAF_TEST(a reply letter is retried through its channels on the schedule) {
 }
 
 CAF_TEST(a dead letter is delivered once its target takes it) {
-  add_letter("p", "t2");
+  add_dead_letter("p", "t2");
   CAF_REQUIRE(send("t2", "c1", "hello"));
   advance(61s);
   auto x = only_letter();
@@ -150,7 +134,7 @@ CAF_TEST(a dead letter is delivered once its target takes it) {
 }
 
 CAF_TEST(the schedule survives a restart) {
-  add_letter("p", "ghost");
+  add_dead_letter("p", "ghost");
   stop();
   start();
   CAF_CHECK_EQUAL(only_letter().retries, 0u);
@@ -159,7 +143,7 @@ CAF_TEST(the schedule survives a restart) {
 }
 
 CAF_TEST(operators retry and drop dead letters and each is recorded) {
-  add_letter("p", "t2");
+  add_dead_letter("p", "t2");
   auto retried = act(atom::retry_v, std::string{"p"}, seq_t{2});
   CAF_REQUIRE(retried);
   CAF_CHECK_EQUAL(retried->status, dead_letter_status::pending);
@@ -184,7 +168,7 @@ CAF_TEST(operators retry and drop dead letters and each is recorded) {
 }
 
 CAF_TEST(an operator retry delivers a letter whose target exists now) {
-  add_letter("p", "t2");
+  add_dead_letter("p", "t2");
   CAF_REQUIRE(send("t2", "c1", "hello"));
   auto retried = act(atom::retry_v, std::string{"p"}, seq_t{2});
   CAF_REQUIRE(retried);
@@ -198,7 +182,7 @@ CAF_TEST(a round retries at most a batch and goes on with the rest) {
   stop();
   start();
   for (auto from : {"a", "b", "c", "d", "e"})
-    add_letter(from, "ghost");
+    add_dead_letter(from, "ghost");
   advance(61s);
   auto xs = letters();
   CAF_REQUIRE_EQUAL(xs.size(), 5u);

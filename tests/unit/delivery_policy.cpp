@@ -181,4 +181,23 @@ CAF_TEST(notices are deduplicated per kind and subject within the window) {
   CAF_CHECK(severity_of(notice_kind::credits_exhausted) == severity::high);
   CAF_CHECK(severity_of(notice_kind::tool_disabled) == severity::medium);
   CAF_CHECK(severity_of(notice_kind::dead_letters_pending) == severity::low);
+  CAF_CHECK(severity_of(notice_kind::provider_unauthorized) == severity::high);
+}
+
+CAF_TEST(a failed sending no longer holds the window shut) {
+  notice_gate gate;
+  epoch_ms t0 = 5'000'000;
+  CAF_CHECK(gate.admit(notice_kind::agent_stuck, "t1", t0));
+  gate.forget(notice_kind::agent_stuck, "t1", t0);
+  CAF_CHECK(gate.admit(notice_kind::agent_stuck, "t1", t0 + 1));
+  // Forgetting an older sending keeps the newer one.
+  gate.forget(notice_kind::agent_stuck, "t1", t0);
+  CAF_CHECK(!gate.admit(notice_kind::agent_stuck, "t1", t0 + 2));
+  gate.set_window(notice_kind::agent_stuck, std::chrono::milliseconds{0});
+  CAF_CHECK(gate.admit(notice_kind::agent_stuck, "t1", t0 + 2));
+  for (auto name : {"pending", "sent", "failed", "logged"})
+    CAF_CHECK_EQUAL(to_string(*parse_notice_status(name)), std::string{name});
+  CAF_CHECK(!parse_notice_status("gone"));
+  CAF_CHECK_EQUAL(to_string(*parse_notice_kind("provider_unauthorized")),
+                  std::string{"provider_unauthorized"});
 }

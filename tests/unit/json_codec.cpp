@@ -182,17 +182,18 @@ CAF_TEST(every record encodes as before and reads back) {
                R"("thread":"t1"})",
                R"(keel::session_record("t1", "p0", "default", "gpt-x",)"
                R"( "openai-1", ACTIVE, 1700000000123, 1700000000456,)"
-               R"( "opaque \"state\"\né", []))",
+               R"( "opaque \"state\"\né", [], 0))",
                "0274310270300764656661756c74056770742d78086f70656e61692d3100"
                "0000018bcfe5687b0000018bcfe569c8116f706171756520227374617465"
-               "220ac3a900");
-  check_pinned(session_record{},
-               R"({"created_at":0,"model":"","parent":"","pool":"",)"
-               R"("provider":"","provider_state":"","recovered_at":0,)"
-               R"("state":"SUSPENDED","thread":""})",
-               R"(keel::session_record("", "", "", "", "", SUSPENDED, 0, 0,)"
-               R"( "", []))",
-               "000000000001000000000000000000000000000000000000");
+               "220ac3a9000000000000000000");
+  check_pinned(
+    session_record{},
+    R"({"created_at":0,"model":"","parent":"","pool":"",)"
+    R"("provider":"","provider_state":"","recovered_at":0,)"
+    R"("state":"SUSPENDED","thread":""})",
+    R"(keel::session_record("", "", "", "", "", SUSPENDED, 0, 0,)"
+    R"( "", [], 0))",
+    "0000000000010000000000000000000000000000000000000000000000000000");
   check_pinned(full_link(), R"({"child":"p.c","created_at":42,"parent":"p"})",
                R"(keel::tree_link("p", "p.c", 42))",
                "017003702e63000000000000002a");
@@ -338,14 +339,14 @@ CAF_TEST(every record encodes as before and reads back) {
                R"("parent":"p","pool":"default","provider":"pr1",)"
                R"("state":"ACTIVE","thread":"p.a"})",
                R"(keel::agent_info("p.a", "p", "ACTIVE", "default", "m1",)"
-               R"( "pr1", 5, ["p.a.b", "p.a.c"], []))",
+               R"( "pr1", 5, ["p.a.b", "p.a.c"], [], 0))",
                "03702e610170064143544956450764656661756c74026d31037072310000"
-               "0000000000050205702e612e6205702e612e6300");
+               "0000000000050205702e612e6205702e612e63000000000000000000");
   check_pinned(agent_info{},
                R"({"children":[],"created_at":0,"model":"","parent":"",)"
                R"("pool":"","provider":"","state":"","thread":""})",
-               R"(keel::agent_info("", "", "", "", "", "", 0, [], []))",
-               "00000000000000000000000000000000");
+               R"(keel::agent_info("", "", "", "", "", "", 0, [], [], 0))",
+               "000000000000000000000000000000000000000000000000");
 }
 
 CAF_TEST(the agent list encodes as before and reads back) {

@@ -33,7 +33,7 @@ CAF_TEST(opening creates the folder and records the schema version) {
   CAF_CHECK_EQUAL(value_or(db->meta("schema_version"), ""), "1");
   CAF_CHECK_EQUAL(error_of(db->meta("node_id")), ec::not_found);
   CAF_CHECK_EQUAL(value_or(db->count_sessions(), 99), 0u);
-  CAF_CHECK_EQUAL(column_families.size(), 12u);
+  CAF_CHECK_EQUAL(column_families.size(), 13u);
   auto snapshot = load("t1");
   CAF_CHECK(!snapshot.exists);
   CAF_CHECK(snapshot.inbox.empty());
@@ -84,6 +84,40 @@ CAF_TEST(provider health records are replaced and survive a reopen) {
   CAF_CHECK_EQUAL((*all)[1].consecutive_failures, 4u);
   CAF_CHECK_EQUAL((*all)[1].last_error_class, "overloaded");
   CAF_CHECK_EQUAL((*all)[1].cooldown_until, 1700000000000);
+}
+
+CAF_TEST(owner notices are kept per kind and subject and survive a reopen) {
+  owner_notice x;
+  x.kind = notice_kind::all_models_failed;
+  x.subject = "pool default";
+  x.text = "every provider failed";
+  x.at = 1700000000000;
+  x.status = notice_status::sent;
+  db->stage_notice(x);
+  auto y = x;
+  y.kind = notice_kind::agent_stuck;
+  y.subject = "t1";
+  y.status = notice_status::failed;
+  y.error = "HTTP 500";
+  db->stage_notice(y);
+  flush();
+  x.suppressed = 3;
+  x.last_suppressed_at = 1700000000900;
+  db->stage_notice(x); // replaces: one record per kind and subject
+  flush();
+  open();
+  auto all = db->notices();
+  CAF_REQUIRE(all);
+  CAF_REQUIRE_EQUAL(all->size(), 2u);
+  // Key order: "agent_stuck/t1" before "all_models_failed/pool default".
+  auto stuck = (*all)[0];
+  auto failed = (*all)[1];
+  CAF_CHECK(stuck.status == notice_status::failed);
+  CAF_CHECK_EQUAL(stuck.error, "HTTP 500");
+  CAF_CHECK_EQUAL(failed.subject, "pool default");
+  CAF_CHECK(failed.status == notice_status::sent);
+  CAF_CHECK_EQUAL(failed.suppressed, 3u);
+  CAF_CHECK_EQUAL(failed.last_suppressed_at, 1700000000900);
 }
 
 CAF_TEST(a schema version newer than ours refuses to open) {

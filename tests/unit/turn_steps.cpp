@@ -134,6 +134,13 @@ CAF_TEST(a tool failing three times is disabled and no longer offered) {
   CAF_REQUIRE_EQUAL(st.notices.size(), 1u);
   CAF_CHECK_EQUAL(st.notices[0].state, "tool_disabled");
   CAF_CHECK_EQUAL(st.notices[0].detail, disabled_tool_text("ls", 3, "boom 3"));
+  // The owner hears of it once the turn is stored, about the tool.
+  CAF_REQUIRE_EQUAL(st.owner_notices.size(), 1u);
+  auto notice = st.owner_notices[0];
+  CAF_CHECK(notice.kind == notice_kind::tool_disabled);
+  CAF_CHECK_EQUAL(notice.subject, "ls");
+  CAF_CHECK_EQUAL(notice.text,
+                  disabled_tool_text("ls", 3, "boom 3") + " (thread t)");
   CAF_REQUIRE_EQUAL(third.log.size(), 2u);
   CAF_CHECK_EQUAL(third.log[1].text, disabled_tool_text("ls", 3, "boom 3"));
   CAF_CHECK_EQUAL(third.log[1].kind, log_kind::tool);

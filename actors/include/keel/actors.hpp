@@ -223,6 +223,9 @@ CAF_ADD_ATOM(keel, keel::atom, run, "run")
 CAF_ADD_ATOM(keel, keel::atom, dead_letters, "deadlettrs")
 CAF_ADD_ATOM(keel, keel::atom, drop, "drop")
 CAF_ADD_ATOM(keel, keel::atom, deliveries, "deliveries")
+CAF_ADD_ATOM(keel, keel::atom, notify, "notify")
+CAF_ADD_ATOM(keel, keel::atom, notices, "notices")
+CAF_ADD_ATOM(keel, keel::atom, pause, "pause")
 
 CAF_ADD_TYPE_ID(keel, (keel::session_record))
 CAF_ADD_TYPE_ID(keel, (keel::inbox_entry))
@@ -264,6 +267,8 @@ CAF_ADD_TYPE_ID(keel, (keel::dead_letter))
 CAF_ADD_TYPE_ID(keel, (std::vector<keel::dead_letter>) )
 CAF_ADD_TYPE_ID(keel, (keel::reply_delivery))
 CAF_ADD_TYPE_ID(keel, (std::vector<keel::reply_delivery>) )
+CAF_ADD_TYPE_ID(keel, (keel::owner_notice))
+CAF_ADD_TYPE_ID(keel, (std::vector<keel::owner_notice>) )
 
 CAF_END_TYPE_ID_BLOCK(keel)
 
@@ -291,11 +296,13 @@ constexpr caf::atom_value peers = caf::atom("peers");
 constexpr caf::atom_value dead_letters = caf::atom("deadletter");
 /// The outbound channels.
 constexpr caf::atom_value channels = caf::atom("channels");
+/// The owner's notifications.
+constexpr caf::atom_value notifier = caf::atom("notifier");
 
 /// Every name above.
 constexpr caf::atom_value all[]
-  = {persistence, root,    providers, orchestrator, conversations,
-     gateway,     cluster, peers,     dead_letters, channels};
+  = {persistence, root,  providers,    orchestrator, conversations, gateway,
+     cluster,     peers, dead_letters, channels,     notifier};
 
 } // namespace names
 
@@ -365,6 +372,11 @@ using persistence_actor = caf::typed_actor<
   // Reads the replies on their way to outbound channels, of the threads
   // this node serves (all on a single node).
   caf::replies_to<atom::deliveries>::with<std::vector<reply_delivery>>,
+  // Writes what the owner was told about a kind and subject; answers once
+  // synced.
+  caf::replies_to<caf::put_atom, owner_notice>::with<caf::ok_atom>,
+  // Reads every owner notice record.
+  caf::replies_to<atom::notices>::with<std::vector<owner_notice>>,
   // Lists a thread and its descendants, parents before children.
   caf::replies_to<atom::subtree, std::string>::with<std::vector<std::string>>,
   // Reads every session record and tree link (the agent tree).
@@ -422,6 +434,9 @@ using channel_delivery_actor = caf::typed_actor<
   // the letter with `channels` the ones that failed again and `reason`
   // why (no channels left: delivered).
   caf::replies_to<atom::retry, dead_letter>::with<dead_letter>,
+  // Sends a notice to the owner's channel (named) with the channel's
+  // retries; answers it `sent`, or `failed` with the last error.
+  caf::replies_to<atom::notify, owner_notice, std::string>::with<owner_notice>,
   // (internal) The next attempt of send `id` is due.
   caf::reacts_to<atom::attempt, uint64_t>,
   // (internal) Send `id` ended: delivered, else the failure's kind, its
@@ -429,6 +444,20 @@ using channel_delivery_actor = caf::typed_actor<
   caf::reacts_to<atom::attempt, uint64_t, bool, uint8_t, int64_t, std::string>,
   // (internal) Reads the delivery records again (at start, after a failed
   // read, and in a cluster periodically).
+  caf::reacts_to<atom::tick>>;
+
+/// The owner's notifications (`keel/notifier.hpp`): takes what the owner
+/// should hear about, lets each kind and subject through once per dedup
+/// window (the state stored, so a restart does not send again) and sends
+/// it to the owner's channel.
+using notifier_actor = caf::typed_actor<
+  // Raises a notice (`kind`, `subject`, `text`; the rest is the
+  // notifier's). No answer.
+  caf::reacts_to<atom::notify, owner_notice>,
+  // Lists what was sent and suppressed, newest first.
+  caf::replies_to<atom::notices>::with<std::vector<owner_notice>>,
+  // (internal) Reads the stored state (at start, after a failed read), or
+  // writes the suppressed counts not stored yet.
   caf::reacts_to<atom::tick>>;
 
 /// The router of a provider pool: the pool's front door. Owns the failover
@@ -473,6 +502,11 @@ using conversation_actor = caf::typed_actor<
   // Cancels the thread: answers its pending messages with a `cancelled`
   // error, writes the session CLOSED; answers once all of it is durable.
   caf::replies_to<atom::cancel>::with<caf::ok_atom>,
+  // Pauses (true) or resumes the thread once no turn runs: a paused thread
+  // answers each message with the offline text (code `agent_paused`).
+  // Answers once the session record says so on disk; not_found if the
+  // thread has no session, thread_closed if it was cancelled.
+  caf::replies_to<atom::pause, bool>::with<caf::ok_atom>,
   // A child was spawned under the thread (by the thread's own turn, or a
   // client's spawn frame): the agent tools may address it.
   caf::reacts_to<atom::spawn, std::string>,
@@ -525,6 +559,9 @@ using orchestrator_actor = caf::typed_actor<
   caf::replies_to<atom::spawn, std::string, std::string>::with<spawn_result>,
   // Cancels a thread and its descendants; answers every thread closed.
   caf::replies_to<atom::cancel, std::string>::with<std::vector<std::string>>,
+  // Pauses (true) or resumes a thread through its conversation (on the
+  // thread's owner in a cluster).
+  caf::replies_to<atom::pause, std::string, bool>::with<caf::ok_atom>,
   // (internal) Runs the recovery: resumes threads with pending work,
   // finishes interrupted cancels, stores the boot recovery report.
   caf::reacts_to<atom::recover>,

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -51,9 +52,12 @@ reply_delivery reply_of(const dead_letter& letter);
 
 /// One reply's way to its channels: the reply's own delivery (retried per
 /// channel policy, its outcome stored) or one attempt for a dead letter
-/// (its outcome answered).
+/// (its outcome answered); or a notice's way to the owner's channel
+/// (retried per policy, its outcome answered).
 struct delivery_job {
   reply_delivery reply;
+  /// Set for a notice: what goes out instead of `reply`.
+  std::optional<owner_notice> notice;
   /// Sends still under way.
   size_t in_flight = 0;
   std::vector<std::string> delivered;
@@ -62,6 +66,8 @@ struct delivery_job {
   std::vector<std::string> errors;
   /// Set for a dead letter's attempt: where its outcome goes.
   std::optional<caf::typed_response_promise<dead_letter>> answer;
+  /// Set for a notice: where its outcome goes.
+  std::optional<caf::typed_response_promise<owner_notice>> notice_answer;
 };
 
 /// One send of a job's reply to one channel.
@@ -71,6 +77,14 @@ struct channel_send_state {
   /// Attempts made (1-based once the first is under way).
   uint32_t attempt = 0;
   bool plain_text = false;
+};
+
+/// The sends of one channel: at most `channel_client::max_in_flight` at the
+/// client, the others waiting in order (their timeout starts when they
+/// leave).
+struct channel_line {
+  size_t in_flight = 0;
+  std::deque<uint64_t> waiting;
 };
 
 /// State of the outbound channels.
@@ -84,6 +98,7 @@ struct channel_delivery_state {
   std::map<std::string, std::unique_ptr<channel_client>> clients;
   std::map<uint64_t, delivery_job> jobs;
   std::map<uint64_t, channel_send_state> sends;
+  std::map<std::string, channel_line> lines;
   /// Replies (`thread/seq`) with a job under way, or whose outcome is being
   /// stored: a read of the records from before that write must not start
   /// them again.

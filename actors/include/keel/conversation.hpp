@@ -121,6 +121,12 @@ constexpr const char* steps_lost
   = "I lost track of the steps I had already taken on this message while "
     "restarting, so I stopped rather than repeat them. Send it again if you "
     "want me to start over.";
+/// Answers (code `agent_paused`) each message of a thread an operator
+/// paused.
+constexpr const char* agent_offline
+  = "I'm currently offline. Please try again later or contact "
+    "{ownerContact}.";
+constexpr const char* agent_paused_code = "agent_paused";
 /// Posted (code `guard_stopped`) before the guard's report when the turn
 /// loop was stopped; the report says which limit.
 constexpr const char* guard_stopped_code = "guard_stopped";
@@ -232,6 +238,10 @@ struct conversation_state {
   bool steps_lost = false;
   /// Cancels to answer once the session is CLOSED on disk.
   std::vector<caf::typed_response_promise<caf::ok_atom>> cancels;
+  /// Pauses and resumes to write once no turn runs (the last one wins),
+  /// each answered once it is on disk.
+  std::vector<std::pair<bool, caf::typed_response_promise<caf::ok_atom>>>
+    pauses;
   /// The thread's children (from the tree and this activation's spawns).
   std::set<std::string> children;
   /// Messages to other threads, durable in the outbox, not delivered yet.
@@ -268,6 +278,9 @@ struct conversation_state {
   /// Status events about the commit being built (a tool disabled, an agent
   /// limit met), published when it goes to the store.
   std::vector<status_notice> notices;
+  /// Notices for the owner about the commit being built (a tool disabled,
+  /// every provider failing, the guard's stop), raised once it is durable.
+  std::vector<owner_notice> owner_notices;
   /// Ends the running tool's process group when set (a cancel of the
   /// thread, the actor's exit).
   std::shared_ptr<std::atomic<bool>> tool_cancel;

@@ -12,6 +12,7 @@
 #include <caf/typed_event_based_actor.hpp>
 
 #include "keel/actors.hpp"
+#include "keel/anchored_clock.hpp"
 #include "keel/delivery_policy.hpp"
 #include "keel/types.hpp"
 
@@ -74,9 +75,8 @@ struct dead_letter_queue_state {
   static inline const char* name = "keel.dead_letter_queue";
 
   dead_letter_queue_config cfg;
-  /// The wall clock and the actor clock when the actor started.
-  epoch_ms wall_at_start = 0;
-  caf::actor_clock::time_point clock_at_start;
+  /// Stored times, read off the actor's clock.
+  anchored_clock clock;
   /// Letters (by id) with a retry or an update under way: nothing else
   /// touches them until it is done.
   std::set<std::string> busy;
@@ -86,9 +86,6 @@ struct dead_letter_queue_state {
   bool rerun = false;
   /// The time of the pending round's timer; none if no timer is armed.
   std::optional<epoch_ms> next_round;
-
-  /// Milliseconds since the epoch, by the actor's clock.
-  epoch_ms now(const caf::actor_clock& clock) const;
 
   /// The letters of a round at `now`: due, not busy, at most a batch,
   /// earliest due first.

@@ -40,6 +40,8 @@ inline std::string root_child_id(caf::atom_value name) {
     return "dead_letters";
   if (name == names::channels)
     return "channels";
+  if (name == names::notifier)
+    return "notifier";
   return "gateway";
 }
 
@@ -71,6 +73,23 @@ inline void publish_event(caf::actor_system& sys, std::string thread,
     caf::anon_send(peers, atom::publish_v, ev);
   if (auto gw = lookup<gateway_bridge_actor>(sys, names::gateway))
     caf::anon_send(gw, atom::publish_v, std::move(ev));
+}
+
+/// Raises a notice to the node's owner (see `notifier_actor`): never
+/// waits; while the notifier restarts, the root supervisor holds it. Safe
+/// from any thread.
+inline void notify_owner(caf::actor_system& sys, notice_kind kind,
+                         std::string subject, std::string text) {
+  owner_notice x;
+  x.kind = kind;
+  x.subject = std::move(subject);
+  x.text = std::move(text);
+  auto& registry = sys.registry();
+  if (auto current = caf::actor_cast<caf::actor>(registry.get(names::notifier)))
+    caf::anon_send(current, atom::notify_v, std::move(x));
+  else if (auto root = caf::actor_cast<caf::actor>(registry.get(names::root)))
+    caf::anon_send(root, atom::forward_v, root_child_id(names::notifier),
+                   caf::make_message(atom::notify_v, std::move(x)));
 }
 
 } // namespace keel

@@ -110,6 +110,8 @@ struct persistence_state {
 
   caf::result<caf::ok_atom> put(const provider_health_record& rec);
 
+  caf::result<caf::ok_atom> put(const owner_notice& rec);
+
   /// Writes a dead letter (a new one leaves the outbox).
   caf::result<caf::ok_atom> put(const dead_letter& letter, uint64_t tenure);
 
@@ -121,6 +123,12 @@ struct persistence_state {
 
   /// Reads the delivery records of the threads this node serves.
   caf::result<std::vector<reply_delivery>> deliveries();
+
+  /// Reads every provider health record, owner notice, and thread with
+  /// unanswered messages.
+  caf::result<std::vector<provider_health_record>> health();
+  caf::result<std::vector<owner_notice>> notices();
+  caf::result<std::vector<std::string>> inboxes();
 
   /// Stores the final recovery report.
   caf::result<caf::ok_atom> put(const recovery_report& report);

@@ -17,6 +17,7 @@ channel_client::make(http_io& io, const channel_config& cfg) {
   target.url = send_url(cfg);
   target.timeout = cfg.retry.send_timeout;
   target.ca_file = cfg.ca_file;
+  target.max_concurrency = max_in_flight;
   auto endpoint = post_endpoint::make(io, target);
   if (!endpoint) {
     // URLs may hold secrets (Telegram's token, a webhook's key), which

@@ -23,15 +23,27 @@ std::string to_hex(const unsigned char* data, size_t size) {
   return result;
 }
 
+json webhook_event(const outbound_message& msg) {
+  if (msg.event == "notice")
+    return json{{"event", msg.event},
+                {"id", msg.id},
+                {"kind", msg.kind},
+                {"severity", msg.severity},
+                {"subject", msg.subject},
+                {"text", msg.text},
+                {"at", msg.at}};
+  return json{{"event", msg.event},
+              {"id", msg.id},
+              {"thread", msg.thread},
+              {"seq", msg.seq},
+              {"reply_to", msg.reply_to},
+              {"text", msg.text},
+              {"at", msg.at}};
+}
+
 channel_send webhook_send(const channel_config& cfg,
                           const outbound_message& msg, epoch_ms now) {
-  json event{{"event", msg.event},
-             {"id", msg.id},
-             {"thread", msg.thread},
-             {"seq", msg.seq},
-             {"reply_to", msg.reply_to},
-             {"text", msg.text},
-             {"at", msg.at}};
+  auto event = webhook_event(msg);
   channel_send result;
   result.body = event.dump(-1, ' ', false, json::error_handler_t::replace);
   auto timestamp = std::to_string(now / 1000);
@@ -48,7 +60,11 @@ channel_send webhook_send(const channel_config& cfg,
 channel_send telegram_send(const channel_config& cfg,
                            const outbound_message& msg, bool plain_text) {
   json body{{"chat_id", cfg.chat_id}};
-  if (plain_text || cfg.parse_mode.empty()) {
+  if (msg.event == "notice") {
+    // Our own text: names such as all_models_failed are not markup.
+    body["text"] = "[" + msg.severity + "] " + msg.kind + ": " + msg.subject
+                   + "\n" + msg.text;
+  } else if (plain_text || cfg.parse_mode.empty()) {
     body["text"] = plain_text ? strip_markdown(msg.text) : msg.text;
   } else {
     body["text"] = msg.text;
@@ -125,6 +141,19 @@ send_result read_failure(channel_kind kind, const call_failure& f) {
 }
 
 } // namespace
+
+outbound_message notice_message(const owner_notice& x) {
+  outbound_message msg;
+  msg.event = "notice";
+  msg.kind = to_string(x.kind);
+  msg.severity = to_string(severity_of(x.kind));
+  msg.subject = x.subject;
+  msg.id = "keel:notice:" + msg.kind + ":" + x.subject + ":"
+           + std::to_string(x.at);
+  msg.text = x.text;
+  msg.at = x.at;
+  return msg;
+}
 
 std::string reply_idempotency_key(const std::string& channel,
                                   const std::string& thread, seq_t seq) {

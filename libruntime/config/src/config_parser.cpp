@@ -85,6 +85,12 @@ constexpr const char* channel_keys[]
 
 constexpr const char* channel_kinds[] = {"webhook", "telegram"};
 
+/// The keys of `owner.notices`: the kinds of notice, each a dedup window.
+constexpr const char* notice_kind_names[]
+  = {"all_models_failed",    "credits_exhausted",     "channel_unhealthy",
+     "tool_disabled",        "dead_letter_abandoned", "agent_stuck",
+     "dead_letters_pending", "provider_unauthorized"};
+
 constexpr const char* telegram_parse_modes[] = {"Markdown", "MarkdownV2",
                                                 "HTML", ""};
 
@@ -184,8 +190,9 @@ bool is_valid_id(const std::string& x) {
          && std::all_of(x.begin(), x.end(), valid_char);
 }
 
-/// Whether `x` is a valid tool name (`tool_name_expected`).
-bool is_valid_tool_name(const std::string& x) {
+/// Whether `x` is 1 to 64 characters of [A-Za-z0-9_-]: a tool or channel
+/// name (`tool_name_expected`).
+bool is_plain_name(const std::string& x) {
   auto valid_char = [](char c) {
     return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
   };
@@ -388,6 +395,7 @@ private:
                               caf::timespan minimum, caf::timespan& out);
   void read_chaos(const map_reader& m, chaos_config& cfg);
   void read_dead_letters(const map_reader& m, dead_letter_schedule& cfg);
+  void read_owner(const map_reader& m, owner_config& cfg);
   channel_config read_channel(const YAML::Node& node, const std::string& path);
   void read_channel_target(const map_reader& m, channel_config& cfg);
   void read_channel_retry(const map_reader& m, channel_retry& cfg);
@@ -413,7 +421,7 @@ private:
   void check_tool_refs(const node_config& cfg, const std::string& path,
                        const std::vector<std::string>& names) const;
   void check_storage(const node_config& cfg) const;
-  void check_channels(const delivery_config& cfg) const;
+  void check_channels(const node_config& cfg) const;
 
   /// Fails for the first item of `items`, the list at `path`, whose name an
   /// earlier item has: "duplicate WHAT name ...".
@@ -489,9 +497,8 @@ node_config parser::run(const YAML::Node& root) {
     read_cluster(*m, cfg.cluster);
   if (auto m = section(top, "chaos", {"kill", "disk"}))
     read_chaos(*m, cfg.chaos);
-  if (auto m = section(top, "owner", {"contact"}))
-    if (auto x = m->get("contact"))
-      cfg.owner.contact = read_string(*x, m->path("contact"));
+  if (auto m = section(top, "owner", {"contact", "channel", "notices"}))
+    read_owner(*m, cfg.owner);
   if (auto m = section(top, "delivery", {"dead_letters", "channels"})) {
     if (auto d = section(*m, "dead_letters",
                          {"max_retries", "interval", "batch"}))
@@ -956,7 +963,7 @@ tool_config parser::read_tool_entry(const YAML::Node& node,
   tool_config result;
   auto name = required(m, "name", "a tool name");
   result.name = read_string(name, m.path("name"));
-  if (!is_valid_tool_name(result.name))
+  if (!is_plain_name(result.name))
     bad_value(name, m.path("name"), result.name, tool_name_expected);
   if (contains(builtin_tools, result.name))
     fail(line_of(name), m.path("name"),
@@ -1333,38 +1340,45 @@ void parser::read_dead_letters(const map_reader& m, dead_letter_schedule& cfg) {
     = std::chrono::duration_cast<std::chrono::milliseconds>(interval);
 }
 
+void parser::read_owner(const map_reader& m, owner_config& cfg) {
+  if (auto x = m.get("contact"))
+    cfg.contact = read_string(*x, m.path("contact"));
+  if (auto x = m.get("channel"))
+    cfg.channel = read_string(*x, m.path("channel"));
+  auto n = section(m, "notices", strings(notice_kind_names));
+  if (!n)
+    return;
+  for (auto name : notice_kind_names)
+    if (auto x = n->get(name))
+      cfg.notice_windows[*parse_notice_kind(name)]
+        = read_millis(*x, n->path(name), false);
+}
+
 channel_config parser::read_channel(const YAML::Node& node,
                                     const std::string& path) {
   map_reader m{*this, node, path, line_of(node), strings(channel_keys)};
   channel_config result;
   auto name = required(m, "name", "a channel name of [A-Za-z0-9_-]");
   result.name = read_name(name, m.path("name"));
-  auto name_char = [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
-  };
-  if (!std::all_of(result.name.begin(), result.name.end(), name_char))
+  if (!is_plain_name(result.name))
     bad_value(name, m.path("name"), result.name,
-              "a channel name of [A-Za-z0-9_-] (it is part of every "
-              "idempotency key)");
+              "1 to 64 characters of [A-Za-z0-9_-] (a channel name is part "
+              "of every idempotency key)");
   auto kind = read_enum(required(m, "kind", one_of(channel_kinds)),
                         m.path("kind"), channel_kinds);
   result.kind = *parse_channel_kind(kind);
   result.retry = channel_retry_preset(result.kind);
   read_channel_target(m, result);
-  auto threads = required(m, "threads",
-                          "a list of thread ids or prefixes ending in *");
-  result.threads = read_each(threads, m.path("threads"),
-                             "a list of thread ids or prefixes ending in *",
-                             &reader::read_string);
-  if (result.threads.empty())
-    fail(line_of(threads), m.path("threads"),
-         "expected at least one thread id or prefix ending in * (a channel "
-         "no thread is bound to sends nothing)");
+  auto threads = m.get("threads");
+  if (threads)
+    result.threads = read_each(*threads, m.path("threads"),
+                               "a list of thread ids or prefixes ending in *",
+                               &reader::read_string);
   for (size_t i = 0; i < result.threads.size(); ++i) {
     auto& x = result.threads[i];
     auto id = x.empty() || x.back() != '*' ? x : x.substr(0, x.size() - 1);
     if (x.empty() || (id.empty() ? x != "*" : !valid_thread_id(id)))
-      fail(line_of(threads[i]), indexed(m.path("threads"), i),
+      fail(line_of((*threads)[i]), indexed(m.path("threads"), i),
            "expected a thread id or a prefix of one ending in *, got "
              + quote(x));
   }
@@ -1584,7 +1598,7 @@ void parser::validate(const node_config& cfg) const {
   check_tools(cfg);
   check_storage(cfg);
   check_cluster(cfg);
-  check_channels(cfg.delivery);
+  check_channels(cfg);
 }
 
 void parser::fail_below(int line, const std::string& path,
@@ -1698,8 +1712,22 @@ void parser::check_providers(
   check_unique_names(providers, "providers", "provider");
 }
 
-void parser::check_channels(const delivery_config& cfg) const {
-  check_unique_names(cfg.channels, "delivery.channels", "channel");
+void parser::check_channels(const node_config& cfg) const {
+  auto& channels = cfg.delivery.channels;
+  check_unique_names(channels, "delivery.channels", "channel");
+  auto& owner = cfg.owner.channel;
+  if (!owner.empty() && !cfg.delivery.find_channel(owner))
+    fail(line("owner.channel"), "owner.channel",
+         "expected the name of a channel of delivery.channels, got "
+           + quote(owner));
+  for (size_t i = 0; i < channels.size(); ++i) {
+    auto path = indexed("delivery.channels", i);
+    if (channels[i].threads.empty() && channels[i].name != owner)
+      fail(line(path + ".threads", path), path + ".threads",
+           "expected at least one thread id or prefix ending in * (channel "
+             + quote(channels[i].name)
+             + " is not owner.channel and would send nothing)");
+  }
 }
 
 void parser::check_pools(const node_config& cfg) const {

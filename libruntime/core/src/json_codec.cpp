@@ -66,6 +66,10 @@ json to_json(const reply_delivery& x) {
   return detail::write_record(x);
 }
 
+json to_json(const owner_notice& x) {
+  return detail::write_record(x);
+}
+
 json to_json(const agent_info& x) {
   return detail::write_record(x);
 }
@@ -112,6 +116,10 @@ caf::expected<dead_letter> dead_letter_from_json(const json& j) {
 
 caf::expected<reply_delivery> reply_delivery_from_json(const json& j) {
   return detail::read_record<reply_delivery>(j);
+}
+
+caf::expected<owner_notice> owner_notice_from_json(const json& j) {
+  return detail::read_record<owner_notice>(j);
 }
 
 caf::expected<recovery_report> recovery_report_from_json(const json& j) {
@@ -180,6 +188,7 @@ template caf::expected<tree_link> decode<tree_link>(std::string_view);
 template caf::expected<outbox_entry> decode<outbox_entry>(std::string_view);
 template caf::expected<dead_letter> decode<dead_letter>(std::string_view);
 template caf::expected<reply_delivery> decode<reply_delivery>(std::string_view);
+template caf::expected<owner_notice> decode<owner_notice>(std::string_view);
 template caf::expected<inbox_entry> decode<inbox_entry>(std::string_view);
 template caf::expected<log_entry> decode<log_entry>(std::string_view);
 template caf::expected<context_entry> decode<context_entry>(std::string_view);

@@ -67,6 +67,16 @@ inline std::optional<dead_letter_status> parse_name(const std::string& str,
   return parse_dead_letter_status(str);
 }
 
+inline std::optional<notice_kind> parse_name(const std::string& str,
+                                             notice_kind) {
+  return parse_notice_kind(str);
+}
+
+inline std::optional<notice_status> parse_name(const std::string& str,
+                                               notice_status) {
+  return parse_notice_status(str);
+}
+
 template <class T>
 constexpr bool dependent_false = false;
 

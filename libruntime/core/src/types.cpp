@@ -58,6 +58,10 @@ bool reserved_client_id(std::string_view id) {
   return id.substr(0, agent_client_id_prefix.size()) == agent_client_id_prefix;
 }
 
+std::string notice_key(const owner_notice& x) {
+  return std::string{to_string(x.kind)} + '/' + x.subject;
+}
+
 std::string dead_letter_id(const dead_letter& x) {
   return x.entry.from + "/" + std::to_string(x.entry.seq);
 }

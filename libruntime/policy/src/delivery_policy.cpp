@@ -32,10 +32,13 @@ constexpr std::array<const char*, 5> channel_names{"webhook", "telegram",
 constexpr std::array<const char*, 4> dead_letter_status_names{
   "pending", "delivered", "abandoned", "dropped"};
 
-constexpr std::array<const char*, 7> notice_names{
-  "all_models_failed",   "credits_exhausted",     "channel_unhealthy",
-  "tool_disabled",       "dead_letter_abandoned", "agent_stuck",
-  "dead_letters_pending"};
+constexpr std::array<const char*, 8> notice_names{
+  "all_models_failed",    "credits_exhausted",     "channel_unhealthy",
+  "tool_disabled",        "dead_letter_abandoned", "agent_stuck",
+  "dead_letters_pending", "provider_unauthorized"};
+
+constexpr std::array<const char*, 4> notice_status_names{"pending", "sent",
+                                                         "failed", "logged"};
 
 constexpr std::array<const char*, 3> severity_names{"low", "medium", "high"};
 
@@ -241,6 +244,14 @@ std::optional<notice_kind> parse_notice_kind(std::string_view str) {
   return parse_name<notice_kind>(notice_names, str);
 }
 
+const char* to_string(notice_status x) {
+  return name_of(notice_status_names, x);
+}
+
+std::optional<notice_status> parse_notice_status(std::string_view str) {
+  return parse_name<notice_status>(notice_status_names, str);
+}
+
 const char* to_string(severity x) {
   return name_of(severity_names, x);
 }
@@ -249,7 +260,8 @@ severity severity_of(notice_kind x) {
   switch (x) {
     case notice_kind::all_models_failed:
     case notice_kind::credits_exhausted:
-    case notice_kind::channel_unhealthy: return severity::high;
+    case notice_kind::channel_unhealthy:
+    case notice_kind::provider_unauthorized: return severity::high;
     case notice_kind::dead_letters_pending: return severity::low;
     default: return severity::medium;
   }
@@ -298,6 +310,13 @@ void notice_gate::restore(notice_kind kind, const std::string& subject,
                           epoch_ms sent) {
   auto& last = sent_[key{kind, subject}];
   last = std::max(last, sent);
+}
+
+void notice_gate::forget(notice_kind kind, const std::string& subject,
+                         epoch_ms sent) {
+  auto i = sent_.find(key{kind, subject});
+  if (i != sent_.end() && i->second == sent)
+    sent_.erase(i);
 }
 
 void notice_gate::expire(epoch_ms now) {

@@ -35,14 +35,16 @@ enum cf_id : size_t {
   cf_outbox,
   cf_quarantine,
   cf_deliveries,
+  cf_notices,
   cf_count,
 };
 
 /// The column family names. New column families go at the end: a database
 /// of an older build lacks them, and opening it for writing creates them.
 constexpr std::array<const char*, cf_count> cf_names{
-  "sessions",     "tree", "inbox",      "context", "log",        "health",
-  "dead_letters", "meta", "client_ids", "outbox",  "quarantine", "deliveries",
+  "sessions",   "tree",         "inbox",   "context",    "log",
+  "health",     "dead_letters", "meta",    "client_ids", "outbox",
+  "quarantine", "deliveries",   "notices",
 };
 
 /// The `meta` key of the schema version.

@@ -77,6 +77,7 @@ public:
   caf::expected<std::vector<quarantined_record>> quarantined() override;
 
   caf::expected<std::vector<provider_health_record>> health() override;
+  caf::expected<std::vector<owner_notice>> notices() override;
 
   caf::expected<std::string> meta(const std::string& key) override;
 
@@ -94,6 +95,7 @@ public:
   void stage_session(const session_record& given, uint64_t tenure) override;
 
   void stage_health(const provider_health_record& rec) override;
+  void stage_notice(const owner_notice& rec) override;
 
   void stage_meta(const std::string& key, const std::string& value) override;
 

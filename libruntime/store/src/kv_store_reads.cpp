@@ -279,6 +279,10 @@ caf::expected<std::vector<provider_health_record>> kv_store::health() {
   return collect_all<provider_health_record>(cf_health, nullptr);
 }
 
+caf::expected<std::vector<owner_notice>> kv_store::notices() {
+  return collect_all<owner_notice>(cf_notices, nullptr);
+}
+
 caf::expected<std::string> kv_store::meta(const std::string& key) {
   if (auto err = ensure_readable())
     return err;

@@ -391,6 +391,10 @@ void kv_store::stage_health(const provider_health_record& rec) {
   stage_record(cf_health, rec.pool, key, rec);
 }
 
+void kv_store::stage_notice(const owner_notice& rec) {
+  stage_record(cf_notices, rec.subject, notice_key(rec), rec);
+}
+
 void kv_store::stage_meta(const std::string& key, const std::string& value) {
   if (!ready_to_stage(key))
     return;

@@ -76,4 +76,11 @@ std::optional<std::string> key_mismatch(std::string_view key,
   return std::nullopt;
 }
 
+std::optional<std::string> key_mismatch(std::string_view key,
+                                        const owner_notice& x) {
+  if (key != std::string_view{notice_key(x)})
+    return "record is notice " + notice_key(x);
+  return std::nullopt;
+}
+
 } // namespace keel::store_backend

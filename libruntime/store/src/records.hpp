@@ -34,6 +34,8 @@ std::optional<std::string> key_mismatch(std::string_view key,
                                         const reply_delivery& x);
 std::optional<std::string> key_mismatch(std::string_view key,
                                         const provider_health_record& x);
+std::optional<std::string> key_mismatch(std::string_view key,
+                                        const owner_notice& x);
 
 /// Decodes the value stored under `key` into `out`; returns what is wrong
 /// instead if it cannot be decoded or does not belong under its key.

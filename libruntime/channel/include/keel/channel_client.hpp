@@ -5,6 +5,7 @@
 // One attempt per call: the retry schedule is the caller's
 // (`after_failed_send`), so it runs on the caller's clock.
 
+#include <cstddef>
 #include <functional>
 #include <memory>
 
@@ -20,6 +21,11 @@ using send_handler = std::function<void(send_result)>;
 
 class channel_client {
 public:
+  /// Sends the HTTP client makes at once; a caller with more under way
+  /// keeps them waiting itself: a send waiting at the client counts its
+  /// wait against the channel's timeout.
+  static constexpr size_t max_in_flight = 16;
+
   /// Fails with `ec::config_invalid` naming the channel's URL or CA file.
   static caf::expected<std::unique_ptr<channel_client>>
   make(http_io& io, const channel_config& cfg);

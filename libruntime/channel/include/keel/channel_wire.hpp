@@ -2,9 +2,12 @@
 
 // What Keel sends through an outbound channel and what the answer means.
 //
-// webhook: `POST url` with a JSON event
+// webhook: `POST url` with a JSON event, a reply
 //   {"event":"reply","id":KEY,"thread":T,"seq":N,"reply_to":M,"text":...,
 //    "at":MS}
+// or a notice to the owner
+//   {"event":"notice","id":KEY,"kind":K,"severity":S,"subject":...,
+//    "text":...,"at":MS}
 // and the headers `Idempotency-Key: KEY`, `X-Keel-Event: reply`,
 // `X-Keel-Timestamp: UNIX_SECONDS` and, with a secret,
 // `X-Keel-Signature: sha256=HEX`, the HMAC-SHA256 of
@@ -13,6 +16,7 @@
 // telegram: `POST url/bot<token>/sendMessage` with
 //   {"chat_id":..., "text":..., "parse_mode":...}
 // (`Idempotency-Key` too, which the Bot API ignores and a relay may use).
+// A notice goes as plain text, "[SEVERITY] KIND: SUBJECT" and its text.
 // `{"ok":true,...}` is the delivery.
 //
 // The idempotency key is the same for every attempt of one message to one
@@ -33,7 +37,7 @@ namespace keel {
 
 /// One message for a channel.
 struct outbound_message {
-  /// The event type (`X-Keel-Event`): "reply".
+  /// The event type (`X-Keel-Event`): "reply" or "notice".
   std::string event = "reply";
   /// The idempotency key (see `reply_idempotency_key`).
   std::string id;
@@ -42,9 +46,17 @@ struct outbound_message {
   seq_t seq = 0;
   seq_t reply_to = 0;
   std::string text;
-  /// When the reply was committed.
+  /// When the reply was committed (the notice raised).
   epoch_ms at = 0;
+  /// A notice's kind, severity and subject.
+  std::string kind;
+  std::string severity;
+  std::string subject;
 };
+
+/// The message of notice `x` (its idempotency key
+/// `keel:notice:KIND:SUBJECT:AT`).
+outbound_message notice_message(const owner_notice& x);
 
 /// The idempotency key of reply `seq` of `thread` on `channel`:
 /// `keel:CHANNEL:THREAD:SEQ`.

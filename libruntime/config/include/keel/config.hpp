@@ -403,6 +403,12 @@ struct owner_config {
   /// for good (credits exhausted, every model failing, the agent offline);
   /// empty: "our team".
   std::string contact;
+  /// The channel of `delivery.channels` owner notices go to (its retry
+  /// policy applies); empty: notices are only logged and listed.
+  std::string channel;
+  /// Dedup windows set in `owner.notices` (by kind; the others keep
+  /// `default_dedup_window`).
+  std::map<notice_kind, std::chrono::milliseconds> notice_windows;
 };
 
 /// One outbound channel (`delivery.channels[]`): the replies of the threads

@@ -28,6 +28,7 @@ nlohmann::json to_json(const outbox_entry& x);
 /// The outbox entry's fields plus `reason` and `at`.
 nlohmann::json to_json(const dead_letter& x);
 nlohmann::json to_json(const reply_delivery& x);
+nlohmann::json to_json(const owner_notice& x);
 nlohmann::json to_json(const recovery_step& x);
 /// Stored in `meta` under `last_recovery`, served at GET /api/v1/recovery.
 nlohmann::json to_json(const recovery_report& x);
@@ -44,6 +45,7 @@ caf::expected<tree_link> tree_link_from_json(const nlohmann::json& j);
 caf::expected<outbox_entry> outbox_entry_from_json(const nlohmann::json& j);
 caf::expected<dead_letter> dead_letter_from_json(const nlohmann::json& j);
 caf::expected<reply_delivery> reply_delivery_from_json(const nlohmann::json& j);
+caf::expected<owner_notice> owner_notice_from_json(const nlohmann::json& j);
 /// Missing counters read as 0 (a report of an older build); the times and
 /// `steps` are required.
 caf::expected<recovery_report>

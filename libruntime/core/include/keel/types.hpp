@@ -83,6 +83,9 @@ struct session_record {
   /// Tools that failed in this thread, with how often; one that reached
   /// `tools_config::disable_after` is no longer offered to the model here.
   std::vector<tool_failure_count> tool_failures;
+  /// When an operator paused the thread (it answers messages with the
+  /// offline text until resumed); 0 while it is not paused.
+  millis paused_at = 0;
 };
 
 template <class Inspector>
@@ -95,7 +98,8 @@ typename Inspector::result_type inspect(Inspector& f, session_record& x) {
            x.provider, field("state"), x.state, field("created_at"),
            x.created_at, field("recovered_at", field_form::optional),
            x.recovered_at, field("provider_state"), x.provider_state,
-           field("tool_failures", field_form::omit_default), x.tool_failures);
+           field("tool_failures", field_form::omit_default), x.tool_failures,
+           field("paused_at", field_form::omit_default), x.paused_at);
 }
 
 /// One parent -> child link of the agent tree (column family `tree`, key
@@ -249,6 +253,42 @@ typename Inspector::result_type inspect(Inspector& f, reply_delivery& x) {
            field("text"), x.text, field("at"), x.at, field("channels"),
            x.channels);
 }
+
+/// What the node's owner was told about one kind and subject (column family
+/// `notices`, key `kind/subject`): the latest notice, and how many were
+/// suppressed since because its dedup window was still open. A restart
+/// reads them back, so it does not send again what a window suppresses.
+struct owner_notice {
+  notice_kind kind = notice_kind::all_models_failed;
+  /// What it is about: a pool, a channel, a tool, a thread, a dead letter's
+  /// destination.
+  std::string subject;
+  /// The message, one or two sentences.
+  std::string text;
+  /// When it was raised (and sent).
+  millis at = 0;
+  notice_status status = notice_status::pending;
+  /// Why the owner's channel did not take it (status `failed`).
+  std::string error;
+  /// Notices of the same kind and subject raised since `at` and suppressed,
+  /// and the last of them.
+  uint64_t suppressed = 0;
+  millis last_suppressed_at = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, owner_notice& x) {
+  return f(caf::meta::type_name("keel::owner_notice"), field("kind"), x.kind,
+           field("subject"), x.subject, field("text"), x.text, field("at"),
+           x.at, field("status"), x.status,
+           field("error", field_form::omit_default), x.error,
+           field("suppressed", field_form::omit_default), x.suppressed,
+           field("last_suppressed_at", field_form::omit_default),
+           x.last_suppressed_at);
+}
+
+/// The store key of `x`: `kind/subject`.
+std::string notice_key(const owner_notice& x);
 
 /// An accepted message that has not been answered yet (column family
 /// `inbox`). It stays until the turn that answers it commits.
@@ -627,6 +667,8 @@ struct agent_info {
   std::vector<std::string> children;
   /// Tools that failed in the thread, with how often (from the session).
   std::vector<tool_failure_count> tool_failures;
+  /// When an operator paused the thread; 0 if it is not paused.
+  millis paused_at = 0;
 };
 
 template <class Inspector>
@@ -638,7 +680,8 @@ typename Inspector::result_type inspect(Inspector& f, agent_info& x) {
            x.model, field("provider", optional), x.provider,
            field("created_at", optional), x.created_at, field("children"),
            x.children, field("tool_failures", field_form::omit_default),
-           x.tool_failures);
+           x.tool_failures, field("paused_at", field_form::omit_default),
+           x.paused_at);
 }
 
 /// A page of a thread's history.

@@ -171,6 +171,8 @@ enum class notice_kind : uint8_t {
   /// Many dead letters pending (`dead_letter_digest_threshold`), as a
   /// digest.
   dead_letters_pending,
+  /// Every provider of a pool refused the credentials.
+  provider_unauthorized,
 };
 
 /// Returns the stable name of `x` (e.g. `"tool_disabled"`).
@@ -179,6 +181,24 @@ const char* to_string(notice_kind x);
 /// Parses a stable name; nullopt for anything else.
 std::optional<notice_kind> parse_notice_kind(std::string_view str);
 
+/// Where a notice to the owner stands.
+enum class notice_status : uint8_t {
+  /// Being sent to the owner's channel.
+  pending,
+  /// The owner's channel took it.
+  sent,
+  /// The owner's channel did not take it (its retries used up).
+  failed,
+  /// No owner channel is configured: only logged and listed.
+  logged,
+};
+
+/// Returns the stable name of `x` (e.g. `"sent"`).
+const char* to_string(notice_status x);
+
+/// Parses a stable name; nullopt for anything else.
+std::optional<notice_status> parse_notice_status(std::string_view str);
+
 /// How urgent a notice is.
 enum class severity : uint8_t { low, medium, high };
 
@@ -186,8 +206,8 @@ enum class severity : uint8_t { low, medium, high };
 const char* to_string(severity x);
 
 /// Returns the severity of `x`: high for all models failed, credits
-/// exhausted and an unhealthy channel; low for the pending digest; medium
-/// for the rest.
+/// exhausted, refused credentials and an unhealthy channel; low for the pending
+/// digest; medium for the rest.
 severity severity_of(notice_kind x);
 
 /// Pending dead letters from which the owner gets a digest.
@@ -196,7 +216,7 @@ constexpr size_t dead_letter_digest_threshold = 10;
 /// Returns how long a notice of `x` about one subject suppresses the next:
 /// all models failed 30 min, credits exhausted 1 h, channel unhealthy 1 h,
 /// tool disabled 24 h, dead letter abandoned 1 h, agent stuck 1 h, the
-/// pending digest 24 h.
+/// pending digest 24 h, refused credentials 1 h.
 std::chrono::milliseconds default_dedup_window(notice_kind x);
 
 /// Which notices go out: the first about a kind and subject does, the next
@@ -225,6 +245,10 @@ public:
   const std::map<key, epoch_ms>& sent() const {
     return sent_;
   }
+
+  /// Forgets the sending at `sent` (it failed), so the next notice about
+  /// `kind` and `subject` goes out; a later sending stays.
+  void forget(notice_kind kind, const std::string& subject, epoch_ms sent);
 
   /// Forgets sendings whose windows ended before `now`.
   void expire(epoch_ms now);

@@ -30,8 +30,9 @@ namespace keel {
 /// `health`, `dead_letters`, `meta`, plus `client_ids`, the per-thread index
 /// of client message ids used to deduplicate resends, `outbox`, messages
 /// between threads not delivered yet (see `outbox_entry`), `quarantine`,
-/// and `deliveries`, replies on their way to outbound channels (see
-/// `reply_delivery`).
+/// `deliveries`, replies on their way to outbound channels (see
+/// `reply_delivery`), and `notices`, what the owner was told (see
+/// `owner_notice`).
 /// Keys are `thread + '/' + 8-byte big-endian seq` (or `thread + '/' +
 /// client_id` in `client_ids`, plain `thread` in `sessions`), so a thread's
 /// data is one contiguous range. Thread ids never contain '/'.
@@ -204,6 +205,9 @@ public:
 
   /// Returns every provider health record, in key order.
   virtual caf::expected<std::vector<provider_health_record>> health() = 0;
+
+  /// Returns every owner notice record, in key order.
+  virtual caf::expected<std::vector<owner_notice>> notices() = 0;
   /// Reads a `meta` value, or `ec::not_found`.
   virtual caf::expected<std::string> meta(const std::string& key) = 0;
 
@@ -258,6 +262,10 @@ public:
 
   /// Stages writing a provider health record (create or replace).
   virtual void stage_health(const provider_health_record& rec) = 0;
+
+  /// Stages writing an owner notice record (key `kind/subject`; create or
+  /// replace).
+  virtual void stage_notice(const owner_notice& rec) = 0;
   /// Stages writing a `meta` value.
   virtual void stage_meta(const std::string& key, const std::string& value) = 0;
 
