@@ -89,23 +89,27 @@ outbound_message message_of(const delivery_job& job,
   return msg;
 }
 
-// Makes the next attempt of send `id` once its channel has room at the
-// client; its outcome comes back as a message (the client answers on an
-// I/O thread).
+// Makes the next attempt of send `id`; its outcome comes back as a
+// message (the client answers on an I/O thread). A reply's own send waits
+// in its channel's line while the channel is full; a dead letter's attempt
+// or a notice goes at once (its caller waits with a timeout that must not
+// include the line: it may wait at the client instead, where the wait
+// counts against the send's own timeout).
 void attempt(self_ptr self, uint64_t id) {
   auto& st = self->state;
   auto i = st.sends.find(id);
   if (i == st.sends.end())
     return;
   auto& send = i->second;
+  auto& job = st.jobs.at(send.job);
   auto& line = st.lines[send.channel];
-  if (line.in_flight >= channel_client::max_in_flight) {
+  auto answered = job.answer || job.notice_answer;
+  if (!answered && line.in_flight >= channel_client::max_in_flight) {
     line.waiting.push_back(id);
     return;
   }
   ++line.in_flight;
   ++send.attempt;
-  auto& job = st.jobs.at(send.job);
   auto handle = caf::actor_cast<channel_delivery_actor>(self);
   st.clients.at(send.channel)
     ->send(message_of(job, send.channel), send.plain_text,
@@ -131,17 +135,32 @@ void outcome_stored(self_ptr self, const std::string& key, caf::error err) {
   self->delayed_send(self, st.cfg.reload_after_failure, atom::tick_v);
 }
 
+// Answers a notice's job: sent, or failed with its error.
+void answer_notice(delivery_job& job) {
+  job.notice->status = job.failed.empty() ? notice_status::sent
+                                          : notice_status::failed;
+  job.notice->error = job.errors.empty() ? "" : job.errors.front();
+  job.notice_answer->deliver(std::move(*job.notice));
+}
+
+// Tells the owner about each channel that gave up on a reply's own send.
+void notify_unhealthy(self_ptr self, const delivery_job& job) {
+  for (size_t i = 0; i < job.failed.size(); ++i)
+    notify_owner(self->system(), notice_kind::channel_unhealthy, job.failed[i],
+                 "Channel " + job.failed[i] + " did not take reply "
+                   + std::to_string(job.reply.seq) + " of thread "
+                   + job.reply.thread + " after its retries: " + job.errors[i]
+                   + ". The reply waits in the dead-letter queue.");
+}
+
 // Job `id` has no send under way any more: stores its outcome (a reply's
-// own delivery) or answers it (a dead letter's attempt).
+// own delivery) or answers it (a dead letter's attempt, a notice).
 void finish_job(self_ptr self, uint64_t id) {
   auto& st = self->state;
   auto job = std::move(st.jobs.at(id));
   st.jobs.erase(id);
   if (job.notice_answer) {
-    job.notice->status = job.failed.empty() ? notice_status::sent
-                                            : notice_status::failed;
-    job.notice->error = job.errors.empty() ? "" : job.errors.front();
-    job.notice_answer->deliver(std::move(*job.notice));
+    answer_notice(job);
     return;
   }
   auto letter = reply_letter(job.reply, job.failed, job.errors);
@@ -165,12 +184,7 @@ void finish_job(self_ptr self, uint64_t id) {
   }
   spdlog::warn("thread {}: reply {} is a dead letter: {}", job.reply.thread,
                job.reply.seq, letter.reason);
-  for (size_t i = 0; i < job.failed.size(); ++i)
-    notify_owner(self->system(), notice_kind::channel_unhealthy, job.failed[i],
-                 "Channel " + job.failed[i] + " did not take reply "
-                   + std::to_string(job.reply.seq) + " of thread "
-                   + job.reply.thread + " after its retries: " + job.errors[i]
-                   + ". The reply waits in the dead-letter queue.");
+  notify_unhealthy(self, job);
   request_component(self, names::dead_letters, st.cfg.store_timeout,
                     caf::put_atom_v, std::move(letter))
     .then(done, failed);

@@ -645,45 +645,51 @@ void finish_cancel(self_ptr self) {
       });
 }
 
-// Writes the pause or resume the latest request asks for while no turn
-// runs (no commit carries an older session meanwhile), then answers the
-// requests it covers and drains on.
+using pause_requests = decltype(conversation_state::pauses);
+
+void answer_pauses(pause_requests& requests, const caf::error& err) {
+  for (auto& request : requests)
+    if (err)
+      request.second.deliver(err);
+    else
+      request.second.deliver(caf::ok_atom_v);
+}
+
+// Writes the pause or resume the latest request asks for, then answers the
+// requests it covers and drains on. The session changes in memory first:
+// any session write meanwhile (an accept's) carries the same `paused_at`,
+// and no turn starts (or commits an older session) until the write ends.
 void write_pause(self_ptr self) {
   auto& st = self->state;
-  auto batch = std::make_shared<decltype(st.pauses)>(std::move(st.pauses));
+  auto batch = std::make_shared<pause_requests>(std::move(st.pauses));
   st.pauses.clear();
-  auto answer = [batch](const caf::error& err) {
-    for (auto& request : *batch)
-      if (err)
-        request.second.deliver(err);
-      else
-        request.second.deliver(caf::ok_atom_v);
-  };
   if (!st.session_exists || st.session.state == session_state::closed) {
-    answer(st.session_exists ? caf::make_error(
-             ec::thread_closed, "thread " + st.cfg.thread + " was cancelled")
-                             : st.not_found());
+    answer_pauses(*batch, st.session_exists ? caf::make_error(
+                            ec::thread_closed,
+                            "thread " + st.cfg.thread + " was cancelled")
+                                            : st.not_found());
     drain(self);
     return;
   }
-  auto record = st.session;
+  auto before = st.session.paused_at;
   auto paused = batch->back().first;
-  record.paused_at = !paused                 ? 0
-                     : record.paused_at != 0 ? record.paused_at
-                                             : wall_clock_millis();
+  auto after = !paused ? 0 : before != 0 ? before : wall_clock_millis();
+  st.session.paused_at = after;
   st.turn_running = true;
   request_component(self, names::persistence, st.cfg.storage_timeout,
-                    caf::put_atom_v, record, st.tenure)
+                    caf::put_atom_v, st.session, st.tenure)
     .then(
-      [self, record, answer](caf::ok_atom) {
-        self->state.session = record;
+      [self, batch](caf::ok_atom) {
         self->state.turn_running = false;
-        answer({});
+        answer_pauses(*batch, {});
         drain(self);
       },
-      [self, answer](caf::error& err) {
-        self->state.turn_running = false;
-        answer(err);
+      [self, batch, before, after](caf::error& err) {
+        auto& st = self->state;
+        st.turn_running = false;
+        if (st.session.paused_at == after)
+          st.session.paused_at = before;
+        answer_pauses(*batch, err);
         drain(self);
       });
 }
@@ -887,6 +893,7 @@ void load_failed(self_ptr self, const caf::error& err) {
     d.promise.deliver(err);
   self->state.deferred.clear();
   self->state.answer_cancels(err);
+  answer_pauses(self->state.pauses, err);
   self->quit(err);
 }
 
@@ -1046,6 +1053,7 @@ void on_exit(self_ptr self, const caf::exit_msg& msg) {
                        + "' stopped; resend with the same id");
   self->state.fail_pending_accepts(err);
   self->state.answer_cancels(err);
+  answer_pauses(self->state.pauses, err);
   if (self->state.tool_cancel)
     *self->state.tool_cancel = true; // No tool outlives its conversation.
   self->quit(msg.reason);

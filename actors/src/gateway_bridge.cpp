@@ -2,6 +2,8 @@
 
 #include <fstream>
 #include <map>
+#include <optional>
+#include <utility>
 
 #include <caf/all.hpp>
 #include <nlohmann/json.hpp>
@@ -726,23 +728,33 @@ void on_dead_letter(self_ptr self, uint64_t request, const std::string& method,
   }
 }
 
+// The thread of `METHOD /api/v1/agents/REST` and whether it asks to pause
+// (POST THREAD/pause) or to resume (POST THREAD/resume); none otherwise.
+std::optional<std::pair<std::string, bool>>
+parse_agent_action(const std::string& method, const std::string& rest) {
+  auto last = rest.rfind('/');
+  if (method != "POST" || last == std::string::npos)
+    return std::nullopt;
+  auto action = rest.substr(last + 1);
+  auto thread = rest.substr(0, last);
+  if ((action != "pause" && action != "resume") || !valid_thread_id(thread))
+    return std::nullopt;
+  return std::make_pair(thread, action == "pause");
+}
+
 // POST /api/v1/agents/THREAD/pause or /resume: through the thread's
 // conversation (its owner's in a cluster); answers once the session says
 // so on disk.
 void on_agent_action(self_ptr self, uint64_t request, const std::string& method,
                      const std::string& rest) {
-  auto last = rest.rfind('/');
-  auto action = last == std::string::npos ? std::string{}
-                                          : rest.substr(last + 1);
-  auto thread = rest.substr(0, last == std::string::npos ? 0 : last);
-  if (method != "POST" || (action != "pause" && action != "resume")
-      || !valid_thread_id(thread)) {
+  auto parsed = parse_agent_action(method, rest);
+  if (!parsed) {
     respond_error(self, request, 404, to_string(ec::not_found),
                   "no endpoint " + method + " /api/v1/agents/" + rest
                     + " (expected POST /api/v1/agents/THREAD/pause|resume)");
     return;
   }
-  auto paused = action == "pause";
+  auto [thread, paused] = *parsed;
   request_component(self, names::orchestrator, std::chrono::seconds{30},
                     atom::pause_v, thread, paused)
     .then(

@@ -36,6 +36,9 @@ notifier_state::restore(std::vector<owner_notice> stored) {
 std::optional<owner_notice> notifier_state::raise(owner_notice x,
                                                   epoch_ms now) {
   auto key = notice_key(x);
+  // Each sending of a key has its own time: its idempotency key.
+  if (auto prev = latest.find(key); prev != latest.end())
+    now = std::max(now, prev->second.at + 1);
   if (!gate.admit(x.kind, x.subject, now)) {
     auto& last = latest.try_emplace(key, x).first->second;
     ++last.suppressed;
@@ -134,7 +137,12 @@ void flush(self_ptr self) {
 void raise(self_ptr self, owner_notice x) {
   auto& st = self->state;
   if (!st.loaded) {
-    st.held.push_back(std::move(x));
+    if (st.held.size() < notifier_state::max_held)
+      st.held.push_back(std::move(x));
+    else
+      spdlog::warn("owner notice {} dropped: the stored notices are not read "
+                   "yet and {} wait",
+                   notice_key(x), st.held.size());
     return;
   }
   auto admitted = st.raise(std::move(x), st.clock.now(self->clock()));

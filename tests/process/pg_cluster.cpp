@@ -520,6 +520,27 @@ CAF_TEST(a shard the table does not hold fails before reaching the server) {
   CAF_CHECK(stored_session(*db, t));
 }
 
+CAF_TEST(owner notices and provider health are written whatever it holds) {
+  auto a = prepared();
+  join(*a, "n1");
+  // The node holds no shard: records that belong to no thread still go.
+  auto db = fenced_store(std::make_shared<shard_table>("n1", shard_count));
+  owner_notice notice;
+  notice.kind = notice_kind::all_models_failed;
+  notice.subject = "pool default";
+  notice.at = 42;
+  db->stage_notice(notice);
+  provider_health_record health;
+  health.pool = "default";
+  health.provider = "gpt";
+  db->stage_health(health);
+  CAF_CHECK_EQUAL(render(db->flush()), "none");
+  auto notices = db->notices();
+  CAF_REQUIRE(notices);
+  CAF_REQUIRE_EQUAL(notices->size(), 1u);
+  CAF_CHECK_EQUAL((*notices)[0].subject, "pool default");
+}
+
 // A write carries the tenure its writer loaded the thread under: after the
 // shard left and came back (epoch 1, to n2 at 2, back at 3) a write made
 // from a view of epoch 1 is refused, though the node holds the shard and

@@ -10,6 +10,7 @@
 
 #include "keel/agent_tree.hpp"
 #include "keel/conversation.hpp"
+#include "keel/supervisor.hpp"
 
 using namespace keel;
 using namespace keel::test;
@@ -97,6 +98,43 @@ CAF_TEST(the pause holds across a restart) {
   start();
   CAF_REQUIRE(send("t1", "c3", "again"));
   CAF_CHECK_EQUAL(last("t1").text, "re: again");
+}
+
+CAF_TEST(a message arriving while the pause is written keeps the pause) {
+  CAF_REQUIRE(send("t1", "c1", "hello"));
+  stop();
+  start(); // t1 is suspended: its next message writes its session again
+  auto paused = self->request(orchestrator(), caf::infinite, atom::pause_v,
+                              std::string{"t1"}, true);
+  // Runs the node until t1's conversation has its pause write under way.
+  auto& sup = deref<caf::stateful_actor<supervisor_state>>(
+                component<caf::actor>(names::conversations))
+                .state;
+  auto writing = [&] {
+    auto child = sup.find("t1");
+    if (child == nullptr || !child->actor)
+      return false;
+    auto& st = deref<conversation_actor::stateful_base<conversation_state>>(
+                 child->actor)
+                 .state;
+    return st.loaded && st.turn_running;
+  };
+  while (!writing())
+    CAF_REQUIRE(sched.try_run_once());
+  auto routed = self->request(orchestrator(), caf::infinite, atom::route_v,
+                              std::string{"t1"}, std::string{"c2"},
+                              std::string{"during"});
+  consume_messages();
+  paused.receive([](caf::ok_atom) {},
+                 [](caf::error& err) { CAF_FAIL(render(err)); });
+  routed.receive([](accept_result&) {},
+                 [](caf::error& err) { CAF_FAIL(render(err)); });
+  CAF_CHECK_EQUAL(last("t1").code, "agent_paused");
+  // On disk too: a restarted node still answers offline.
+  stop();
+  start();
+  CAF_REQUIRE(send("t1", "c3", "after"));
+  CAF_CHECK_EQUAL(last("t1").code, "agent_paused");
 }
 
 CAF_TEST(unknown and cancelled threads cannot be paused) {

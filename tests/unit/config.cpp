@@ -1429,6 +1429,14 @@ CAF_TEST(pools take retry breaker and cooldown settings) {
                            "      max_delay: 1s\n"),
                   "node.yaml:6: pools[0].retry.max_delay: expected at least "
                   "pools[0].retry.base_delay (2s), got 1s");
+  // Only base_delay written: the error is about it, not the default.
+  CAF_CHECK_EQUAL(error_of("delivery:\n  channels:\n"
+                           "    - name: c\n      kind: webhook\n"
+                           "      url: http://h/\n      threads: [a]\n"
+                           "      retry:\n        base_delay: 1m\n"),
+                  "node.yaml:8: delivery.channels[0].retry.base_delay: "
+                  "expected at most delivery.channels[0].retry.max_delay "
+                  "(30s, its default; set it too), got 1m");
   CAF_CHECK_EQUAL(error_of("providers:\n  - name: s\n    kind: scripted\n"
                            "    script:\n      - reply: x\n"
                            "        retry_after: 1s\n"),

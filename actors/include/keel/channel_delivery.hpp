@@ -79,9 +79,10 @@ struct channel_send_state {
   bool plain_text = false;
 };
 
-/// The sends of one channel: at most `channel_client::max_in_flight` at the
-/// client, the others waiting in order (their timeout starts when they
-/// leave).
+/// The sends of one channel: at most `channel_client::max_in_flight` of
+/// replies' own sends at the client, the others waiting in order (their
+/// timeout starts when they leave). Dead letters' attempts and notices do
+/// not wait here (see `attempt`).
 struct channel_line {
   size_t in_flight = 0;
   std::deque<uint64_t> waiting;

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <map>
 #include <optional>
 #include <set>
@@ -49,8 +50,9 @@ struct notifier_state {
   std::map<std::string, owner_notice> latest;
   /// Keys whose suppressed counts are not stored yet.
   std::set<std::string> unstored;
-  /// Notices raised before the stored state was read.
+  /// Notices raised before the stored state was read, at most `max_held`.
   std::vector<owner_notice> held;
+  static constexpr size_t max_held = 1000;
   bool loaded = false;
   bool flush_armed = false;
 

@@ -1447,9 +1447,15 @@ void parser::read_backoff_delays(const map_reader& m, retry_policy& r) {
     r.max_delay = read_millis(*x, m.path("max_delay"), false);
   if (auto x = m.get("jitter"))
     r.jitter = read_number(*x, m.path("jitter"), 0.0, 1.0);
-  if (r.max_delay < r.base_delay)
+  if (r.max_delay >= r.base_delay)
+    return;
+  if (m.has("max_delay"))
     fail_below(m.line("max_delay"), m.path("max_delay"), m.path("base_delay"),
                r.base_delay, r.max_delay);
+  fail(m.line("base_delay"), m.path("base_delay"),
+       "expected at most " + m.path("max_delay") + " ("
+         + render_duration(r.max_delay) + ", its default; set it too), got "
+         + render_duration(r.base_delay));
 }
 
 void parser::read_storage(const map_reader& m, storage_config& cfg) {

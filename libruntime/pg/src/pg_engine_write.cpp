@@ -72,10 +72,10 @@ caf::error refused(const caf::error& err) {
                                                : msg.substr(text + 2)));
 }
 
-// Whether the rows of `family` belong to no thread: `meta` and `health`,
-// which a node writes whatever shards it holds.
+// Whether the rows of `family` belong to no thread: `meta`, `health` and
+// `notices`, which a node writes whatever shards it holds.
 bool unfenced(const std::string& family) {
-  return family == "meta" || family == "health";
+  return family == "meta" || family == "health" || family == "notices";
 }
 
 // One family's writes of a share, as statements: removals in `DELETE`s,
