@@ -6,7 +6,8 @@
 // `migrate` copies a stopped node's RocksDB data into PostgreSQL;
 // `cluster` and `drain` show and change a cluster's membership; `dlq`
 // lists, shows, retries and drops dead letters; `notifications` lists what
-// the owner was told; `pause` and `resume` pause an agent.
+// the owner was told; `pause` and `resume` pause an agent; `task` shows
+// where a message stands.
 //
 // Exit codes: 0 success, 1 the request failed (error frame, timeout) or
 // `verify` found a violated invariant, 2 bad arguments (an unreadable
@@ -48,6 +49,7 @@ int main(int argc, char** argv) {
     add_notifications_command(app, node),
     add_pause_command(app, node, true),
     add_pause_command(app, node, false),
+    add_task_command(app, node),
   };
   try {
     app.parse(argc, argv);

@@ -111,5 +111,6 @@ command add_dlq_command(CLI::App& app, const node_args& node);
 command add_notifications_command(CLI::App& app, const node_args& node);
 /// `pause THREAD` (`paused`) or `resume THREAD`.
 command add_pause_command(CLI::App& app, const node_args& node, bool paused);
+command add_task_command(CLI::App& app, const node_args& node);
 
 } // namespace keelctl

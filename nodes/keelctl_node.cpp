@@ -185,6 +185,27 @@ int run_pause(const keel::endpoint& ep, const std::string& thread,
   return exit_ok;
 }
 
+// -- task
+// -----------------------------------------------------------------------
+
+int run_task(const keel::endpoint& ep, const std::string& thread,
+             keel::seq_t seq, bool as_json) {
+  auto res = keel::api_call(
+    ep, "GET", "/api/v1/tasks/" + thread + "/" + std::to_string(seq));
+  if (!res)
+    return fail(ep, res.error());
+  if (as_json) {
+    std::cout << res->dump(2) << '\n';
+    return exit_ok;
+  }
+  auto updated = millis_at(*res, {"updated_at"}).count();
+  std::cout << thread << "/" << seq << ": " << json_string(*res, "state")
+            << ", attempts " << json_number(*res, {"attempts"})
+            << (updated > 0 ? ", updated " + keel::format_utc(updated) : "")
+            << "\n  " << json_string(*res, "text") << '\n';
+  return exit_ok;
+}
+
 // -- providers
 // ------------------------------------------------------------------
 
@@ -316,6 +337,32 @@ command add_pause_command(CLI::App& app, const node_args& node, bool paused) {
     cmd, node,
     [thread, paused](const keel::endpoint& ep) {
       return run_pause(ep, *thread, paused);
+    },
+    true);
+}
+
+command add_task_command(CLI::App& app, const node_args& node) {
+  struct task_args {
+    std::string thread;
+    keel::seq_t seq = 0;
+    bool json = false;
+  };
+  auto args = std::make_shared<task_args>();
+  auto cmd = add_node_command(
+    app, "task",
+    "Where message SEQ of THREAD stands as a task: queued, dispatched, "
+    "in_progress, retried, succeeded or dead_lettered, with its attempts");
+  cmd->add_option("THREAD", args->thread, "The thread id")
+    ->type_name("")
+    ->required();
+  cmd->add_option("SEQ", args->seq, "The message's seq in the thread")
+    ->type_name("")
+    ->required();
+  cmd->add_flag("--json", args->json, "Print the raw JSON");
+  return node_command(
+    cmd, node,
+    [args](const keel::endpoint& ep) {
+      return run_task(ep, args->thread, args->seq, args->json);
     },
     true);
 }

@@ -1,5 +1,6 @@
 #include "keel/conversation.hpp"
 
+#include <algorithm>
 #include <exception>
 
 #include <caf/all.hpp>
@@ -112,6 +113,7 @@ void retry_turn_later(self_ptr self, const std::string& what,
                   st.cfg.thread, msg.client_id, msg.seq, "retrying",
                   what + " (" + render(err) + "); the turn runs again"));
   self->delayed_send(self, st.cfg.commit_retry_delay, atom::drain_v);
+  ++st.attempts;
   // The turn stays "running" until the retry so nothing overtakes it.
 }
 
@@ -120,7 +122,8 @@ void retry_turn_later(self_ptr self, const std::string& what,
 void committed(self_ptr self, const turn_commit& commit) {
   self->state.apply(commit);
   for (auto& entry : commit.log)
-    publish(self, protocol::outcome_frame(commit.thread, entry));
+    if (entry.kind != log_kind::user) // The message's task: not an outcome.
+      publish(self, protocol::outcome_frame(commit.thread, entry));
   self->state.turn_running = false;
   for (auto& x : self->state.owner_notices)
     notify_owner(self->system(), x.kind, x.subject, x.text);
@@ -575,7 +578,8 @@ void continue_turn(self_ptr self) {
 void step_committed(self_ptr self, const turn_commit& commit) {
   self->state.apply(commit);
   for (auto& entry : commit.log)
-    publish(self, protocol::outcome_frame(commit.thread, entry));
+    if (entry.kind != log_kind::user) // The message's task: not an outcome.
+      publish(self, protocol::outcome_frame(commit.thread, entry));
   if (!commit.outbox.empty()) {
     reach(kill_point::message_enqueued);
     deliver_outbox(self);
@@ -1018,6 +1022,38 @@ caf::result<caf::ok_atom> cancel(self_ptr self) {
   return rp;
 }
 
+// Where message `seq` stands as a task: live while the thread has it in
+// its inbox (the running turn's, or queued behind it), else as stored.
+caf::result<log_entry> task_of(self_ptr self, seq_t seq) {
+  auto& st = self->state;
+  auto i = std::find_if(st.inbox.begin(), st.inbox.end(),
+                        [seq](auto& x) { return x.seq == seq; });
+  if (st.loaded && i != st.inbox.end()) {
+    auto entry = message_log_entry(*i);
+    if (i == st.inbox.begin() && st.turn_running) {
+      entry.task = st.live_task_state();
+      entry.attempts = st.attempts;
+    }
+    return entry;
+  }
+  auto rp = self->make_response_promise<log_entry>();
+  auto missing = caf::make_error(ec::not_found, "thread " + st.cfg.thread
+                                                  + " has no message "
+                                                  + std::to_string(seq));
+  request_component(self, names::persistence, st.cfg.storage_timeout,
+                    atom::history_v, st.cfg.thread, seq - 1, uint64_t{1})
+    .then(
+      [rp, seq, missing](history_page& page) mutable {
+        auto& xs = page.entries;
+        if (xs.empty() || xs[0].seq != seq || xs[0].kind != log_kind::user)
+          rp.deliver(missing);
+        else
+          rp.deliver(std::move(xs[0]));
+      },
+      [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+  return rp;
+}
+
 caf::result<caf::ok_atom> pause(self_ptr self, bool paused) {
   auto& st = self->state;
   if (st.loaded && !st.session_exists)
@@ -1086,6 +1122,7 @@ conversation(conversation_actor::stateful_pointer<conversation_state> self,
     },
     [self](atom::cancel) { return cancel(self); },
     [self](atom::pause, bool paused) { return pause(self, paused); },
+    [self](atom::task, seq_t seq) { return task_of(self, seq); },
     [self](atom::redeliver) {
       self->state.redeliver_armed = false;
       deliver_outbox(self);

@@ -325,6 +325,7 @@ conversation_state::make_reply_commit(const completion& reply, millis now,
   auto entry = entry_about(msg, seq, log_kind::reply, std::move(text), now);
   entry.provider = reply.provider;
   add_delivery(*this, commit, entry, now);
+  commit.log.push_back(task_entry(task_state::succeeded, now));
   commit.log.push_back(std::move(entry));
   return commit;
 }
@@ -346,6 +347,7 @@ turn_commit conversation_state::make_error_commit(const std::string& code,
   auto entry = entry_about(msg, seq, log_kind::error, text, now);
   entry.code = code;
   add_delivery(*this, commit, entry, now);
+  commit.log.push_back(task_entry(task_state::dead_lettered, now));
   commit.log.push_back(std::move(entry));
   return commit;
 }
@@ -466,6 +468,9 @@ void conversation_state::restore(thread_snapshot snapshot) {
   if (!context.empty())
     next_seq = std::max(next_seq, context.back().seq + 1);
   children.insert(snapshot.children.begin(), snapshot.children.end());
+  // The node died while the thread was live: the front's turn runs again.
+  if (session.recovered_at != 0 && !inbox.empty())
+    attempts = 1;
   for (auto& entry : snapshot.outbox) {
     // The outbox reserves seqs the log does not show: never reuse them.
     next_seq = std::max(next_seq, entry.seq + 1);
@@ -587,6 +592,14 @@ turn_commit step_commit(const conversation_state& st) {
   return commit;
 }
 
+// A step commit that also records the message's task as in progress (or
+// retried) as of `now`.
+turn_commit progress_step(const conversation_state& st, millis now) {
+  auto commit = step_commit(st);
+  commit.log.push_back(st.task_entry(task_state::in_progress, now));
+  return commit;
+}
+
 // The result entry of `call` in the context.
 context_entry tool_result_entry(seq_t seq, const tool_call& call,
                                 std::string text) {
@@ -601,7 +614,7 @@ context_entry tool_result_entry(seq_t seq, const tool_call& call,
 turn_commit conversation_state::make_call_step(const completion& reply,
                                                millis now,
                                                const spawn_outcomes& spawns) {
-  auto commit = step_commit(*this);
+  auto commit = progress_step(*this, now);
   if (!turn_in_context())
     commit.context.push_back(user_context_entry(*this));
   context_entry asked{next_seq++, "assistant",
@@ -633,7 +646,7 @@ turn_commit conversation_state::make_result_step(const tool_call& call,
                                                  const tool_outcome& outcome,
                                                  bool counts_failure,
                                                  millis now) {
-  auto commit = step_commit(*this);
+  auto commit = progress_step(*this, now);
   auto& msg = inbox.front();
   auto seq = next_seq++;
   auto text = bound_text(outcome.text, cfg.max_tool_output_bytes,
@@ -665,13 +678,16 @@ turn_commit conversation_state::make_result_step(const tool_call& call,
 turn_commit
 conversation_state::make_interrupted_step(const std::vector<tool_call>& calls,
                                           millis now) {
+  // Each result step carries the message's task entry: the merged step
+  // keeps the first.
   auto commit = step_commit(*this);
   for (auto& call : calls) {
     auto step = make_result_step(
       call, tool_outcome{tool_texts::interrupted, {}, false, 0}, false, now);
     commit.context.insert(commit.context.end(), step.context.begin(),
                           step.context.end());
-    commit.log.insert(commit.log.end(), step.log.begin(), step.log.end());
+    auto from = commit.log.empty() ? step.log.begin() : step.log.begin() + 1;
+    commit.log.insert(commit.log.end(), from, step.log.end());
   }
   return commit;
 }
@@ -688,6 +704,23 @@ void conversation_state::end_turn() {
   compacting_overflow = false;
   notices.clear();
   owner_notices.clear();
+  attempts = 0;
+}
+
+log_entry conversation_state::task_entry(task_state state, millis now) const {
+  auto entry = message_log_entry(inbox.front());
+  entry.task = state == task_state::in_progress && attempts > 0
+                 ? task_state::retried
+                 : state;
+  entry.attempts = attempts;
+  entry.task_at = now;
+  return entry;
+}
+
+task_state conversation_state::live_task_state() const {
+  if (attempts > 0)
+    return task_state::retried;
+  return turn_in_context() ? task_state::in_progress : task_state::dispatched;
 }
 
 uint64_t

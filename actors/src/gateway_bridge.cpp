@@ -767,6 +767,37 @@ void on_agent_action(self_ptr self, uint64_t request, const std::string& method,
       });
 }
 
+// GET /api/v1/tasks/THREAD/SEQ: where message SEQ of THREAD stands as a
+// task (a task is named like a dead letter: THREAD/SEQ).
+void on_task(self_ptr self, uint64_t request, const std::string& method,
+             const std::string& rest) {
+  auto parsed = parse_dead_letter_id(rest);
+  if (!parsed || method != "GET") {
+    respond_error(self, request, 404, to_string(ec::not_found),
+                  "no endpoint " + method + " /api/v1/tasks/" + rest
+                    + " (expected GET /api/v1/tasks/THREAD/SEQ)");
+    return;
+  }
+  auto [thread, seq] = *parsed;
+  request_component(self, names::orchestrator, std::chrono::seconds{30},
+                    atom::task_v, thread, seq)
+    .then(
+      [self, request, thread = thread](log_entry& x) {
+        respond_json(self, request, 200,
+                     {{"thread", thread},
+                      {"seq", x.seq},
+                      {"client_id", x.client_id},
+                      {"text", x.text},
+                      {"state", to_string(x.task)},
+                      {"attempts", x.attempts},
+                      {"accepted_at", x.at},
+                      {"updated_at", x.task_at}});
+      },
+      [self, request](caf::error& err) {
+        respond_refused(self, request, err);
+      });
+}
+
 // An endpoint of the HTTP API: answers request `request`, given its body.
 using http_handler = void (*)(self_ptr self, uint64_t request,
                               const std::string& body);
@@ -796,6 +827,7 @@ constexpr http_route http_routes[] = {
 // path.
 constexpr std::string_view dead_letter_prefix = "/api/v1/dlq/";
 constexpr std::string_view agent_prefix = "/api/v1/agents/";
+constexpr std::string_view task_prefix = "/api/v1/tasks/";
 
 // Hands an HTTP API request to its endpoint; 404 if there is none.
 void on_http(self_ptr self, uint64_t request, const std::string& method,
@@ -808,6 +840,10 @@ void on_http(self_ptr self, uint64_t request, const std::string& method,
   }
   if (path.compare(0, agent_prefix.size(), agent_prefix) == 0) {
     on_agent_action(self, request, method, path.substr(agent_prefix.size()));
+    return;
+  }
+  if (path.compare(0, task_prefix.size(), task_prefix) == 0) {
+    on_task(self, request, method, path.substr(task_prefix.size()));
     return;
   }
   for (auto& route : http_routes) {

@@ -652,16 +652,17 @@ caf::result<std::vector<std::string>> cancel(self_ptr self,
   return rp;
 }
 
-// Pauses or resumes `thread` through its conversation (started for it if
-// it is not live); answers the conversation's answer.
-caf::result<caf::ok_atom> pause(self_ptr self, const std::string& thread,
-                                bool paused) {
+// Asks `thread`'s conversation (started for it if it is not live) `req`
+// and answers its answer; in a cluster the thread's owner is asked
+// `owner_req` instead.
+template <class Result>
+caf::result<Result> ask_conversation(self_ptr self, const std::string& thread,
+                                     caf::message owner_req, caf::message req) {
   if (elsewhere(self, thread))
-    return to_owner<caf::ok_atom>(
-      self, thread, caf::make_message(atom::pause_v, thread, paused));
-  auto rp = self->make_response_promise<caf::ok_atom>();
+    return to_owner<Result>(self, thread, std::move(owner_req));
+  auto rp = self->make_response_promise<Result>();
   auto id = self->state.hold(rp);
-  when_routable(self, thread, [self, id, thread, paused] {
+  when_routable(self, thread, [self, id, thread, req] {
     auto sup = conversations(self);
     if (!sup) {
       answer(self, id,
@@ -671,8 +672,8 @@ caf::result<caf::ok_atom> pause(self_ptr self, const std::string& thread,
     }
     self
       ->request(sup, self->state.cfg.request_timeout, atom::forward_v, thread,
-                caf::make_message(atom::pause_v, paused))
-      .then([self, id](caf::ok_atom) { answer(self, id, caf::ok_atom_v); },
+                req)
+      .then([self, id](Result& x) { answer(self, id, std::move(x)); },
             [self, id](caf::error& err) { answer(self, id, std::move(err)); });
   });
   return rp;
@@ -844,16 +845,9 @@ void check_release(self_ptr self, uint64_t id) {
   self->delayed_send(self, release_check, atom::release_v, id);
 }
 
-} // namespace
-
-orchestrator_actor::behavior_type orchestrator(self_ptr self,
-                                               orchestrator_config cfg) {
-  self->state.cfg = std::move(cfg);
-  if (self->state.cfg.recover_on_start)
-    self->send(self, atom::recover_v);
-  else // Watch the supervisor from the start.
-    conversations(self);
-  // Stopped or killed: whoever waits for a held request learns now.
+// Stopped or killed: whoever waits for a held request learns now; a
+// conversations supervisor gone: its threads are no longer routed to.
+void set_handlers(self_ptr self) {
   self->set_exit_handler([self](caf::exit_msg& msg) {
     self->state.fail_held(caf::make_error(ec::unavailable,
                                           "the orchestrator stopped; "
@@ -867,6 +861,18 @@ orchestrator_actor::behavior_type orchestrator(self_ptr self,
     if (msg.source)
       conversations_lost(self, msg.source);
   });
+}
+
+} // namespace
+
+orchestrator_actor::behavior_type orchestrator(self_ptr self,
+                                               orchestrator_config cfg) {
+  self->state.cfg = std::move(cfg);
+  if (self->state.cfg.recover_on_start)
+    self->send(self, atom::recover_v);
+  else // Watch the supervisor from the start.
+    conversations(self);
+  set_handlers(self);
   return {
     [self](atom::route, const std::string& thread, std::string& client_id,
            std::string& text) {
@@ -886,7 +892,14 @@ orchestrator_actor::behavior_type orchestrator(self_ptr self,
       return cancel(self, thread);
     },
     [self](atom::pause, const std::string& thread, bool paused) {
-      return pause(self, thread, paused);
+      return ask_conversation<caf::ok_atom>(
+        self, thread, caf::make_message(atom::pause_v, thread, paused),
+        caf::make_message(atom::pause_v, paused));
+    },
+    [self](atom::task, const std::string& thread, seq_t seq) {
+      return ask_conversation<log_entry>(
+        self, thread, caf::make_message(atom::task_v, thread, seq),
+        caf::make_message(atom::task_v, seq));
     },
     [self](atom::passivate, const std::string& thread, uint64_t last_seen) {
       return passivate(self, thread, last_seen);

@@ -284,6 +284,8 @@ caf::response_promise forward(self_ptr self, const std::string& thread,
                                                rp);
   else if (req.match_element<atom::pause>(0))
     r = make_request<caf::ok_atom>(self, thread, std::move(req), rp);
+  else if (req.match_element<atom::task>(0))
+    r = make_request<log_entry>(self, thread, std::move(req), rp);
   else {
     rp.deliver(caf::make_error(ec::protocol_violation,
                                "cannot forward this request to a peer"));

@@ -5,6 +5,7 @@
 #include <caf/test/unit_test.hpp>
 
 #include "keel/json_codec.hpp"
+#include "keel/protocol.hpp"
 #include "keel/store.hpp"
 #include "node_client.hpp"
 #include "temp_dir.hpp"
@@ -187,4 +188,58 @@ CAF_TEST(keelctl pauses and resumes an agent) {
   auto ghost = keelctl_at(node.address(), {"pause", "ghost"});
   CAF_CHECK_EQUAL(ghost.exit_code, 1);
   CAF_CHECK(contains(ghost.err, "thread 'ghost' does not exist"));
+}
+
+CAF_TEST(keelctl shows where a message stands as a task) {
+  temp_dir dir{"keel-cli"};
+  node_process node{dir.str(), node_yaml(dir)};
+  auto ctl = tool_binary("keelctl");
+  CAF_CHECK_EQUAL(
+    run_command({ctl, "send", "--node", node_flag(node), "t1", "hi"}).exit_code,
+    0);
+  auto shown = keelctl_at(node.address(), {"task", "t1", "1"});
+  CAF_CHECK_EQUAL(shown.exit_code, 0);
+  CAF_CHECK(contains(shown.out, "t1/1: succeeded, attempts 0"));
+  auto raw = keelctl_at(node.address(), {"task", "t1", "1", "--json"});
+  auto j = nlohmann::json::parse(raw.out, nullptr, false);
+  CAF_REQUIRE(!j.is_discarded());
+  CAF_CHECK_EQUAL(j["state"], "succeeded");
+  CAF_CHECK_EQUAL(j["text"], "hi");
+  auto missing = keelctl_at(node.address(), {"task", "t1", "9"});
+  CAF_CHECK_EQUAL(missing.exit_code, 1);
+  CAF_CHECK(contains(missing.err, "has no message 9"));
+}
+
+CAF_TEST(a turn cut by kill - 9 is retried after the restart) {
+  temp_dir dir{"keel-cli"};
+  node_process node{dir.str(),
+                    node_yaml(dir)
+                      + "providers:\n  - name: slow\n    kind: scripted\n"
+                        "    script:\n      - reply: late\n        delay: 3s\n"
+                        "pools:\n  - name: default\n    chain: [slow]\n"};
+  auto client = connect_client(node.address());
+  CAF_REQUIRE(!client->send_text(protocol::send_frame("t1", "m1", "x")));
+  CAF_REQUIRE(
+    receive_until(*client, [](auto& j) { return j["type"] == "ack"; }));
+  auto state = [&] {
+    auto res = keelctl_at(node.address(), {"task", "t1", "1", "--json"});
+    auto j = nlohmann::json::parse(res.out, nullptr, false);
+    return j.is_discarded() ? nlohmann::json{} : j;
+  };
+  auto first = state();
+  CAF_CHECK_EQUAL(first["state"], "dispatched");
+  node.kill9();
+  node.start();
+  // Recovery runs the turn again: retried, then answered.
+  auto retried = state();
+  CAF_CHECK_EQUAL(retried["state"], "retried");
+  CAF_CHECK_EQUAL(retried["attempts"], 1);
+  nlohmann::json done;
+  CAF_CHECK(poll_until(
+    [&] {
+      done = state();
+      return done["state"] == "succeeded";
+    },
+    std::chrono::seconds{10}));
+  CAF_CHECK_EQUAL(done["attempts"], 1);
 }

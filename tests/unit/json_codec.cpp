@@ -251,28 +251,33 @@ CAF_TEST(every record encodes as before and reads back) {
   check_pinned(user_log(),
                R"({"at":10,"client_id":"c0","kind":"user","seq":1,)"
                R"("text":"hello"})",
-               R"(keel::log_entry(1, user, "c0", 0, "hello", "", "", 10, ""))",
+               R"(keel::log_entry(1, user, "c0", 0, "hello", "", "", 10, "",)"
+               R"( none, 0, 0))",
                "00000000000000010002633000000000000000000568656c6c6f00000000"
-               "00000000000a00");
-  check_pinned(reply_log(),
-               R"({"at":77,"client_id":"c1","kind":"reply",)"
-               R"("provider":"openai-1","reply_to":3,"seq":5,)"
-               R"("text":"the answer"})",
-               R"(keel::log_entry(5, reply, "c1", 3, "the answer", "",)"
-               R"( "openai-1", 77, ""))",
-               "00000000000000050102633100000000000000030a74686520616e737765"
-               "7200086f70656e61692d31000000000000004d00");
-  check_pinned(error_log(),
-               R"({"at":78,"client_id":"c2","code":"provider_down",)"
-               R"("kind":"error","reply_to":4,"seq":6,"text":"failed"})",
-               R"(keel::log_entry(6, error, "c2", 4, "failed",)"
-               R"( "provider_down", "", 78, ""))",
-               "0000000000000006020263320000000000000004066661696c65640d7072"
-               "6f76696465725f646f776e00000000000000004e00");
+               "00000000000a0000000000000000000000000000");
+  check_pinned(
+    reply_log(),
+    R"({"at":77,"client_id":"c1","kind":"reply",)"
+    R"("provider":"openai-1","reply_to":3,"seq":5,)"
+    R"("text":"the answer"})",
+    R"(keel::log_entry(5, reply, "c1", 3, "the answer", "",)"
+    R"( "openai-1", 77, "", none, 0, 0))",
+    "00000000000000050102633100000000000000030a74686520616e737765"
+    "7200086f70656e61692d31000000000000004d0000000000000000000000000000");
+  check_pinned(
+    error_log(),
+    R"({"at":78,"client_id":"c2","code":"provider_down",)"
+    R"("kind":"error","reply_to":4,"seq":6,"text":"failed"})",
+    R"(keel::log_entry(6, error, "c2", 4, "failed",)"
+    R"( "provider_down", "", 78, "", none, 0, 0))",
+    "0000000000000006020263320000000000000004066661696c65640d7072"
+    "6f76696465725f646f776e00000000000000004e0000000000000000000000000000");
   check_pinned(log_entry{},
                R"({"at":0,"client_id":"","kind":"user","seq":0,"text":""})",
-               R"(keel::log_entry(0, user, "", 0, "", "", "", 0, ""))",
-               "000000000000000000000000000000000000000000000000000000000000");
+               R"(keel::log_entry(0, user, "", 0, "", "", "", 0, "", none, 0,)"
+               R"( 0))",
+               "000000000000000000000000000000000000000000000000000000000000"
+               "00000000000000000000000000");
   check_pinned(full_context(),
                R"({"content":"text with\nnewline","role":"assistant","seq":3})",
                R"(keel::context_entry(3, "assistant", "text with\nnewline",)"

@@ -94,8 +94,10 @@ CAF_TEST(the answer after tool steps does not repeat the question) {
   CAF_CHECK(!commit.keeps_inbox);
   CAF_REQUIRE_EQUAL(commit.context.size(), 1u);
   CAF_CHECK_EQUAL(commit.context[0].role, "assistant");
-  CAF_REQUIRE_EQUAL(commit.log.size(), 1u);
-  CAF_CHECK_EQUAL(commit.log[0].reply_to, 5u);
+  // The message's task entry, then the reply.
+  CAF_REQUIRE_EQUAL(commit.log.size(), 2u);
+  CAF_CHECK_EQUAL(commit.log[0].task, task_state::succeeded);
+  CAF_CHECK_EQUAL(commit.log[1].reply_to, 5u);
   st.apply(commit);
   CAF_CHECK(st.inbox.empty());
 }
@@ -120,7 +122,9 @@ CAF_TEST(a tool failing three times is disabled and no longer offered) {
     asking({call("a", "ls"), call("b", "ls"), call("c", "ls")}), 0, {}));
   auto first = st.make_result_step(call("a", "ls"), failed("boom 1"), true, 0);
   CAF_CHECK(first.write_session);
-  CAF_CHECK_EQUAL(first.log.size(), 1u);
+  // The message's task (in progress), then the tool's result.
+  CAF_REQUIRE_EQUAL(first.log.size(), 2u);
+  CAF_CHECK_EQUAL(first.log[0].task, task_state::in_progress);
   st.apply(first);
   // A call that never reached the tool is not its failure.
   st.apply(
@@ -141,9 +145,9 @@ CAF_TEST(a tool failing three times is disabled and no longer offered) {
   CAF_CHECK_EQUAL(notice.subject, "ls");
   CAF_CHECK_EQUAL(notice.text,
                   disabled_tool_text("ls", 3, "boom 3") + " (thread t)");
-  CAF_REQUIRE_EQUAL(third.log.size(), 2u);
-  CAF_CHECK_EQUAL(third.log[1].text, disabled_tool_text("ls", 3, "boom 3"));
-  CAF_CHECK_EQUAL(third.log[1].kind, log_kind::tool);
+  CAF_REQUIRE_EQUAL(third.log.size(), 3u);
+  CAF_CHECK_EQUAL(third.log[2].text, disabled_tool_text("ls", 3, "boom 3"));
+  CAF_CHECK_EQUAL(third.log[2].kind, log_kind::tool);
   CAF_CHECK_EQUAL(third.context.back().role, "system");
   st.apply(third);
   CAF_CHECK(st.tool_disabled("ls"));
@@ -217,7 +221,8 @@ CAF_TEST(calls a crash cut are answered as interrupted in one step) {
   }
   CAF_CHECK_EQUAL(step.context[0].tool_call_id, "a");
   CAF_CHECK_EQUAL(step.context[1].tool_call_id, "b");
-  CAF_CHECK_EQUAL(step.log.size(), 2u);
+  // The message's task entry once, then both results.
+  CAF_CHECK_EQUAL(step.log.size(), 3u);
   st.apply(step);
   CAF_CHECK(st.unanswered_calls().empty());
   // Not a failure of either tool.

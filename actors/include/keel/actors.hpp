@@ -226,6 +226,7 @@ CAF_ADD_ATOM(keel, keel::atom, deliveries, "deliveries")
 CAF_ADD_ATOM(keel, keel::atom, notify, "notify")
 CAF_ADD_ATOM(keel, keel::atom, notices, "notices")
 CAF_ADD_ATOM(keel, keel::atom, pause, "pause")
+CAF_ADD_ATOM(keel, keel::atom, task, "task")
 
 CAF_ADD_TYPE_ID(keel, (keel::session_record))
 CAF_ADD_TYPE_ID(keel, (keel::inbox_entry))
@@ -507,6 +508,10 @@ using conversation_actor = caf::typed_actor<
   // Answers once the session record says so on disk; not_found if the
   // thread has no session, thread_closed if it was cancelled.
   caf::replies_to<atom::pause, bool>::with<caf::ok_atom>,
+  // Where message `seq` stands as a task: its log entry with `task` live
+  // for the running turn and the messages waiting, else as stored;
+  // not_found if the thread has no such message.
+  caf::replies_to<atom::task, seq_t>::with<log_entry>,
   // A child was spawned under the thread (by the thread's own turn, or a
   // client's spawn frame): the agent tools may address it.
   caf::reacts_to<atom::spawn, std::string>,
@@ -562,6 +567,9 @@ using orchestrator_actor = caf::typed_actor<
   // Pauses (true) or resumes a thread through its conversation (on the
   // thread's owner in a cluster).
   caf::replies_to<atom::pause, std::string, bool>::with<caf::ok_atom>,
+  // Where message `seq` of a thread stands as a task, from its conversation
+  // (on the thread's owner in a cluster).
+  caf::replies_to<atom::task, std::string, seq_t>::with<log_entry>,
   // (internal) Runs the recovery: resumes threads with pending work,
   // finishes interrupted cancels, stores the boot recovery report.
   caf::reacts_to<atom::recover>,

@@ -281,6 +281,9 @@ struct conversation_state {
   /// Notices for the owner about the commit being built (a tool disabled,
   /// every provider failing, the guard's stop), raised once it is durable.
   std::vector<owner_notice> owner_notices;
+  /// Runs of the inbox front's turn after its first (a failed commit, a
+  /// restart while it was live).
+  uint32_t attempts = 0;
   /// Ends the running tool's process group when set (a cancel of the
   /// thread, the actor's exit).
   std::shared_ptr<std::atomic<bool>> tool_cancel;
@@ -341,6 +344,14 @@ struct conversation_state {
                                     millis now);
   /// Forgets what the turn that just ended kept (guard, compaction marks).
   void end_turn();
+
+  /// The log entry of the inbox front with its task `state` (in progress
+  /// reads as retried after a rerun) as of `now`.
+  log_entry task_entry(task_state state, millis now) const;
+
+  /// Where the running turn's message stands: dispatched, in progress once
+  /// a step is stored, retried once it ran again.
+  task_state live_task_state() const;
   /// The estimated tokens of `req`: its context, system prompt and tools.
   uint64_t request_tokens(const completion_request& req) const;
   /// A compaction of the context before the running turn, to below the

@@ -67,6 +67,11 @@ inline std::optional<dead_letter_status> parse_name(const std::string& str,
   return parse_dead_letter_status(str);
 }
 
+inline std::optional<task_state> parse_name(const std::string& str,
+                                            task_state) {
+  return parse_task_state(str);
+}
+
 inline std::optional<notice_kind> parse_name(const std::string& str,
                                              notice_kind) {
   return parse_notice_kind(str);

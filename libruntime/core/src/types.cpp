@@ -40,6 +40,40 @@ std::optional<log_kind> parse_log_kind(const std::string& str) {
   return std::nullopt;
 }
 
+const char* to_string(task_state x) {
+  switch (x) {
+    case task_state::none: return "none";
+    case task_state::queued: return "queued";
+    case task_state::dispatched: return "dispatched";
+    case task_state::in_progress: return "in_progress";
+    case task_state::retried: return "retried";
+    case task_state::succeeded: return "succeeded";
+    case task_state::dead_lettered: return "dead_lettered";
+  }
+  return "invalid";
+}
+
+std::optional<task_state> parse_task_state(const std::string& str) {
+  for (auto i = 0; i <= static_cast<int>(task_state::dead_lettered); ++i) {
+    auto x = static_cast<task_state>(i);
+    if (str == to_string(x))
+      return x;
+  }
+  return std::nullopt;
+}
+
+log_entry message_log_entry(const inbox_entry& entry) {
+  log_entry result;
+  result.seq = entry.seq;
+  result.kind = log_kind::user;
+  result.client_id = entry.client_id;
+  result.text = entry.text;
+  result.at = entry.accepted_at;
+  result.task = task_state::queued;
+  result.task_at = entry.accepted_at;
+  return result;
+}
+
 bool operator==(const tool_call& x, const tool_call& y) {
   return x.id == y.id && x.name == y.name && x.arguments == y.arguments;
 }

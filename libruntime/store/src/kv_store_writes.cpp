@@ -8,21 +8,6 @@
 
 namespace keel::store_backend {
 
-namespace {
-
-// The log entry of an accepted message.
-log_entry user_log_entry(const inbox_entry& entry) {
-  log_entry result;
-  result.seq = entry.seq;
-  result.kind = log_kind::user;
-  result.client_id = entry.client_id;
-  result.text = entry.text;
-  result.at = entry.accepted_at;
-  return result;
-}
-
-} // namespace
-
 // -- the staged group ---------------------------------------------------------
 
 caf::expected<std::optional<session_record>>
@@ -172,7 +157,7 @@ caf::error kv_store::stage_new_message(const accept_request& req,
   }
   auto key = seq_key(req.thread, entry.seq);
   batch_put(cf_inbox, key, encode(entry));
-  batch_put(cf_log, key, encode(user_log_entry(entry)));
+  batch_put(cf_log, key, encode(message_log_entry(entry)));
   batch_put(cf_client_ids, id_key, std::to_string(entry.seq));
   if (session) {
     batch_put(cf_sessions, req.thread, encode(*session));

@@ -333,6 +333,31 @@ const char* to_string(log_kind x);
 /// Parses a stored log kind name.
 std::optional<log_kind> parse_log_kind(const std::string& str);
 
+/// Where an accepted message stands as a task. Stored in its log entry as
+/// the batches that already go to the store reach it: `queued` with the
+/// accept, `in_progress` with the first step its turn commits, `retried`
+/// with the next write after its turn ran again (a failed commit, a
+/// restart), `succeeded` or `dead_lettered` with the answer. `dispatched`
+/// (the turn started; nothing is written then) is only ever live.
+enum class task_state : uint8_t {
+  /// Not recorded: an entry of an older build, or not a message.
+  none,
+  queued,
+  dispatched,
+  in_progress,
+  retried,
+  /// Answered with a reply.
+  succeeded,
+  /// Answered with an error: no attempt follows.
+  dead_lettered,
+};
+
+/// Returns the stored name of `x` (e.g. "in_progress").
+const char* to_string(task_state x);
+
+/// Parses a stored task state name.
+std::optional<task_state> parse_task_state(const std::string& str);
+
 /// One entry of a thread's visible history (column family `log`).
 struct log_entry {
   /// Position in the thread.
@@ -354,17 +379,27 @@ struct log_entry {
   millis at = 0;
   /// For tool steps: the tool's name (empty otherwise).
   std::string tool;
+  /// For messages: where the message stands as a task, its turn's runs
+  /// after the first, and when that was last written.
+  task_state task = task_state::none;
+  uint32_t attempts = 0;
+  millis task_at = 0;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, log_entry& x) {
+  constexpr auto omit = field_form::omit_default;
   return f(caf::meta::type_name("keel::log_entry"), field("seq"), x.seq,
            field("kind"), x.kind, field("client_id"), x.client_id,
-           field("reply_to", field_form::omit_default), x.reply_to,
-           field("text"), x.text, field("code", field_form::omit_default),
-           x.code, field("provider", field_form::omit_default), x.provider,
-           field("at"), x.at, field("tool", field_form::omit_default), x.tool);
+           field("reply_to", omit), x.reply_to, field("text"), x.text,
+           field("code", omit), x.code, field("provider", omit), x.provider,
+           field("at"), x.at, field("tool", omit), x.tool, field("task", omit),
+           x.task, field("attempts", omit), x.attempts, field("task_at", omit),
+           x.task_at);
 }
+
+/// The log entry of an accepted message: `queued` as of its acceptance.
+log_entry message_log_entry(const inbox_entry& entry);
 
 /// A function call the model asks for in its answer (OpenAI `tool_calls`,
 /// Anthropic `tool_use` content blocks).
