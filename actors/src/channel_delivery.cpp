@@ -6,6 +6,7 @@
 #include <caf/all.hpp>
 #include <spdlog/spdlog.h>
 
+#include "keel/logging.hpp"
 #include "keel/lookup.hpp"
 #include "keel/text.hpp"
 
@@ -130,6 +131,7 @@ void outcome_stored(self_ptr self, const std::string& key, caf::error err) {
   st.busy_replies.erase(key);
   if (!err)
     return;
+  log_scope scope{log_component::channels};
   spdlog::warn("reply {}: cannot store its delivery: {} (tried again in {})",
                key, render(err), human_duration(st.cfg.reload_after_failure));
   self->delayed_send(self, st.cfg.reload_after_failure, atom::tick_v);
@@ -182,6 +184,7 @@ void finish_job(self_ptr self, uint64_t id) {
       .then(done, failed);
     return;
   }
+  log_scope scope{log_component::channels, job.reply.thread, job.reply.seq};
   spdlog::warn("thread {}: reply {} is a dead letter: {}", job.reply.thread,
                job.reply.seq, letter.reason);
   notify_unhealthy(self, job);
@@ -205,7 +208,8 @@ void store_progress(self_ptr self, const delivery_job& job) {
   request_component(self, names::persistence, self->state.cfg.store_timeout,
                     caf::put_atom_v, rest, uint64_t{0})
     .then([](caf::ok_atom) {},
-          [thread = rest.thread](caf::error& err) {
+          [thread = rest.thread, seq = rest.seq](caf::error& err) {
+            log_scope scope{log_component::channels, thread, seq};
             spdlog::warn("thread {}: cannot store a delivery's progress: {}",
                          thread, render(err));
           });
@@ -262,6 +266,8 @@ void on_result(self_ptr self, uint64_t id, bool delivered, uint8_t kind,
     settle(self, id, false, std::move(description));
     return;
   }
+  auto& reply = st.jobs.at(i->second.job).reply; // Empty for a notice.
+  log_scope scope{log_component::channels, reply.thread, reply.seq};
   spdlog::info("channel {}: attempt {} failed: {}", i->second.channel,
                i->second.attempt, description);
   if (decision.what == action::retry_plain_text)
@@ -334,6 +340,7 @@ void load(self_ptr self) {
           self->delayed_send(self, *poll, atom::tick_v);
       },
       [self](caf::error& err) {
+        log_scope scope{log_component::channels};
         spdlog::warn("channels: cannot read the replies to deliver: {}",
                      render(err));
         self->delayed_send(self, self->state.cfg.reload_after_failure,
@@ -361,10 +368,12 @@ channel_delivery_actor::behavior_type channel_delivery(
   st.rng.seed(st.cfg.seed);
   for (auto& channel : st.cfg.channels) {
     auto client = channel_client::make(*st.cfg.io, channel);
-    if (client)
+    if (client) {
       st.clients.emplace(channel.name, std::move(*client));
-    else
+    } else {
+      log_scope scope{log_component::channels};
       spdlog::error("channel {}: {}", channel.name, render(client.error()));
+    }
   }
   self->send(self, atom::tick_v);
   return {

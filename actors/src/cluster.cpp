@@ -5,6 +5,7 @@
 #include <caf/all.hpp>
 #include <spdlog/spdlog.h>
 
+#include "keel/logging.hpp"
 #include "keel/lookup.hpp"
 
 namespace keel {
@@ -203,6 +204,7 @@ void cluster_state::hand_over(const shard_transfer& transfer) {
               std::vector<uint32_t>{transfer.shard}, wait)
     .then([this, transfer](caf::ok_atom) { finish_handover(transfer); },
           [this, transfer](caf::error& err) {
+            log_scope scope{log_component::cluster};
             // Not served here any more either way: writes would be fenced.
             spdlog::warn("cluster: stopping the conversations of shard {} "
                          "failed: {}",
@@ -353,14 +355,19 @@ cluster_actor::behavior_type cluster(cluster_state::self_ptr self,
                                      cluster_actor_config cfg) {
   self->state.cfg = std::move(cfg);
   self->set_exit_handler([self](caf::exit_msg& msg) {
+    log_scope scope{log_component::cluster};
     self->state.leave();
     self->quit(msg.reason);
   });
   self->send(self, atom::tick_v);
   return {
-    [self](atom::tick) { self->state.tick(); },
+    [self](atom::tick) {
+      log_scope scope{log_component::cluster};
+      self->state.tick();
+    },
     [self](atom::stats) { return self->state.status(); },
     [self](atom::drain, const std::string& node, bool force) {
+      log_scope scope{log_component::cluster};
       return self->state.drain(node, force);
     },
   };

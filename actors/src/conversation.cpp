@@ -8,6 +8,7 @@
 
 #include "keel/agent_tools.hpp"
 #include "keel/kill_point.hpp"
+#include "keel/logging.hpp"
 #include "keel/lookup.hpp"
 #include "keel/protocol.hpp"
 #include "keel/provider_pool.hpp"
@@ -47,8 +48,15 @@ void publish(self_ptr self, std::string frame) {
 // Records that the thread just became idle. At most one idle timer is
 // pending per actor; when it fires early (work came and went since) it is
 // re-armed for the remainder, so a busy thread costs no timer per turn.
+void passivate(self_ptr self);
+
 void note_idle(self_ptr self) {
   auto& st = self->state;
+  if (st.passivate_when_idle) {
+    st.passivate_when_idle = false;
+    passivate(self);
+    return;
+  }
   st.idle_since = self->clock().now();
   if (st.idle_timer_armed)
     return;
@@ -107,6 +115,7 @@ void deliver_outbox(self_ptr self);
 void retry_turn_later(self_ptr self, const std::string& what,
                       const caf::error& err) {
   auto& st = self->state;
+  log_scope scope{log_component::conversation, st.cfg.thread};
   spdlog::warn("thread {}: {}: {}", st.cfg.thread, what, render(err));
   auto& msg = st.inbox.front();
   publish(self, protocol::status_frame(
@@ -117,9 +126,25 @@ void retry_turn_later(self_ptr self, const std::string& what,
   // The turn stays "running" until the retry so nothing overtakes it.
 }
 
+// Counts the answer of a finished turn in the node's metrics: a reply or
+// an error, and the time since the message was accepted.
+void count_answer(caf::actor_system& sys, const turn_commit& commit) {
+  auto& metrics = metrics_of(sys);
+  for (auto& entry : commit.log) {
+    if (entry.kind == log_kind::user)
+      metrics.reply_latency(static_cast<double>(wall_clock_millis() - entry.at)
+                            / 1000.0);
+    else if (entry.kind == log_kind::reply)
+      metrics.answered();
+    else if (entry.kind == log_kind::error)
+      metrics.failed(entry.code);
+  }
+}
+
 // The current turn's commit is durable: applies it, publishes its outcome,
 // sends its messages and moves on to the next turn.
 void committed(self_ptr self, const turn_commit& commit) {
+  count_answer(self->system(), commit);
   self->state.apply(commit);
   for (auto& entry : commit.log)
     if (entry.kind != log_kind::user) // The message's task: not an outcome.
@@ -322,6 +347,7 @@ void turn_status(self_ptr self, const std::string& status,
 // Ends the turn with the guard's report; the guard's stop is final.
 void stop_turn(self_ptr self, const guard_stop& stop) {
   auto& thread = self->state.cfg.thread;
+  log_scope scope{log_component::conversation, thread};
   spdlog::info("thread {}: turn stopped by the guard ({})", thread,
                to_string(stop.reason));
   self->state.owner_notices.push_back(
@@ -361,6 +387,7 @@ void store_compaction(self_ptr self) {
   auto result = st.compaction->result();
   st.compaction.reset();
   st.just_compacted = true;
+  log_scope scope{log_component::conversation, st.cfg.thread};
   spdlog::info("thread {}: compaction tier {}: ~{} -> ~{} tokens",
                st.cfg.thread, result.tier, result.tokens_before,
                result.tokens_after);
@@ -402,6 +429,7 @@ void summarize_next(self_ptr self) {
       [self](caf::error& err) {
         if (self->state.closing)
           return cancel_turn(self);
+        log_scope scope{log_component::conversation, self->state.cfg.thread};
         spdlog::warn("thread {}: a summary failed ({}); compacting without "
                      "the model",
                      self->state.cfg.thread, render(err));
@@ -456,6 +484,7 @@ void model_call_failed(self_ptr self, const caf::error& err) {
     cancel_turn(self);
     return;
   }
+  log_scope scope{log_component::conversation, st.cfg.thread};
   spdlog::info("thread {}: turn failed: {}", st.cfg.thread, render(err));
   if (err == caf::sec::request_timeout)
     cancel_call(self);
@@ -816,6 +845,7 @@ void adopt_late_accepts(self_ptr self) {
     },
     [self](caf::error& err) {
       auto& st = self->state;
+      log_scope scope{log_component::conversation, st.cfg.thread};
       spdlog::warn("thread {}: reading the inbox back failed: {}",
                    st.cfg.thread, render(err));
       st.reading_back = false;
@@ -924,10 +954,14 @@ void ask_to_stop(self_ptr self, uint64_t route) {
                     atom::passivate_v, self->state.cfg.thread, route)
     .then(
       [self](bool stopping) {
-        if (!stopping && self->state.idle())
+        if (stopping)
+          return;
+        self->state.passivation.reset();
+        if (self->state.idle())
           note_idle(self);
       },
       [self](caf::error&) {
+        self->state.passivation.reset();
         if (self->state.idle())
           note_idle(self);
       });
@@ -940,6 +974,7 @@ void ask_to_stop(self_ptr self, uint64_t route) {
 void suspended(self_ptr self, const session_record& record, uint64_t route) {
   auto& st = self->state;
   if (st.last_route != route || !st.idle() || st.session_active) {
+    st.passivation.reset();
     if (st.idle())
       note_idle(self);
     return;
@@ -953,6 +988,7 @@ void suspended(self_ptr self, const session_record& record, uint64_t route) {
 void passivate(self_ptr self) {
   auto& st = self->state;
   auto route = st.last_route;
+  st.passivation = route;
   if (!st.session_exists) {
     // Nothing on disk (a cancel of an unknown thread, a first message that
     // was not stored): nothing to write, and nothing to wait for either.
@@ -965,30 +1001,37 @@ void passivate(self_ptr self) {
   st.session_active = false;
   request_component(self, names::persistence, st.cfg.storage_timeout,
                     caf::put_atom_v, record, st.tenure)
-    .then([self, record,
-           route](caf::ok_atom) { suspended(self, record, route); },
-          [self, route](caf::error& err) {
-            // The shard left this node since we loaded: no write of ours
-            // can commit any more, and its next owner's recovery suspended
-            // the session. Nothing keeps us.
-            if (err == ec::not_owner) {
-              ask_to_stop(self, route);
-              return;
-            }
-            spdlog::warn("thread {}: cannot suspend: {}",
-                         self->state.cfg.thread, render(err));
-            if (self->state.idle())
-              note_idle(self);
-          });
+    .then(
+      [self, record, route](caf::ok_atom) { suspended(self, record, route); },
+      [self, route](caf::error& err) {
+        // The shard left this node since we loaded: no write of ours
+        // can commit any more, and its next owner's recovery suspended
+        // the session. Nothing keeps us.
+        if (err == ec::not_owner) {
+          ask_to_stop(self, route);
+          return;
+        }
+        log_scope scope{log_component::conversation, self->state.cfg.thread};
+        self->state.passivation.reset();
+        spdlog::warn("thread {}: cannot suspend: {}", self->state.cfg.thread,
+                     render(err));
+        if (self->state.idle())
+          note_idle(self);
+      });
 }
 
-// The orchestrator needs room under `threads.max_live`: passivates now,
-// through the same path as the idle timer, if nothing is pending; answers
-// whether it does.
+// The orchestrator needs room under `threads.max_live`, or releases the
+// thread: passivates now, through the same path as the idle timer, if
+// nothing is pending, else as soon as nothing is; answers whether it does
+// now.
 bool passivate_now(self_ptr self) {
-  if (!self->state.idle())
+  auto& st = self->state;
+  if (!st.idle()) {
+    st.passivate_when_idle = true;
     return false;
-  passivate(self);
+  }
+  if (st.passivation != st.last_route)
+    passivate(self);
   return true;
 }
 

@@ -8,6 +8,7 @@
 #include <caf/all.hpp>
 #include <spdlog/spdlog.h>
 
+#include "keel/logging.hpp"
 #include "keel/lookup.hpp"
 #include "keel/text.hpp"
 
@@ -157,7 +158,9 @@ void store(self_ptr self, const dead_letter& letter,
   request_component(self, names::persistence, self->state.cfg.attempt_timeout,
                     caf::put_atom_v, letter, uint64_t{0})
     .then([done](caf::ok_atom) { done(caf::none); },
-          [self, id = dead_letter_id(letter), done](caf::error& err) {
+          [self, id = dead_letter_id(letter), thread = letter.entry.from,
+           seq = letter.entry.seq, done](caf::error& err) {
+            log_scope scope{log_component::dead_letters, thread, seq};
             spdlog::warn("dead letter {}: cannot store its update: {}", id,
                          render(err));
             done(std::move(err));
@@ -166,6 +169,7 @@ void store(self_ptr self, const dead_letter& letter,
 
 // Logs what a retry did to `x`.
 void log_outcome(const dead_letter& x) {
+  log_scope scope{log_component::dead_letters, x.entry.from, x.entry.seq};
   auto id = dead_letter_id(x);
   auto& last = x.events.back();
   auto& action = last.action;
@@ -336,6 +340,7 @@ void run_round(self_ptr self) {
     .then(
       [self](std::vector<dead_letter>& letters) { start_round(self, letters); },
       [self](caf::error& err) {
+        log_scope scope{log_component::dead_letters};
         spdlog::warn("dead letters: cannot read them for a retry round: "
                      "{}",
                      render(err));
@@ -361,6 +366,7 @@ caf::result<caf::ok_atom> add(self_ptr self, const outbox_entry& entry,
                               std::string reason, uint64_t tenure) {
   auto letter = make_dead_letter(entry, std::move(reason),
                                  self->state.cfg.schedule, now_of(self));
+  log_scope scope{log_component::dead_letters, entry.from, entry.seq};
   spdlog::info("thread {}: message for {} is a dead letter: {}", entry.from,
                entry.to, letter.reason);
   return write_new(self, letter, tenure);
@@ -414,6 +420,8 @@ caf::result<dead_letter> operator_drop(self_ptr self, const std::string& from,
   with_letter(self, from, seq, rp, [self, rp, reason](dead_letter& x) mutable {
     auto dropped = after_drop(std::move(x), reason, now_of(self));
     auto id = dead_letter_id(dropped);
+    log_scope scope{log_component::dead_letters, dropped.entry.from,
+                    dropped.entry.seq};
     spdlog::info("dead letter {} dropped by an operator: {}", id, reason);
     self->state.busy.insert(id);
     store(self, dropped, [self, rp, dropped, id](caf::error err) mutable {

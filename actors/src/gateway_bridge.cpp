@@ -81,16 +81,30 @@ void follow_remote(
     .then([then](caf::ok_atom) { then(); }, [then](caf::error&) { then(); });
 }
 
+// Counts an acknowledged message (a resent one only once) and the time
+// from the frame's arrival to its ack.
+void count_ack(caf::actor_system& sys,
+               std::chrono::steady_clock::time_point taken,
+               const accept_result& res) {
+  auto& metrics = metrics_of(sys);
+  std::chrono::duration<double> took = std::chrono::steady_clock::now() - taken;
+  metrics.ack_latency(took.count());
+  if (!res.duplicate)
+    metrics.accepted();
+}
+
 void on_send(self_ptr self, connection_id conn, protocol::client_frame& f) {
   // Sending to a thread subscribes the connection to it, so the sender sees
   // its reply.
   self->state.subs().subscribe(conn, f.thread);
+  auto taken = std::chrono::steady_clock::now();
   request_component(self, names::orchestrator, self->state.cfg.route_timeout,
                     atom::route_v, f.thread, f.id, std::move(f.text))
     .then(
-      [self, conn, thread = f.thread, id = f.id](accept_result& res) {
+      [self, conn, thread = f.thread, id = f.id, taken](accept_result& res) {
         self->state.cfg.server->send(
           conn, protocol::ack_frame(thread, id, res.seq, res.duplicate));
+        count_ack(self->system(), taken, res);
       },
       [self, conn, thread = f.thread, id = f.id](caf::error& err) {
         send_error(self, conn, err, id, thread);
@@ -451,8 +465,10 @@ nlohmann::json read_body(self_ptr self, uint64_t request,
     return fail("the request body must be a JSON object");
   for (auto& field : fields) {
     auto i = j.find(field.name);
-    auto type = field.type == nlohmann::json::value_t::boolean ? "a boolean"
-                                                               : "a string";
+    using type_t = nlohmann::json::value_t;
+    auto type = field.type == type_t::boolean           ? "a boolean"
+                : field.type == type_t::number_unsigned ? "a whole number"
+                                                        : "a string";
     if (i == j.end() && field.required)
       return fail(std::string{"missing field '"} + field.name + "'");
     if (i != j.end() && i->type() != field.type)
@@ -609,6 +625,38 @@ void on_kill(self_ptr self, uint64_t request, const std::string& body) {
   while (!relative.empty() && relative.front() == '/')
     relative.erase(0, 1);
   kill_actor(self, request, path, relative, reason);
+}
+
+// POST /api/v1/chaos/wedge {"path": "/orchestrator", "ms": 2000}: blocks
+// the orchestrator's worker that long, as a deadlocked handler would (the
+// liveness check and the watchdog notice). Only with `chaos.kill: true`;
+// answers at once.
+void on_wedge(self_ptr self, uint64_t request, const std::string& body) {
+  if (!self->state.cfg.chaos.kill) {
+    respond_chaos_off(self, request, "POST /api/v1/chaos/wedge", "chaos.kill");
+    return;
+  }
+  using type = nlohmann::json::value_t;
+  auto j = read_body(self, request, body,
+                     {{"path", type::string, true},
+                      {"ms", type::number_unsigned, true}});
+  if (j.is_discarded())
+    return;
+  auto path = j["path"].get<std::string>();
+  if (path != "/orchestrator") {
+    respond_error(self, request, 400, "bad_request",
+                  "only /orchestrator can be wedged");
+    return;
+  }
+  auto orch = lookup<orchestrator_actor>(self->system(), names::orchestrator);
+  if (!orch) {
+    respond_error(self, request, 503, to_string(ec::unavailable),
+                  "the orchestrator is restarting");
+    return;
+  }
+  auto ms = j["ms"].get<uint64_t>();
+  self->send(orch, atom::wedge_v, caf::timespan{std::chrono::milliseconds{ms}});
+  respond_json(self, request, 200, {{"path", path}, {"ms", ms}});
 }
 
 // A dead letter as the API shows it: its record and its id.
@@ -819,6 +867,7 @@ constexpr http_route http_routes[] = {
   {"POST", "/api/v1/cluster/drain", on_drain},
   {"POST", "/api/v1/chaos/disk", on_disk_chaos},
   {"POST", "/api/v1/kill", on_kill},
+  {"POST", "/api/v1/chaos/wedge", on_wedge},
   {"GET", "/api/v1/dlq", on_dead_letters},
   {"GET", "/api/v1/notifications", on_notifications},
 };
@@ -833,6 +882,10 @@ constexpr std::string_view task_prefix = "/api/v1/tasks/";
 void on_http(self_ptr self, uint64_t request, const std::string& method,
              const std::string& target, const std::string& body) {
   auto path = target.substr(0, target.find('?'));
+  if (path == "/metrics" && method == "GET") {
+    respond_metrics(self, request);
+    return;
+  }
   if (path.compare(0, dead_letter_prefix.size(), dead_letter_prefix) == 0) {
     on_dead_letter(self, request, method,
                    path.substr(dead_letter_prefix.size()), body);

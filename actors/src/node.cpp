@@ -15,9 +15,11 @@
 #include "keel/channel_delivery.hpp"
 #include "keel/cluster.hpp"
 #include "keel/conversation.hpp"
+#include "keel/dashboard.hpp"
 #include "keel/dead_letter_queue.hpp"
 #include "keel/fd_limit.hpp"
 #include "keel/gateway_bridge.hpp"
+#include "keel/health_monitor.hpp"
 #include "keel/logging.hpp"
 #include "keel/lookup.hpp"
 #include "keel/notifier.hpp"
@@ -27,6 +29,7 @@
 #include "keel/pg_cluster_store.hpp"
 #include "keel/pg_store.hpp"
 #include "keel/provider_pool.hpp"
+#include "keel/service_notify.hpp"
 #include "keel/supervisor.hpp"
 #include "keel/system_config.hpp"
 
@@ -298,7 +301,8 @@ node::node(caf::actor_system& sys, std::shared_ptr<ws_server> server,
   : sys_(sys),
     server_(std::move(server)),
     io_(std::move(io)),
-    root_(std::move(root)) {
+    root_(std::move(root)),
+    health_(std::make_unique<health_monitor>(sys, server_)) {
   // nop
 }
 
@@ -378,7 +382,8 @@ caf::expected<std::unique_ptr<node>> node::start(caf::actor_system& sys,
   if (auto err = prepare_cluster(cfg))
     return err;
   auto handler = std::make_shared<bridge_handler>(sys);
-  auto started = ws_server::start(cfg.gateway, handler, cfg.name);
+  auto started = ws_server::start(cfg.gateway, handler, cfg.name,
+                                  dashboard_files());
   if (!started)
     return started.error();
   std::shared_ptr<ws_server> server = std::move(*started);
@@ -402,6 +407,24 @@ caf::expected<std::unique_ptr<node>> node::start(caf::actor_system& sys,
     new node(sys, std::move(server), std::move(*io), root)};
 }
 
+void node::drain(caf::timespan wait) {
+  health_->draining();
+  auto orch = lookup<orchestrator_actor>(sys_, names::orchestrator);
+  if (!orch)
+    return;
+  spdlog::info(
+    "draining: waiting up to {} ms for the turns under way",
+    std::chrono::duration_cast<std::chrono::milliseconds>(wait).count());
+  caf::scoped_actor self{sys_};
+  // The conversations still running at `wait` are stopped, which takes a
+  // little longer.
+  self->request(orch, wait + std::chrono::seconds{10}, atom::drain_v, wait)
+    .receive([](caf::ok_atom) { spdlog::info("drained"); },
+             [](caf::error& err) {
+               spdlog::warn("the drain did not finish: {}", render(err));
+             });
+}
+
 uint16_t node::port() const {
   return server_ ? server_->port() : 0;
 }
@@ -411,6 +434,7 @@ const caf::actor& node::root() const {
 }
 
 void node::stop() {
+  health_ = nullptr;
   if (root_) {
     caf::scoped_actor self{sys_};
     self->monitor(root_);
@@ -427,8 +451,54 @@ void node::stop() {
   io_ = nullptr;
 }
 
+namespace {
+
+// Takes SIGINT and SIGTERM on a thread of its own: the first asks `main`
+// to drain, the second stops the tree at once (still safe: a stop commits
+// what is staged, and every message acknowledged is answered after the
+// next start). SIGUSR1 ends the thread.
+std::thread signal_thread(sigset_t signals, caf::actor main, caf::actor root) {
+  return std::thread{[signals, main, root] {
+    for (int received = 0;; ++received) {
+      int sig = 0;
+      if (sigwait(&signals, &sig) != 0 || sig == SIGUSR1)
+        return;
+      if (received == 0) {
+        caf::anon_send(main, atom::drain_v);
+      } else {
+        spdlog::warn("second signal: stopping now");
+        caf::anon_send_exit(root, caf::exit_reason::user_shutdown);
+      }
+    }
+  }};
+}
+
+// Runs until the root stops on its own, or a signal drains and stops the
+// node; returns the root's exit reason.
+caf::error wait_for_stop(caf::scoped_actor& self, node& n,
+                         const sigset_t& signals, caf::timespan drain_timeout) {
+  auto waiter = signal_thread(signals, caf::actor{self}, n.root());
+  caf::error reason;
+  bool stopped = false;
+  while (!stopped)
+    self->receive(
+      [&](caf::down_msg& msg) {
+        reason = msg.reason;
+        stopped = true;
+      },
+      [&](atom::drain) {
+        n.drain(drain_timeout);
+        self->send_exit(n.root(), caf::exit_reason::user_shutdown);
+      });
+  pthread_kill(waiter.native_handle(), SIGUSR1);
+  waiter.join();
+  return reason;
+}
+
+} // namespace
+
 int run_node(const node_config& cfg) {
-  if (auto err = init_logging(cfg.logging.level, cfg.logging.file)) {
+  if (auto err = init_logging(cfg.logging, cfg.name)) {
     std::cerr << "keel-node: " << cfg.source << ": " << render(err) << '\n';
     return 2;
   }
@@ -446,6 +516,7 @@ int run_node(const node_config& cfg) {
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGUSR1);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   system_config sys_cfg;
   sys_cfg.configure_node(cfg);
@@ -464,18 +535,7 @@ int run_node(const node_config& cfg) {
                cfg.gateway.host, n.port(), cfg.data_dir);
   caf::scoped_actor self{sys};
   self->monitor(n.root());
-  std::thread signal_waiter{[&signals, root = n.root()] {
-    int sig = 0;
-    sigwait(&signals, &sig);
-    if (sig == 0)
-      return;
-    caf::anon_send_exit(root, caf::exit_reason::user_shutdown);
-  }};
-  caf::error reason;
-  self->receive([&](caf::down_msg& msg) { reason = msg.reason; });
-  // Wake the signal thread if the root stopped on its own.
-  pthread_kill(signal_waiter.native_handle(), SIGTERM);
-  signal_waiter.join();
+  auto reason = wait_for_stop(self, n, signals, cfg.shutdown.drain_timeout);
   n.stop();
   if (reason == caf::exit_reason::user_shutdown) {
     spdlog::info("node '{}' stopped", cfg.name);

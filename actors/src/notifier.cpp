@@ -6,6 +6,7 @@
 #include <caf/all.hpp>
 #include <spdlog/spdlog.h>
 
+#include "keel/logging.hpp"
 #include "keel/lookup.hpp"
 #include "keel/text.hpp"
 
@@ -91,6 +92,7 @@ void store(self_ptr self, const std::string& key) {
                     caf::put_atom_v, x)
     .then([](caf::ok_atom) {},
           [key](caf::error& err) {
+            log_scope scope{log_component::notifier};
             spdlog::warn("owner notice {}: cannot store it: {}", key,
                          render(err));
           });
@@ -100,6 +102,7 @@ void store(self_ptr self, const std::string& key) {
 void sent(self_ptr self, const owner_notice& x) {
   if (!self->state.settle(x))
     return;
+  log_scope scope{log_component::notifier};
   if (x.status == notice_status::failed)
     spdlog::warn("owner notice {}: the owner's channel did not take it: {}",
                  notice_key(x), x.error);
@@ -135,6 +138,7 @@ void flush(self_ptr self) {
 }
 
 void raise(self_ptr self, owner_notice x) {
+  log_scope scope{log_component::notifier};
   auto& st = self->state;
   if (!st.loaded) {
     if (st.held.size() < notifier_state::max_held)
@@ -169,6 +173,7 @@ void load(self_ptr self) {
           raise(self, std::move(x));
       },
       [self](caf::error& err) {
+        log_scope scope{log_component::notifier};
         spdlog::warn("notifier: cannot read the stored notices: {}",
                      render(err));
         self->delayed_send(self, self->state.cfg.reload_after_failure,

@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <atomic>
+#include <thread>
 
 #include <caf/all.hpp>
 #include <spdlog/spdlog.h>
 
 #include "keel/error.hpp"
 #include "keel/kill_point.hpp"
+#include "keel/logging.hpp"
 #include "keel/lookup.hpp"
 #include "keel/recovery.hpp"
 #include "keel/text.hpp"
@@ -180,6 +182,7 @@ void ensure_started(self_ptr self, const std::string& thread,
               caf::make_message())
     .then([done](const caf::actor&) { done(); },
           [thread, done](caf::error& err) {
+            log_scope scope{log_component::orchestrator, thread};
             if (err != ec::conflict)
               spdlog::warn("cannot start conversation {}: {}", thread,
                            render(err));
@@ -290,6 +293,13 @@ void forward(self_ptr self, caf::response_promise& rp,
                 caf::make_message(atom::deliver_v, std::move(msg), seq));
 }
 
+// The answer to new work while the node drains.
+caf::error refuse_draining() {
+  return caf::make_error(ec::draining,
+                         "the node is stopping and takes no new work; send "
+                         "again to another node or after its restart");
+}
+
 // Routes a message to `thread` (see `forward`), once it is routable.
 caf::result<accept_result> route(self_ptr self, const std::string& thread,
                                  outbox_entry msg) {
@@ -299,6 +309,8 @@ caf::result<accept_result> route(self_ptr self, const std::string& thread,
       msg.from.empty() ? caf::make_message(
         atom::route_v, thread, std::move(msg.client_id), std::move(msg.text))
                        : caf::make_message(atom::deliver_v, std::move(msg)));
+  if (self->state.draining)
+    return refuse_draining();
   auto rp = self->make_response_promise<accept_result>();
   auto id = self->state.hold(rp);
   when_routable(self, thread,
@@ -322,8 +334,9 @@ void release(self_ptr self, const std::string& thread) {
   self->state.erase(i);
   if (queued.empty())
     return;
-  // A thread of a shard this node gave up is not started again here.
-  if (!elsewhere(self, thread))
+  // A thread of a shard this node gave up is not started again here, nor
+  // any while the node drains (what queued learns that it is not running).
+  if (!elsewhere(self, thread) && !self->state.draining)
     ensure_started(self, thread);
   for (auto& work : queued)
     work();
@@ -336,8 +349,11 @@ void stop_conversation(self_ptr self, const std::string& thread) {
     release(self, thread);
     return;
   }
-  self
-    ->request(sup, self->state.cfg.request_timeout, atom::stop_child_v, thread)
+  // No timeout: the supervisor answers once the child is gone (killing it
+  // after its shutdown timeout), and should it die, its down message ends
+  // every stop (`conversations_lost`). A drain stops tens of thousands at
+  // once, and CAF's clock cancels each request's timeout by a linear scan.
+  self->request(sup, caf::infinite, atom::stop_child_v, thread)
     .then([self, thread](caf::ok_atom) { release(self, thread); },
           [self, thread](caf::error&) { release(self, thread); });
 }
@@ -527,11 +543,13 @@ int64_t micros_since(steady::time_point start) {
 
 // Stores the report of the recovery on boot (best effort: logged if not).
 void store_report(self_ptr self, const recovery_report& report) {
+  log_scope scope{log_component::orchestrator};
   spdlog::info("{}", describe(report));
   if (auto db = lookup<persistence_actor>(self->system(), names::persistence))
     self->request(db, self->state.cfg.request_timeout, caf::put_atom_v, report)
       .then([](caf::ok_atom) {},
             [](caf::error& err) {
+              log_scope scope{log_component::orchestrator};
               spdlog::warn("cannot store the recovery report: {}", render(err));
             });
 }
@@ -541,11 +559,13 @@ void store_report(self_ptr self, const recovery_report& report) {
 void finish_recovery(self_ptr self, recovery_plan& plan) {
   for (auto& thread : plan.cancels)
     cancel_all(self, {thread}, [thread](auto result) {
+      log_scope scope{log_component::orchestrator, thread};
       if (!result)
         spdlog::warn("cannot finish cancelling {}: {}", thread,
                      render(result.error()));
     });
   plan.report.finished_at = wall_clock_millis();
+  self->state.recovered = true;
   if (plan.boot)
     store_report(self, plan.report);
 }
@@ -579,6 +599,7 @@ void resume(self_ptr self, recovery_plan plan) {
 // (to the new incarnation, or refused as `unavailable` until it runs), and
 // the threads with unanswered messages are started again once it runs.
 void conversations_lost(self_ptr self, const caf::actor_addr& lost) {
+  log_scope scope{log_component::orchestrator};
   spdlog::warn("the conversations supervisor stopped; resuming the threads "
                "with pending work once it runs again");
   self->state.conversations = caf::actor{};
@@ -606,6 +627,8 @@ caf::result<spawn_result> spawn(self_ptr self, const std::string& parent,
                            "its parent's root ('"
                              + std::string{thread_root(parent)}
                              + ".'): an agent tree lives in one shard");
+  if (self->state.draining)
+    return refuse_draining();
   // Staged (and fenced) under the parent: its owner spawns.
   if (elsewhere(self, parent))
     return to_owner<spawn_result>(
@@ -715,6 +738,7 @@ void recover(self_ptr self) {
     .then([self](recovery_plan& plan) { resume(self, std::move(plan)); },
           [self](caf::error& err) {
             // Pending work stays unanswered until a plan runs: retry.
+            log_scope scope{log_component::orchestrator};
             spdlog::error("cannot plan the recovery (retrying in 1 s): {}",
                           render(err));
             self->delayed_send(self, std::chrono::seconds{1}, atom::recover_v);
@@ -752,6 +776,7 @@ void recover_shards(self_ptr self, const std::vector<uint32_t>& shards) {
   self->request(db, std::chrono::seconds{60}, atom::recover_v, shards)
     .then([self](recovery_plan& plan) { resume(self, std::move(plan)); },
           [self, shards](caf::error& err) {
+            log_scope scope{log_component::orchestrator};
             spdlog::error("cannot recover {} shards (retrying in 1 s): {}",
                           shards.size(), render(err));
             self->delayed_send(self, std::chrono::seconds{1}, atom::recover_v,
@@ -785,26 +810,28 @@ void stop_threads(self_ptr self, const std::vector<std::string>& threads,
 }
 
 // Asks each of `threads` to passivate: an idle one writes its session
-// SUSPENDED and stops; a busy one declines and is asked again.
+// SUSPENDED and stops; a busy one declines and is asked again. The answers
+// do not matter (whoever stops tells us through `passivate`), so they go
+// nowhere: no request per thread waits on our clock.
 void ask_to_passivate(self_ptr self, const std::vector<std::string>& threads) {
   auto sup = conversations(self);
   if (!sup)
     return;
   for (auto& thread : threads)
-    self
-      ->request(sup, self->state.cfg.request_timeout, atom::forward_v, thread,
-                caf::make_message(atom::passivate_v))
-      .then([](bool) {}, [](caf::error&) {});
+    caf::anon_send(sup, atom::forward_v, thread,
+                   caf::make_message(atom::passivate_v));
 }
 
 constexpr auto release_check = std::chrono::milliseconds{100};
 
-// Conversations of `shards`, which go to another node, stop: idle ones at
-// once, busy ones once idle or after `wait`. Answers once all are gone.
-caf::result<caf::ok_atom> release_shards(self_ptr self,
-                                         const std::vector<uint32_t>& shards,
-                                         caf::timespan wait) {
-  auto threads = threads_of(self, shards);
+/// Every this many checks, the conversations still running are asked again.
+constexpr uint32_t release_reask = 10;
+
+// `threads` stop: idle ones at once, busy ones once idle or after `wait`.
+// Answers once all are gone.
+caf::result<caf::ok_atom> release_threads(self_ptr self,
+                                          std::vector<std::string> threads,
+                                          caf::timespan wait) {
   if (threads.empty())
     return caf::ok_atom_v;
   auto rp = self->make_response_promise<caf::ok_atom>();
@@ -813,11 +840,30 @@ caf::result<caf::ok_atom> release_shards(self_ptr self,
     return rp;
   }
   auto id = ++self->state.last_release;
-  self->state.releases.emplace(
-    id, shard_release{threads, rp, std::chrono::steady_clock::now() + wait});
+  self->state.releases.emplace(id, shard_release{threads, rp,
+                                                 self->clock().now() + wait});
   ask_to_passivate(self, threads);
   self->delayed_send(self, release_check, atom::release_v, id);
   return rp;
+}
+
+// Conversations of `shards`, which go to another node, stop (see
+// `release_threads`).
+caf::result<caf::ok_atom> release_shards(self_ptr self,
+                                         const std::vector<uint32_t>& shards,
+                                         caf::timespan wait) {
+  return release_threads(self, threads_of(self, shards), wait);
+}
+
+// The node drains: new work is refused from now on, and every conversation
+// stops once idle, or after `wait`.
+caf::result<caf::ok_atom> drain(self_ptr self, caf::timespan wait) {
+  self->state.draining = true;
+  std::vector<std::string> threads;
+  threads.reserve(self->state.threads.size());
+  for (auto& entry : self->state.threads)
+    threads.push_back(entry.first);
+  return release_threads(self, std::move(threads), wait);
 }
 
 // Checks on release `id`: done once its conversations are gone; those
@@ -830,28 +876,34 @@ void check_release(self_ptr self, uint64_t id) {
   for (auto& thread : i->second.threads)
     if (self->state.threads.count(thread) > 0)
       left.push_back(thread);
-  if (left.empty() || std::chrono::steady_clock::now() >= i->second.deadline) {
+  if (left.empty() || self->clock().now() >= i->second.deadline) {
     auto rp = i->second.rp;
     self->state.releases.erase(i);
     stop_threads(self, left, rp);
     return;
   }
   i->second.threads = left;
-  std::vector<std::string> idle_candidates;
-  for (auto& thread : left)
-    if (!self->state.threads.at(thread).stopping)
-      idle_candidates.push_back(thread);
-  ask_to_passivate(self, idle_candidates);
+  if (++i->second.checks % release_reask == 0) {
+    std::vector<std::string> idle_candidates;
+    for (auto& thread : left)
+      if (!self->state.threads.at(thread).stopping)
+        idle_candidates.push_back(thread);
+    ask_to_passivate(self, idle_candidates);
+  }
   self->delayed_send(self, release_check, atom::release_v, id);
 }
 
-// Stopped or killed: whoever waits for a held request learns now; a
-// conversations supervisor gone: its threads are no longer routed to.
+// Stopped or killed: whoever waits for a held request or a release (a
+// drain) learns now; a conversations supervisor gone: its threads are no
+// longer routed to.
 void set_handlers(self_ptr self) {
   self->set_exit_handler([self](caf::exit_msg& msg) {
-    self->state.fail_held(caf::make_error(ec::unavailable,
-                                          "the orchestrator stopped; "
-                                          "resend with the same id"));
+    auto err = caf::make_error(ec::unavailable, "the orchestrator stopped; "
+                                                "resend with the same id");
+    self->state.fail_held(err);
+    for (auto& entry : self->state.releases)
+      entry.second.rp.deliver(err);
+    self->state.releases.clear();
     self->quit(msg.reason);
   });
   self->set_down_handler([self](caf::down_msg& msg) {
@@ -908,6 +960,13 @@ orchestrator_actor::behavior_type orchestrator(self_ptr self,
       self->state.restarted(thread);
     },
     [self](atom::stats) { return counts(self); },
+    [self](atom::health) { return self->state.recovered; },
+    [self](atom::drain, caf::timespan wait) { return drain(self, wait); },
+    [](atom::wedge, caf::timespan duration) {
+      // Chaos only (the gateway asks it with chaos.kill on): blocks this
+      // worker on purpose, as a deadlocked handler would.
+      std::this_thread::sleep_for(duration);
+    },
     [self](atom::recover) { recover(self); },
     [self](atom::recover, const std::vector<uint32_t>& shards) {
       recover_shards(self, shards);

@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include "keel/endpoint.hpp"
+#include "keel/logging.hpp"
 #include "keel/lookup.hpp"
 
 namespace keel {
@@ -74,6 +75,7 @@ void with_link(self_ptr self, const std::string& address,
   link.connecting = true;
   auto ep = parse_endpoint(address);
   if (!ep) {
+    log_scope scope{log_component::peers};
     spdlog::warn("cluster: bad peer address '{}': {}", address,
                  render(ep.error()));
     link_ready(self, address, {});
@@ -94,6 +96,7 @@ void with_link(self_ptr self, const std::string& address,
         link_ready(self, address, handle);
       },
       [self, address](caf::error& err) {
+        log_scope scope{log_component::peers};
         spdlog::warn("cluster: cannot reach peer {}: {}", address, render(err));
         link_ready(self, address, {});
       });

@@ -8,7 +8,9 @@
 
 #include "keel/json_codec.hpp"
 #include "keel/kill_point.hpp"
+#include "keel/logging.hpp"
 #include "keel/recovery.hpp"
+#include "keel/system_config.hpp"
 #include "keel/text.hpp"
 
 namespace keel {
@@ -19,6 +21,7 @@ namespace {
 // session is live; the data must say so (of the threads `only` covers:
 // in a cluster, other nodes write the others).
 void suspend_active_sessions(store& db, const thread_filter& only) {
+  log_scope scope{log_component::persistence};
   auto sessions = db.sessions();
   if (!sessions) {
     spdlog::warn("cannot read sessions at shutdown: {}",
@@ -74,6 +77,7 @@ caf::error persistence_state::init(const persistence_config& cfg) {
   if (cfg.boot_recovery_pending && cfg.boot_recovery_pending->exchange(false)) {
     auto plan = plan_recovery(*db, true, served());
     if (!plan) {
+      log_scope scope{log_component::persistence};
       spdlog::error("recovery on boot failed: {}", render(plan.error()));
       return std::move(plan.error());
     }
@@ -88,7 +92,9 @@ caf::error persistence_state::init(const persistence_config& cfg) {
 
 caf::error persistence_state::flush() {
   flush_scheduled = false;
+  auto start = std::chrono::steady_clock::now();
   auto err = db->flush();
+  count_flush(start, err);
   if (!err)
     reach(kill_point::batch_written);
   counted_new.clear();
@@ -100,6 +106,18 @@ caf::error persistence_state::flush() {
   for (auto& reply : replies)
     reply(err);
   return err;
+}
+
+void persistence_state::count_flush(std::chrono::steady_clock::time_point start,
+                                    const caf::error& err) {
+  auto staged = db->stats().staged_operations;
+  auto operations = staged - staged_at_flush;
+  staged_at_flush = staged;
+  if (operations == 0 && !err)
+    return; // Nothing was staged: no write happened, nothing learnt.
+  writable = !err;
+  std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+  metrics_of(self->system()).store_flush(took.count(), operations, !err);
 }
 
 void persistence_state::on_exit(const caf::exit_msg& msg) {
@@ -151,6 +169,7 @@ caf::error persistence_state::count_threads() {
     return caf::none;
   auto n = db->count_sessions();
   if (!n) {
+    log_scope scope{log_component::persistence};
     spdlog::warn("cannot count the stored threads: {}", render(n.error()));
     return std::move(n.error());
   }
@@ -342,6 +361,7 @@ caf::result<persistence_stats> persistence_state::stats() {
                            counters.flushes,
                            counters.staged_operations,
                            counters.failed_flushes,
+                           writable,
                            {}};
   for (auto& rec : *quarantined)
     if (result.quarantined_threads.empty()
@@ -355,6 +375,7 @@ persistence_state::load(const std::string& thread) {
   auto snapshot = db->load_thread(thread);
   if (snapshot || snapshot.error() != ec::storage_corrupt)
     return snapshot;
+  log_scope scope{log_component::persistence, thread};
   spdlog::error("thread {}: cannot load ({}); moving its unreadable records "
                 "to quarantine and starting it fresh",
                 thread, render(snapshot.error()));

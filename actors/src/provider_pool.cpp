@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include "keel/kill_point.hpp"
+#include "keel/logging.hpp"
 #include "keel/lookup.hpp"
 #include "keel/text.hpp"
 
@@ -387,6 +388,7 @@ void persist_health(router_ptr self, size_t i) {
                     caf::put_atom_v, std::move(rec))
     .then([](caf::ok_atom) {},
           [self, i](caf::error& err) {
+            log_scope scope{log_component::providers};
             spdlog::warn("pool {}: cannot store the health of {}: {}",
                          self->state.pool, self->state.chain[i].provider.name,
                          render(err));
@@ -500,6 +502,7 @@ void record_failure(router_ptr self, pool_call& call,
   if (!call.failures.empty())
     call.failures += "; ";
   call.failures += out.message;
+  log_scope scope{log_component::providers};
   spdlog::info("pool {}: attempt {} at {} failed ({}): {}", st.pool,
                call.attempt, link.provider.name, to_string(cls), out.message);
   // A stopped worker says nothing of the provider (a node shutdown must not
@@ -568,6 +571,9 @@ void on_outcome(router_ptr self, uint64_t id, attempt_outcome& out) {
   auto& link = st.chain[call.link];
   auto now = self->clock().now();
   ++link.calls;
+  metrics_of(self->system())
+    .provider_call(link.provider.name, out.ok ? "none" : out.error_class,
+                   out.ok);
   if (out.ok) {
     // Stored on changes only: a success on a healthy provider costs no
     // write (the live record, with its last success, is at /api/v1/providers).
@@ -714,6 +720,7 @@ void load_health(router_ptr self) {
           self->state.restore(rec, now);
       },
       [self](caf::error& err) {
+        log_scope scope{log_component::providers};
         spdlog::warn("pool {}: cannot load provider health: {}",
                      self->state.pool, render(err));
       });

@@ -7,6 +7,8 @@
 #include <spdlog/spdlog.h>
 
 #include "keel/error.hpp"
+#include "keel/logging.hpp"
+#include "keel/system_config.hpp"
 
 namespace keel {
 
@@ -45,6 +47,7 @@ caf::error validate_spec(const supervisor_config& cfg, const child_spec& spec,
 // messages have no one to answer, so the error is logged instead.
 void reject(caf::response_promise& rp, caf::error err) {
   if (rp.async()) {
+    log_scope scope{log_component::supervisor};
     spdlog::warn("dropped a message: {}", render(err));
     return;
   }
@@ -253,6 +256,7 @@ void supervisor_state::decide(uint64_t order, caf::error reason) {
       return;
     }
   } else if (intensity_exceeded(restarts)) {
+    log_scope scope{log_component::supervisor};
     spdlog::error("{}: restart intensity exceeded ({} restarts in {} ms); "
                   "shutting down after child '{}' exited: {}",
                   cfg.name, cfg.max_restarts, to_millis(cfg.period),
@@ -262,8 +266,10 @@ void supervisor_state::decide(uint64_t order, caf::error reason) {
     return;
   }
   auto delay = backoff_delay(child, self->clock().now());
+  log_scope scope{log_component::supervisor};
   spdlog::warn("{}: restarting '{}' in {} ms after: {}", cfg.name,
                child.spec.id, to_millis(delay), render(reason));
+  metrics_of(self->system()).restarted(cfg.name);
   if (cfg.dynamic || cfg.strategy == restart_strategy::one_for_one)
     schedule_restart(child, delay);
   else
@@ -279,6 +285,7 @@ bool supervisor_state::intensity_exceeded(std::deque<time_point>& window) {
 }
 
 void supervisor_state::give_up(child_entry& child, const caf::error& reason) {
+  log_scope scope{log_component::supervisor};
   spdlog::error("{}: child '{}' restarted more than {} times in {} ms; "
                 "stopped until it is started again, after: {}",
                 cfg.name, child.spec.id, cfg.max_restarts,
@@ -418,6 +425,7 @@ void supervisor_state::on_stop_timer(uint64_t order, uint64_t token) {
   if (i == children.end() || i->second.timer != token
       || i->second.status != child_status::stopping || !i->second.actor)
     return;
+  log_scope scope{log_component::supervisor};
   spdlog::warn("{}: child '{}' did not stop in time; killing it", cfg.name,
                i->second.spec.id);
   self->send_exit(i->second.actor, caf::exit_reason::kill);
@@ -686,6 +694,7 @@ void supervisor_state::kill(const std::string& path, caf::error reason,
     return;
   }
   if (slash == std::string::npos) {
+    log_scope scope{log_component::supervisor};
     spdlog::warn("{}: killing child '{}': {}", cfg.name, id, render(reason));
     self->send_exit(child->actor, std::move(reason));
     rp.deliver(caf::ok_atom_v);
@@ -785,6 +794,7 @@ caf::behavior supervisor(caf::stateful_actor<supervisor_state>* self,
   self->set_exit_handler(
     [self](caf::exit_msg& msg) { self->state.on_exit(msg); });
   if (auto err = self->state.init(std::move(cfg))) {
+    log_scope scope{log_component::supervisor};
     spdlog::error("{}", render(err));
     self->quit(std::move(err));
     return {};

@@ -690,9 +690,9 @@ run_recovery_benchmark(const recovery_bench_options& opts) {
                                               + keel::render(err));
   read_node_figures(pid, ep, result.peak_rss_bytes, &result.rss_bytes,
                     &result.node_cpu_seconds);
-  say("stopping keel-node");
+  say("stopping keel-node (SIGTERM: it drains, then stops)");
   auto stop_start = steady::now();
-  result.stop_exit_code = node.stop();
+  result.stop_exit_code = node.drain_stop();
   result.stop_ms = ms_since(stop_start);
   say("running keelctl verify on " + opts.data_dir);
   run_oracle(opts, result);

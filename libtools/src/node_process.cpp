@@ -85,7 +85,17 @@ int node_process::stop() {
     return -1;
   if (!child_->running())
     return child_->exit_code().value_or(-1);
-  auto code = child_->terminate(std::chrono::seconds{30});
+  auto code = child_->terminate(std::chrono::seconds{30},
+                                std::chrono::milliseconds{50});
+  return code == 128 + SIGKILL ? -1 : code;
+}
+
+int node_process::drain_stop(std::chrono::milliseconds wait) {
+  if (!child_)
+    return -1;
+  if (!child_->running())
+    return child_->exit_code().value_or(-1);
+  auto code = child_->terminate(wait);
   return code == 128 + SIGKILL ? -1 : code;
 }
 

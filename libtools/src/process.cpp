@@ -293,12 +293,26 @@ void child_process::kill() {
 }
 
 int child_process::terminate(std::chrono::milliseconds grace) {
+  return terminate(grace, grace);
+}
+
+int child_process::terminate(std::chrono::milliseconds grace,
+                             std::chrono::milliseconds every) {
   if (pid_ <= 0)
     return exit_code_.value_or(-1);
-  if (opts_.own_process_group)
-    ::kill(-pid_, SIGTERM);
-  ::kill(pid_, SIGTERM);
-  if (!await_exit(pid_, grace))
+  auto deadline = clock_type::now() + grace;
+  bool exited = false;
+  while (!exited && clock_type::now() < deadline) {
+    // One signal a round (a group's signal reaches its leader too): a Keel
+    // node takes a second SIGTERM as "stop now".
+    if (!opts_.own_process_group || ::kill(-pid_, SIGTERM) != 0)
+      ::kill(pid_, SIGTERM);
+    exited = await_exit(
+      pid_,
+      std::min(every, std::chrono::duration_cast<std::chrono::milliseconds>(
+                        deadline - clock_type::now())));
+  }
+  if (!exited)
     kill();
   if (pid_ > 0) {
     int status = 0;

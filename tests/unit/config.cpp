@@ -134,6 +134,8 @@ void check_same(const node_config& x, const node_config& y) {
   check_same(x.supervision.conversations, y.supervision.conversations);
   CAF_CHECK_EQUAL(x.logging.level, y.logging.level);
   CAF_CHECK_EQUAL(x.logging.file, y.logging.file);
+  CAF_CHECK_EQUAL(x.logging.format, y.logging.format);
+  CAF_CHECK_EQUAL(x.shutdown.drain_timeout, y.shutdown.drain_timeout);
   CAF_CHECK_EQUAL(x.storage.sync, y.storage.sync);
   CAF_CHECK_EQUAL(x.cluster.enabled, y.cluster.enabled);
   CAF_CHECK_EQUAL(x.cluster.node_id, y.cluster.node_id);
@@ -272,6 +274,9 @@ supervision:
 logging:
   level: debug
   file: /tmp/keel.log
+  format: json
+shutdown:
+  drain_timeout: 12s
 storage:
   sync: false
 )");
@@ -349,6 +354,8 @@ storage:
   CAF_CHECK_EQUAL(conv.backoff.jitter, 0.05);
   CAF_CHECK_EQUAL(cfg->logging.level, "debug");
   CAF_CHECK_EQUAL(cfg->logging.file, "/tmp/keel.log");
+  CAF_CHECK_EQUAL(cfg->logging.format, "json");
+  CAF_CHECK_EQUAL(cfg->shutdown.drain_timeout, caf::timespan{12s});
   CAF_CHECK_EQUAL(cfg->storage.sync, false);
   CAF_CHECK_EQUAL(cfg->find_provider("e"), &cfg->providers[1]);
   CAF_CHECK_EQUAL(cfg->find_provider("x"), nullptr);
@@ -431,12 +438,14 @@ CAF_TEST(the document must be a mapping) {
     error_of("- a\n- b\n"),
     "node.yaml:1: expected a mapping of top-level keys (node, "
     "gateway, providers, pools, tools, threads, supervision, "
-    "logging, storage, cluster, chaos, owner or delivery), got a list");
+    "logging, shutdown, storage, cluster, chaos, owner or delivery), got a "
+    "list");
   CAF_CHECK_EQUAL(
     error_of("hello\n"),
     "node.yaml:1: expected a mapping of top-level keys (node, "
     "gateway, providers, pools, tools, threads, supervision, "
-    "logging, storage, cluster, chaos, owner or delivery), got \"hello\"");
+    "logging, shutdown, storage, cluster, chaos, owner or delivery), got "
+    "\"hello\"");
 }
 
 CAF_TEST(wrong types are errors) {
@@ -462,6 +471,13 @@ CAF_TEST(wrong types are errors) {
   CAF_CHECK_EQUAL(error_of("threads:\n  max_inbox: {a: 1}\n"),
                   "node.yaml:2: threads.max_inbox: expected an integer >= 1, "
                   "got a mapping");
+  CAF_CHECK_EQUAL(error_of("shutdown:\n  drain_timeout: 0s\n"),
+                  "node.yaml:2: shutdown.drain_timeout: expected a positive "
+                  "duration such as \"250ms\", \"5s\", \"2m\" or \"1h\", "
+                  "got \"0s\"");
+  CAF_CHECK_EQUAL(error_of("logging:\n  format: xml\n"),
+                  "node.yaml:2: logging.format: unknown value \"xml\" "
+                  "(expected text or json)");
 }
 
 CAF_TEST(missing required fields point at the parent mapping) {
@@ -1050,7 +1066,7 @@ CAF_TEST(keys are not expanded) {
   CAF_CHECK_EQUAL(error_of("${KEY}: 1\n", {{"KEY", "node"}}),
                   "node.yaml:1: ${KEY}: unknown key (expected node, gateway, "
                   "providers, pools, tools, threads, supervision, logging, "
-                  "storage, cluster, chaos, owner or delivery)");
+                  "shutdown, storage, cluster, chaos, owner or delivery)");
 }
 
 CAF_TEST(process_env reads the real environment) {

@@ -137,12 +137,38 @@ struct fixture {
       server->stop();
   }
 
-  void start() {
-    auto srv = ws_server::start(cfg, handler, "test-node");
+  /// Starts the server, live and ready unless `healthy` is false.
+  void start(bool healthy = true, static_files files = {}) {
+    auto srv = ws_server::start(cfg, handler, "test-node", std::move(files));
     if (!srv)
       CAF_FAIL("cannot start the server: " << render(srv.error()));
     server = std::move(*srv);
     handler->server = server.get();
+    if (healthy)
+      server->set_health(true, true);
+  }
+
+  /// The first API request the handler left for the test to answer (waits
+  /// for it).
+  uint64_t deferred_request() {
+    uint64_t req = 0;
+    auto arrived = handler->wait([&](auto& h) {
+      if (h.deferred_.empty())
+        return false;
+      req = h.deferred_.front();
+      return true;
+    });
+    if (!arrived)
+      CAF_FAIL("no API request reached the handler");
+    return req;
+  }
+
+  /// The status and `status` field of `GET path`.
+  std::pair<unsigned, std::string> probe(const std::string& path) {
+    auto res = http_request(ep(), "GET", path);
+    if (!res)
+      CAF_FAIL("GET " << path << ": " << render(res.error()));
+    return {res->status, json::parse(res->body)["status"].get<std::string>()};
   }
 
   endpoint ep(std::string token = {}) {
@@ -384,6 +410,73 @@ CAF_TEST(invalid utf8 in a text frame closes the connection with 1007) {
   CAF_CHECK(error_message(err.error()).find("1007") != std::string::npos);
 }
 
+CAF_TEST(probes answer what the node last set) {
+  start(false);
+  using result = std::pair<unsigned, std::string>;
+  CAF_CHECK_EQUAL(probe("/healthz"), result(503u, "unresponsive"));
+  CAF_CHECK_EQUAL(probe("/readyz"), result(503u, "not_ready"));
+  server->set_health(true, false);
+  CAF_CHECK_EQUAL(probe("/healthz"), result(200u, "ok"));
+  CAF_CHECK_EQUAL(probe("/readyz"), result(503u, "not_ready"));
+  server->set_health(true, true);
+  CAF_CHECK_EQUAL(probe("/readyz"), result(200u, "ready"));
+  server->start_drain();
+  CAF_CHECK_EQUAL(probe("/readyz"), result(503u, "draining"));
+  CAF_CHECK_EQUAL(probe("/healthz"), result(200u, "ok"));
+}
+
+CAF_TEST(a draining server refuses new work and new clients) {
+  start();
+  auto client = connect();
+  server->start_drain();
+  CAF_CHECK(server->draining());
+  auto err = client->send_text(
+    R"({"type":"send","id":"m1","thread":"t1","text":"hi"})");
+  CAF_REQUIRE(!err);
+  auto refused = client->receive();
+  CAF_REQUIRE(refused);
+  auto frame = json::parse(refused->payload);
+  CAF_CHECK_EQUAL(frame["type"].get<std::string>(), "error");
+  CAF_CHECK_EQUAL(frame["code"].get<std::string>(), "draining");
+  CAF_CHECK_EQUAL(frame["id"].get<std::string>(), "m1");
+  CAF_CHECK(handler->frames().empty());
+  // Reads still reach the node (the client may fetch its replies).
+  err = client->send_text(R"({"type":"history","id":"h1","thread":"t1"})");
+  CAF_REQUIRE(!err);
+  CAF_CHECK(handler->wait([](auto& h) { return h.frames_.size() == 1; }));
+  auto late = ws_client::connect(ep(), "/ws", 2s);
+  CAF_REQUIRE(!late);
+  CAF_CHECK_NOT_EQUAL(error_message(late.error()).find("503"),
+                      std::string::npos);
+}
+
+CAF_TEST(static files are served without auth and metrics need the admin) {
+  cfg.token = "s3cret";
+  cfg.admin_token = "adm1n";
+  static_files files;
+  files["/"] = static_file{"text/html; charset=utf-8", "<h1>keel</h1>"};
+  start(true, files);
+  auto page = http_request(ep(), "GET", "/");
+  CAF_REQUIRE(page);
+  CAF_CHECK_EQUAL(page->status, 200u);
+  CAF_CHECK_EQUAL(page->content_type, "text/html; charset=utf-8");
+  CAF_CHECK_EQUAL(page->body, "<h1>keel</h1>");
+  auto missing = http_request(ep(), "GET", "/app.js");
+  CAF_REQUIRE(missing);
+  CAF_CHECK_EQUAL(missing->status, 404u);
+  auto anonymous = http_request(ep(), "GET", "/metrics");
+  CAF_REQUIRE(anonymous);
+  CAF_CHECK_EQUAL(anonymous->status, 401u);
+  auto metrics = std::async(std::launch::async, [this] {
+    return http_request(ep("adm1n"), "GET", "/metrics");
+  });
+  auto req = deferred_request();
+  server->respond(req, 200, "text/plain", "keel_up 1\n");
+  auto res = metrics.get();
+  CAF_REQUIRE(res);
+  CAF_CHECK_EQUAL(res->body, "keel_up 1\n");
+}
+
 CAF_TEST(api paths go to the handler and others get 404) {
   start();
   auto echo = http_request(ep(), "POST", "/api/v1/echo?x=1", R"({"a":1})");
@@ -397,13 +490,7 @@ CAF_TEST(api paths go to the handler and others get 404) {
   auto later = std::async(std::launch::async, [this] {
     return http_request(ep(), "GET", "/api/v1/status");
   });
-  uint64_t req = 0;
-  CAF_REQUIRE(handler->wait([&](auto& h) {
-    if (h.deferred_.empty())
-      return false;
-    req = h.deferred_.front();
-    return true;
-  }));
+  auto req = deferred_request();
   server->respond(req, 202, "text/plain", "later");
   server->respond(req, 500, "text/plain", "twice is ignored");
   auto res = later.get();
@@ -430,13 +517,7 @@ CAF_TEST(api requests the node never answers get 504) {
   CAF_REQUIRE(res);
   CAF_CHECK_EQUAL(res->status, 504u);
   CAF_CHECK_EQUAL(json::parse(res->body)["code"].get<std::string>(), "timeout");
-  uint64_t req = 0;
-  CAF_REQUIRE(handler->wait([&](auto& h) {
-    if (h.deferred_.empty())
-      return false;
-    req = h.deferred_.front();
-    return true;
-  }));
+  auto req = deferred_request();
   // Too late: ignored.
   server->respond(req, 200, "text/plain", "late");
   auto health = http_request(ep(), "GET", "/healthz");

@@ -38,6 +38,8 @@ struct persistence_stats {
   uint64_t flushes = 0;
   uint64_t staged_operations = 0;
   uint64_t failed_flushes = 0;
+  /// False while the last flush failed (the node is not ready).
+  bool writable = true;
   /// Threads with records in quarantine, in key order.
   std::vector<std::string> quarantined_threads;
 };
@@ -45,7 +47,7 @@ struct persistence_stats {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, persistence_stats& x) {
   return f(caf::meta::type_name("keel::persistence_stats"), x.sessions,
-           x.flushes, x.staged_operations, x.failed_flushes,
+           x.flushes, x.staged_operations, x.failed_flushes, x.writable,
            x.quarantined_threads);
 }
 
@@ -270,6 +272,8 @@ CAF_ADD_TYPE_ID(keel, (keel::reply_delivery))
 CAF_ADD_TYPE_ID(keel, (std::vector<keel::reply_delivery>) )
 CAF_ADD_TYPE_ID(keel, (keel::owner_notice))
 CAF_ADD_TYPE_ID(keel, (std::vector<keel::owner_notice>) )
+
+CAF_ADD_ATOM(keel, keel::atom, wedge, "wedge")
 
 CAF_END_TYPE_ID_BLOCK(keel)
 
@@ -557,6 +561,17 @@ using orchestrator_actor = caf::typed_actor<
   // for being idle since the orchestrator started, and of those among them
   // passivated to make room under `threads.max_live` (evictions).
   caf::replies_to<atom::stats>::with<uint64_t, uint64_t, uint64_t>,
+  // Whether the recovery after the start has run (the node is ready once
+  // it has). Answered at once: the node's liveness check.
+  caf::replies_to<atom::health>::with<bool>,
+  // Drains before a stop: routes, deliveries and spawns are refused with
+  // `draining` from now on; each conversation passivates once idle and
+  // those still busy after `wait` are stopped (their messages are answered
+  // after the next start). Answers once every conversation is gone.
+  caf::replies_to<atom::drain, caf::timespan>::with<caf::ok_atom>,
+  // (chaos) Blocks the orchestrator's worker for the given time: a wedged
+  // node for the liveness check and the watchdog to notice.
+  caf::reacts_to<atom::wedge, caf::timespan>,
   // Delivers a message between threads (an outbox entry) to its target;
   // answers once it is durable in the target's inbox.
   caf::replies_to<atom::deliver, outbox_entry>::with<accept_result>,

@@ -226,6 +226,14 @@ struct conversation_state {
   /// Route sequence number of the last message the orchestrator routed
   /// here (named when asking to passivate).
   uint64_t last_route = 0;
+  /// Asked to passivate while busy (a drain, a shard release, room under
+  /// `max_live`): passivates as soon as it is idle, without waiting for
+  /// the idle timeout or being asked again.
+  bool passivate_when_idle = false;
+  /// The route a passivation under way began at (its SUSPENDED write or
+  /// its request to stop is in flight): asked again meanwhile, we say yes
+  /// without a second write.
+  std::optional<uint64_t> passivation;
   /// True while an idle timer is pending (at most one is).
   bool idle_timer_armed = false;
   /// When the thread last became idle.

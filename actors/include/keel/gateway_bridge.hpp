@@ -71,6 +71,12 @@ gateway_bridge_actor::behavior_type gateway_bridge(
   gateway_bridge_actor::stateful_pointer<gateway_bridge_state> self,
   gateway_bridge_config cfg);
 
+/// Answers `request` (GET /metrics) with the node's metrics once the
+/// components have given this scrape's gauges (or failed to in time).
+void respond_metrics(
+  gateway_bridge_actor::stateful_pointer<gateway_bridge_state> self,
+  uint64_t request);
+
 /// The `gateway_handler` the server calls on its I/O threads: forwards
 /// everything to the current gateway bridge (found by name, so a restarted
 /// bridge is found again). While no bridge runs, frames get an

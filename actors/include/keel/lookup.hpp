@@ -11,6 +11,7 @@
 #include <caf/send.hpp>
 
 #include "keel/actors.hpp"
+#include "keel/system_config.hpp"
 
 namespace keel {
 

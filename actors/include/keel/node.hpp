@@ -7,6 +7,7 @@
 
 #include "keel/config.hpp"
 #include "keel/error.hpp"
+#include "keel/health_monitor.hpp"
 #include "keel/llm_client.hpp"
 #include "keel/shard_table.hpp"
 #include "keel/supervisor.hpp"
@@ -48,6 +49,12 @@ public:
   /// The root supervisor.
   const caf::actor& root() const;
 
+  /// Drains before a stop: the gateway refuses new work and `/readyz`
+  /// answers 503, the service manager hears `STOPPING=1`, and each
+  /// conversation stops once its turns are done, those still busy after
+  /// `wait` at once. Returns when all are gone.
+  void drain(caf::timespan wait);
+
   /// Stops the tree (children in reverse start order) and the server, and
   /// waits for the root supervisor to finish.
   void stop();
@@ -61,6 +68,8 @@ private:
   /// I/O threads of HTTP providers; null if there are none.
   std::shared_ptr<http_io> io_;
   caf::actor root_;
+  /// Checks the tree while the node runs (see `health_monitor`).
+  std::unique_ptr<health_monitor> health_;
 };
 
 /// Runs a node until SIGINT or SIGTERM (exit code 0) or until its root

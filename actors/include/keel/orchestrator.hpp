@@ -11,6 +11,7 @@
 #include <vector>
 
 #include <caf/actor.hpp>
+#include <caf/actor_clock.hpp>
 #include <caf/response_promise.hpp>
 #include <caf/typed_event_based_actor.hpp>
 #include <caf/typed_response_promise.hpp>
@@ -65,12 +66,18 @@ struct thread_entry {
   uint64_t tenure = 0;
 };
 
-/// Conversations being stopped because their shards go to another node.
+/// Conversations being stopped because their shards go to another node, or
+/// because the node drains.
 struct shard_release {
   std::vector<std::string> threads;
   caf::typed_response_promise<caf::ok_atom> rp;
-  /// When the conversations still running are stopped, idle or not.
-  std::chrono::steady_clock::time_point deadline;
+  /// When the conversations still running are stopped, idle or not (on
+  /// the actor clock).
+  caf::actor_clock::time_point deadline;
+  /// Checks done so far (busy conversations passivate on their own once
+  /// idle; they are asked again only now and then, should one have
+  /// restarted and forgotten).
+  uint32_t checks = 0;
 };
 
 /// State of the orchestrator.
@@ -106,6 +113,10 @@ struct orchestrator_state {
   /// Conversations that agreed to passivate to make room under
   /// `cfg.max_live` since this actor started.
   uint64_t evictions = 0;
+  /// True once the recovery after the start has run (see `atom::health`).
+  bool recovered = false;
+  /// True once the node drains before a stop: no new work is taken.
+  bool draining = false;
   /// Shard releases under way, by id.
   std::unordered_map<uint64_t, shard_release> releases;
   uint64_t last_release = 0;

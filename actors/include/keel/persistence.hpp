@@ -70,6 +70,11 @@ struct persistence_state {
 
   /// True while a flush message is on its way to ourselves.
   bool flush_scheduled = false;
+  /// False while the last flush failed (see `persistence_stats`).
+  bool writable = true;
+  /// The store's `staged_operations` after the last flush: the next flush
+  /// wrote the difference.
+  uint64_t staged_at_flush = 0;
   /// The boot recovery's plan until the orchestrator has fetched it.
   std::optional<recovery_plan> boot_plan;
 
@@ -94,6 +99,11 @@ struct persistence_state {
 
   /// Commits the pending group and answers everyone waiting on it.
   caf::error flush();
+
+  /// Records a flush that began at `start` and ended with `err` in the
+  /// node's metrics and in `writable`.
+  void count_flush(std::chrono::steady_clock::time_point start,
+                   const caf::error& err);
 
   /// Stopped or killed by the supervisor: a clean stop commits the pending
   /// group and suspends the live sessions; whoever still waits is answered

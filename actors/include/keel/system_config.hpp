@@ -1,9 +1,13 @@
 #pragma once
 
+#include <memory>
+
+#include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 #include <caf/timespan.hpp>
 
 #include "keel/config.hpp"
+#include "keel/metrics.hpp"
 
 namespace keel {
 
@@ -25,6 +29,16 @@ public:
   /// scheduler (`node.scheduler`, `node.workers`), and CAF's network layer
   /// for a cluster node.
   void configure_node(const node_config& cfg);
+
+  /// The node's metrics: one set per actor system, so that each node (and
+  /// each test) counts its own.
+  std::shared_ptr<node_metrics> metrics = std::make_shared<node_metrics>();
 };
+
+/// The metrics of the node running on `sys` (whose configuration is always
+/// a `keel::system_config`).
+inline node_metrics& metrics_of(caf::actor_system& sys) {
+  return *static_cast<const system_config&>(sys.config()).metrics;
+}
 
 } // namespace keel

@@ -33,9 +33,10 @@ using strict_yaml::strings;
 
 // -- the schema's names -------------------------------------------------------
 
-constexpr const char* top_level_keys[] = {
-  "node",    "gateway", "providers", "pools", "tools", "threads", "supervision",
-  "logging", "storage", "cluster",   "chaos", "owner", "delivery"};
+constexpr const char* top_level_keys[]
+  = {"node",    "gateway",     "providers", "pools",    "tools",
+     "threads", "supervision", "logging",   "shutdown", "storage",
+     "cluster", "chaos",       "owner",     "delivery"};
 
 constexpr const char* gateway_keys[] = {"host",
                                         "port",
@@ -146,6 +147,8 @@ constexpr const char* agent_keys[] = {"max_children", "max_depth",
 
 /// Smallest `providers[].context_window` (besides 0, "from the table").
 constexpr int64_t min_context_window = 1024;
+
+constexpr const char* log_formats[] = {"text", "json"};
 
 constexpr const char* log_levels[] = {"trace", "debug", "info",
                                       "warn",  "error", "off"};
@@ -488,8 +491,12 @@ node_config parser::run(const YAML::Node& root) {
     read_threads(*m, cfg.threads);
   if (auto m = section(top, "supervision", strings(supervisor_names)))
     read_supervision(*m, cfg.supervision);
-  if (auto m = section(top, "logging", {"level", "file"}))
+  if (auto m = section(top, "logging", {"level", "file", "format"}))
     read_logging(*m, cfg.logging);
+  if (auto m = section(top, "shutdown", {"drain_timeout"}))
+    if (auto x = m->get("drain_timeout"))
+      cfg.shutdown.drain_timeout = read_duration(*x, m->path("drain_timeout"),
+                                                 true);
   if (auto m = section(top, "storage",
                        {"backend", "sync", "request_timeout", "postgres"}))
     read_storage(*m, cfg.storage);
@@ -1329,6 +1336,8 @@ void parser::read_logging(const map_reader& m, logging_config& cfg) {
     cfg.level = read_enum(*x, m.path("level"), log_levels);
   if (auto x = m.get("file"))
     cfg.file = read_string(*x, m.path("file"));
+  if (auto x = m.get("format"))
+    cfg.format = read_enum(*x, m.path("format"), log_formats);
 }
 
 void parser::read_dead_letters(const map_reader& m, dead_letter_schedule& cfg) {

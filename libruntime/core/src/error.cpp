@@ -24,6 +24,7 @@ const char* to_string(ec x) {
     case ec::provider_rejected: return "provider_rejected";
     case ec::provider_unauthorized: return "provider_unauthorized";
     case ec::credits_exhausted: return "credits_exhausted";
+    case ec::draining: return "draining";
     case ec::context_overflow: return "context_overflow";
     case ec::turn_failed: return "turn_failed";
     case ec::unavailable: return "unavailable";

@@ -142,13 +142,14 @@ void http_session<Stream>::route(request req) {
   keep_alive_ = req.keep_alive();
   version_ = req.version();
   auto path = path_of(view(req.target()));
-  if (path == "/healthz" && !websocket::is_upgrade(req))
-    return healthz(req);
+  if (!websocket::is_upgrade(req) && serve_itself(req, path))
+    return;
   if (path == protocol::ws_path && !websocket::is_upgrade(req))
     return reply(http::status::upgrade_required, "application/json",
                  json_error("bad_request",
                             "this path only accepts WebSocket upgrades"));
-  if (!websocket::is_upgrade(req) && path.substr(0, 5) != "/api/")
+  if (!websocket::is_upgrade(req) && path.substr(0, 5) != "/api/"
+      && path != "/metrics")
     return not_found(path);
   if (websocket::is_upgrade(req) && path != protocol::ws_path) {
     keep_alive_ = false;
@@ -166,10 +167,10 @@ void http_session<Stream>::route(request req) {
 /// slot. A refused upgrade gets an HTTP answer, then the connection closes.
 template <class Stream>
 void http_session<Stream>::upgrade(request& req, std::string_view) {
-  if (srv_->stopping()) {
+  if (srv_->stopping() || srv_->draining()) {
     keep_alive_ = false;
     return reply(http::status::service_unavailable, "application/json",
-                 json_error("unavailable", "the node is shutting down"));
+                 json_error("draining", "the node is shutting down"));
   }
   beast::get_lowest_layer(stream_).expires_never();
   handed_off_ = true;
@@ -178,14 +179,52 @@ void http_session<Stream>::upgrade(request& req, std::string_view) {
   ws->run(std::move(req));
 }
 
+/// Answers what the server serves without the handler: the probes and the
+/// static files. False if `path` is none of them.
 template <class Stream>
-void http_session<Stream>::healthz(const request& req) {
+bool http_session<Stream>::serve_itself(const request& req,
+                                        std::string_view path) {
+  if (path == "/healthz")
+    probe(req, path, srv_->live(), "ok", "unresponsive");
+  else if (path == "/readyz")
+    probe(req, path, srv_->ready(), "ready",
+          srv_->draining() ? "draining" : "not_ready");
+  else if (auto file = srv_->file(path))
+    serve_file(req, *file);
+  else
+    return false;
+  return true;
+}
+
+/// A probe: 200 with `{"status": up}` while `ok`, else 503 with `down`.
+template <class Stream>
+void http_session<Stream>::probe(const request& req, std::string_view path,
+                                 bool ok, const char* up, const char* down) {
   if (req.method() != http::verb::get)
     return reply(http::status::method_not_allowed, "application/json",
-                 json_error("bad_request", "use GET /healthz"));
-  nlohmann::json body{{"status", "ok"}, {"node", srv_->node()}};
-  reply(http::status::ok, "application/json",
+                 json_error("bad_request", "use GET " + std::string{path}));
+  nlohmann::json body{{"status", ok ? up : down}, {"node", srv_->node()}};
+  reply(ok ? http::status::ok : http::status::service_unavailable,
+        "application/json",
         body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+}
+
+template <class Stream>
+void http_session<Stream>::serve_file(const request& req,
+                                      const static_file& file) {
+  if (req.method() != http::verb::get)
+    return reply(http::status::method_not_allowed, "application/json",
+                 json_error("bad_request", "use GET"));
+  // The page loads nothing from elsewhere and cannot be framed; an upgraded
+  // node must not be mixed with cached files of the last one.
+  res_ = {};
+  res_.set("Content-Security-Policy",
+           "default-src 'self'; script-src 'self'; style-src 'self'; "
+           "img-src 'self'; connect-src 'self'; frame-ancestors 'none'; "
+           "base-uri 'none'; form-action 'none'");
+  res_.set("X-Content-Type-Options", "nosniff");
+  res_.set(http::field::cache_control, "no-cache");
+  reply(http::status::ok, file.content_type, std::string{file.body}, false);
 }
 
 /// Passes an `/api/` request to the handler, which answers through

@@ -1,8 +1,9 @@
 #pragma once
 
-// One HTTP connection, over a plain or a TLS stream: reads requests, asks
-// the request policy (keel/gateway_policy.hpp), serves `/healthz`, hands
-// `/api/` requests to the handler and WebSocket upgrades to a ws_session.
+// One HTTP connection, over a plain or a TLS stream: reads requests,
+// serves the probes (`/healthz`, `/readyz`) and the static files, asks the
+// request policy (keel/gateway_policy.hpp), hands `/api/` and `/metrics`
+// requests to the handler and WebSocket upgrades to a ws_session.
 
 #include <memory>
 #include <optional>
@@ -40,7 +41,10 @@ private:
   void on_read(error_code err, size_t);
   void route(request req);
   void upgrade(request& req, std::string_view path);
-  void healthz(const request& req);
+  bool serve_itself(const request& req, std::string_view path);
+  void probe(const request& req, std::string_view path, bool ok, const char* up,
+             const char* down);
+  void serve_file(const request& req, const static_file& file);
   void api_request(const request& req);
   void start_api_timer();
   void not_found(std::string_view path);

@@ -63,10 +63,11 @@ void release_memory(size_t freed) {
 
 server_impl::server_impl(const gateway_config& cfg,
                          std::shared_ptr<gateway_handler> handler,
-                         std::string node)
+                         std::string node, static_files files)
   : cfg_(cfg),
     handler_(std::move(handler)),
     node_(std::move(node)),
+    files_(std::move(files)),
     acceptor_(net::make_strand(ioc_)),
     accept_retry_(acceptor_.get_executor()),
     work_(net::make_work_guard(ioc_)) {
@@ -86,7 +87,23 @@ ws_server_stats server_impl::stats() const {
   result.bad_frames = ctr_.bad_frames.load();
   result.slow_client_disconnects = ctr_.slow_client_disconnects.load();
   result.rate_limited_frames = ctr_.rate_limited_frames.load();
+  result.queued_bytes
+    = static_cast<uint64_t>(std::max<int64_t>(ctr_.queued_bytes.load(), 0));
   return result;
+}
+
+void server_impl::set_health(bool live, bool ready) {
+  live_ = live;
+  ready_ = ready;
+}
+
+void server_impl::start_drain() {
+  draining_ = true;
+}
+
+const static_file* server_impl::file(std::string_view path) const {
+  auto i = files_.find(path);
+  return i != files_.end() ? &i->second : nullptr;
 }
 
 // -- connections and requests -------------------------------------------------
@@ -382,12 +399,12 @@ namespace keel {
 caf::expected<std::unique_ptr<ws_server>>
 ws_server::start(const gateway_config& cfg,
                  std::shared_ptr<gateway_handler> handler,
-                 const std::string& node_name) {
+                 const std::string& node_name, static_files files) {
   if (!handler)
     return caf::make_error(ec::unavailable, "ws_server: no handler");
   try {
-    auto srv = std::make_unique<gateway::server_impl>(cfg, std::move(handler),
-                                                      node_name);
+    auto srv = std::make_unique<gateway::server_impl>(
+      cfg, std::move(handler), node_name, std::move(files));
     if (auto err = srv->setup_tls())
       return err;
     if (auto err = srv->listen())

@@ -70,12 +70,14 @@ struct counters {
   std::atomic<uint64_t> bad_frames{0};
   std::atomic<uint64_t> slow_client_disconnects{0};
   std::atomic<uint64_t> rate_limited_frames{0};
+  std::atomic<int64_t> queued_bytes{0};
 };
 
 class server_impl : public ws_server {
 public:
   server_impl(const gateway_config& cfg,
-              std::shared_ptr<gateway_handler> handler, std::string node);
+              std::shared_ptr<gateway_handler> handler, std::string node,
+              static_files files);
 
   ~server_impl() override;
 
@@ -95,6 +97,14 @@ public:
                std::string body) override;
 
   ws_server_stats stats() const override;
+
+  void set_health(bool live, bool ready) override;
+
+  void start_drain() override;
+
+  bool draining() const override {
+    return draining_.load();
+  }
 
   void stop() override;
 
@@ -123,6 +133,17 @@ public:
   bool stopping() const {
     return stopping_.load();
   }
+
+  bool live() const {
+    return live_.load();
+  }
+
+  bool ready() const {
+    return ready_.load() && !draining_.load();
+  }
+
+  /// The static file at `path`, or null.
+  const static_file* file(std::string_view path) const;
 
   /// Takes a connection slot (WebSocket or HTTP); false when
   /// `max_connections` are taken.
@@ -165,6 +186,10 @@ private:
   counters ctr_;
   std::atomic<size_t> slots_{0};
   std::atomic<bool> stopping_{false};
+  std::atomic<bool> draining_{false};
+  std::atomic<bool> live_{false};
+  std::atomic<bool> ready_{false};
+  static_files files_;
   std::atomic<uint64_t> next_id_{0};
   uint16_t port_ = 0;
   std::unique_ptr<ssl::context> tls_;

@@ -15,6 +15,13 @@ constexpr auto close_grace = 2s;
 /// Read buffers above this are released after a message instead of kept.
 constexpr size_t keep_buffer_bytes = 64 * 1024;
 
+/// Frames that start work on the node: refused while it drains.
+bool starts_work(protocol::client_frame_type type) {
+  using protocol::client_frame_type;
+  return type == client_frame_type::send || type == client_frame_type::spawn
+         || type == client_frame_type::cancel;
+}
+
 } // namespace
 
 // -- token_bucket -------------------------------------------------------------
@@ -55,6 +62,7 @@ ws_session<Stream>::ws_session(server_impl* srv, connection_id id,
 template <class Stream>
 ws_session<Stream>::~ws_session() {
   finish();
+  set_queued(0);
 }
 
 template <class Stream>
@@ -126,6 +134,15 @@ void ws_session<Stream>::finish() {
   }
 }
 
+/// Keeps the server's total of queued bytes in step with this queue.
+template <class Stream>
+void ws_session<Stream>::set_queued(size_t bytes) {
+  srv_->ctr().queued_bytes.fetch_add(static_cast<int64_t>(bytes)
+                                       - static_cast<int64_t>(queued_bytes_),
+                                     std::memory_order_relaxed);
+  queued_bytes_ = bytes;
+}
+
 template <class Stream>
 void ws_session<Stream>::close_hard() {
   beast::get_lowest_layer(ws_).socket().close(ignored_);
@@ -138,7 +155,7 @@ void ws_session<Stream>::drop_queue() {
   auto before = queued_bytes_;
   auto keep = writing_ && !queue_.empty() ? 1 : 0;
   queue_.erase(queue_.begin() + keep, queue_.end());
-  queued_bytes_ = keep != 0 ? queue_.front().size() : 0;
+  set_queued(keep != 0 ? queue_.front().size() : 0);
   queue_.shrink_to_fit();
   release_memory(before - queued_bytes_);
 }
@@ -224,6 +241,14 @@ void ws_session<Stream>::handle_text() {
   }
   if (closing_)
     return;
+  if (srv_->draining() && starts_work(frame->type)) {
+    enqueue(protocol::error_frame("draining",
+                                  "the node is stopping and takes no new "
+                                  "work; send again to another node or "
+                                  "after its restart",
+                                  frame->id, frame->thread));
+    return;
+  }
   try {
     srv_->handler().on_frame(id_, std::move(*frame));
   } catch (const std::exception& e) {
@@ -239,7 +264,7 @@ template <class Stream>
 void ws_session<Stream>::enqueue(std::string frame) {
   if (!opened_ || closing_ || finished_)
     return;
-  queued_bytes_ += frame.size();
+  set_queued(queued_bytes_ + frame.size());
   queue_.push_back(std::move(frame));
   // One frame alone never counts as slow (a history page may be larger
   // than the cap); frames piling up behind it do.
@@ -293,13 +318,13 @@ void ws_session<Stream>::on_write(error_code err, size_t) {
     auto freed = queued_bytes_;
     queue_.clear();
     queue_.shrink_to_fit();
-    queued_bytes_ = 0;
+    set_queued(0);
     release_memory(freed);
     return;
   }
   srv_->ctr().frames_out.fetch_add(1, std::memory_order_relaxed);
   if (!queue_.empty()) {
-    queued_bytes_ -= queue_.front().size();
+    set_queued(queued_bytes_ - queue_.front().size());
     queue_.pop_front();
   }
   if (!queue_.empty() && !closing_)

@@ -60,6 +60,7 @@ public:
 
 private:
   void drop_queue();
+  void set_queued(size_t bytes);
   void close_hard();
   void on_accept(error_code err);
   void do_read();
@@ -76,7 +77,7 @@ private:
   beast::flat_buffer buf_;
   std::optional<request> req_;
   std::deque<std::string> queue_;
-  /// Bytes of the frames in `queue_`.
+  /// Bytes of the frames in `queue_` (changed only through `set_queued`).
   size_t queued_bytes_ = 0;
   token_bucket bucket_;
   std::unique_ptr<net::steady_timer> guard_;

@@ -395,6 +395,17 @@ struct logging_config {
   std::string level = "info";
   /// Log file; empty logs to stderr.
   std::string file;
+  /// `text` (one human-readable line per event) or `json` (one JSON object
+  /// per line; fields in docs/operations.md).
+  std::string format = "text";
+};
+
+/// How the node stops (`shutdown:`).
+struct shutdown_config {
+  /// On SIGTERM the node stops taking messages and lets the turns under way
+  /// finish for up to this long, then stops them (their messages are
+  /// answered after the next start) and exits.
+  caf::timespan drain_timeout = std::chrono::seconds{30};
 };
 
 /// Whom the node's users are told to contact (`owner:`).
@@ -561,6 +572,7 @@ struct node_config {
   thread_defaults threads;
   supervision_config supervision;
   logging_config logging;
+  shutdown_config shutdown;
   storage_config storage;
   cluster_config cluster;
   chaos_config chaos;

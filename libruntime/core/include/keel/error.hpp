@@ -84,6 +84,9 @@ enum class ec : uint8_t {
   /// Every provider of a pool has used up its credit or quota (402,
   /// `insufficient_quota`).
   credits_exhausted,
+  /// The node is draining before it stops: it takes no new work (send it
+  /// to another node, or again after the restart).
+  draining,
 };
 
 /// Returns the stable, machine-readable name of `x` (also used on the wire).

@@ -7,8 +7,10 @@
 // handler.
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "keel/config.hpp"
 #include "keel/error.hpp"
@@ -55,17 +57,31 @@ struct ws_server_stats {
   uint64_t bad_frames = 0;
   uint64_t slow_client_disconnects = 0;
   uint64_t rate_limited_frames = 0;
+  /// Bytes queued for clients, all connections together.
+  uint64_t queued_bytes = 0;
 };
+
+/// A file the server serves itself to any `GET` of its path (the
+/// dashboard's page and scripts, built into the node).
+struct static_file {
+  std::string content_type;
+  std::string_view body;
+};
+
+/// Static files by path (`/`, `/app.js`, ...).
+using static_files = std::map<std::string, static_file, std::less<>>;
 
 class ws_server {
 public:
   /// Binds, listens and starts the I/O threads (serving TLS only when
   /// `cfg.tls` is enabled). Fails with `ec::connection_failed` naming the
   /// address when it cannot bind, `ec::config_invalid` when the certificate
-  /// or key cannot be loaded. Serves `GET /healthz` (no auth) itself.
+  /// or key cannot be loaded. Serves itself, without auth: `GET /healthz`
+  /// and `GET /readyz` (see `set_health`) and `files`. `/metrics` goes to
+  /// the handler like an `/api/` request (admin role).
   static caf::expected<std::unique_ptr<ws_server>>
   start(const gateway_config& cfg, std::shared_ptr<gateway_handler> handler,
-        const std::string& node_name);
+        const std::string& node_name, static_files files = {});
 
   virtual ~ws_server();
 
@@ -84,6 +100,20 @@ public:
 
   /// Counters (thread-safe snapshot).
   virtual ws_server_stats stats() const = 0;
+
+  /// What `/healthz` (200 while `live`, else 503) and `/readyz` (200 while
+  /// `ready` and not draining, else 503) answer from now on. Both start
+  /// false: nothing is known until the node's first check. Thread-safe.
+  virtual void set_health(bool live, bool ready) = 0;
+
+  /// Starts the drain before a stop: WebSocket upgrades are refused (503)
+  /// and `send`, `spawn` and `cancel` frames answered with the error
+  /// `draining`; everything else, including the replies of turns under
+  /// way, still flows until `stop`. Idempotent, thread-safe.
+  virtual void start_drain() = 0;
+
+  /// True once `start_drain` was called.
+  virtual bool draining() const = 0;
 
   /// Stops accepting, closes all connections (1001) and joins the threads.
   /// Idempotent; the destructor calls it. Takes at most a few seconds even

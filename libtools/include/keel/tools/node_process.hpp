@@ -45,9 +45,15 @@ public:
   /// SIGKILL, then reap.
   void kill9();
 
-  /// SIGTERM and wait (up to 30 s) for the exit; returns the exit code, or
-  /// -1 when the node had to be killed.
+  /// Stops the node at once: SIGTERM until it exits (the second one skips
+  /// the drain; up to 30 s); returns the exit code, or -1 when the node had
+  /// to be killed.
   int stop();
+
+  /// The operator's stop: one SIGTERM, so the node drains (finishes its
+  /// turns under way up to `shutdown.drain_timeout`) and exits; waits up
+  /// to `wait`, then kills it. Returns the exit code, or -1 when killed.
+  int drain_stop(std::chrono::milliseconds wait = std::chrono::seconds{60});
 
   /// True while the process runs.
   bool running();

@@ -115,6 +115,12 @@ public:
   /// exited after `grace`. Returns the exit code.
   int terminate(std::chrono::milliseconds grace = std::chrono::seconds{5});
 
+  /// Like `terminate`, but sends SIGTERM again every `every` until the
+  /// child exits (a Keel node drains on the first and stops at once on the
+  /// second).
+  int terminate(std::chrono::milliseconds grace,
+                std::chrono::milliseconds every);
+
   /// With `capture_stdout`: reads the child's stdout until a complete line
   /// containing `marker` has arrived, and returns that line (without the
   /// marker's prefix and the newline); std::nullopt when the child closes
