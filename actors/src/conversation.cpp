@@ -132,8 +132,9 @@ void count_answer(caf::actor_system& sys, const turn_commit& commit) {
   auto& metrics = metrics_of(sys);
   for (auto& entry : commit.log) {
     if (entry.kind == log_kind::user)
-      metrics.reply_latency(static_cast<double>(wall_clock_millis() - entry.at)
-                            / 1000.0);
+      metrics.reply_latency(
+        static_cast<double>(std::max<millis>(wall_clock_millis() - entry.at, 0))
+        / 1000.0);
     else if (entry.kind == log_kind::reply)
       metrics.answered();
     else if (entry.kind == log_kind::error)
@@ -1040,6 +1041,7 @@ caf::result<accept_result> receive(self_ptr self, incoming_message msg,
                                    uint64_t route) {
   auto& st = self->state;
   st.last_route = route;
+  st.passivate_when_idle = false; // Wanted again: asked anew if need be.
   auto rp = self->make_response_promise<accept_result>();
   if (!st.loaded)
     st.deferred.push_back({rp, std::move(msg)});

@@ -2,6 +2,7 @@
 // counters and histograms are recorded where things happen; the gauges are
 // set here from the components' own figures, asked at each scrape.
 
+#include <algorithm>
 #include <functional>
 #include <memory>
 
@@ -75,9 +76,10 @@ void ask_dead_letters(self_ptr self, std::shared_ptr<scrape> s) {
                     atom::dead_letters_v)
     .then(
       [s](std::vector<dead_letter>& letters) {
-        for (auto& x : letters)
-          if (x.status == dead_letter_status::pending)
-            ++s->snap.dead_letters_pending;
+        s->snap.dead_letters_pending = std::count_if(
+          letters.begin(), letters.end(), [](const dead_letter& x) {
+            return x.status == dead_letter_status::pending;
+          });
         s->answered();
       },
       [s](caf::error&) { s->answered(); });

@@ -18,21 +18,32 @@ health_state check_health(caf::actor_system& sys,
     result.status = "restarting a component";
     return result;
   }
+  // One after the other, within one deadline together.
   caf::scoped_actor self{sys};
+  auto until = std::chrono::steady_clock::now() + deadline;
+  auto left = [until] {
+    return std::max(caf::timespan{std::chrono::milliseconds{1}},
+                    caf::timespan{until - std::chrono::steady_clock::now()});
+  };
   bool recovered = false;
-  bool answered = false;
-  self->request(orch, deadline, atom::health_v)
+  bool writable = false;
+  int answers = 0;
+  self->request(orch, left(), atom::health_v)
     .receive(
       [&](bool done) {
         recovered = done;
-        answered = true;
+        ++answers;
       },
       [](caf::error&) {});
-  bool writable = false;
-  if (answered)
-    self->request(db, deadline, atom::stats_v)
-      .receive([&](persistence_stats& ps) { writable = ps.writable; },
-               [&](caf::error&) { answered = false; });
+  if (answers == 1)
+    self->request(db, left(), atom::writable_v)
+      .receive(
+        [&](bool ok) {
+          writable = ok;
+          ++answers;
+        },
+        [](caf::error&) {});
+  bool answered = answers == 2;
   result.live = answered;
   result.ready = answered && recovered && writable && !draining;
   result.status = !answered    ? "unresponsive: the actor tree did not answer"

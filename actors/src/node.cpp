@@ -456,14 +456,18 @@ namespace {
 // Takes SIGINT and SIGTERM on a thread of its own: the first asks `main`
 // to drain, the second stops the tree at once (still safe: a stop commits
 // what is staged, and every message acknowledged is answered after the
-// next start). SIGUSR1 ends the thread.
-std::thread signal_thread(sigset_t signals, caf::actor main, caf::actor root) {
-  return std::thread{[signals, main, root] {
-    for (int received = 0;; ++received) {
+// next start). SIGUSR1 ends the thread once `done` is set (an outside
+// SIGUSR1 is ignored).
+std::thread signal_thread(sigset_t signals, caf::actor main, caf::actor root,
+                          const std::atomic<bool>& done) {
+  return std::thread{[signals, main, root, &done] {
+    for (int received = 0;;) {
       int sig = 0;
-      if (sigwait(&signals, &sig) != 0 || sig == SIGUSR1)
+      if (sigwait(&signals, &sig) != 0 || done)
         return;
-      if (received == 0) {
+      if (sig == SIGUSR1)
+        continue;
+      if (received++ == 0) {
         caf::anon_send(main, atom::drain_v);
       } else {
         spdlog::warn("second signal: stopping now");
@@ -477,7 +481,8 @@ std::thread signal_thread(sigset_t signals, caf::actor main, caf::actor root) {
 // node; returns the root's exit reason.
 caf::error wait_for_stop(caf::scoped_actor& self, node& n,
                          const sigset_t& signals, caf::timespan drain_timeout) {
-  auto waiter = signal_thread(signals, caf::actor{self}, n.root());
+  std::atomic<bool> done{false};
+  auto waiter = signal_thread(signals, caf::actor{self}, n.root(), done);
   caf::error reason;
   bool stopped = false;
   while (!stopped)
@@ -490,6 +495,7 @@ caf::error wait_for_stop(caf::scoped_actor& self, node& n,
         n.drain(drain_timeout);
         self->send_exit(n.root(), caf::exit_reason::user_shutdown);
       });
+  done = true;
   pthread_kill(waiter.native_handle(), SIGUSR1);
   waiter.join();
   return reason;

@@ -309,7 +309,10 @@ caf::result<accept_result> route(self_ptr self, const std::string& thread,
       msg.from.empty() ? caf::make_message(
         atom::route_v, thread, std::move(msg.client_id), std::move(msg.text))
                        : caf::make_message(atom::deliver_v, std::move(msg)));
-  if (self->state.draining)
+  // While draining, clients' messages are refused; messages between threads
+  // still flow, so that agents waiting on each other finish (the drain
+  // waits for the conversations they start, too).
+  if (self->state.draining && msg.from.empty())
     return refuse_draining();
   auto rp = self->make_response_promise<accept_result>();
   auto id = self->state.hold(rp);
@@ -335,7 +338,8 @@ void release(self_ptr self, const std::string& thread) {
   if (queued.empty())
     return;
   // A thread of a shard this node gave up is not started again here, nor
-  // any while the node drains (what queued learns that it is not running).
+  // a stopped one while the node drains (what queued for it is refused by
+  // its supervisor, or starts it: the drain waits for that one too).
   if (!elsewhere(self, thread) && !self->state.draining)
     ensure_started(self, thread);
   for (auto& work : queued)
@@ -627,12 +631,12 @@ caf::result<spawn_result> spawn(self_ptr self, const std::string& parent,
                            "its parent's root ('"
                              + std::string{thread_root(parent)}
                              + ".'): an agent tree lives in one shard");
-  if (self->state.draining)
-    return refuse_draining();
   // Staged (and fenced) under the parent: its owner spawns.
   if (elsewhere(self, parent))
     return to_owner<spawn_result>(
       self, parent, caf::make_message(atom::spawn_v, parent, child));
+  if (self->state.draining)
+    return refuse_draining();
   auto db = lookup<persistence_actor>(self->system(), names::persistence);
   if (!db)
     return caf::make_error(ec::unavailable,
@@ -827,11 +831,20 @@ constexpr auto release_check = std::chrono::milliseconds{100};
 /// Every this many checks, the conversations still running are asked again.
 constexpr uint32_t release_reask = 10;
 
+// Every thread with a conversation (running or stopping).
+std::vector<std::string> live_threads(self_ptr self) {
+  std::vector<std::string> result;
+  result.reserve(self->state.threads.size());
+  for (auto& entry : self->state.threads)
+    result.push_back(entry.first);
+  return result;
+}
+
 // `threads` stop: idle ones at once, busy ones once idle or after `wait`.
 // Answers once all are gone.
-caf::result<caf::ok_atom> release_threads(self_ptr self,
-                                          std::vector<std::string> threads,
-                                          caf::timespan wait) {
+caf::result<caf::ok_atom>
+release_threads(self_ptr self, std::vector<std::string> threads,
+                caf::timespan wait, bool whole_node = false) {
   if (threads.empty())
     return caf::ok_atom_v;
   auto rp = self->make_response_promise<caf::ok_atom>();
@@ -840,8 +853,8 @@ caf::result<caf::ok_atom> release_threads(self_ptr self,
     return rp;
   }
   auto id = ++self->state.last_release;
-  self->state.releases.emplace(id, shard_release{threads, rp,
-                                                 self->clock().now() + wait});
+  self->state.releases.emplace(
+    id, shard_release{threads, rp, self->clock().now() + wait, 0, whole_node});
   ask_to_passivate(self, threads);
   self->delayed_send(self, release_check, atom::release_v, id);
   return rp;
@@ -859,11 +872,7 @@ caf::result<caf::ok_atom> release_shards(self_ptr self,
 // stops once idle, or after `wait`.
 caf::result<caf::ok_atom> drain(self_ptr self, caf::timespan wait) {
   self->state.draining = true;
-  std::vector<std::string> threads;
-  threads.reserve(self->state.threads.size());
-  for (auto& entry : self->state.threads)
-    threads.push_back(entry.first);
-  return release_threads(self, std::move(threads), wait);
+  return release_threads(self, live_threads(self), wait, true);
 }
 
 // Checks on release `id`: done once its conversations are gone; those
@@ -873,9 +882,15 @@ void check_release(self_ptr self, uint64_t id) {
   if (i == self->state.releases.end())
     return;
   std::vector<std::string> left;
-  for (auto& thread : i->second.threads)
-    if (self->state.threads.count(thread) > 0)
-      left.push_back(thread);
+  if (i->second.whole_node) {
+    // A drain waits for every conversation, also those started since it
+    // began (a recovery, a message between threads, an operator's request).
+    left = live_threads(self);
+  } else {
+    for (auto& thread : i->second.threads)
+      if (self->state.threads.count(thread) > 0)
+        left.push_back(thread);
+  }
   if (left.empty() || self->clock().now() >= i->second.deadline) {
     auto rp = i->second.rp;
     self->state.releases.erase(i);

@@ -517,6 +517,7 @@ persistence(persistence_actor::stateful_pointer<persistence_state> self,
     },
     [self](atom::inboxes) { return self->state.inboxes(); },
     [self](atom::stats) { return self->state.stats(); },
+    [self](atom::writable) { return self->state.writable; },
     [self](atom::spawn, const std::string& parent, const std::string& child) {
       return self->state.spawn(parent, child);
     },

@@ -8,6 +8,8 @@
 #include "node_client.hpp"
 #include "temp_dir.hpp"
 
+#include "keel/tools/bench_recovery.hpp"
+
 using namespace keel;
 using namespace keel::test;
 using namespace std::chrono_literals;
@@ -231,6 +233,28 @@ CAF_TEST(metrics move with traffic and failures) {
   text = scrape(node);
   CAF_CHECK_EQUAL(
     series(text, "keel_supervisor_restarts_total", {"supervisor=\"root\""}), 1);
+}
+
+CAF_TEST(a node is not ready until its recovery ran) {
+  // 10,000 threads with a pending message: resuming them takes the
+  // orchestrator far longer than the node takes to say it listens.
+  bench::populate_options pop;
+  pop.db_dir = dir.str() + "/data/db";
+  pop.threads = 20000;
+  pop.pending_fraction = 0.5;
+  pop.turns = 1;
+  CAF_REQUIRE(bench::populate_crashed_store(pop));
+  node_process node{dir.str(), ops_yaml(dir, "10ms", "5s")};
+  auto ep = node.address();
+  auto first = probe(ep, "/readyz");
+  CAF_CHECK_EQUAL(first, std::make_pair(503u, std::string{"not_ready"}));
+  CAF_CHECK_EQUAL(await_probe(ep, "/readyz", 200).second, "ready");
+  auto report = http_request(node.admin_address(), "GET", "/api/v1/recovery");
+  CAF_REQUIRE(report);
+  auto j = nlohmann::json::parse(report->body);
+  auto resumed = j.value("roots_resumed", uint64_t{0})
+                 + j.value("children_resumed", uint64_t{0});
+  CAF_CHECK_EQUAL(resumed, 10000u);
 }
 
 CAF_TEST(readiness follows the store) {

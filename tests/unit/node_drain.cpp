@@ -88,6 +88,30 @@ CAF_TEST(a drain waits for the turn under way) {
   CAF_CHECK_EQUAL(entries.back().text, "thought about think about it");
 }
 
+CAF_TEST(messages between threads still flow and the drain waits for them) {
+  CAF_REQUIRE(send("t2", "c2", "hello"));
+  CAF_REQUIRE(send("t1", "c1", "think about it"));
+  drain(30s);
+  advance(200ms);
+  CAF_CHECK_EQUAL(active_conversations(), 1u); // t2 stopped, t1 busy.
+  outbox_entry note;
+  note.from = "t1";
+  note.seq = 2;
+  note.to = "t2";
+  note.client_id = agent_client_id("t1", 2);
+  note.text = "a note for t2";
+  auto delivered = ask<accept_result>(orchestrator(), atom::deliver_v, note);
+  CAF_CHECK_EQUAL(delivered.seq, 3u);
+  CAF_CHECK(!drained);
+  for (int i = 0; i < 30 && !drained; ++i)
+    advance(100ms);
+  CAF_CHECK(drained);
+  CAF_CHECK_EQUAL(active_conversations(), 0u);
+  auto entries = history("t2");
+  CAF_REQUIRE_EQUAL(entries.size(), 4u);
+  CAF_CHECK_EQUAL(entries.back().text, "re: a note for t2");
+}
+
 CAF_TEST(a drain stops a turn that outlives its timeout) {
   CAF_REQUIRE(send("t1", "c1", "think about it"));
   drain(300ms);

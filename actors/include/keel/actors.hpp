@@ -274,6 +274,7 @@ CAF_ADD_TYPE_ID(keel, (keel::owner_notice))
 CAF_ADD_TYPE_ID(keel, (std::vector<keel::owner_notice>) )
 
 CAF_ADD_ATOM(keel, keel::atom, wedge, "wedge")
+CAF_ADD_ATOM(keel, keel::atom, writable, "writable")
 
 CAF_END_TYPE_ID_BLOCK(keel)
 
@@ -341,6 +342,9 @@ using supervisor_actor = caf::typed_actor<
 /// pending group, and one synced WriteBatch commits the group before any of
 /// its requests is answered.
 using persistence_actor = caf::typed_actor<
+  // Whether the last write succeeded (see `persistence_stats::writable`);
+  // answered at once, without I/O: the node's liveness check.
+  caf::replies_to<atom::writable>::with<bool>,
   // Appends a message to its thread's inbox and log unless its client id is
   // known; answers once the write is synced.
   caf::replies_to<atom::accept, accept_request>::with<accept_result>,

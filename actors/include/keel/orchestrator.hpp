@@ -78,6 +78,9 @@ struct shard_release {
   /// idle; they are asked again only now and then, should one have
   /// restarted and forgotten).
   uint32_t checks = 0;
+  /// A drain of the node: every conversation stops, also those started
+  /// after it began.
+  bool whole_node = false;
 };
 
 /// State of the orchestrator.

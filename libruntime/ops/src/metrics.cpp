@@ -150,11 +150,15 @@ void node_metrics::restarted(const std::string& supervisor) {
 }
 
 void node_metrics::update(const metrics_snapshot& snap) {
-  live_conversations_.Set(static_cast<double>(snap.live_conversations));
-  stored_threads_.Set(static_cast<double>(snap.stored_threads));
+  auto set = [](prometheus::Gauge& gauge, std::optional<uint64_t> value) {
+    if (value)
+      gauge.Set(static_cast<double>(*value));
+  };
+  set(live_conversations_, snap.live_conversations);
+  set(stored_threads_, snap.stored_threads);
+  set(dead_letters_pending_, snap.dead_letters_pending);
   connections_.Set(static_cast<double>(snap.connections_open));
   queued_bytes_.Set(static_cast<double>(snap.queued_bytes));
-  dead_letters_pending_.Set(static_cast<double>(snap.dead_letters_pending));
   for (auto& [provider, state] : snap.breakers)
     breakers_.Add({{"provider", provider}}).Set(static_cast<double>(state));
   std::lock_guard<std::mutex> guard{mtx_};

@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include <prometheus/counter.h>
@@ -27,14 +28,15 @@ namespace keel {
 /// shows it.
 enum class breaker_gauge { closed = 0, half_open = 1, open = 2 };
 
-/// The figures set just before a scrape.
+/// The figures set just before a scrape; those of a component that did not
+/// answer are missing (their gauges keep their last values).
 struct metrics_snapshot {
-  uint64_t live_conversations = 0;
-  uint64_t stored_threads = 0;
+  std::optional<uint64_t> live_conversations;
+  std::optional<uint64_t> stored_threads;
   uint64_t connections_open = 0;
   uint64_t connections_total = 0;
   uint64_t queued_bytes = 0;
-  uint64_t dead_letters_pending = 0;
+  std::optional<uint64_t> dead_letters_pending;
   /// Breaker state by provider name.
   std::map<std::string, breaker_gauge> breakers;
 };
@@ -62,8 +64,8 @@ public:
   void provider_call(const std::string& provider,
                      const std::string& error_class, bool ok);
   /// A supervisor restarted one of its children
-  /// (`keel_supervisor_restarts_total{supervisor}`; the supervisor's path
-  /// from the root, e.g. `root/providers`).
+  /// (`keel_supervisor_restarts_total{supervisor}`; the supervisor's name:
+  /// `root`, `providers`, `pool NAME`, `conversations`).
   void restarted(const std::string& supervisor);
 
   /// Sets the gauges from `snap`.
