@@ -5,13 +5,17 @@
 // subcommand, each adding its options and returning what runs it once the
 // command line is parsed.
 
+#include <chrono>
+#include <cstddef>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include "keel/error.hpp"
+#include "keel/tools/ws_load.hpp"
 
 namespace keel_bench {
 
@@ -54,6 +58,32 @@ struct load_mode {
 };
 
 load_mode add_load_mode(CLI::App& app);
+
+/// The memory runs' options, part of the top-level mode: --idle-threads
+/// and --idle-connections each select a run instead of the load.
+struct memory_args {
+  size_t idle_threads = 0;
+  size_t idle_connections = 0;
+  std::chrono::milliseconds passivate_wait{0};
+  std::chrono::milliseconds hold{3000};
+  CLI::Option* idle_threads_opt = nullptr;
+  CLI::Option* idle_connections_opt = nullptr;
+
+  /// Whether a memory run was asked for.
+  bool selected() const {
+    return *idle_threads_opt || *idle_connections_opt;
+  }
+};
+
+/// Adds the memory runs' options, excluding those of the load (`load_only`:
+/// rate, length, raw measurement, fault, HTTP) that do not apply.
+void add_memory_options(CLI::App& app, memory_args& args,
+                        const std::vector<CLI::Option*>& load_only);
+
+/// Runs the memory run asked for on `load`'s node (with its connections,
+/// window and thread prefix for --idle-threads); returns the exit code.
+int run_memory(const memory_args& args, const keel::bench::load_options& load,
+               const output_args& out, const std::string& label);
 
 /// A subcommand and what runs it once the command line is parsed.
 struct command {

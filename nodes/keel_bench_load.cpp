@@ -1,6 +1,7 @@
 // keel-bench's top-level mode: drives a node over WebSocket (with the raw
 // RocksDB measurement and an optional fault), or with --http an
-// OpenAI-compatible server.
+// OpenAI-compatible server, or with --idle-threads / --idle-connections
+// measures the node's memory (keel_bench_memory.cpp).
 
 #include <chrono>
 #include <iostream>
@@ -29,6 +30,7 @@ struct load_args {
   keel::bench::http_load_options http;
   std::vector<std::string> headers;
   CLI::Option* http_opt = nullptr;
+  memory_args memory;
 };
 
 /// The node, and when and how much traffic.
@@ -109,7 +111,8 @@ void add_output_options(CLI::App& app, load_args& args) {
   app
     .add_option("--row-out", args.output.row_out,
                 "Append the report as a row of the results table in "
-                "docs/benchmarks.md to FILE (header first if FILE is new)")
+                "docs/benchmarks.md to FILE (its header first unless FILE's "
+                "last table has it)")
     ->type_name("FILE");
   app.add_option("--label", args.label, "Scenario name for --row-out")
     ->default_str("flat out or paced");
@@ -191,7 +194,7 @@ void check(load_args& args) {
     if (load.fault.fallback_provider.empty())
       throw CLI::ValidationError("--fault-at", "needs --fallback-provider");
   }
-  if (load.threads < load.connections)
+  if (!args.memory.selected() && load.threads < load.connections)
     throw CLI::ValidationError("--threads",
                                "must be at least --connections (each "
                                "connection owns its threads)");
@@ -213,18 +216,27 @@ int run_http(load_args& args) {
   return result->clean() ? 0 : exit_failed;
 }
 
-/// The node mode: the raw measurement, the load, the node's figures.
-int run_node(load_args& args) {
-  auto& opts = args.opts;
-  auto& load = opts.load;
+/// Sets the load's node from --node and --token; false (after saying why)
+/// for a node the load generator cannot speak to.
+bool set_node(load_args& args) {
+  auto& load = args.opts.load;
   load.node = *keel::parse_endpoint(args.node); // checked by the option
   if (load.node.tls) {
     std::cerr << "keel-bench: --node " << args.node
               << ": the load generator speaks plain ws:// only; measure a "
                  "node without gateway.tls\n";
-    return exit_usage;
+    return false;
   }
   load.node.token = args.token;
+  return true;
+}
+
+/// The node mode: the raw measurement, the load, the node's figures.
+int run_node(load_args& args) {
+  auto& opts = args.opts;
+  auto& load = opts.load;
+  if (!set_node(args))
+    return exit_usage;
   opts.raw = !args.no_raw;
   opts.progress = say;
   auto result = keel::bench::run_benchmark(opts);
@@ -252,9 +264,22 @@ load_mode add_load_mode(CLI::App& app) {
   add_output_options(app, *args);
   add_fault_options(app, *args);
   add_http_options(app, *args);
+  std::vector<CLI::Option*> load_only;
+  for (auto name : {"--rate", "--duration", "--messages", "--warmup",
+                    "--raw-dir", "--raw-duration", "--raw-value-bytes",
+                    "--no-raw", "--fault-at", "--http"})
+    load_only.push_back(app.get_option(name));
+  add_memory_options(app, args->memory, load_only);
   return {[args] { check(*args); },
           [args] {
-            return *args->http_opt ? run_http(*args) : run_node(*args);
+            if (*args->http_opt)
+              return run_http(*args);
+            if (!args->memory.selected())
+              return run_node(*args);
+            if (!set_node(*args))
+              return exit_usage;
+            return run_memory(args->memory, args->opts.load, args->output,
+                              args->label);
           }};
 }
 

@@ -1178,6 +1178,7 @@ conversation(conversation_actor::stateful_pointer<conversation_state> self,
     [self](atom::drain) { retry_turn(self); },
     [self](atom::readback) { adopt_late_accepts(self); },
     [self](atom::idle) { idle_timer_fired(self); },
+    [self](atom::expire) { expire_deadlines(self); },
     [self](atom::passivate) { return passivate_now(self); },
   };
 }

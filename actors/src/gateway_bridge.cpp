@@ -243,6 +243,9 @@ nlohmann::json status_body(const gateway_bridge_config& cfg,
   auto gw = cfg.server->stats();
   auto uptime = std::chrono::steady_clock::now() - cfg.started;
   auto mem = own_memory();
+  // User plus system CPU seconds since the node started (0 when /proc
+  // cannot say), so that a client can compute CPU per message.
+  auto cpu = read_cpu_seconds();
   return {
     {"node", cfg.node_name},
     {"version", KEEL_VERSION},
@@ -269,6 +272,7 @@ nlohmann::json status_body(const gateway_bridge_config& cfg,
       {"failed_flushes", ps.failed_flushes}}},
     {"rss_bytes", mem.rss_bytes},
     {"peak_rss_bytes", mem.peak_rss_bytes},
+    {"cpu_seconds", cpu ? *cpu : 0.0},
     {"data_dir", cfg.data_dir},
   };
 }
@@ -956,6 +960,7 @@ gateway_bridge_actor::behavior_type gateway_bridge(self_ptr self,
       on_http(self, request, method, target, body);
     },
     [self](atom::publish, thread_event& ev) { on_publish(self, ev); },
+    [self](atom::expire) { expire_deadlines(self); },
   };
 }
 

@@ -9,6 +9,7 @@
 #include "keel/logging.hpp"
 #include "keel/lookup.hpp"
 #include "keel/text.hpp"
+#include "keel/timed_request.hpp"
 
 namespace keel {
 
@@ -431,6 +432,7 @@ void finish(router_ptr self, uint64_t id, caf::error err) {
     return;
   i->second.promise.deliver(std::move(err));
   calls.erase(i);
+  self->state.deadlines.remove(deadline_set::kind::work, id);
 }
 
 // Ends call `id` now, its attempt in flight (if any) cancelled at the
@@ -449,7 +451,7 @@ void end_call(router_ptr self, uint64_t id, caf::error err) {
 }
 
 // The time budget of call `id` is spent: it ends as a timeout.
-void expire(router_ptr self, uint64_t id) {
+void budget_spent(router_ptr self, uint64_t id) {
   auto& st = self->state;
   auto i = st.calls.find(id);
   if (i == st.calls.end())
@@ -548,7 +550,7 @@ void retry_later(router_ptr self, uint64_t id, pool_call& call,
   auto delay = next_delay(st.cfg.retry, call.tries_here, retry_after, st.rng);
   if (call.deadline && self->clock().now() + delay >= *call.deadline) {
     // The retry would come after the turn's deadline: end now.
-    expire(self, id);
+    budget_spent(self, id);
     return;
   }
   tell_thread(self, call, "retrying_provider",
@@ -583,6 +585,7 @@ void on_outcome(router_ptr self, uint64_t id, attempt_outcome& out) {
       persist_health(self, call.link);
     call.promise.deliver(std::move(out.reply));
     st.calls.erase(i);
+    st.deadlines.remove(deadline_set::kind::work, id);
     return;
   }
   auto cls = parse_error_class(out.error_class).value_or(error_class::unknown);
@@ -646,9 +649,9 @@ void attempt(router_ptr self, uint64_t id, pool_call& call) {
   // against a worker that died holding the call.
   auto guard = caf::timespan{link.provider.total_timeout}
                + std::chrono::seconds{5};
-  self
-    ->request(self->state.workers, guard, atom::forward_v, link.provider.name,
-              caf::make_message(atom::attempt_v, std::move(req)))
+  timed_request(self, self->state.workers, guard, atom::forward_v,
+                link.provider.name,
+                caf::make_message(atom::attempt_v, std::move(req)))
     .then([self, id](attempt_outcome& out) { on_outcome(self, id, out); },
           [self, id, name = link.provider.name](caf::error& err) {
             auto cls = err == caf::sec::request_timeout ? error_class::timeout
@@ -698,7 +701,7 @@ caf::result<completion> complete(router_ptr self, completion_request& req) {
   if (call.request.time_budget_ms > 0) {
     auto budget = milliseconds{call.request.time_budget_ms};
     call.deadline = self->clock().now() + budget;
-    self->delayed_send(self, budget, atom::deadline_v, id);
+    add_deadline(self, deadline_set::kind::work, id, budget);
   }
   auto rp = call.promise;
   st.calls.emplace(id, std::move(call));
@@ -758,7 +761,9 @@ provider_router(router_ptr self, provider_pool_config cfg, caf::actor workers) {
       cancel_call(self, thread, seq);
     },
     [self](atom::retry, uint64_t id) { dispatch(self, id); },
-    [self](atom::deadline, uint64_t id) { expire(self, id); },
+    [self](atom::expire) {
+      expire_deadlines(self, [self](uint64_t id) { budget_spent(self, id); });
+    },
   };
 }
 

@@ -1,4 +1,3 @@
-#include <ctime>
 #include <sstream>
 
 #include "keel/text.hpp"
@@ -13,6 +12,13 @@ double report::durable_ratio() const noexcept {
   if (!raw_available || raw.writes_per_second <= 0)
     return 0;
   return load.answered_per_second / raw.writes_per_second;
+}
+
+double report::node_cpu_ms_per_message() const noexcept {
+  if (!node.cpu_available || load.measured_answered == 0)
+    return -1;
+  return node.cpu_seconds * 1000.0
+         / static_cast<double>(load.measured_answered);
 }
 
 // -- JSON ---------------------------------------------------------------------
@@ -111,6 +117,10 @@ nlohmann::json to_json(const report& x) {
   if (o.fault.at)
     j["failover"] = to_json(l.failover, o.fault);
   j["node"] = node_json(x.node);
+  j["node_cpu_seconds"] = x.node.cpu_available
+                            ? nlohmann::json(x.node.cpu_seconds)
+                            : nlohmann::json(nullptr);
+  j["node_cpu_ms_per_message"] = null_if_negative(x.node_cpu_ms_per_message());
   add_raw_json(j, x);
   return j;
 }
@@ -204,8 +214,21 @@ void render_counts(std::ostream& out, const load_result& l) {
   table_row(out, "reply latency", latency_line(l.reply_latency));
 }
 
-void render_node(std::ostream& out, const node_figures& node,
-                 const load_result& l) {
+/// The node's CPU over the measured phase, per answered message.
+std::string node_cpu_line(const report& x) {
+  if (!x.node.cpu_available)
+    return "unavailable (the node's status has no cpu_seconds)";
+  auto line = fixed(x.node.cpu_seconds, 2)
+              + " s from the start of the measured phase to the end";
+  auto per_message = x.node_cpu_ms_per_message();
+  if (per_message >= 0)
+    line += ", " + fixed(per_message, 3) + " ms per answered message";
+  return line;
+}
+
+void render_node(std::ostream& out, const report& x) {
+  const auto& node = x.node;
+  const auto& l = x.load;
   if (!node.available) {
     table_row(out, "node status", "unavailable: " + node.reason);
     return;
@@ -219,6 +242,7 @@ void render_node(std::ostream& out, const node_figures& node,
             "peak RSS " + human_bytes(node.peak_rss_bytes) + ", RSS now "
               + human_bytes(node.rss_bytes));
   table_row(out, "node store", flushes);
+  table_row(out, "node CPU", node_cpu_line(x));
 }
 
 void render_raw(std::ostream& out, const report& x) {
@@ -250,7 +274,7 @@ std::string render(const report& x) {
   render_counts(out, l);
   if (o.fault.at)
     render(out, l.failover, o.fault);
-  render_node(out, x.node, l);
+  render_node(out, x);
   render_raw(out, x);
   table_row(out, "client CPU",
             fixed(l.client_cpu_seconds, 2) + " s (keel-bench itself)");
@@ -267,23 +291,10 @@ std::string render(const report& x) {
 std::string markdown_header() {
   return "| date | scenario | connections / threads | load "
          "| answered msgs/s | ack p50 / p99 (ms) | reply p50 / p99 (ms) "
-         "| node peak RSS | raw synced writes/s | durable ratio | clean |\n"
-         "|---|---|---|---|---|---|---|---|---|---|---|\n";
+         "| node peak RSS | node CPU ms/msg | raw synced writes/s "
+         "| durable ratio | clean |\n"
+         "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
 }
-
-namespace {
-
-/// Today's date in UTC, "YYYY-MM-DD".
-std::string utc_date() {
-  char date[16];
-  auto now = std::time(nullptr);
-  std::tm utc{};
-  gmtime_r(&now, &utc);
-  std::strftime(date, sizeof(date), "%Y-%m-%d", &utc);
-  return date;
-}
-
-} // namespace
 
 std::string markdown_row(const report& x, const std::string& label) {
   const auto& o = x.load_opts;
@@ -304,6 +315,8 @@ std::string markdown_row(const report& x, const std::string& label) {
   row += cell(fixed(l.reply_latency.p50, 2) + " / "
               + fixed(l.reply_latency.p99, 2));
   row += cell(x.node.available ? human_bytes(x.node.peak_rss_bytes) : "n/a");
+  auto cpu = x.node_cpu_ms_per_message();
+  row += cell(cpu >= 0 ? fixed(cpu, 3) : "n/a");
   row += cell(x.raw_available ? fixed(x.raw.writes_per_second, 0) : "n/a");
   row += cell(x.raw_available ? fixed(x.durable_ratio(), 2) : "n/a");
   row += cell(l.clean() ? "yes" : "NO");

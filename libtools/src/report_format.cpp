@@ -1,6 +1,7 @@
 #include "report_format.hpp"
 
 #include <cstdio>
+#include <ctime>
 
 #include "keel/text.hpp"
 
@@ -51,6 +52,15 @@ void add_traffic_json(nlohmann::json& j, const traffic_result& x, bool clean) {
   j["answered_per_second"] = x.answered_per_second;
   j["client_cpu_seconds"] = x.client_cpu_seconds;
   j["error_samples"] = x.error_samples;
+}
+
+std::string utc_date() {
+  char date[16];
+  auto now = std::time(nullptr);
+  std::tm utc{};
+  gmtime_r(&now, &utc);
+  std::strftime(date, sizeof(date), "%Y-%m-%d", &utc);
+  return date;
 }
 
 void sample_rows(std::ostream& out, const traffic_result& x) {

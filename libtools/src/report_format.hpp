@@ -40,6 +40,9 @@ nlohmann::json traffic_json(const traffic_options& o, size_t window);
 /// `error_samples`.
 void add_traffic_json(nlohmann::json& j, const traffic_result& x, bool clean);
 
+/// Today's date in UTC, "YYYY-MM-DD" (the first cell of a results row).
+std::string utc_date();
+
 /// The error samples, one row each.
 void sample_rows(std::ostream& out, const traffic_result& x);
 

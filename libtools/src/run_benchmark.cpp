@@ -1,3 +1,7 @@
+#include <algorithm>
+#include <future>
+#include <optional>
+
 #include "keel/text.hpp"
 #include "keel/tools/bench.hpp"
 #include "keel/tools/json_fields.hpp"
@@ -46,6 +50,37 @@ node_figures node_figures_from(const nlohmann::json& before,
   return node;
 }
 
+/// The node's CPU seconds from its status, taken off the load's I/O thread
+/// when the measured phase starts.
+class measured_cpu {
+public:
+  /// Makes `opts` start the reading when its measured phase starts.
+  void arm(load_options& opts) {
+    opts.on_measure_start = [this, node = opts.node] {
+      reading_ = std::async(std::launch::async, [node] {
+        auto status = api_call(node, "GET", "/api/v1/status");
+        return status ? json_double(*status, {"cpu_seconds"}) : std::nullopt;
+      });
+    };
+  }
+
+  /// Sets the node's CPU figure from the status after the run, when the
+  /// status at the start of the measured phase had one.
+  void fill(node_figures& node, const nlohmann::json& after) {
+    if (!reading_.valid())
+      return;
+    auto before = reading_.get();
+    auto now = json_double(after, {"cpu_seconds"});
+    if (!before || !now || *now <= 0)
+      return;
+    node.cpu_available = true;
+    node.cpu_seconds = std::max(*now - *before, 0.0);
+  }
+
+private:
+  std::future<std::optional<double>> reading_;
+};
+
 } // namespace
 
 caf::expected<report> run_benchmark(const benchmark_options& opts) {
@@ -73,15 +108,21 @@ caf::expected<report> run_benchmark(const benchmark_options& opts) {
       + " connections, " + std::to_string(opts.load.threads) + " threads, "
       + (opts.load.rate > 0 ? fixed(opts.load.rate, 0) + " msg/s"
                             : std::string{"flat out"}));
-  auto load = run_load(result.load_opts);
+  // The hook captures `cpu`, so the load runs on a copy of the options.
+  measured_cpu cpu;
+  auto load_opts = result.load_opts;
+  cpu.arm(load_opts);
+  auto load = run_load(load_opts);
   if (!load)
     return load.error();
   result.load = std::move(*load);
   if (before) {
-    if (auto after = api_call(opts.load.node, "GET", "/api/v1/status"))
+    if (auto after = api_call(opts.load.node, "GET", "/api/v1/status")) {
       result.node = node_figures_from(*before, *after);
-    else
+      cpu.fill(result.node, *after);
+    } else {
       result.node.reason = keel::render(after.error());
+    }
   }
   return result;
 }

@@ -95,8 +95,13 @@ void connection::send_one(steady::time_point now) {
   enqueue(protocol::send_frame(run_.thread_name(thread), id, run_.text()));
 }
 
+bool connection::has_more() const noexcept {
+  return !run_.opts().one_message_per_thread || msgs_.size() < threads_.size();
+}
+
 void connection::refill(steady::time_point now) {
-  while (usable() && in_flight_ < run_.opts().window && run_.may_send(now))
+  while (usable() && has_more() && in_flight_ < run_.opts().window
+         && run_.may_send(now))
     send_one(now);
 }
 

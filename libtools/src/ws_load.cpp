@@ -24,7 +24,8 @@ load_run::load_run(const load_options& opts)
   : paced_load(opts, "messages", "outcome"),
     opts_(opts),
     stop_timer_(ioc_),
-    fault_timer_(ioc_) {
+    fault_timer_(ioc_),
+    measure_timer_(ioc_) {
   if (opts_.thread_prefix.empty())
     opts_.thread_prefix = "bench-" + random_hex(6);
   thread_names_.reserve(opts_.threads);
@@ -49,6 +50,10 @@ caf::error load_run::check_options() const {
                            "connections (each connection owns its threads)");
   if (flat_out() && opts_.window == 0)
     return caf::make_error(ec::config_invalid, "window: must be at least 1");
+  if (opts_.one_message_per_thread && opts_.messages != opts_.threads)
+    return caf::make_error(ec::config_invalid,
+                           "one message per thread: messages must equal "
+                           "threads");
   return caf::none;
 }
 
@@ -129,6 +134,13 @@ void load_run::begin() {
 }
 
 void load_run::on_started() {
+  if (opts_.on_measure_start) {
+    measure_timer_.expires_at(measure_start_);
+    measure_timer_.async_wait([this](beast::error_code ec) {
+      if (!ec && phase_ != phase::done)
+        opts_.on_measure_start();
+    });
+  }
   if (!opts_.fault.at)
     return;
   fault_timer_.expires_at(measure_start_ + *opts_.fault.at);
@@ -148,7 +160,7 @@ bool load_run::send_next(steady::time_point now) {
   connection* conn = nullptr;
   for (size_t i = 0; i < conns_.size() && conn == nullptr; ++i) {
     auto& candidate = conns_[next_conn_++ % conns_.size()];
-    if (candidate->usable())
+    if (candidate->usable() && candidate->has_more())
       conn = candidate.get();
   }
   if (conn == nullptr) {
@@ -176,6 +188,7 @@ void load_run::inject_fault() {
 
 void load_run::on_finish() {
   fault_timer_.cancel();
+  measure_timer_.cancel();
   for (auto& conn : conns_)
     conn->close();
   if (closing_ == 0)

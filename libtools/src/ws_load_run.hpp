@@ -147,6 +147,7 @@ private:
   size_t closing_ = 0;
   net::steady_timer stop_timer_;
   net::steady_timer fault_timer_;
+  net::steady_timer measure_timer_;
   /// When the fault was injected.
   std::optional<steady::time_point> fault_at_;
   /// Providers named by replies (`message_state::provider` - 1 indexes it).
@@ -168,6 +169,10 @@ public:
   bool usable() const noexcept {
     return ready_ && !closed_ && !closing_;
   }
+
+  /// Whether this connection may send another message: always, unless
+  /// each thread gets one message and every one of its threads has had it.
+  bool has_more() const noexcept;
 
   const std::vector<message_state>& messages() const noexcept {
     return msgs_;

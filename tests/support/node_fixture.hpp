@@ -35,6 +35,7 @@ event_sink(gateway_bridge_actor::stateful_pointer<event_sink_state> self) {
     [self](atom::publish, thread_event& ev) {
       self->state.events.push_back(std::move(ev));
     },
+    [](atom::expire) {},
   };
 }
 

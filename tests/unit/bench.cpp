@@ -3,11 +3,14 @@
 
 #include "keel/text.hpp"
 #include "keel/tools/bench.hpp"
+#include "keel/tools/bench_memory.hpp"
 #include "keel/tools/bench_recovery.hpp"
 
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <csignal>
 #include <map>
 #include <memory>
@@ -60,9 +63,29 @@ public:
     // nop
   }
 
-  void on_http(uint64_t request, const std::string&, const std::string&,
+  /// Answers `GET /api/v1/status` with the figures the benchmarks read:
+  /// every thread that got a message is live, each costing 1 KiB of RSS.
+  void on_http(uint64_t request, const std::string&, const std::string& target,
                const std::string&) override {
-    server->respond(request, 404, "text/plain", "not here");
+    if (target != "/api/v1/status") {
+      server->respond(request, 404, "text/plain", "not here");
+      return;
+    }
+    nlohmann::json body;
+    {
+      std::lock_guard<std::mutex> guard{mtx_};
+      body["rss_bytes"] = (100u << 20) + 1024 * sends_.size();
+      body["threads"] = {{"active", sends_.size()}, {"passivations", 0}};
+      body["cpu_seconds"] = 0.5 * static_cast<double>(seq_);
+    }
+    body["gateway"] = {{"connections_open", server->stats().connections_open}};
+    server->respond(request, 200, "application/json", body.dump());
+  }
+
+  /// Messages received per thread.
+  std::map<std::string, size_t> sends() {
+    std::lock_guard<std::mutex> guard{mtx_};
+    return sends_;
   }
 
   void on_frame(connection_id conn, protocol::client_frame frame) override {
@@ -71,6 +94,7 @@ public:
     log_entry reply;
     {
       std::lock_guard<std::mutex> guard{mtx_};
+      ++sends_[frame.thread];
       reply.seq = ++seq_;
       reply.reply_to = reply.seq;
     }
@@ -112,16 +136,18 @@ private:
   std::mutex mtx_;
   seq_t seq_ = 0;
   std::map<std::string, std::optional<log_entry>> held_;
+  std::map<std::string, size_t> sends_;
 };
 
 struct fixture {
   std::shared_ptr<fake_node> node;
   std::unique_ptr<ws_server> server;
 
-  void start(answer_mode mode) {
+  void start(answer_mode mode, size_t max_connections = 10000) {
     node = std::make_shared<fake_node>(mode);
     gateway_config cfg;
     cfg.port = 0;
+    cfg.max_connections = max_connections;
     auto srv = ws_server::start(cfg, node, "fake");
     CAF_REQUIRE(srv);
     server = std::move(*srv);
@@ -177,6 +203,132 @@ CAF_TEST(memory usage comes from proc) {
   CAF_CHECK_GREATER_OR_EQUAL(mem->peak_rss_bytes, mem->rss_bytes);
   auto missing = read_memory_usage(-1);
   CAF_CHECK_EQUAL(missing.error(), ec::not_found);
+}
+
+CAF_TEST(cpu time comes from proc) {
+  // Burn some CPU so that even a coarse clock tick has passed.
+  volatile uint64_t sink = 0;
+  auto until = std::chrono::steady_clock::now() + 50ms;
+  while (std::chrono::steady_clock::now() < until)
+    for (int i = 0; i < 10000; ++i)
+      sink = sink + static_cast<uint64_t>(i);
+  auto cpu = read_cpu_seconds();
+  CAF_REQUIRE(cpu);
+  CAF_CHECK_GREATER(*cpu, 0.0);
+  auto again = read_cpu_seconds(getpid());
+  CAF_REQUIRE(again);
+  CAF_CHECK_GREATER_OR_EQUAL(*again, *cpu);
+  auto missing = read_cpu_seconds(-1);
+  CAF_REQUIRE(!missing);
+  CAF_CHECK_EQUAL(missing.error(), ec::not_found);
+}
+
+namespace {
+
+/// The cells of a markdown table row.
+size_t cell_count(const std::string& row) {
+  auto line = row.substr(0, row.find('\n'));
+  return static_cast<size_t>(std::count(line.begin(), line.end(), '|')) - 1;
+}
+
+/// A finished run of 1,000 measured answers with the node's figures.
+bench::report sample_report() {
+  bench::report x;
+  x.load_opts.connections = 100;
+  x.load_opts.threads = 1000;
+  x.load_opts.rate = 1000;
+  x.load.sent = x.load.acked = x.load.answered = 1200;
+  x.load.measured_sent = x.load.measured_answered = 1000;
+  x.load.measured_seconds = 1;
+  x.load.answered_per_second = 1000;
+  x.node.available = true;
+  x.node.name = "n1";
+  x.node.peak_rss_bytes = 200u << 20;
+  x.node.cpu_available = true;
+  x.node.cpu_seconds = 1.5;
+  return x;
+}
+
+} // namespace
+
+CAF_TEST(the report shows the node CPU per answered message) {
+  auto x = sample_report();
+  CAF_CHECK_EQUAL(x.node_cpu_ms_per_message(), 1.5);
+  auto j = bench::to_json(x);
+  CAF_CHECK_EQUAL(j["node_cpu_seconds"].get<double>(), 1.5);
+  CAF_CHECK_EQUAL(j["node_cpu_ms_per_message"].get<double>(), 1.5);
+  CAF_CHECK_EQUAL(j["node"]["peak_rss_bytes"].get<uint64_t>(), 200u << 20);
+  CAF_CHECK_EQUAL(j["answered_per_second"].get<double>(), 1000.0);
+  auto text = bench::render(x);
+  CAF_CHECK_NOT_EQUAL(text.find("node CPU       1.50 s from the start of the "
+                                "measured phase to the end, 1.500 ms per "
+                                "answered message"),
+                      std::string::npos);
+  CAF_CHECK_NOT_EQUAL(text.find("node memory    peak RSS 200.0 MiB"),
+                      std::string::npos);
+  auto header = bench::markdown_header();
+  CAF_CHECK_NOT_EQUAL(header.find("| node peak RSS | node CPU ms/msg |"),
+                      std::string::npos);
+  auto row = bench::markdown_row(x, "rate-1000");
+  CAF_CHECK_EQUAL(cell_count(row), cell_count(header));
+  CAF_CHECK_EQUAL(cell_count(header.substr(header.find('\n') + 1)),
+                  cell_count(header));
+  CAF_CHECK_NOT_EQUAL(row.find("| rate-1000 | 100 / 1000 | 1000 msg/s | 1000 "),
+                      std::string::npos);
+  CAF_CHECK_NOT_EQUAL(row.find("| 200.0 MiB | 1.500 | n/a | n/a | yes |"),
+                      std::string::npos);
+  // Without the node's CPU figure: null, n/a, and said so.
+  x.node.cpu_available = false;
+  CAF_CHECK_LESS(x.node_cpu_ms_per_message(), 0.0);
+  j = bench::to_json(x);
+  CAF_CHECK(j["node_cpu_seconds"].is_null());
+  CAF_CHECK(j["node_cpu_ms_per_message"].is_null());
+  CAF_CHECK_NOT_EQUAL(bench::markdown_row(x, "r").find("| 200.0 MiB | n/a |"),
+                      std::string::npos);
+  CAF_CHECK_NOT_EQUAL(bench::render(x).find("node CPU       unavailable"),
+                      std::string::npos);
+}
+
+CAF_TEST(the memory reports show bytes per thread and per connection) {
+  bench::idle_threads_result t;
+  t.threads = 1000;
+  t.load.sent = t.load.acked = t.load.answered = 1000;
+  t.rss_before = 100u << 20;
+  t.after.rss_bytes = (100u << 20) + 1000 * 8192;
+  t.after.settled = true;
+  t.live_after = 1000;
+  t.passivation_checked = true;
+  t.passivate_wait = 30s;
+  t.rss_after_wait = 101u << 20;
+  CAF_CHECK_EQUAL(t.bytes_per_thread(), 8192.0);
+  CAF_CHECK(t.clean());
+  auto header = bench::memory_markdown_header();
+  auto row = bench::markdown_row(t, "idle-threads");
+  CAF_CHECK_EQUAL(cell_count(row), cell_count(header));
+  CAF_CHECK_NOT_EQUAL(row.find("| 8.0 KiB (8192 B) per thread | 30s later: 0 "
+                               "live, RSS 101.0 MiB | yes |"),
+                      std::string::npos);
+  auto j = bench::to_json(t);
+  CAF_CHECK_EQUAL(j["bytes_per_thread"].get<double>(), 8192.0);
+  CAF_CHECK_EQUAL(j["after_wait"]["live"].get<uint64_t>(), 0u);
+  CAF_CHECK_NOT_EQUAL(bench::render(t).find("per thread     8.0 KiB (8192 B)"),
+                      std::string::npos);
+  bench::idle_connections_result c;
+  c.requested = c.opened = 2000;
+  c.rss_before = 100u << 20;
+  c.after.rss_bytes = (100u << 20) + 2000 * 3072;
+  CAF_CHECK_EQUAL(c.bytes_per_connection(), 3072.0);
+  CAF_CHECK(c.clean());
+  row = bench::markdown_row(c, "idle-connections");
+  CAF_CHECK_EQUAL(cell_count(row), cell_count(header));
+  CAF_CHECK_NOT_EQUAL(row.find("| 2000 connections, 2000 opened, 0 refused, 0 "
+                               "failed |"),
+                      std::string::npos);
+  CAF_CHECK_NOT_EQUAL(row.find("| 3.0 KiB (3072 B) per connection |"),
+                      std::string::npos);
+  c.refused = 1;
+  CAF_CHECK(!c.clean());
+  CAF_CHECK_EQUAL(bench::to_json(c)["clean"].get<bool>(), false);
 }
 
 CAF_TEST(node errors read as one clear line) {
@@ -301,6 +453,101 @@ CAF_TEST(a fault mid - run is timed up to the first fallback reply) {
   CAF_CHECK_EQUAL(fo.affected_failed, 0u);
   CAF_CHECK_EQUAL(fo.affected_latencies.size(), fo.affected);
   CAF_CHECK_EQUAL(fo.after.count + fo.affected + fo.before.count, 20u);
+}
+
+CAF_TEST(one message per thread reaches every thread exactly once) {
+  start(answer_mode::normal);
+  auto opts = load(3, 10, 10, 4);
+  opts.one_message_per_thread = true;
+  size_t hooks = 0;
+  opts.on_measure_start = [&hooks] { ++hooks; };
+  auto res = bench::run_load(opts);
+  CAF_REQUIRE(res);
+  CAF_CHECK(res->clean());
+  CAF_CHECK_EQUAL(res->sent, 10u);
+  CAF_CHECK_EQUAL(hooks, 1u);
+  auto sends = node->sends();
+  CAF_CHECK_EQUAL(sends.size(), 10u);
+  for (auto& [thread, n] : sends)
+    CAF_CHECK_EQUAL(n, 1u);
+}
+
+CAF_TEST(the benchmark reads the node CPU at the start of the measured phase) {
+  start(answer_mode::normal);
+  bench::benchmark_options opts;
+  opts.load = load(2, 4, 40, 2);
+  opts.raw = false;
+  auto res = bench::run_benchmark(opts);
+  CAF_REQUIRE(res);
+  CAF_CHECK(res->load.clean());
+  // The fake node reports 0.5 s per message received: read once the
+  // measured phase started (off the load's thread, so any number of the
+  // 40 may be in by then) and at the end, after all 40: a whole number of
+  // messages' worth, at most all of them.
+  CAF_REQUIRE(res->node.cpu_available);
+  auto halves = res->node.cpu_seconds * 2;
+  CAF_CHECK_EQUAL(halves, std::floor(halves));
+  CAF_CHECK_GREATER_OR_EQUAL(res->node.cpu_seconds, 0.0);
+  CAF_CHECK_LESS_OR_EQUAL(res->node.cpu_seconds, 20.0);
+  CAF_CHECK_EQUAL(res->node_cpu_ms_per_message(),
+                  res->node.cpu_seconds * 1000.0 / 40);
+}
+
+CAF_TEST(idle threads are measured per live thread) {
+  start(answer_mode::normal);
+  bench::idle_threads_options opts;
+  opts.load = load(4, 1, 1, 2);
+  opts.load.threads = 50;
+  opts.passivate_wait = 10ms;
+  auto res = bench::run_idle_threads(opts);
+  CAF_REQUIRE(res);
+  CAF_CHECK(res->clean());
+  CAF_CHECK_EQUAL(res->load.sent, 50u);
+  CAF_CHECK_EQUAL(res->live_after, 50u);
+  CAF_CHECK_EQUAL(res->bytes_per_thread(), 1024.0);
+  CAF_CHECK(res->after.settled);
+  CAF_CHECK(res->passivation_checked);
+  CAF_CHECK_EQUAL(res->live_after_wait, 50u);
+  for (auto& [thread, n] : node->sends())
+    CAF_CHECK_EQUAL(n, 1u);
+}
+
+CAF_TEST(idle connections open and close and are counted) {
+  start(answer_mode::normal);
+  bench::idle_connections_options opts;
+  opts.node.host = "127.0.0.1";
+  opts.node.port = server->port();
+  opts.connections = 300;
+  opts.concurrency = 50;
+  opts.hold = 50ms;
+  auto res = bench::run_idle_connections(opts);
+  CAF_REQUIRE(res);
+  CAF_CHECK(res->clean());
+  CAF_CHECK_EQUAL(res->opened, 300u);
+  CAF_CHECK_EQUAL(res->source_addresses, 1u);
+  CAF_CHECK_EQUAL(res->node_connections_after, 300u);
+  CAF_CHECK_GREATER(res->fd_limit, 300u);
+  // More than the open files limit allows: refused before connecting.
+  opts.connections = res->fd_limit;
+  auto too_many = bench::run_idle_connections(opts);
+  CAF_REQUIRE(!too_many);
+  CAF_CHECK_EQUAL(too_many.error(), ec::config_invalid);
+  CAF_CHECK_NOT_EQUAL(error_message(too_many.error()).find("hard limit"),
+                      std::string::npos);
+}
+
+CAF_TEST(connections the node refuses make the idle run unclean) {
+  start(answer_mode::normal, 10);
+  bench::idle_connections_options opts;
+  opts.node.host = "127.0.0.1";
+  opts.node.port = server->port();
+  opts.connections = 20;
+  opts.hold = 10ms;
+  auto res = bench::run_idle_connections(opts);
+  CAF_REQUIRE(res);
+  CAF_CHECK(!res->clean());
+  CAF_CHECK_LESS_OR_EQUAL(res->opened, 10u);
+  CAF_CHECK_GREATER(res->refused + res->failed, 0u);
 }
 
 CAF_TEST(the fault can kill a process) {

@@ -215,7 +215,6 @@ CAF_ADD_ATOM(keel, keel::atom, agents, "agents")
 CAF_ADD_ATOM(keel, keel::atom, subtree, "subtree")
 CAF_ADD_ATOM(keel, keel::atom, report, "report")
 CAF_ADD_ATOM(keel, keel::atom, redeliver, "redeliver")
-CAF_ADD_ATOM(keel, keel::atom, deadline, "deadline")
 CAF_ADD_ATOM(keel, keel::atom, readback, "readback")
 CAF_ADD_ATOM(keel, keel::atom, tick, "tick")
 CAF_ADD_ATOM(keel, keel::atom, release, "release")
@@ -275,6 +274,7 @@ CAF_ADD_TYPE_ID(keel, (std::vector<keel::owner_notice>) )
 
 CAF_ADD_ATOM(keel, keel::atom, wedge, "wedge")
 CAF_ADD_ATOM(keel, keel::atom, writable, "writable")
+CAF_ADD_ATOM(keel, keel::atom, expire, "expire")
 
 CAF_END_TYPE_ID_BLOCK(keel)
 
@@ -483,8 +483,9 @@ using provider_router_actor = caf::typed_actor<
   caf::reacts_to<atom::cancel, std::string, seq_t>,
   // (internal) A retry delay of request `id` has passed.
   caf::reacts_to<atom::retry, uint64_t>,
-  // (internal) The time budget of request `id` is spent.
-  caf::reacts_to<atom::deadline, uint64_t>>;
+  // (internal) The deadline timer: attempts and time budgets past their
+  // deadlines end.
+  caf::reacts_to<atom::expire>>;
 
 /// A provider worker: makes calls to one provider (offline or over HTTP)
 /// and classifies their outcomes. A crash fails only its own calls.
@@ -533,6 +534,8 @@ using conversation_actor = caf::typed_actor<
   caf::reacts_to<atom::readback>,
   // (internal) The idle timer fired.
   caf::reacts_to<atom::idle>,
+  // (internal) The deadline timer: requests past their deadlines end.
+  caf::reacts_to<atom::expire>,
   // Passivates now (as the idle timer would) if nothing is pending: the
   // orchestrator makes room under `threads.max_live`. Answers whether it
   // does.
@@ -616,7 +619,9 @@ using gateway_bridge_actor = caf::typed_actor<
   // An HTTP API request: request id, method, target, body.
   caf::reacts_to<atom::http, uint64_t, std::string, std::string, std::string>,
   // An event of a thread for its subscribers.
-  caf::reacts_to<atom::publish, thread_event>>;
+  caf::reacts_to<atom::publish, thread_event>,
+  // (internal) The deadline timer: requests past their deadlines end.
+  caf::reacts_to<atom::expire>>;
 
 /// The cluster actor (cluster only): keeps the node's lease, reads the
 /// membership and shard tables every heartbeat and acts on them (claims

@@ -16,6 +16,7 @@
 #include "keel/actors.hpp"
 #include "keel/compactor.hpp"
 #include "keel/config.hpp"
+#include "keel/deadline_set.hpp"
 #include "keel/shard_table.hpp"
 #include "keel/turn_guard.hpp"
 
@@ -198,6 +199,8 @@ struct conversation_state {
   static inline const char* name = "keel.conversation";
 
   conversation_config cfg;
+  /// The deadlines of the requests in flight, under one timer.
+  deadline_set deadlines;
   /// True once the thread's state has been loaded from the store.
   bool loaded = false;
   /// The epoch of the thread's shard this node held when the load began

@@ -9,6 +9,7 @@
 #include <caf/typed_event_based_actor.hpp>
 
 #include "keel/actors.hpp"
+#include "keel/deadline_set.hpp"
 #include "keel/store.hpp"
 #include "keel/ws_server.hpp"
 
@@ -59,6 +60,8 @@ struct gateway_bridge_state {
   static inline const char* name = "keel.gateway_bridge";
 
   gateway_bridge_config cfg;
+  /// The deadlines of the requests in flight, under one timer.
+  deadline_set deadlines;
 
   /// The node's subscription table.
   subscription_table& subs() {

@@ -12,6 +12,7 @@
 
 #include "keel/actors.hpp"
 #include "keel/system_config.hpp"
+#include "keel/timed_request.hpp"
 
 namespace keel {
 
@@ -50,17 +51,26 @@ inline std::string root_child_id(caf::atom_value name) {
 /// incarnation or, while it restarts, through the root supervisor, which
 /// holds the request (up to the child's buffer) and hands it to the new
 /// incarnation with the original sender. The answer comes back to `self`
-/// either way; with no root running, the request fails at once.
+/// either way; with no root running, the request fails at once. An actor
+/// with a deadline set times its requests out through it (see
+/// timed_request.hpp), others through CAF's clock.
 template <class Self, class... Ts>
 auto request_component(Self* self, caf::atom_value name, caf::timespan timeout,
                        Ts&&... xs) {
+  auto request = [self, timeout](const caf::actor& dest, auto&&... ys) {
+    if constexpr (has_deadline_set<Self>::value)
+      return timed_request(self, dest, timeout,
+                           std::forward<decltype(ys)>(ys)...);
+    else
+      return self->request(dest, timeout, std::forward<decltype(ys)>(ys)...);
+  };
   auto& registry = self->system().registry();
   auto current = caf::actor_cast<caf::actor>(registry.get(name));
   if (current)
-    return self->request(current, timeout, std::forward<Ts>(xs)...);
+    return request(current, std::forward<Ts>(xs)...);
   auto root = caf::actor_cast<caf::actor>(registry.get(names::root));
-  return self->request(root, timeout, atom::forward_v, root_child_id(name),
-                       caf::make_message(std::forward<Ts>(xs)...));
+  return request(root, atom::forward_v, root_child_id(name),
+                 caf::make_message(std::forward<Ts>(xs)...));
 }
 
 /// Pushes a ready-made server frame to the subscribers of `thread`, if a

@@ -27,6 +27,7 @@
 
 #include "keel/actors.hpp"
 #include "keel/config.hpp"
+#include "keel/deadline_set.hpp"
 #include "keel/llm_client.hpp"
 #include "keel/offline_provider.hpp"
 #include "keel/provider_policy.hpp"
@@ -164,6 +165,9 @@ struct provider_router_state {
   caf::actor workers;
   std::map<uint64_t, pool_call> calls;
   uint64_t next_id = 1;
+  /// The deadlines of the attempts in flight (responses) and of the
+  /// calls' time budgets (work: the call id), under one timer.
+  deadline_set deadlines;
   std::mt19937_64 rng;
 
   /// Sets up the chain of pool `config`, each provider with a new breaker;

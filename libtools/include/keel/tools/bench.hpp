@@ -38,6 +38,12 @@ struct node_figures {
   /// Store flushes (synced WriteBatches) during the load.
   uint64_t store_flushes = 0;
   std::string data_dir;
+  /// False when the node's status has no `cpu_seconds` (an older node) or
+  /// it could not be read at the start of the measured phase.
+  bool cpu_available = false;
+  /// CPU seconds (user + system) the node used from the start of the
+  /// measured phase to the end of the run (the drain included).
+  double cpu_seconds = 0;
 };
 
 /// One keel-bench run.
@@ -53,6 +59,10 @@ struct report {
 
   /// answered msgs/s / raw synced writes/s, or 0 without a raw figure.
   double durable_ratio() const noexcept;
+
+  /// Milliseconds of node CPU per measured answered message, or a negative
+  /// value without a CPU figure or an answered message.
+  double node_cpu_ms_per_message() const noexcept;
 };
 
 /// The report as JSON (for scripts).

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -20,5 +21,10 @@ std::string json_string(const nlohmann::json& j, const char* key);
 /// milliseconds, which are never negative or fractional).
 uint64_t json_number(const nlohmann::json& j,
                      std::initializer_list<const char*> path);
+
+/// The number (integer or fractional) at `path`; none when there is no
+/// number there (e.g. `cpu_seconds` of a node too old to report it).
+std::optional<double> json_double(const nlohmann::json& j,
+                                  std::initializer_list<const char*> path);
 
 } // namespace keel

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -56,6 +57,12 @@ struct load_options : traffic_options {
   std::string message_prefix = "c";
   /// A fault to inject during the run, if `fault.at` is set.
   fault_options fault;
+  /// Each thread gets exactly one message (each connection sends to each of
+  /// its threads once, then stops); set `messages` to `threads`.
+  bool one_message_per_thread = false;
+  /// When set, called once on the I/O thread when the measured phase
+  /// starts (after the warmup). It must not block: the load waits for it.
+  std::function<void()> on_measure_start;
 };
 
 /// How the node went through the fault of `fault_options`. Times are in
