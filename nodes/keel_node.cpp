@@ -9,6 +9,16 @@
 #include "keel/kill_point.hpp"
 #include "keel/node.hpp"
 
+// keel-node allocates through jemalloc (linked in): an arena per core
+// instead of glibc's arenas under one lock when tens of thousands of
+// conversations start or stop, and freed pages go back to the OS within a
+// second (glibc keeps them until a trim). `MALLOC_CONF` in the environment
+// overrides these.
+extern "C" {
+const char* malloc_conf
+  = "percpu_arena:percpu,dirty_decay_ms:1000,muzzy_decay_ms:0";
+}
+
 namespace {
 
 // Exit codes: 0 clean stop, 1 runtime failure, 2 bad configuration or usage.

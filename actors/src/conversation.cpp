@@ -984,15 +984,16 @@ void suspended(self_ptr self, const session_record& record, uint64_t route) {
   ask_to_stop(self, route);
 }
 
-// Writes the session as SUSPENDED (a CLOSED one stays CLOSED), then asks the
-// orchestrator to stop us.
+// Writes the session as SUSPENDED (a CLOSED one stays CLOSED; while the node
+// drains, nothing), then asks the orchestrator to stop us.
 void passivate(self_ptr self) {
   auto& st = self->state;
   auto route = st.last_route;
   st.passivation = route;
-  if (!st.session_exists) {
+  if (!st.session_exists || st.node_draining) {
     // Nothing on disk (a cancel of an unknown thread, a first message that
-    // was not stored): nothing to write, and nothing to wait for either.
+    // was not stored), or the node's stop suspends it: nothing to write,
+    // and nothing to wait for either.
     ask_to_stop(self, route);
     return;
   }
@@ -1180,6 +1181,10 @@ conversation(conversation_actor::stateful_pointer<conversation_state> self,
     [self](atom::idle) { idle_timer_fired(self); },
     [self](atom::expire) { expire_deadlines(self); },
     [self](atom::passivate) { return passivate_now(self); },
+    [self](atom::passivate, atom::drain) {
+      self->state.node_draining = true;
+      return passivate_now(self);
+    },
   };
 }
 

@@ -90,10 +90,13 @@ child_spec conversations_child(const node_config& cfg,
   // Transient: a passivated conversation stops normally and is forgotten; a
   // crashed one is restarted and reloads its thread from the store.
   convs.child_template.restart = restart_type::transient;
-  convs.dynamic_start = [cfg, shards](caf::local_actor* parent,
-                                      const std::string& thread,
-                                      const caf::message&) {
-    auto ccfg = make_conversation_config(cfg, thread);
+  // Every live conversation's child entry holds a copy of this function:
+  // it shares the node's configuration rather than copying it.
+  convs.dynamic_start = [node = std::make_shared<const node_config>(cfg),
+                         shards](caf::local_actor* parent,
+                                 const std::string& thread,
+                                 const caf::message&) {
+    auto ccfg = make_conversation_config(*node, thread);
     ccfg.shards = shards;
     return caf::actor_cast<caf::actor>(parent->spawn(conversation, ccfg));
   };

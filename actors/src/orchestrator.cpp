@@ -346,20 +346,43 @@ void release(self_ptr self, const std::string& thread) {
     work();
 }
 
+// At most this many stops wait for the conversations supervisor's answer;
+// the rest queue. An actor's pending answers sit in a flat map that CAF
+// searches and shifts on every answer, so the 50,000 stops of a drain sent
+// at once took quadratic time; CAF's clock, likewise, cancels a request's
+// timeout by a linear scan, so stops go without one (the supervisor answers
+// once the child is gone, killing it after its shutdown timeout, and should
+// it die, its down message ends every stop: `conversations_lost`).
+constexpr size_t max_stops_in_flight = 256;
+
+// Sends queued stops while fewer than `max_stops_in_flight` are unanswered;
+// each answer releases its thread (running what queued meanwhile).
+void stop_next(self_ptr self) {
+  auto& st = self->state;
+  while (st.stops_in_flight < max_stops_in_flight && !st.stop_queue.empty()) {
+    auto thread = std::move(st.stop_queue.front());
+    st.stop_queue.pop_front();
+    auto sup = conversations(self);
+    if (!sup) {
+      release(self, thread);
+      continue;
+    }
+    ++st.stops_in_flight;
+    auto stopped = [self, thread] {
+      --self->state.stops_in_flight;
+      release(self, thread);
+      stop_next(self);
+    };
+    self->request(sup, caf::infinite, atom::stop_child_v, thread)
+      .then([stopped](caf::ok_atom) { stopped(); },
+            [stopped](caf::error&) { stopped(); });
+  }
+}
+
 // Stops a passivating conversation, then runs what queued meanwhile.
 void stop_conversation(self_ptr self, const std::string& thread) {
-  auto sup = conversations(self);
-  if (!sup) {
-    release(self, thread);
-    return;
-  }
-  // No timeout: the supervisor answers once the child is gone (killing it
-  // after its shutdown timeout), and should it die, its down message ends
-  // every stop (`conversations_lost`). A drain stops tens of thousands at
-  // once, and CAF's clock cancels each request's timeout by a linear scan.
-  self->request(sup, caf::infinite, atom::stop_child_v, thread)
-    .then([self, thread](caf::ok_atom) { release(self, thread); },
-          [self, thread](caf::error&) { release(self, thread); });
+  self->state.stop_queue.push_back(thread);
+  stop_next(self);
 }
 
 // Replaces the thread's conversation with one that loads the thread again:
@@ -814,16 +837,19 @@ void stop_threads(self_ptr self, const std::vector<std::string>& threads,
 }
 
 // Asks each of `threads` to passivate: an idle one writes its session
-// SUSPENDED and stops; a busy one declines and is asked again. The answers
-// do not matter (whoever stops tells us through `passivate`), so they go
-// nowhere: no request per thread waits on our clock.
-void ask_to_passivate(self_ptr self, const std::vector<std::string>& threads) {
+// SUSPENDED (unless the node drains: its stop does) and stops; a busy one
+// declines and is asked again. The answers do not matter (whoever stops
+// tells us through `passivate`), so they go nowhere: no request per thread
+// waits on our clock.
+void ask_to_passivate(self_ptr self, const std::vector<std::string>& threads,
+                      bool node_draining) {
   auto sup = conversations(self);
   if (!sup)
     return;
+  auto ask = node_draining ? caf::make_message(atom::passivate_v, atom::drain_v)
+                           : caf::make_message(atom::passivate_v);
   for (auto& thread : threads)
-    caf::anon_send(sup, atom::forward_v, thread,
-                   caf::make_message(atom::passivate_v));
+    caf::anon_send(sup, atom::forward_v, thread, ask);
 }
 
 constexpr auto release_check = std::chrono::milliseconds{100};
@@ -855,7 +881,7 @@ release_threads(self_ptr self, std::vector<std::string> threads,
   auto id = ++self->state.last_release;
   self->state.releases.emplace(
     id, shard_release{threads, rp, self->clock().now() + wait, 0, whole_node});
-  ask_to_passivate(self, threads);
+  ask_to_passivate(self, threads, whole_node);
   self->delayed_send(self, release_check, atom::release_v, id);
   return rp;
 }
@@ -903,7 +929,7 @@ void check_release(self_ptr self, uint64_t id) {
     for (auto& thread : left)
       if (!self->state.threads.at(thread).stopping)
         idle_candidates.push_back(thread);
-    ask_to_passivate(self, idle_candidates);
+    ask_to_passivate(self, idle_candidates, i->second.whole_node);
   }
   self->delayed_send(self, release_check, atom::release_v, id);
 }

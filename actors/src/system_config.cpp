@@ -1,5 +1,8 @@
 #include "keel/system_config.hpp"
 
+#include <algorithm>
+#include <thread>
+
 #include <caf/all.hpp>
 #include <caf/io/middleman.hpp>
 #include <caf/openssl/manager.hpp>
@@ -77,12 +80,17 @@ void system_config::load_middleman(caf::timespan heartbeat,
   set("middleman.connection-timeout", timeout);
 }
 
+size_t scheduler_workers(size_t configured) {
+  if (configured > 0)
+    return configured;
+  return std::max<size_t>(std::thread::hardware_concurrency(), 2);
+}
+
 void system_config::configure_node(const node_config& cfg) {
   set("scheduler.policy", cfg.scheduler == scheduler_policy::sharing
                             ? caf::atom("sharing")
                             : caf::atom("stealing"));
-  if (cfg.workers > 0)
-    set("scheduler.max-threads", cfg.workers);
+  set("scheduler.max-threads", scheduler_workers(cfg.workers));
   if (cfg.cluster.enabled)
     load_middleman(cfg.cluster.heartbeat, cfg.cluster.lease_ttl,
                    cfg.cluster.tls);

@@ -55,13 +55,7 @@ nlohmann::json to_json(const idle_threads_result& x) {
   nlohmann::json j;
   j["mode"] = "idle-threads";
   j["threads"] = x.threads;
-  j["messages"] = {{"sent", l.sent},
-                   {"acked", l.acked},
-                   {"answered", l.answered},
-                   {"errors", l.errors},
-                   {"missing_replies", l.missing_replies},
-                   {"duplicates", l.duplicates},
-                   {"connection_errors", l.connection_errors}};
+  j["messages"] = messages_json(l);
   j["clean"] = x.clean();
   j["rss_before_bytes"] = x.rss_before;
   j["rss_after"] = settled_json(x.after);

@@ -61,23 +61,6 @@ nlohmann::json config_json(const load_options& o) {
   return j;
 }
 
-nlohmann::json messages_json(const load_result& l) {
-  return {
-    {"sent", l.sent},
-    {"acked", l.acked},
-    {"answered", l.answered},
-    {"errors", l.errors},
-    {"missing_acks", l.missing_acks},
-    {"missing_replies", l.missing_replies},
-    {"duplicates", l.duplicates},
-    {"unknown_ids", l.unknown_ids},
-    {"out_of_order", l.out_of_order},
-    {"connection_errors", l.connection_errors},
-    {"measured_sent", l.measured_sent},
-    {"measured_answered", l.measured_answered},
-  };
-}
-
 nlohmann::json node_json(const node_figures& x) {
   if (!x.available)
     return {{"unavailable", x.reason}};

@@ -68,4 +68,21 @@ void sample_rows(std::ostream& out, const traffic_result& x) {
     table_row(out, "  sample", sample);
 }
 
+nlohmann::json messages_json(const load_result& l) {
+  return {
+    {"sent", l.sent},
+    {"acked", l.acked},
+    {"answered", l.answered},
+    {"errors", l.errors},
+    {"missing_acks", l.missing_acks},
+    {"missing_replies", l.missing_replies},
+    {"duplicates", l.duplicates},
+    {"unknown_ids", l.unknown_ids},
+    {"out_of_order", l.out_of_order},
+    {"connection_errors", l.connection_errors},
+    {"measured_sent", l.measured_sent},
+    {"measured_answered", l.measured_answered},
+  };
+}
+
 } // namespace keel::bench::detail

@@ -12,6 +12,7 @@
 
 #include "keel/tools/latency.hpp"
 #include "keel/tools/traffic.hpp"
+#include "keel/tools/ws_load.hpp"
 
 namespace keel::bench::detail {
 
@@ -45,5 +46,9 @@ std::string utc_date();
 
 /// The error samples, one row each.
 void sample_rows(std::ostream& out, const traffic_result& x);
+
+/// A WebSocket run's counts as the JSON reports show them (`sent`, `acked`,
+/// `answered`, the failures of each kind, the measured phase's counts).
+nlohmann::json messages_json(const load_result& l);
 
 } // namespace keel::bench::detail

@@ -144,6 +144,13 @@ CAF_TEST(a drain lets the turn under way finish and refuses new work) {
   CAF_REQUIRE(entries);
   CAF_CHECK_EQUAL(outcomes_by_seq(*entries), (std::map<uint64_t, int>{{1, 1}}));
   CAF_CHECK_EQUAL(count_text(*entries, "reply", "thought about"), 1u);
+  // The drain stopped t1 without writing its session; the stop marked it
+  // SUSPENDED, so the restart's recovery found no ACTIVE session.
+  auto recovery = http_request(node.admin_address(), "GET", "/api/v1/recovery");
+  CAF_REQUIRE(recovery);
+  auto report = nlohmann::json::parse(recovery->body);
+  CAF_CHECK_EQUAL(report["sessions"].get<uint64_t>(), 1u);
+  CAF_CHECK_EQUAL(report["suspended"].get<uint64_t>(), 0u);
 }
 
 CAF_TEST(a turn outliving the drain timeout is answered after the restart) {

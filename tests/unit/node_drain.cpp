@@ -73,6 +73,20 @@ CAF_TEST(a drain stops idle conversations and refuses new work) {
   CAF_CHECK(refused.error() == ec::draining);
 }
 
+CAF_TEST(a drain stops more idle conversations than it stops at a time) {
+  // The orchestrator has at most 256 stops in flight; the rest queue.
+  constexpr size_t threads = 300;
+  for (size_t i = 0; i < threads; ++i)
+    CAF_REQUIRE(send("t" + std::to_string(i), "c" + std::to_string(i), "hi"));
+  CAF_CHECK_EQUAL(active_conversations(), threads);
+  drain(30s);
+  await_drained();
+  CAF_CHECK(drained);
+  CAF_CHECK_EQUAL(active_conversations(), 0u);
+  CAF_CHECK_EQUAL(history("t0").size(), 2u);
+  CAF_CHECK_EQUAL(history("t299").size(), 2u);
+}
+
 CAF_TEST(a drain waits for the turn under way) {
   CAF_REQUIRE(send("t1", "c1", "think about it"));
   drain(30s);

@@ -539,7 +539,11 @@ using conversation_actor = caf::typed_actor<
   // Passivates now (as the idle timer would) if nothing is pending: the
   // orchestrator makes room under `threads.max_live`. Answers whether it
   // does.
-  caf::replies_to<atom::passivate>::with<bool>>;
+  caf::replies_to<atom::passivate>::with<bool>,
+  // The same while the node drains: this and every later passivation stop
+  // without writing the session SUSPENDED (the node's stop does, in one
+  // batch).
+  caf::replies_to<atom::passivate, atom::drain>::with<bool>>;
 
 /// A tool runner: runs one tool call as a subprocess on a job thread
 /// (never on a CAF worker), then quits. A cancel flag handed over at spawn

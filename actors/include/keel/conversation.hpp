@@ -237,6 +237,10 @@ struct conversation_state {
   /// its request to stop is in flight): asked again meanwhile, we say yes
   /// without a second write.
   std::optional<uint64_t> passivation;
+  /// The node drains (asked to passivate for it): passivations leave the
+  /// session as stored, since the node's stop marks every ACTIVE session
+  /// SUSPENDED in one batch (and a boot's recovery does, should it crash).
+  bool node_draining = false;
   /// True while an idle timer is pending (at most one is).
   bool idle_timer_armed = false;
   /// When the thread last became idle.

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <limits>
 #include <memory>
@@ -123,6 +124,10 @@ struct orchestrator_state {
   /// Shard releases under way, by id.
   std::unordered_map<uint64_t, shard_release> releases;
   uint64_t last_release = 0;
+  /// Conversations to stop, in order, and how many stops the conversations
+  /// supervisor has not answered yet (at most `max_stops_in_flight`).
+  std::deque<std::string> stop_queue;
+  size_t stops_in_flight = 0;
 
   /// Keeps `rp` until `take` or `fail_held`; returns its hold id.
   uint64_t hold(caf::response_promise rp);

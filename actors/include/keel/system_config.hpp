@@ -35,6 +35,11 @@ public:
   std::shared_ptr<node_metrics> metrics = std::make_shared<node_metrics>();
 };
 
+/// The scheduler's worker threads for `node.workers`: `configured`, or for
+/// 0 one per core, at least 2 (so that one long handler never stalls every
+/// other actor).
+size_t scheduler_workers(size_t configured);
+
 /// The metrics of the node running on `sys` (whose configuration is always
 /// a `keel::system_config`).
 inline node_metrics& metrics_of(caf::actor_system& sys) {

@@ -13,6 +13,11 @@
 #include <boost/beast/websocket.hpp>
 #include <openssl/ssl.h>
 
+// jemalloc's control call, present when the binary links jemalloc
+// (keel-node does), else null.
+extern "C" int mallctl(const char* name, void* old_value, size_t* old_size,
+                       void* new_value, size_t new_size) __attribute__((weak));
+
 namespace keel {
 
 gateway_handler::~gateway_handler() {
@@ -57,7 +62,12 @@ http_link::~http_link() {
 }
 
 void release_memory(size_t freed) {
-  if (freed >= trim_threshold)
+  if (freed < trim_threshold)
+    return;
+  // jemalloc (keel-node's allocator) purges every arena; glibc trims.
+  if (mallctl != nullptr)
+    mallctl("arena.4096.purge", nullptr, nullptr, nullptr, 0); // all arenas
+  else
     malloc_trim(0);
 }
 

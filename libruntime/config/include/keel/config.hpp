@@ -561,8 +561,9 @@ struct node_config {
   std::string data_dir = "./data";
   /// How the scheduler's workers wait for work.
   scheduler_policy scheduler = scheduler_policy::sharing;
-  /// Scheduler worker threads; 0: CAF's default (the number of cores, at
-  /// least 4).
+  /// Scheduler worker threads; 0: one per core, at least 2 (CAF's own
+  /// default, at least 4, wakes more threads per message than there are
+  /// cores to run them).
   size_t workers = 0;
   gateway_config gateway;
   std::vector<provider_config> providers;
