@@ -254,6 +254,8 @@ root_spec(const node_config& cfg, std::shared_ptr<ws_server> server,
   sup.name = "root";
   store_options opts;
   opts.sync = cfg.storage.sync;
+  opts.memtable_bytes = cfg.storage.rocksdb.memtables;
+  opts.block_cache_bytes = cfg.storage.rocksdb.block_cache;
   if (cfg.chaos.disk)
     opts.faults = std::make_shared<fault_injection>();
   if (cfg.cluster.enabled && !shards)

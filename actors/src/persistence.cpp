@@ -17,27 +17,6 @@ namespace keel {
 
 namespace {
 
-// A clean stop: no conversation runs any more (they stop before us), so no
-// session is live; the data must say so (of the threads `only` covers:
-// in a cluster, other nodes write the others).
-void suspend_active_sessions(store& db, const thread_filter& only) {
-  log_scope scope{log_component::persistence};
-  auto sessions = db.sessions();
-  if (!sessions) {
-    spdlog::warn("cannot read sessions at shutdown: {}",
-                 render(sessions.error()));
-    return;
-  }
-  for (auto& rec : *sessions) {
-    if (rec.state == session_state::active && (!only || only(rec.thread))) {
-      rec.state = session_state::suspended;
-      db.stage_session(rec);
-    }
-  }
-  if (auto err = db.flush())
-    spdlog::warn("cannot suspend sessions at shutdown: {}", render(err));
-}
-
 // The spawn of `child` under `parent` (whose session is `parent_rec`): a
 // suspended session in the parent's pool and model, and the tree link, both
 // stamped now.
@@ -86,6 +65,8 @@ caf::error persistence_state::init(const persistence_config& cfg) {
     // the shared `last_recovery` keeps the last real one.
     if (shards)
       boot_plan->boot = false;
+    else
+      knows_active = true; // Every session is inactive now but ours.
   }
   return caf::none;
 }
@@ -95,6 +76,7 @@ caf::error persistence_state::flush() {
   auto start = std::chrono::steady_clock::now();
   auto err = db->flush();
   count_flush(start, err);
+  active.flushed(!err);
   if (!err)
     reach(kill_point::batch_written);
   counted_new.clear();
@@ -106,6 +88,18 @@ caf::error persistence_state::flush() {
   for (auto& reply : replies)
     reply(err);
   return err;
+}
+
+void persistence_state::suspend_left_active() {
+  // No conversation runs any more (they stop before us), so no session is
+  // live; the data must say so (of the threads this node serves: in a
+  // cluster, other nodes write the others).
+  auto err = knows_active ? suspend_sessions(*db, active.threads())
+                          : suspend_sessions(*db, served());
+  if (err) {
+    log_scope scope{log_component::persistence};
+    spdlog::warn("cannot suspend sessions at shutdown: {}", render(err));
+  }
 }
 
 void persistence_state::count_flush(std::chrono::steady_clock::time_point start,
@@ -124,7 +118,7 @@ void persistence_state::on_exit(const caf::exit_msg& msg) {
   if (msg.reason == caf::exit_reason::user_shutdown
       || msg.reason == ec::shutdown) {
     flush();
-    suspend_active_sessions(*db, served());
+    suspend_left_active();
   }
   auto replies = std::move(waiting);
   waiting.clear();
@@ -227,6 +221,8 @@ persistence_state::accept(const accept_request& req) {
     uncount(*this, req.thread);
   if (!result)
     return result.error();
+  if (req.create_session && !result->duplicate)
+    active.staged(req.thread, req.session.state == session_state::active);
   // A duplicate known on disk is durable already (nothing staged).
   return after_flush(*result);
 }
@@ -235,6 +231,8 @@ caf::result<caf::ok_atom> persistence_state::commit(const turn_commit& commit) {
   if (auto err = check_tenure(commit.thread, commit.tenure))
     return err;
   db->stage_commit(commit);
+  if (commit.write_session)
+    active.staged(commit.thread, commit.session.state == session_state::active);
   return after_flush(caf::ok_atom_v);
 }
 
@@ -243,6 +241,7 @@ caf::result<caf::ok_atom> persistence_state::put(const session_record& rec,
   if (auto err = check_tenure(rec.thread, tenure))
     return err;
   db->stage_session(rec, tenure);
+  active.staged(rec.thread, rec.state == session_state::active);
   return after_flush(caf::ok_atom_v);
 }
 

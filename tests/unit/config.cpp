@@ -1477,6 +1477,25 @@ CAF_TEST(storage takes a postgres backend from the environment) {
   CAF_CHECK(plain->storage.backend == storage_backend::rocksdb);
 }
 
+CAF_TEST(storage sizes rocksdb memtables and block cache) {
+  auto plain = parse("");
+  CAF_REQUIRE_EQUAL(outcome(plain), "none");
+  CAF_CHECK_EQUAL(plain->storage.rocksdb.memtables, 64u << 20);
+  CAF_CHECK_EQUAL(plain->storage.rocksdb.block_cache, 32u << 20);
+  auto cfg = parse("storage:\n  rocksdb:\n    memtables: 16MiB\n"
+                   "    block_cache: 0\n");
+  CAF_REQUIRE_EQUAL(outcome(cfg), "none");
+  CAF_CHECK_EQUAL(cfg->storage.rocksdb.memtables, 16u << 20);
+  CAF_CHECK_EQUAL(cfg->storage.rocksdb.block_cache, 0u);
+  CAF_CHECK_EQUAL(error_of("storage:\n  rocksdb:\n    memtables: 512KiB\n"),
+                  "node.yaml:3: storage.rocksdb.memtables: expected a size in "
+                  "bytes >= 1048576 (an integer, or a string like \"64KiB\" "
+                  "or \"1MiB\"), got \"512KiB\"");
+  CAF_CHECK_EQUAL(error_of("storage:\n  rocksdb:\n    cache: 8MiB\n"),
+                  "node.yaml:3: storage.rocksdb.cache: unknown key (expected "
+                  "memtables or block_cache)");
+}
+
 CAF_TEST(storage mistakes are named) {
   CAF_CHECK_EQUAL(error_of("storage:\n  backend: postgres\n"),
                   "node.yaml:2: storage.postgres.url: required when "

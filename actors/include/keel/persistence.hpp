@@ -92,6 +92,11 @@ struct persistence_state {
   /// New threads counted in the pending group (a thread's second accept
   /// before the flush must not count it again).
   std::unordered_set<std::string> counted_new;
+  /// The sessions our writes may have left ACTIVE; all there are when
+  /// `knows_active` (a single node's first incarnation, which ran the boot
+  /// recovery), so a clean stop reads those only.
+  active_sessions active;
+  bool knows_active = false;
 
   /// Opens the store in `cfg.dir` and, for the node's first incarnation,
   /// runs the recovery on boot; returns why either failed.
@@ -109,6 +114,10 @@ struct persistence_state {
   /// group and suspends the live sessions; whoever still waits is answered
   /// `unavailable` at once instead of at their timeouts.
   void on_exit(const caf::exit_msg& msg);
+
+  /// A clean stop: marks the sessions left ACTIVE SUSPENDED (see
+  /// `active`), or else every ACTIVE session this node serves.
+  void suspend_left_active();
 
   // -- writes, answered once the pending group is synced ----------------------
 

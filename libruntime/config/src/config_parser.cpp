@@ -497,8 +497,9 @@ node_config parser::run(const YAML::Node& root) {
     if (auto x = m->get("drain_timeout"))
       cfg.shutdown.drain_timeout = read_duration(*x, m->path("drain_timeout"),
                                                  true);
-  if (auto m = section(top, "storage",
-                       {"backend", "sync", "request_timeout", "postgres"}))
+  if (auto m
+      = section(top, "storage",
+                {"backend", "sync", "request_timeout", "rocksdb", "postgres"}))
     read_storage(*m, cfg.storage);
   if (auto m = section(top, "cluster", strings(cluster_keys)))
     read_cluster(*m, cfg.cluster);
@@ -1477,6 +1478,12 @@ void parser::read_storage(const map_reader& m, storage_config& cfg) {
                       == "postgres"
                     ? storage_backend::postgres
                     : storage_backend::rocksdb;
+  if (auto r = section(m, "rocksdb", {"memtables", "block_cache"})) {
+    if (auto x = r->get("memtables"))
+      cfg.rocksdb.memtables = read_size(*x, r->path("memtables"), 1u << 20);
+    if (auto x = r->get("block_cache"))
+      cfg.rocksdb.block_cache = read_size(*x, r->path("block_cache"), 0);
+  }
   if (auto p = section(m, "postgres",
                        {"url", "connections", "statement_timeout"}))
     read_postgres(*p, cfg.postgres);

@@ -198,6 +198,59 @@ caf::expected<recovery_plan> plan_recovery(store& db, bool boot,
   return plan;
 }
 
+void active_sessions::staged(const std::string& thread, bool active) {
+  if (active)
+    maybe_active_.insert(thread);
+  pending_.emplace_back(thread, active);
+}
+
+void active_sessions::flushed(bool durable) {
+  if (durable) {
+    for (auto& [thread, active] : pending_) {
+      if (active)
+        maybe_active_.insert(thread);
+      else
+        maybe_active_.erase(thread);
+    }
+  }
+  pending_.clear();
+}
+
+namespace {
+
+// Stages `rec` SUSPENDED if it is ACTIVE; returns whether it did.
+bool stage_suspended(store& db, session_record& rec) {
+  if (rec.state != session_state::active)
+    return false;
+  rec.state = session_state::suspended;
+  db.stage_session(rec);
+  return true;
+}
+
+} // namespace
+
+caf::error suspend_sessions(store& db,
+                            const std::unordered_set<std::string>& threads) {
+  for (auto& thread : threads) {
+    // A thread without a session (quarantined since) has nothing to mark.
+    if (auto rec = db.session(thread))
+      stage_suspended(db, *rec);
+    else if (rec.error() != ec::not_found)
+      return rec.error();
+  }
+  return db.flush();
+}
+
+caf::error suspend_sessions(store& db, const thread_filter& only) {
+  auto sessions = db.sessions();
+  if (!sessions)
+    return sessions.error();
+  for (auto& rec : *sessions)
+    if (!only || only(rec.thread))
+      stage_suspended(db, rec);
+  return db.flush();
+}
+
 std::string describe(const recovery_report& r) {
   std::string result
     = "recovery: " + std::to_string(r.sessions) + " sessions ("

@@ -53,7 +53,7 @@ rocksdb_engine::rocksdb_engine(std::string dir, store_options opts)
   }
   // Shared by all column families: the hot set is small (recent log
   // entries, sessions, client ids), so a modest cache goes a long way.
-  cache_ = rocksdb::NewLRUCache(32 << 20);
+  cache_ = rocksdb::NewLRUCache(opts_.block_cache_bytes);
 }
 
 rocksdb_engine::~rocksdb_engine() {
@@ -156,9 +156,9 @@ rocksdb::Options rocksdb_engine::db_options() {
     options.env = env_.get();
   // All memtables together; keeps nine column families from each taking
   // their own full budget.
-  options.db_write_buffer_size = 64 << 20;
+  options.db_write_buffer_size = opts_.memtable_bytes;
   // Rarely written column families would otherwise pin old WAL files.
-  options.max_total_wal_size = 128 << 20;
+  options.max_total_wal_size = 2 * opts_.memtable_bytes;
   // A torn last record (crash mid-write) is the end of the log, not an
   // error: that record was never acknowledged.
   options.wal_recovery_mode = rocksdb::WALRecoveryMode::kPointInTimeRecovery;
@@ -173,10 +173,12 @@ rocksdb::Options rocksdb_engine::db_options() {
 
 rocksdb::ColumnFamilyOptions rocksdb_engine::cf_options() {
   rocksdb::ColumnFamilyOptions options;
-  // Small values, many writes: 16 MB memtables (the budget above caps
-  // them together), no compression on the first levels.
+  // Small values, many writes: memtables of a quarter of the budget above
+  // (which caps them together), at most 16 MiB, no compression on the
+  // first levels.
   options.OptimizeLevelStyleCompaction(64 << 20);
-  options.write_buffer_size = 16 << 20;
+  options.write_buffer_size = std::clamp<size_t>(opts_.memtable_bytes / 4,
+                                                 1u << 20, 16u << 20);
   options.max_write_buffer_number = 3;
   options.min_write_buffer_number_to_merge = 1;
   rocksdb::BlockBasedTableOptions table;

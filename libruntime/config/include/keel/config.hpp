@@ -477,6 +477,17 @@ enum class storage_backend {
   postgres,
 };
 
+/// RocksDB's memory (`storage.rocksdb:`): after the live threads, the
+/// largest part of a node's RSS.
+struct rocksdb_config {
+  /// All memtables together (RocksDB's `db_write_buffer_size`): writes
+  /// collect there until a flush to SST files. Smaller: less memory, more
+  /// flushes and compactions.
+  size_t memtables = 64u << 20;
+  /// The block cache every column family shares (reads of SST files).
+  size_t block_cache = 32u << 20;
+};
+
 /// The PostgreSQL store (`storage.postgres:`).
 struct postgres_config {
   /// libpq URI or conninfo string; write `${KEEL_PG_URL}` to keep a
@@ -493,6 +504,7 @@ struct postgres_config {
 /// Storage (`storage:`).
 struct storage_config {
   storage_backend backend = storage_backend::rocksdb;
+  rocksdb_config rocksdb;
   postgres_config postgres;
   /// Sync every acknowledged write (the contract; turn off only for tests
   /// of throughput ceilings, never in production).

@@ -11,6 +11,9 @@
 
 #include <functional>
 #include <string>
+#include <unordered_set>
+#include <utility>
+#include <vector>
 
 #include "keel/error.hpp"
 #include "keel/store.hpp"
@@ -38,5 +41,36 @@ caf::expected<recovery_plan> plan_recovery(store& db, bool boot,
 
 /// Renders a report for people (log lines, `keelctl recovery`).
 std::string describe(const recovery_report& report);
+
+/// The threads whose session may be ACTIVE on disk, learnt from the
+/// session writes of one writer that ran the boot recovery (which left
+/// every other session inactive). A write making a session ACTIVE counts at
+/// once; one leaving it inactive only once its group is durable, and in
+/// order (a dropped group may have left the older ACTIVE record).
+class active_sessions {
+public:
+  /// A write of `thread`'s session joined the pending group.
+  void staged(const std::string& thread, bool active);
+
+  /// The pending group was committed (`durable`) or dropped.
+  void flushed(bool durable);
+
+  const std::unordered_set<std::string>& threads() const noexcept {
+    return maybe_active_;
+  }
+
+private:
+  std::unordered_set<std::string> maybe_active_;
+  std::vector<std::pair<std::string, bool>> pending_;
+};
+
+/// A clean stop: marks the ACTIVE sessions among `threads` SUSPENDED in
+/// one synced batch (reading those sessions only).
+caf::error suspend_sessions(store& db,
+                            const std::unordered_set<std::string>& threads);
+
+/// A clean stop: marks every ACTIVE session `only` covers SUSPENDED in one
+/// synced batch (reading every session).
+caf::error suspend_sessions(store& db, const thread_filter& only);
 
 } // namespace keel

@@ -57,6 +57,9 @@ struct store_options {
   bool read_only = false;
   /// Test hook; null (the default) means the plain file system.
   std::shared_ptr<fault_injection> faults;
+  /// RocksDB: all memtables together, and the shared block cache.
+  size_t memtable_bytes = 64u << 20;
+  size_t block_cache_bytes = 32u << 20;
 };
 
 /// A record that a lenient read (see `store::sessions(bad)`) skipped because
