@@ -1,5 +1,6 @@
 // The stored-record decoders on arbitrary bytes: keel::decode<T> (the stored
-// JSON form of every record type) and the store's read_record, which also
+// form of every record type: binary, or JSON as older builds stored it) and
+// the store's read_record, which also
 // checks that a record belongs under its key.
 //
 // Input: byte 0 picks the record type, byte 1 the key's length; the key
@@ -11,7 +12,7 @@
 #include <string>
 
 #include "fuzz_check.hpp"
-#include "keel/json_codec.hpp"
+#include "keel/stored_form.hpp"
 #include "keys.hpp"
 #include "records.hpp"
 

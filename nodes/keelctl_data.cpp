@@ -8,6 +8,7 @@
 
 #include "keel/json_codec.hpp"
 #include "keel/pg_store.hpp"
+#include "keel/stored_form.hpp"
 #include "keel/tools/data_dir.hpp"
 #include "keel/tools/verify.hpp"
 #include "keel/tools/ws_client.hpp"

@@ -332,7 +332,8 @@ caf::expected<std::shared_ptr<http_io>> make_http_io(const node_config& cfg) {
   return io;
 }
 
-// Waits until the store answers, `self` monitoring the root; returns why the
+// Waits until the store answers (its cheapest question: its boot recovery
+// runs before it takes any), `self` monitoring the root; returns why the
 // node is not ready if the root gives up first (the store cannot be opened)
 // or after 60 s.
 caf::error await_ready(caf::scoped_actor& self, const caf::actor& root) {
@@ -342,8 +343,8 @@ caf::error await_ready(caf::scoped_actor& self, const caf::actor& root) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds{60};
   for (bool ready = false; !ready && !failure;) {
     if (auto db = lookup<persistence_actor>(sys, names::persistence))
-      self->request(db, std::chrono::seconds{5}, atom::stats_v)
-        .receive([&](persistence_stats&) { ready = true; },
+      self->request(db, std::chrono::seconds{5}, atom::writable_v)
+        .receive([&](bool) { ready = true; },
                  [](caf::error&) { /* not up yet */ });
     if (ready)
       break;

@@ -6,10 +6,10 @@
 #include <caf/all.hpp>
 #include <spdlog/spdlog.h>
 
-#include "keel/json_codec.hpp"
 #include "keel/kill_point.hpp"
 #include "keel/logging.hpp"
 #include "keel/recovery.hpp"
+#include "keel/stored_form.hpp"
 #include "keel/system_config.hpp"
 #include "keel/text.hpp"
 

@@ -7,9 +7,9 @@
 #include <set>
 #include <string_view>
 
-#include "keel/json_codec.hpp"
 #include "keel/pg_connection.hpp"
 #include "keel/sharding.hpp"
+#include "keel/stored_form.hpp"
 
 namespace keel {
 

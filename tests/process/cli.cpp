@@ -7,6 +7,7 @@
 #include "keel/json_codec.hpp"
 #include "keel/protocol.hpp"
 #include "keel/store.hpp"
+#include "keel/stored_form.hpp"
 #include "node_client.hpp"
 #include "temp_dir.hpp"
 

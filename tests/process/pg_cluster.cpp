@@ -24,6 +24,7 @@
 #include "keel/pg_store.hpp"
 #include "keel/shard_table.hpp"
 #include "keel/sharding.hpp"
+#include "keel/stored_form.hpp"
 #include "keel/tools/node_process.hpp"
 #include "keel/tools/process.hpp"
 #include "keel/tools/verify.hpp"

@@ -1,6 +1,7 @@
 #define CAF_SUITE json_codec
 
 #include "keel/json_codec.hpp"
+#include "keel/stored_form.hpp"
 
 #include <caf/test/unit_test.hpp>
 
@@ -127,20 +128,29 @@ std::string message_of(const caf::error& err) {
   return err ? error_message(err) : "none";
 }
 
-/// Checks the JSON, the deep_to_string and the binary form of `x`, and that
-/// each of them reads back into the same record.
+/// Checks the JSON, the deep_to_string and the CAF binary form of `x`, and
+/// that each of them, and its stored form, reads back into the same record
+/// (the JSON form also from the store, where older builds wrote it).
 template <class T>
 void check_pinned(T x, const std::string& json, const std::string& text,
                   const std::string& binary) {
-  CAF_CHECK_EQUAL(encode(x), json);
   CAF_CHECK_EQUAL(to_json(x).dump(), json);
   CAF_CHECK_EQUAL(caf::deep_to_string(x), text);
   auto back = decode<T>(json);
   if (!back) {
     CAF_FAIL("decode failed: " << message_of(back.error()));
   }
-  CAF_CHECK_EQUAL(encode(*back), json);
+  CAF_CHECK_EQUAL(to_json(*back).dump(), json);
   CAF_CHECK_EQUAL(caf::deep_to_string(*back), text);
+  auto stored = encode(x);
+  CAF_CHECK_EQUAL(stored.front(), binary_record_marker);
+  auto from_store = decode<T>(stored);
+  if (!from_store) {
+    CAF_FAIL(
+      "decode of the stored form failed: " << message_of(from_store.error()));
+  }
+  CAF_CHECK_EQUAL(caf::deep_to_string(*from_store), text);
+  CAF_CHECK_EQUAL(encode(*from_store), stored);
   std::vector<char> bytes;
   caf::binary_serializer sink{nullptr, bytes};
   CAF_REQUIRE_EQUAL(message_of(sink(x)), "none");
@@ -651,4 +661,109 @@ CAF_TEST(agent list decode errors) {
   check_agents(R"({"agents":{}})", "the agents answer has no 'agents' array");
   check_agents(R"([])", "the agents answer has no 'agents' array");
   check_agents(R"({})", "the agents answer has no 'agents' array");
+}
+
+// -- the binary stored form ---------------------------------------------------
+
+namespace {
+
+/// The stored bytes `hex` (pairs of hex digits) after the binary marker.
+std::string stored(const std::string& hex) {
+  std::string result{binary_record_marker};
+  for (size_t i = 0; i + 1 < hex.size(); i += 2)
+    result.push_back(
+      static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
+  return result;
+}
+
+std::string hex_of(const std::string& bytes) {
+  return hex(std::vector<char>{bytes.begin(), bytes.end()});
+}
+
+// A session record as a build without `tool_failures` and `paused_at`
+// stored it: thread "t", parent "", pool "p", model "", provider "", state
+// ACTIVE, created_at 1, recovered_at 0, provider_state "".
+const char* nine_field_session = "09"
+                                 "0174"
+                                 "00"
+                                 "0170"
+                                 "00"
+                                 "00"
+                                 "06414354495645"
+                                 "02"
+                                 "00"
+                                 "00";
+
+} // namespace
+
+CAF_TEST(the stored form is binary and pinned byte for byte) {
+  // Marker, 3 fields, "p", "p.c", 42 (signed: zigzag, 84).
+  CAF_CHECK_EQUAL(hex_of(encode(full_link())), "0103017003702e6354");
+  // Signed integers are zigzag varints: -1 is 1, 300 is 600 (d8 04).
+  CAF_CHECK_EQUAL(hex_of(encode(tree_link{"", "", -1})), "0103000001");
+  CAF_CHECK_EQUAL(hex_of(encode(tree_link{"", "", 300})), "01030000d804");
+  auto big = decode<tree_link>(encode(tree_link{"a", "b", INT64_MIN}));
+  CAF_REQUIRE(big);
+  CAF_CHECK_EQUAL(big->created_at, INT64_MIN);
+  // Far smaller than the JSON form.
+  CAF_CHECK_LESS(encode(full_session()).size(),
+                 to_json(full_session()).dump().size() / 2);
+}
+
+CAF_TEST(a stored record without its newest fields reads their defaults) {
+  auto x = decode<session_record>(stored(nine_field_session));
+  CAF_REQUIRE_EQUAL(x ? "none" : message_of(x.error()), "none");
+  CAF_CHECK_EQUAL(x->thread, "t");
+  CAF_CHECK_EQUAL(x->pool, "p");
+  CAF_CHECK(x->state == session_state::active);
+  CAF_CHECK_EQUAL(x->created_at, 1);
+  CAF_CHECK(x->tool_failures.empty());
+  CAF_CHECK_EQUAL(x->paused_at, 0);
+  // Without `provider_state`, which every build wrote, it is corrupt.
+  auto eight = stored(std::string{"08"} + (nine_field_session + 2));
+  eight.pop_back();
+  check_error<session_record>(eight,
+                              "session record: missing field 'provider_state'");
+}
+
+CAF_TEST(binary decode errors name the record and the field) {
+  check_error<session_record>(stored(""),
+                              "session record: record is cut short");
+  check_error<session_record>(
+    stored("0c"),
+    "session record: record has 12 fields, this build reads 11 (written by a "
+    "newer build?)");
+  check_error<session_record>(stored("090574"),
+                              "session record: field 'thread' is cut short");
+  check_error<session_record>(stored("0902fffe"),
+                              "session record: field 'thread' is not valid "
+                              "UTF-8");
+  check_error<session_record>(
+    stored("090174000170000005424f475553020000"),
+    "session record: field 'state' has unknown value 'BOGUS'");
+  check_error<session_record>(stored("09017400017000000641435449564502"),
+                              "session record: field 'recovered_at' is cut "
+                              "short");
+  // tool_failures: one count of 2^33 failures, which a uint32_t cannot hold.
+  check_error<session_record>(
+    stored(std::string{"0a"} + (nine_field_session + 2) + "01020178"
+           + "8080808020"),
+    "session record: tool_failures[0]: field 'failures' is out of range");
+  check_error<session_record>(
+    stored(std::string{"0a"} + (nine_field_session + 2) + "05"),
+    "session record: field 'tool_failures' is cut short");
+  check_error<tree_link>(encode(full_link()) + "x",
+                         "tree link: 1 bytes after the record");
+  // A varint longer than 64 bits.
+  check_error<tree_link>(stored("03000080808080808080808002"),
+                         "tree link: field 'created_at' is cut short");
+  // Not the marker: read as JSON, as older builds stored records.
+  check_error<tree_link>("\x02", "record is not valid JSON");
+}
+
+CAF_TEST(ill - formed UTF - 8 is stored as U + FFFD) {
+  context_entry x{3, "tool", "a\xff"};
+  auto back = decode<context_entry>(encode(x));
+  CAF_REQUIRE(back);
+  CAF_CHECK_EQUAL(back->content, "a\xef\xbf\xbd");
 }

@@ -11,7 +11,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "keel/json_codec.hpp"
+#include "keel/stored_form.hpp"
 #include "keel/text.hpp"
 
 using namespace keel;
@@ -30,7 +30,7 @@ CAF_TEST(opening creates the folder and records the schema version) {
   if (!store_on_postgres())
     CAF_CHECK(std::filesystem::is_directory(dir));
   CAF_CHECK_EQUAL(outcome(db->meta("schema_version")), "none");
-  CAF_CHECK_EQUAL(value_or(db->meta("schema_version"), ""), "1");
+  CAF_CHECK_EQUAL(value_or(db->meta("schema_version"), ""), "2");
   CAF_CHECK_EQUAL(error_of(db->meta("node_id")), ec::not_found);
   CAF_CHECK_EQUAL(value_or(db->count_sessions(), 99), 0u);
   CAF_CHECK_EQUAL(column_families.size(), 13u);
@@ -53,7 +53,7 @@ CAF_TEST(reopening keeps the data) {
   CAF_REQUIRE_EQUAL(snapshot.inbox.size(), 1u);
   CAF_CHECK_EQUAL(snapshot.inbox[0].text, "hello");
   CAF_CHECK_EQUAL(value_or(db->meta("node_id"), ""), "n1");
-  CAF_CHECK_EQUAL(value_or(db->meta("schema_version"), ""), "1");
+  CAF_CHECK_EQUAL(value_or(db->meta("schema_version"), ""), "2");
 }
 
 CAF_TEST(provider health records are replaced and survive a reopen) {
@@ -121,14 +121,40 @@ CAF_TEST(owner notices are kept per kind and subject and survive a reopen) {
 }
 
 CAF_TEST(a schema version newer than ours refuses to open) {
-  db->stage_meta("schema_version", "2");
+  db->stage_meta("schema_version", "3");
   flush();
   close();
   auto res = try_open();
   CAF_REQUIRE(!res);
   CAF_CHECK_EQUAL(res.error(), ec::storage_open_failed);
   CAF_CHECK_EQUAL(message_of(res),
-                  where() + ": schema version 2 is newer than this build's 1");
+                  where() + ": schema version 3 is newer than this build's 2");
+}
+
+CAF_TEST(a store of schema version 1 reads its JSON records and becomes 2) {
+  put_raw("meta", "schema_version", "1", false);
+  put_raw("sessions", "t1",
+          R"({"thread":"t1","parent":"","pool":"default","model":"",)"
+          R"("state":"SUSPENDED","created_at":1,"provider_state":""})",
+          false);
+  put_raw("inbox", seq_key("t1", 1),
+          R"({"seq":1,"client_id":"c1","text":"hello","accepted_at":2})");
+  // Builds that store JSON refuse it from now on.
+  CAF_CHECK_EQUAL(value_or(db->meta("schema_version"), ""), "2");
+  auto snapshot = load("t1");
+  CAF_CHECK(snapshot.exists);
+  CAF_CHECK_EQUAL(snapshot.session.pool, "default");
+  CAF_REQUIRE_EQUAL(snapshot.inbox.size(), 1u);
+  CAF_CHECK_EQUAL(snapshot.inbox[0].text, "hello");
+  // Rewritten, the session is stored in the binary form and reads back.
+  snapshot.session.state = session_state::active;
+  db->stage_session(snapshot.session);
+  flush();
+  open();
+  auto rec = db->session("t1");
+  CAF_REQUIRE(rec);
+  CAF_CHECK(rec->state == session_state::active);
+  CAF_CHECK_EQUAL(rec->created_at, 1);
 }
 
 CAF_TEST(an accepted message is loaded with its thread) {
@@ -557,7 +583,9 @@ CAF_TEST(a record with ill formed utf8 never fails its group) {
   CAF_REQUIRE(stored);
   CAF_REQUIRE_EQUAL(stored->size(), 1u);
   CAF_CHECK(valid_utf8(stored->front().last_error));
-  CAF_CHECK_EQUAL(stored->front().last_error, "cut mid-character \xef\xbf\xbd");
+  // Each ill-formed byte is a U+FFFD (sanitize_utf8).
+  CAF_CHECK_EQUAL(stored->front().last_error,
+                  "cut mid-character \xef\xbf\xbd\xef\xbf\xbd");
 }
 
 CAF_TEST(sessions keep provider and recovery mark and old records still read) {

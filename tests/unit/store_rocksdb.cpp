@@ -16,7 +16,7 @@
 
 #include <rocksdb/db.h>
 
-#include "keel/json_codec.hpp"
+#include "keel/stored_form.hpp"
 
 using namespace keel;
 
@@ -32,12 +32,12 @@ CAF_TEST_FIXTURE_SCOPE(store_rocksdb_tests, fixture)
 
 CAF_TEST(column families of a newer build do not hide its schema version) {
   put_raw("future", "k", "v");
-  CAF_CHECK_EQUAL(value_or(db->meta("schema_version"), ""), "1");
+  CAF_CHECK_EQUAL(value_or(db->meta("schema_version"), ""), "2");
   put_raw("meta", "schema_version", "7", false);
   auto res = store::open(dir);
   CAF_CHECK_EQUAL(message_of(res),
                   "the database in " + dir
-                    + ": schema version 7 is newer than this build's 1");
+                    + ": schema version 7 is newer than this build's 2");
 }
 
 CAF_TEST(opening a regular file fails with a clear error) {

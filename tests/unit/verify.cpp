@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "keel/json_codec.hpp"
+#include "keel/stored_form.hpp"
 #include "keel/tools/data_dir.hpp"
 
 using namespace keel;

@@ -173,30 +173,4 @@ caf::expected<std::vector<agent_info>> agents_from_json(const json& j) {
   return result;
 }
 
-// -- stored form --------------------------------------------------------------
-
-template <class T>
-caf::expected<T> decode(std::string_view text) {
-  auto j = json::parse(text.begin(), text.end(), nullptr, false);
-  if (j.is_discarded())
-    return caf::make_error(ec::storage_corrupt, "record is not valid JSON");
-  return detail::read_record<T>(j);
-}
-
-template caf::expected<session_record> decode<session_record>(std::string_view);
-template caf::expected<tree_link> decode<tree_link>(std::string_view);
-template caf::expected<outbox_entry> decode<outbox_entry>(std::string_view);
-template caf::expected<dead_letter> decode<dead_letter>(std::string_view);
-template caf::expected<reply_delivery> decode<reply_delivery>(std::string_view);
-template caf::expected<owner_notice> decode<owner_notice>(std::string_view);
-template caf::expected<inbox_entry> decode<inbox_entry>(std::string_view);
-template caf::expected<log_entry> decode<log_entry>(std::string_view);
-template caf::expected<context_entry> decode<context_entry>(std::string_view);
-template caf::expected<provider_health_record>
-  decode<provider_health_record>(std::string_view);
-template caf::expected<recovery_step> decode<recovery_step>(std::string_view);
-template caf::expected<recovery_report>
-  decode<recovery_report>(std::string_view);
-template caf::expected<agent_info> decode<agent_info>(std::string_view);
-
 } // namespace keel

@@ -85,51 +85,64 @@ inline std::optional<notice_status> parse_name(const std::string& str,
 template <class T>
 constexpr bool dependent_false = false;
 
+/// Walks an `inspect` list for the record forms: calls `Derived::visit` for
+/// each value a `field` names, skips other annotations, and (for readers,
+/// whose `Result` is `caf::error`) stops at the first error.
+template <class Derived, class Result>
+class field_walker {
+public:
+  using result_type = Result;
+
+  template <class... Ts>
+  Result operator()(Ts&&... xs) {
+    return walk(xs...);
+  }
+
+private:
+  Result walk() {
+    return Result();
+  }
+
+  template <class T, class... Ts>
+  Result walk(const field_t& name, T& x, Ts&... xs) {
+    if constexpr (std::is_void_v<Result>) {
+      static_cast<Derived&>(*this).visit(name, x);
+    } else {
+      if (auto err = static_cast<Derived&>(*this).visit(name, x))
+        return err;
+    }
+    return walk(xs...);
+  }
+
+  template <class T, class... Ts>
+  std::enable_if_t<caf::meta::is_annotation<T>::value, Result>
+  walk(const T&, Ts&... xs) {
+    return walk(xs...);
+  }
+
+  template <class T, class... Ts>
+  std::enable_if_t<!caf::meta::is_annotation<T>::value, Result>
+  walk(const T&, Ts&...) {
+    static_assert(dependent_false<T>,
+                  "each value of a stored record needs a field()");
+  }
+};
+
 // -- writing ------------------------------------------------------------------
 
 template <class T>
 json write_record(const T& x);
 
 /// Writes the fields of an `inspect` list into a JSON object.
-class json_writer {
+class json_writer : public field_walker<json_writer, void> {
 public:
-  using result_type = void;
-
   explicit json_writer(json& out) : out_(out) {
     // nop
   }
 
-  template <class... Ts>
-  void operator()(Ts&&... xs) {
-    write(xs...);
-  }
-
-private:
-  void write() {
-    // nop
-  }
-
-  template <class T, class... Ts>
-  void write(const field_t& name, T& x, Ts&... xs) {
-    write_field(name, x);
-    write(xs...);
-  }
-
-  template <class T, class... Ts>
-  std::enable_if_t<caf::meta::is_annotation<T>::value>
-  write(const T&, Ts&... xs) {
-    write(xs...);
-  }
-
-  template <class T, class... Ts>
-  std::enable_if_t<!caf::meta::is_annotation<T>::value>
-  write(const T&, Ts&...) {
-    static_assert(dependent_false<T>,
-                  "each value of a record with a JSON form needs a field()");
-  }
-
+  /// Writes one field.
   template <class T>
-  void write_field(const field_t& name, T& x) {
+  void visit(const field_t& name, T& x) {
     if constexpr (is_record<T>) {
       if (name.form == field_form::embedded)
         inspect(*this, x);
@@ -147,6 +160,7 @@ private:
     }
   }
 
+private:
   template <class T>
   static json value(const T& x) {
     if constexpr (std::is_enum_v<T>) {
@@ -226,10 +240,8 @@ caf::expected<T> read_record(const json& in, const std::string& what);
 
 /// Reads the fields of an `inspect` list from a JSON object, one pass at a
 /// time.
-class json_reader {
+class json_reader : public field_walker<json_reader, caf::error> {
 public:
-  using result_type = caf::error;
-
   enum pass {
     /// Required fields: present and of the right JSON type.
     required_fields,
@@ -243,31 +255,9 @@ public:
     // nop
   }
 
-  template <class... Ts>
-  caf::error operator()(Ts&&... xs) {
-    return read(xs...);
-  }
-
-private:
-  caf::error read() {
-    return caf::none;
-  }
-
-  template <class T, class... Ts>
-  caf::error read(const field_t& name, T& x, Ts&... xs) {
-    if (auto err = read_field(name, x))
-      return err;
-    return read(xs...);
-  }
-
-  template <class T, class... Ts>
-  std::enable_if_t<caf::meta::is_annotation<T>::value, caf::error>
-  read(const T&, Ts&... xs) {
-    return read(xs...);
-  }
-
+  /// Reads one field, as far as the current pass goes.
   template <class T>
-  caf::error read_field(const field_t& name, T& x) {
+  caf::error visit(const field_t& name, T& x) {
     if constexpr (is_record<T>) {
       if (name.form == field_form::embedded)
         return inspect(*this, x);
@@ -283,6 +273,7 @@ private:
     return read_plain(name.name, *i, x);
   }
 
+private:
   // Checks the JSON type of a field and reads plain values (numbers,
   // strings, vectors of them); the rest waits for `read_nested`.
   template <class T>

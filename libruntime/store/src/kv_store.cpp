@@ -174,8 +174,11 @@ caf::error kv_store::check_schema() {
                              engine_->describe() + ": schema version " + **value
                                + " is newer than this build's "
                                + std::to_string(schema_version));
-    return caf::none;
+    if (*version == schema_version)
+      return caf::none;
   }
+  // A new store, or an older one this build writes records into: builds that
+  // cannot read them refuse it from now on.
   if (engine_->read_only())
     return caf::none;
   auto batch = engine_->new_batch();

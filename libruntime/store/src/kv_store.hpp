@@ -93,6 +93,8 @@ public:
   void stage_delivery(const reply_delivery& rec, uint64_t tenure) override;
 
   void stage_session(const session_record& given, uint64_t tenure) override;
+  void stage_stored_session(const session_record& rec,
+                            uint64_t tenure) override;
 
   void stage_health(const provider_health_record& rec) override;
   void stage_notice(const owner_notice& rec) override;

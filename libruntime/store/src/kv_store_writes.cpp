@@ -3,7 +3,7 @@
 #include <exception>
 #include <set>
 
-#include "keel/json_codec.hpp"
+#include "keel/stored_form.hpp"
 #include "keel/text.hpp"
 
 namespace keel::store_backend {
@@ -367,8 +367,13 @@ void kv_store::stage_session(const session_record& given, uint64_t tenure) {
            + render(rec.error()));
     return;
   }
-  if (stage_record(cf_sessions, rec->thread, rec->thread, *rec, tenure))
-    pending_sessions_[rec->thread] = std::move(*rec);
+  stage_stored_session(*rec, tenure);
+}
+
+void kv_store::stage_stored_session(const session_record& rec,
+                                    uint64_t tenure) {
+  if (stage_record(cf_sessions, rec.thread, rec.thread, rec, tenure))
+    pending_sessions_[rec.thread] = rec;
 }
 
 void kv_store::stage_health(const provider_health_record& rec) {

@@ -1,6 +1,6 @@
 #pragma once
 
-// Reading stored records: a value decodes (keel/json_codec.hpp) and must
+// Reading stored records: a value decodes (keel/stored_form.hpp) and must
 // belong under its key.
 
 #include <optional>
@@ -9,7 +9,7 @@
 
 #include <string_view>
 
-#include "keel/json_codec.hpp"
+#include "keel/stored_form.hpp"
 #include "keys.hpp"
 
 namespace keel::store_backend {

@@ -1,8 +1,10 @@
 #include "keel/recovery.hpp"
 
+#include <algorithm>
 #include <chrono>
-#include <map>
 #include <set>
+#include <string_view>
+#include <unordered_map>
 
 #include "keel/text.hpp"
 
@@ -33,7 +35,48 @@ private:
   steady::time_point start_;
 };
 
-using sessions_by_thread = std::map<std::string, session_record>;
+// The session records a recovery reads, in thread order (the store's key
+// order), with an index by thread. Moving it keeps the index valid (the
+// vector's buffer moves with it); copying it would not.
+class sessions_by_thread {
+public:
+  explicit sessions_by_thread(std::vector<session_record> list)
+    : list_(std::move(list)) {
+    index_.reserve(list_.size());
+    for (auto& rec : list_)
+      index_.emplace(rec.thread, &rec);
+  }
+
+  sessions_by_thread(sessions_by_thread&&) = default;
+  sessions_by_thread(const sessions_by_thread&) = delete;
+  sessions_by_thread& operator=(const sessions_by_thread&) = delete;
+
+  /// The session of `thread`, or null.
+  const session_record* find(std::string_view thread) const {
+    auto i = index_.find(thread);
+    return i == index_.end() ? nullptr : i->second;
+  }
+
+  bool contains(std::string_view thread) const {
+    return index_.count(thread) > 0;
+  }
+
+  size_t size() const {
+    return list_.size();
+  }
+
+  std::vector<session_record>& records() {
+    return list_;
+  }
+
+  const std::vector<session_record>& records() const {
+    return list_;
+  }
+
+private:
+  std::vector<session_record> list_;
+  std::unordered_map<std::string_view, session_record*> index_;
+};
 
 // 1. Reads the session records.
 caf::expected<sessions_by_thread>
@@ -42,10 +85,13 @@ read_sessions(store& db, recovery_report& report, const thread_filter& only) {
   auto sessions = db.sessions();
   if (!sessions)
     return sessions.error();
-  sessions_by_thread result;
-  for (auto& rec : *sessions)
-    if (!only || only(rec.thread))
-      result.emplace(rec.thread, rec);
+  if (only)
+    sessions->erase(std::remove_if(sessions->begin(), sessions->end(),
+                                   [&only](const session_record& rec) {
+                                     return !only(rec.thread);
+                                   }),
+                    sessions->end());
+  sessions_by_thread result{std::move(*sessions)};
   report.sessions = result.size();
   timer.done(report.sessions);
   return result;
@@ -66,18 +112,18 @@ caf::error rebuild_tree(store& db, const sessions_by_thread& sessions,
       continue;
     ++report.links;
     linked.emplace(link.parent, link.child);
-    auto parent_known = sessions.count(link.parent) > 0
+    auto parent_known = sessions.contains(link.parent)
                         || (only && !only(link.parent));
-    if (!parent_known || sessions.count(link.child) == 0)
+    if (!parent_known || !sessions.contains(link.child))
       report.problems.push_back("tree link " + link.parent + " -> " + link.child
                                 + " names a thread without a session");
   }
-  for (auto& [thread, rec] : sessions) {
+  for (auto& rec : sessions.records()) {
     if (rec.parent.empty()) {
       ++report.roots;
-    } else if ((sessions.count(rec.parent) == 0 && (!only || only(rec.parent)))
-               || linked.count({rec.parent, thread}) == 0) {
-      report.problems.push_back("thread " + thread + " names parent "
+    } else if ((!sessions.contains(rec.parent) && (!only || only(rec.parent)))
+               || linked.count({rec.parent, rec.thread}) == 0) {
+      report.problems.push_back("thread " + rec.thread + " names parent "
                                 + rec.parent
                                 + " without a session or tree link");
     }
@@ -93,12 +139,12 @@ caf::error suspend_active(store& db, sessions_by_thread& sessions, bool boot,
   step_timer timer{report, "suspend_active"};
   if (boot) {
     auto now = wall_clock_millis();
-    for (auto& [thread, rec] : sessions) {
+    for (auto& rec : sessions.records()) {
       if (rec.state != session_state::active)
         continue;
       rec.state = session_state::suspended;
       rec.recovered_at = now;
-      db.stage_session(rec);
+      db.stage_stored_session(rec);
       ++report.suspended;
     }
     if (auto err = db.flush())
@@ -141,12 +187,12 @@ bool has_closed_ancestor(const sessions_by_thread& sessions,
                          const session_record& rec) {
   std::set<std::string> seen;
   for (auto parent = rec.parent; !parent.empty();) {
-    auto i = sessions.find(parent);
-    if (i == sessions.end() || !seen.insert(parent).second)
+    auto found = sessions.find(parent);
+    if (!found || !seen.insert(parent).second)
       return false;
-    if (i->second.state == session_state::closed)
+    if (found->state == session_state::closed)
       return true;
-    parent = i->second.parent;
+    parent = found->parent;
   }
   return false;
 }
@@ -161,16 +207,16 @@ caf::error scan_undelivered(store& db, const sessions_by_thread& sessions,
   auto pending = pending_threads(db, report, only);
   if (!pending)
     return pending.error();
-  for (auto& [thread, rec] : sessions)
+  for (auto& rec : sessions.records())
     if (rec.state != session_state::closed
         && has_closed_ancestor(sessions, rec))
-      plan.cancels.push_back(thread);
+      plan.cancels.push_back(rec.thread);
   report.cancels_finished = plan.cancels.size();
   for (auto& thread : *pending) {
-    auto i = sessions.find(thread);
+    auto found = sessions.find(thread);
     // An inbox without a session cannot come from us; resume it anyway, as
     // a root, so its messages are answered.
-    if (i == sessions.end() || i->second.parent.empty())
+    if (!found || found->parent.empty())
       plan.roots.push_back(thread);
     else
       plan.children.push_back(thread);
@@ -223,7 +269,7 @@ bool stage_suspended(store& db, session_record& rec) {
   if (rec.state != session_state::active)
     return false;
   rec.state = session_state::suspended;
-  db.stage_session(rec);
+  db.stage_stored_session(rec);
   return true;
 }
 

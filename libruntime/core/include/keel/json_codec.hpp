@@ -1,7 +1,7 @@
 #pragma once
 
-// JSON encoding of the data model: the stored form of every record and the
-// form history entries take on the wire. One encoding, used everywhere, and
+// JSON encoding of the data model: the form records take on the wire and in
+// the API (and took in the store before its binary form, keel/stored_form.hpp),
 // derived from each record's `inspect` overload (its `field` annotations):
 // keys are the field names; enums are stored by name; a record that lacks a
 // required field, has a field of the wrong type or an unknown enum name does
@@ -60,19 +60,5 @@ nlohmann::json agents_to_json(const std::vector<agent_info>& agents);
 /// `ec::protocol_violation` naming the bad element and field.
 caf::expected<std::vector<agent_info>>
 agents_from_json(const nlohmann::json& j);
-
-/// Serializes a record to its stored form (compact JSON). Never throws:
-/// ill-formed UTF-8 in a text field is stored as U+FFFD, so one bad record
-/// cannot fail the group commit it shares with other writes.
-template <class T>
-std::string encode(const T& x) {
-  return to_json(x).dump(-1, ' ', false,
-                         nlohmann::json::error_handler_t::replace);
-}
-
-/// Parses the stored form of a record of type `T` (any record listed above,
-/// or `recovery_step`); errors name the record and the field.
-template <class T>
-caf::expected<T> decode(std::string_view text);
 
 } // namespace keel

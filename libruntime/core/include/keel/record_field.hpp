@@ -1,9 +1,14 @@
 #pragma once
 
 // Annotations that let a record's `inspect` overload describe its JSON form
-// too, so each record lists its fields once. CAF's inspectors (binary
-// serialization, deep_to_string) skip annotations they do not know, so these
-// change nothing in how records travel in messages.
+// and its stored form too (keel/json_codec.hpp, keel/stored_form.hpp), so
+// each record lists its fields once. CAF's inspectors (binary serialization,
+// deep_to_string) skip annotations they do not know, so these change nothing
+// in how records travel in messages.
+//
+// The stored form is positional: a stored record's field list only grows at
+// its end. Add new fields last (not `required`, so older records read their
+// default); never remove, reorder or retype one.
 
 #include <cstdint>
 

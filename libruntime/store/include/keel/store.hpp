@@ -38,8 +38,11 @@ namespace keel {
 /// data is one contiguous range. Thread ids never contain '/'.
 extern const std::vector<std::string> column_families;
 
-/// The schema version this build writes (stored in `meta`).
-constexpr uint32_t schema_version = 1;
+/// The schema version this build writes (stored in `meta`): 2, records in
+/// their binary form (keel/stored_form.hpp). A store of version 1 (records
+/// as JSON, which this build still reads) is marked 2 when it is opened for
+/// writing.
+constexpr uint32_t schema_version = 2;
 
 /// Options for opening a store.
 /// Table files RocksDB keeps open at once (its `max_open_files`): bounded,
@@ -261,6 +264,14 @@ public:
   /// Stages writing a session record (create or update). `tenure`: the
   /// writer's, as in `accept_request`.
   virtual void stage_session(const session_record& rec, uint64_t tenure = 0)
+    = 0;
+
+  /// Stages rewriting a session record as this store returned it, its parent
+  /// unchanged: unlike `stage_session`, which keeps the stored parent of a
+  /// record that names none, it looks nothing up (a recovery rewrites
+  /// every ACTIVE session at once).
+  virtual void
+  stage_stored_session(const session_record& rec, uint64_t tenure = 0)
     = 0;
 
   /// Stages writing a provider health record (create or replace).
