@@ -209,6 +209,9 @@ private:
   // record naming a parent is right as it is: parents never change.
   caf::expected<session_record> with_stored_parent(session_record rec);
 
+  // Stages writing `rec` as it is and keeps it for `find_session`.
+  void put_session(session_record rec, uint64_t tenure);
+
   // Makes sure the engine can take staged writes; a `void` stage reports
   // failure through the group.
   bool ready_to_stage(const std::string& thread, uint64_t tenure = 0);

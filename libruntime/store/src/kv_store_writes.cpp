@@ -367,13 +367,17 @@ void kv_store::stage_session(const session_record& given, uint64_t tenure) {
            + render(rec.error()));
     return;
   }
-  stage_stored_session(*rec, tenure);
+  put_session(std::move(*rec), tenure);
 }
 
 void kv_store::stage_stored_session(const session_record& rec,
                                     uint64_t tenure) {
+  put_session(rec, tenure);
+}
+
+void kv_store::put_session(session_record rec, uint64_t tenure) {
   if (stage_record(cf_sessions, rec.thread, rec.thread, rec, tenure))
-    pending_sessions_[rec.thread] = rec;
+    pending_sessions_[rec.thread] = std::move(rec);
 }
 
 void kv_store::stage_health(const provider_health_record& rec) {
