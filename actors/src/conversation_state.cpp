@@ -380,10 +380,14 @@ void conversation_state::apply(const turn_commit& commit) {
   if (!commit.keeps_inbox && !inbox.empty()
       && inbox.front().seq == commit.inbox_seq)
     inbox.pop_front();
-  if (commit.retire_context.empty())
-    context.insert(context.end(), commit.context.begin(), commit.context.end());
-  else
-    replace_entries(context, commit.retire_context, commit.context);
+  // Only a commit that changes the context may copy it (while a request
+  // made from it is still in flight).
+  if (!commit.retire_context.empty())
+    replace_entries(context.edit(), commit.retire_context, commit.context);
+  else if (!commit.context.empty()) {
+    auto& entries = context.edit();
+    entries.insert(entries.end(), commit.context.begin(), commit.context.end());
+  }
   if (commit.write_session)
     session = commit.session;
   for (auto& entry : commit.outbox)
@@ -540,7 +544,7 @@ namespace {
 
 // The index of the user entry of the message `seq` in `context`, or its
 // size if the message is not there.
-size_t user_entry(const std::vector<context_entry>& context, seq_t seq) {
+size_t user_entry(const context_list& context, seq_t seq) {
   // From the end: a running turn's entries are the last ones.
   for (size_t i = context.size(); i > 0; --i) {
     auto& entry = context[i - 1];

@@ -272,7 +272,7 @@ CAF_TEST(anthropic request bodies move system text and merge turns) {
   CAF_CHECK_EQUAL(body["tools"][1]["input_schema"]["required"],
                   json::array({"name", "text"}));
   req.system_prompt.clear();
-  req.context.resize(1);
+  req.context = {req.context[0]};
   body = json::parse(
     wire::request_body(wire::api::anthropic, "claude", req, 5, false));
   CAF_CHECK(body.find("system") == body.end());

@@ -195,7 +195,7 @@ CAF_TEST(the context keeps the order of the conversation when stored by seq) {
     st.apply(st.make_reply_commit(answer, 0));
   CAF_CHECK(st.inbox.empty());
   // The store keys context records by seq and loads them in that order.
-  auto by_seq = st.context;
+  auto by_seq = st.context.to_vector();
   std::stable_sort(by_seq.begin(), by_seq.end(),
                    [](auto& x, auto& y) { return x.seq < y.seq; });
   std::vector<std::string> stored, spoken;
@@ -227,6 +227,30 @@ CAF_TEST(calls a crash cut are answered as interrupted in one step) {
   CAF_CHECK(st.unanswered_calls().empty());
   // Not a failure of either tool.
   CAF_CHECK_EQUAL(st.tool_failures("ls"), 0u);
+}
+
+CAF_TEST(a request shares the committed context and copies only its own) {
+  auto req = st.make_request();
+  CAF_CHECK(req.context.shares_with(st.context));
+  CAF_REQUIRE_EQUAL(req.context.size(), 3u);
+  CAF_CHECK_EQUAL(req.context.back().content, "list it");
+  CAF_CHECK_EQUAL(st.context.size(), 2u);
+  // A commit while the request is in flight leaves the request as it was.
+  completion answer;
+  answer.text = "here";
+  st.apply(st.make_reply_commit(answer, 0));
+  CAF_CHECK(!req.context.shares_with(st.context));
+  CAF_CHECK_EQUAL(req.context.size(), 3u);
+  CAF_CHECK_EQUAL(req.context[1].content, "hello");
+  CAF_CHECK_EQUAL(st.context.size(), 4u);
+  // Once the request is gone, the next commit copies nothing.
+  req = completion_request{};
+  auto* entries = &st.context.edit();
+  st.inbox.push_back(inbox_entry{8, "c8", "more", 0});
+  answer.text = "more here";
+  st.apply(st.make_reply_commit(answer, 0));
+  CAF_CHECK_EQUAL(&st.context.edit(), entries);
+  CAF_CHECK_EQUAL(st.context.back().content, "more here");
 }
 
 CAF_TEST(a repeating model is told to try another way) {

@@ -215,8 +215,8 @@ struct conversation_state {
   bool session_active = false;
   /// Durable, unanswered messages in order; the front is the current turn.
   std::deque<inbox_entry> inbox;
-  /// The model's working memory.
-  std::vector<context_entry> context;
+  /// The model's working memory, shared with the requests made from it.
+  context_list context;
   /// Next sequence number to hand out.
   seq_t next_seq = 1;
   /// Accepts sent to persistence and not answered yet, by sequence number,

@@ -15,11 +15,24 @@ uint64_t estimate_tokens(const context_entry& entry) {
   return (bytes + 3) / 4 + 4;
 }
 
-uint64_t estimate_tokens(const std::vector<context_entry>& entries) {
+namespace {
+
+template <class Entries>
+uint64_t sum_of_estimates(const Entries& entries) {
   uint64_t result = 0;
   for (auto& entry : entries)
     result += estimate_tokens(entry);
   return result;
+}
+
+} // namespace
+
+uint64_t estimate_tokens(const std::vector<context_entry>& entries) {
+  return sum_of_estimates(entries);
+}
+
+uint64_t estimate_tokens(const context_list& entries) {
+  return sum_of_estimates(entries);
 }
 
 namespace {

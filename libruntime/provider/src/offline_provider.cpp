@@ -19,7 +19,7 @@ std::string last_user_text(const std::vector<context_entry>& ctx) {
   return {};
 }
 
-std::string last_input_text(const std::vector<context_entry>& ctx) {
+std::string last_input_text(const context_list& ctx) {
   for (auto i = ctx.rbegin(); i != ctx.rend(); ++i)
     if (i->role == "user" || i->role == "tool")
       return i->content;

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "keel/context_list.hpp"
 #include "keel/types.hpp"
 
 namespace keel {
@@ -30,6 +31,7 @@ uint64_t estimate_tokens(const context_entry& entry);
 
 /// The sum over `entries`.
 uint64_t estimate_tokens(const std::vector<context_entry>& entries);
+uint64_t estimate_tokens(const context_list& entries);
 
 /// The context window of `model` (the provider's model id): the first row
 /// of the known models whose key the lowercased id contains (Claude Sonnet

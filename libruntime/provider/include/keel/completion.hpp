@@ -11,6 +11,7 @@
 
 #include <caf/meta/type_name.hpp>
 
+#include "keel/context_list.hpp"
 #include "keel/provider_policy.hpp"
 #include "keel/types.hpp"
 
@@ -37,8 +38,10 @@ struct completion_request {
   std::string client_id;
   seq_t seq = 0;
   std::string system_prompt;
-  /// The working memory, ending with the user message to answer.
-  std::vector<context_entry> context;
+  /// The working memory, ending with the user message to answer: the
+  /// conversation's committed entries shared, not copied, and the notes
+  /// and message of this call.
+  context_list context;
   /// How long the request may take in all, in milliseconds; 0: no limit
   /// beyond the providers' own timeouts. A pool ends the request with a
   /// timeout once it is spent; an HTTP call never outlives what is left.

@@ -63,6 +63,6 @@ std::string last_user_text(const std::vector<context_entry>& ctx);
 /// is a user message or a tool result (role "user" or "tool"), or empty.
 /// Before tools it is the last user message; after a tool call, the call's
 /// result.
-std::string last_input_text(const std::vector<context_entry>& ctx);
+std::string last_input_text(const context_list& ctx);
 
 } // namespace keel

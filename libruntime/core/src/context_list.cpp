@@ -1,0 +1,47 @@
+#include "keel/context_list.hpp"
+
+#include <algorithm>
+#include <atomic>
+
+namespace keel {
+
+context_list::context_list(std::vector<context_entry> entries)
+  : shared_(std::make_shared<std::vector<context_entry>>(std::move(entries))) {
+  // nop
+}
+
+context_list::context_list(std::initializer_list<context_entry> entries)
+  : context_list(std::vector<context_entry>(entries)) {
+  // nop
+}
+
+std::vector<context_entry>& context_list::edit() {
+  if (!shared_) {
+    shared_ = std::make_shared<std::vector<context_entry>>(std::move(own_));
+  } else if (shared_.use_count() > 1) {
+    auto copy = std::make_shared<std::vector<context_entry>>();
+    copy->reserve(size());
+    copy->insert(copy->end(), shared_->begin(), shared_->end());
+    copy->insert(copy->end(), std::make_move_iterator(own_.begin()),
+                 std::make_move_iterator(own_.end()));
+    shared_ = std::move(copy);
+  } else {
+    // The last reader on another thread let go before the count fell to 1:
+    // its reads happen before our writes.
+    std::atomic_thread_fence(std::memory_order_acquire);
+    shared_->insert(shared_->end(), std::make_move_iterator(own_.begin()),
+                    std::make_move_iterator(own_.end()));
+  }
+  own_.clear();
+  return *shared_;
+}
+
+std::vector<context_entry> context_list::to_vector() const {
+  return std::vector<context_entry>(begin(), end());
+}
+
+bool operator==(const context_list& x, const context_list& y) {
+  return std::equal(x.begin(), x.end(), y.begin(), y.end());
+}
+
+} // namespace keel
