@@ -430,9 +430,12 @@ void finish(router_ptr self, uint64_t id, caf::error err) {
   auto i = calls.find(id);
   if (i == calls.end())
     return;
-  i->second.promise.deliver(std::move(err));
+  // Erased before the answer: the request's context is no longer shared
+  // when the conversation commits.
+  auto promise = std::move(i->second.promise);
   calls.erase(i);
   self->state.deadlines.remove(deadline_set::kind::work, id);
+  promise.deliver(std::move(err));
 }
 
 // Ends call `id` now, its attempt in flight (if any) cancelled at the
@@ -583,9 +586,10 @@ void on_outcome(router_ptr self, uint64_t id, attempt_outcome& out) {
     link.breaker.record_success(now);
     if (was != health_status::healthy)
       persist_health(self, call.link);
-    call.promise.deliver(std::move(out.reply));
+    auto promise = std::move(call.promise);
     st.calls.erase(i);
     st.deadlines.remove(deadline_set::kind::work, id);
+    promise.deliver(std::move(out.reply));
     return;
   }
   auto cls = parse_error_class(out.error_class).value_or(error_class::unknown);

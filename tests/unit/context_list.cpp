@@ -66,8 +66,10 @@ CAF_TEST(an edit copies only while another list shares the entries) {
   CAF_CHECK_EQUAL(&committed.edit(), &edited);
   // Once the reader is gone, no copy either.
   auto reader = std::make_unique<context_list>(committed);
+  CAF_CHECK_EQUAL(reader->shared_entries(), &edited);
   reader.reset();
   CAF_CHECK_EQUAL(&committed.edit(), &edited);
+  CAF_CHECK_EQUAL(committed.shared_entries(), &edited);
 }
 
 CAF_TEST(an edit takes the entries of a list alone into the shared ones) {

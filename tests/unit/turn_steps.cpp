@@ -243,13 +243,16 @@ CAF_TEST(a request shares the committed context and copies only its own) {
   CAF_CHECK_EQUAL(req.context.size(), 3u);
   CAF_CHECK_EQUAL(req.context[1].content, "hello");
   CAF_CHECK_EQUAL(st.context.size(), 4u);
-  // Once the request is gone, the next commit copies nothing.
-  req = completion_request{};
-  auto* entries = &st.context.edit();
+  // The next request shares the new entries; once it is gone, the next
+  // commit copies nothing.
   st.inbox.push_back(inbox_entry{8, "c8", "more", 0});
+  auto next = st.make_request();
+  CAF_CHECK(next.context.shares_with(st.context));
+  auto* entries = st.context.shared_entries();
+  next = completion_request{};
   answer.text = "more here";
   st.apply(st.make_reply_commit(answer, 0));
-  CAF_CHECK_EQUAL(&st.context.edit(), entries);
+  CAF_CHECK_EQUAL(st.context.shared_entries(), entries);
   CAF_CHECK_EQUAL(st.context.back().content, "more here");
 }
 

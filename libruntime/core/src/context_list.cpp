@@ -26,8 +26,10 @@ std::vector<context_entry>& context_list::edit() {
                  std::make_move_iterator(own_.end()));
     shared_ = std::move(copy);
   } else {
-    // The last reader on another thread let go before the count fell to 1:
-    // its reads happen before our writes.
+    // No other list holds the entries, and none can start to: only this
+    // one could be copied. The last other holder let go with an
+    // acquire-release decrement (libstdc++'s and libc++'s shared_ptr), which
+    // this fence pairs with, so its reads happen before our writes.
     std::atomic_thread_fence(std::memory_order_acquire);
     shared_->insert(shared_->end(), std::make_move_iterator(own_.begin()),
                     std::make_move_iterator(own_.end()));

@@ -21,7 +21,9 @@ namespace keel {
 /// only while shared), then those this list alone holds. Copying a list
 /// copies its own entries only; `edit` copies the shared ones only while
 /// another list still shares them. Not safe for concurrent use of one list
-/// (as any value); copies may live on other threads.
+/// (as any value); copies may live on other threads. Iterators name a
+/// position in a list, so moving the list invalidates them; the vector
+/// `edit` returns may be changed only until the list is next copied.
 class context_list {
 public:
   class const_iterator;
@@ -71,6 +73,12 @@ public:
   /// True if `other` reads the same shared entries (none copied between).
   bool shares_with(const context_list& other) const {
     return shared_ != nullptr && shared_ == other.shared_;
+  }
+
+  /// The shared entries (null if none): the same vector after an `edit`
+  /// means the edit copied nothing.
+  const std::vector<context_entry>* shared_entries() const {
+    return shared_.get();
   }
 
 private:
@@ -188,7 +196,9 @@ bool operator==(const context_list& x, const context_list& y);
 /// Travels as a plain list of entries.
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, context_list& x) {
-  auto entries = x.to_vector();
+  std::vector<context_entry> entries;
+  if constexpr (Inspector::reads_state)
+    entries = x.to_vector();
   auto adopt = caf::meta::load_callback([&]() -> caf::error {
     x = context_list{std::move(entries)};
     return caf::none;
