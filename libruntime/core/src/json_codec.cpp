@@ -9,20 +9,22 @@ using json = nlohmann::json;
 
 namespace detail {
 
+caf::error field_error(const char* name, std::string_view problem) {
+  return caf::make_error(ec::storage_corrupt, std::string{"field '"} + name
+                                                + "' " + std::string{problem});
+}
+
 caf::error missing_field(const char* name) {
   return caf::make_error(ec::storage_corrupt,
                          std::string{"missing field '"} + name + "'");
 }
 
 caf::error wrong_type(const char* name) {
-  return caf::make_error(ec::storage_corrupt, std::string{"field '"} + name
-                                                + "' has the wrong type");
+  return field_error(name, "has the wrong type");
 }
 
 caf::error unknown_value(const char* name, const std::string& value) {
-  return caf::make_error(ec::storage_corrupt, std::string{"field '"} + name
-                                                + "' has unknown value '"
-                                                + value + "'");
+  return field_error(name, "has unknown value '" + value + "'");
 }
 
 caf::error in_context(const std::string& what, const caf::error& err) {

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -188,6 +189,9 @@ json write_record(const T& x) {
 }
 
 // -- reading ------------------------------------------------------------------
+
+/// A corrupt stored record's error: "field 'NAME' PROBLEM".
+caf::error field_error(const char* name, std::string_view problem);
 
 caf::error missing_field(const char* name);
 

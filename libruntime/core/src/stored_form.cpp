@@ -11,18 +11,15 @@ caf::error record_cut_short() {
 }
 
 caf::error cut_short(const char* name) {
-  return caf::make_error(ec::storage_corrupt,
-                         std::string{"field '"} + name + "' is cut short");
+  return field_error(name, "is cut short");
 }
 
 caf::error not_utf8(const char* name) {
-  return caf::make_error(ec::storage_corrupt, std::string{"field '"} + name
-                                                + "' is not valid UTF-8");
+  return field_error(name, "is not valid UTF-8");
 }
 
 caf::error out_of_range(const char* name) {
-  return caf::make_error(ec::storage_corrupt,
-                         std::string{"field '"} + name + "' is out of range");
+  return field_error(name, "is out of range");
 }
 
 } // namespace detail
