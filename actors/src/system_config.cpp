@@ -6,8 +6,10 @@
 #include <caf/all.hpp>
 #include <caf/io/middleman.hpp>
 #include <caf/openssl/manager.hpp>
+#include <caf/scheduler/coordinator.hpp>
 
 #include "keel/actors.hpp"
+#include "keel/handoff_sharing.hpp"
 
 namespace keel {
 
@@ -87,6 +89,8 @@ size_t scheduler_workers(size_t configured) {
 }
 
 void system_config::configure_node(const node_config& cfg) {
+  if (cfg.scheduler == scheduler_policy::sharing)
+    this->load<caf::scheduler::coordinator<handoff_sharing>>();
   set("scheduler.policy", cfg.scheduler == scheduler_policy::sharing
                             ? caf::atom("sharing")
                             : caf::atom("stealing"));
