@@ -190,7 +190,7 @@ void commit_turn(self_ptr self, turn_commit commit) {
           committed(self, commit);
       },
       [self, commit](caf::error& err) {
-        self->state.unsure_commit = commit;
+        self->state.unsure_commit = std::make_unique<turn_commit>(commit);
         retry_turn_later(self, "storing the answer failed", err);
       });
 }
@@ -444,7 +444,8 @@ void compact(self_ptr self, const completion_request& req, bool overflowed) {
   auto& st = self->state;
   st.overflow_compacted = st.overflow_compacted || overflowed;
   st.compacting_overflow = overflowed;
-  st.compaction.emplace(st.make_compactor(req, overflowed));
+  st.compaction
+    = std::make_unique<compactor>(st.make_compactor(req, overflowed));
   turn_status(self, "compacting");
   summarize_next(self);
 }
@@ -633,7 +634,8 @@ void run_turn(self_ptr self) {
     return;
   }
   if (!st.guard)
-    st.guard.emplace(st.cfg.guard, std::chrono::steady_clock::now());
+    st.guard = std::make_unique<turn_guard>(st.cfg.guard,
+                                            std::chrono::steady_clock::now());
   auto lost = st.unanswered_calls();
   if (lost.empty()) {
     call_model(self);

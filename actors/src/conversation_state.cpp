@@ -40,8 +40,15 @@ uint64_t pool_window(const node_config& node, const std::string& pool) {
 
 } // namespace
 
-conversation_config make_conversation_config(const node_config& node,
-                                             std::string thread) {
+std::shared_ptr<const guard_limits> default_guard_limits() {
+  static const auto limits = std::make_shared<const guard_limits>();
+  return limits;
+}
+
+conversation_config
+make_conversation_config(const std::shared_ptr<const node_config>& shared,
+                         std::string thread) {
+  auto& node = *shared;
   auto& defaults = node.threads;
   auto& storage = node.storage;
   conversation_config cfg;
@@ -56,7 +63,7 @@ conversation_config make_conversation_config(const node_config& node,
   cfg.max_tool_output_bytes = defaults.max_tool_output_bytes;
   cfg.root_tools = tools_named(node, defaults.tools);
   cfg.agent_tools = tools_named(node, defaults.agent_tools);
-  cfg.guard = defaults.guard;
+  cfg.guard = std::shared_ptr<const guard_limits>(shared, &defaults.guard);
   cfg.disable_tool_after = defaults.disable_tool_after;
   cfg.compaction = defaults.compaction;
   cfg.compaction_enabled = defaults.compaction_enabled;
@@ -499,7 +506,8 @@ void conversation_state::adopt_late_accepts(
         || std::any_of(inbox.begin(), inbox.end(), same))
       continue;
     // Never ahead of the running turn, which answers the front.
-    auto first = inbox.begin() + (turn_running && !inbox.empty() ? 1 : 0);
+    auto first = std::next(inbox.begin(),
+                           turn_running && !inbox.empty() ? 1 : 0);
     auto pos = std::find_if(first, inbox.end(), [&entry](const inbox_entry& x) {
       return x.seq > entry.seq;
     });

@@ -96,7 +96,7 @@ child_spec conversations_child(const node_config& cfg,
                          shards](caf::local_actor* parent,
                                  const std::string& thread,
                                  const caf::message&) {
-    auto ccfg = make_conversation_config(*node, thread);
+    auto ccfg = make_conversation_config(node, thread);
     ccfg.shards = shards;
     return caf::actor_cast<caf::actor>(parent->spawn(conversation, ccfg));
   };

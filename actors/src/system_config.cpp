@@ -89,8 +89,14 @@ size_t scheduler_workers(size_t configured) {
 }
 
 void system_config::configure_node(const node_config& cfg) {
-  if (cfg.scheduler == scheduler_policy::sharing)
+  // A loaded scheduler takes the place of CAF's own choice, so for
+  // `sharing` the policy setting below only names it. Each actor's run on a
+  // worker ends after `sharing_max_throughput` messages, so that an actor
+  // fed without pause never holds its worker's hand-off slot for long.
+  if (cfg.scheduler == scheduler_policy::sharing) {
     this->load<caf::scheduler::coordinator<handoff_sharing>>();
+    set("scheduler.max-throughput", sharing_max_throughput);
+  }
   set("scheduler.policy", cfg.scheduler == scheduler_policy::sharing
                             ? caf::atom("sharing")
                             : caf::atom("stealing"));

@@ -6,13 +6,16 @@
 
 #include <caf/test/unit_test.hpp>
 
+#include <chrono>
 #include <memory>
 #include <thread>
 #include <vector>
 
 #include <caf/all.hpp>
+#include <caf/scheduler/coordinator.hpp>
 
 #include "keel/config.hpp"
+#include "keel/handoff_sharing.hpp"
 #include "keel/system_config.hpp"
 
 using namespace keel;
@@ -39,6 +42,12 @@ caf::behavior hop(caf::event_based_actor* self, std::shared_ptr<thread_log> log,
       self->send(next, i + 1);
     else
       self->send(done, caf::ok_atom_v);
+    // Busy for a moment after sending, so that an idle worker would have
+    // taken the next hop by now if the send had woken one.
+    auto until = std::chrono::steady_clock::now()
+                 + std::chrono::milliseconds(1);
+    while (std::chrono::steady_clock::now() < until)
+      ;
   }};
 }
 
@@ -79,6 +88,11 @@ CAF_TEST(the scheduler has one worker per core and at least two by default) {
   cfg.configure_node(node);
   CAF_CHECK_EQUAL(configured_workers(cfg), expected);
   CAF_CHECK_EQUAL(configured_policy(cfg), caf::atom("sharing"));
+  CAF_CHECK_EQUAL(caf::get_or(cfg, "scheduler.max-throughput", size_t{0}),
+                  sharing_max_throughput);
+  caf::actor_system sys{cfg};
+  using handoff_coordinator = caf::scheduler::coordinator<handoff_sharing>;
+  CAF_CHECK(dynamic_cast<handoff_coordinator*>(&sys.scheduler()) != nullptr);
 }
 
 CAF_TEST(node workers and scheduler set the scheduler as configured) {

@@ -42,7 +42,7 @@ std::string report_of(const std::optional<guard_stop>& stop) {
 
 CAF_TEST(the tool call limit stops the call past it with the report) {
   guard_limits limits;
-  turn_guard guard{limits, t0};
+  turn_guard guard{std::make_shared<const guard_limits>(limits), t0};
   for (int i = 0; i < 400; ++i)
     CAF_REQUIRE(!guard.on_tool_call("read", std::to_string(i), t0 + 1s));
   for (int i = 0; i < 846; ++i) {
@@ -63,7 +63,7 @@ CAF_TEST(the tool call limit stops the call past it with the report) {
 }
 
 CAF_TEST(events time and per tool caps each stop the turn) {
-  turn_guard events{small_limits(), t0};
+  turn_guard events{std::make_shared<const guard_limits>(small_limits()), t0};
   bool nudge = false;
   for (int i = 0; i < 20; ++i)
     CAF_REQUIRE(!events.on_reply("answer " + std::to_string(i)
@@ -73,7 +73,7 @@ CAF_TEST(events time and per tool caps each stop the turn) {
   CAF_REQUIRE(stop);
   CAF_CHECK_EQUAL(stop->reason, guard_reason::events);
   CAF_CHECK_EQUAL(what_of(*stop), "Forced stop: reached maximum of 20 events.");
-  turn_guard timed{small_limits(), t0};
+  turn_guard timed{std::make_shared<const guard_limits>(small_limits()), t0};
   CAF_CHECK(!timed.on_tool_call("read", "a", t0 + 59s));
   stop = timed.on_tool_result("read", "", t0 + 61s);
   CAF_REQUIRE(stop);
@@ -81,7 +81,7 @@ CAF_TEST(events time and per tool caps each stop the turn) {
                   "Forced stop: reached the time limit of 1m 0s. Events "
                   "processed: 1 | Tool calls: 1 | Elapsed: 1m 1s. Please "
                   "review the work completed so far.");
-  turn_guard capped{small_limits(), t0};
+  turn_guard capped{std::make_shared<const guard_limits>(small_limits()), t0};
   CAF_CHECK(!capped.on_tool_call("delete_file", "a", t0));
   CAF_CHECK(!capped.on_tool_call("delete_file", "b", t0));
   stop = capped.on_tool_call("delete_file", "c", t0);
@@ -92,7 +92,7 @@ CAF_TEST(events time and per tool caps each stop the turn) {
 }
 
 CAF_TEST(the same call four times in a row is a loop) {
-  turn_guard guard{guard_limits{}, t0};
+  turn_guard guard{std::make_shared<const guard_limits>(), t0};
   for (int i = 0; i < 3; ++i)
     CAF_REQUIRE(!guard.on_tool_call("edit_file", R"({"path":"a"})", t0));
   // Other arguments in between start the count again.
@@ -109,7 +109,7 @@ CAF_TEST(the same call four times in a row is a loop) {
 }
 
 CAF_TEST(the same error three times in a row stops retrying) {
-  turn_guard guard{guard_limits{}, t0};
+  turn_guard guard{std::make_shared<const guard_limits>(), t0};
   CAF_CHECK(!guard.on_tool_result("fetch", "exit status 1", t0));
   CAF_CHECK(!guard.on_tool_result("fetch", "exit status 1", t0));
   // A success in between starts the count again.
@@ -125,7 +125,7 @@ CAF_TEST(the same error three times in a row stops retrying) {
 }
 
 CAF_TEST(more than two near identical answers get the note) {
-  turn_guard guard{guard_limits{}, t0};
+  turn_guard guard{std::make_shared<const guard_limits>(), t0};
   bool nudge = false;
   guard.on_reply("I will look at the file now.", t0, nudge);
   CAF_CHECK(!nudge);
@@ -148,7 +148,7 @@ CAF_TEST(random turns never pass a limit and a stop is final) {
   std::mt19937 gen{20261126};
   for (int turn = 0; turn < 500; ++turn) {
     auto limits = small_limits();
-    turn_guard guard{limits, t0};
+    turn_guard guard{std::make_shared<const guard_limits>(limits), t0};
     std::optional<guard_stop> first_stop;
     auto now = t0;
     for (int step = 0; step < 60; ++step) {

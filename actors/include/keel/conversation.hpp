@@ -2,7 +2,7 @@
 
 #include <atomic>
 #include <cstdint>
-#include <deque>
+#include <list>
 #include <map>
 #include <memory>
 #include <optional>
@@ -21,6 +21,9 @@
 #include "keel/turn_guard.hpp"
 
 namespace keel {
+
+/// The guard's default limits, one copy for the process.
+std::shared_ptr<const guard_limits> default_guard_limits();
 
 /// Configuration of one conversation actor.
 struct conversation_config {
@@ -54,8 +57,9 @@ struct conversation_config {
   /// `threads.agent_tools`).
   std::vector<tool_config> root_tools;
   std::vector<tool_config> agent_tools;
-  /// The limits of one message's turn loop.
-  guard_limits guard;
+  /// The limits of one message's turn loop, shared by every conversation
+  /// of the node (the default limits unless the node's are given).
+  std::shared_ptr<const guard_limits> guard = default_guard_limits();
   /// A tool failing this often in the thread is disabled there.
   uint32_t disable_tool_after = 3;
   /// When to warn about a full context and compact it; `false`: never.
@@ -79,9 +83,11 @@ struct conversation_config {
 constexpr caf::timespan turn_timeout_grace = std::chrono::seconds{5};
 
 /// Builds a conversation's configuration from the node's thread defaults,
-/// storage settings and tools.
-conversation_config make_conversation_config(const node_config& node,
-                                             std::string thread);
+/// storage settings and tools; what every conversation reads alike (the
+/// guard's limits) it shares with `node` instead of copying.
+conversation_config
+make_conversation_config(const std::shared_ptr<const node_config>& node,
+                         std::string thread);
 
 /// Descriptive messages posted to a thread when a turn fails.
 namespace turn_errors {
@@ -214,7 +220,7 @@ struct conversation_state {
   /// True once this activation has written the session as ACTIVE.
   bool session_active = false;
   /// Durable, unanswered messages in order; the front is the current turn.
-  std::deque<inbox_entry> inbox;
+  std::list<inbox_entry> inbox;
   /// The model's working memory, shared with the requests made from it.
   context_list context;
   /// Next sequence number to hand out.
@@ -267,14 +273,14 @@ struct conversation_state {
   bool redeliver_armed = false;
   /// A commit whose outcome is unknown (it failed or timed out, and may
   /// still land): the store says whether it did before the turn runs again.
-  std::optional<turn_commit> unsure_commit;
+  std::unique_ptr<turn_commit> unsure_commit;
   /// True after an accept failed or timed out, until the stored inbox was
   /// read back: an accept that lands late must still join the live inbox.
   bool unsure_accepts = false;
   /// True while the stored inbox is read back for `unsure_accepts`.
   bool reading_back = false;
   /// The running turn's guard, from its first model call to its commit.
-  std::optional<turn_guard> guard;
+  std::unique_ptr<turn_guard> guard;
   /// Set when the model repeated itself: the next request tells it to try
   /// a different approach.
   bool nudge = false;
@@ -286,7 +292,7 @@ struct conversation_state {
   /// The compaction just stored: the next model call goes out as it is.
   bool just_compacted = false;
   /// The compaction under way, between its summaries.
-  std::optional<compactor> compaction;
+  std::unique_ptr<compactor> compaction;
   /// It answers the provider's context overflow: if it changes nothing,
   /// calling again cannot help.
   bool compacting_overflow = false;

@@ -12,18 +12,20 @@
 namespace keel {
 
 /// CAF scheduler policy (`node.scheduler: sharing`): one shared queue that
-/// idle workers sleep on, plus a hand-off slot per worker. An actor that a
-/// worker's own handler makes runnable (a message sent from it) goes into
-/// that worker's slot and runs there next, instead of waking another worker
-/// for it; the actor it displaces from the slot goes to the shared queue.
-/// So a message passed along a chain of actors costs no wake-up and no
-/// context switch per hop, while every other job stays on the shared queue
-/// for any worker to take.
+/// idle workers sleep on, plus a hand-off slot per worker. The last actor
+/// that a worker's own handler makes runnable (a message sent from it) goes
+/// into that worker's slot and runs there next, instead of waking another
+/// worker for it; the actor it displaces from the slot goes to the shared
+/// queue. So a message passed along a chain of actors costs no wake-up and
+/// no context switch per hop, while every other job stays on the shared
+/// queue for any worker to take.
 ///
-/// Guarantees: a job in a slot waits at most for the rest of the current
-/// job's run on that worker; a worker takes the shared queue's first job
-/// after `max_handoffs` slot jobs in a row while the queue is not empty,
-/// handing its slot job to the queue, so slot chains never starve it.
+/// Guarantees: a job in a slot waits for the rest of the current actor's
+/// run on that worker, which `scheduler.max-throughput` bounds (see
+/// `system_config::configure_node`), and which a handler that blocks
+/// prolongs; at most `max_handoffs` slot jobs run in a row while the shared
+/// queue is not empty: then the worker hands its slot job to the queue and
+/// takes the queue's first, so slot chains never starve it.
 class handoff_sharing : public caf::policy::unprofiled {
 public:
   using queue_type = std::deque<caf::resumable*>;
@@ -88,8 +90,10 @@ public:
     auto& shared = d(self->parent());
     std::unique_lock<std::mutex> guard{shared.lock};
     if (own.next != nullptr) {
-      if (shared.queue.empty())
+      if (shared.queue.empty()) {
+        own.handoffs = 1;
         return std::exchange(own.next, nullptr);
+      }
       shared.queue.push_back(std::exchange(own.next, nullptr));
       shared.cv.notify_one();
     }

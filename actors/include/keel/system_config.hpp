@@ -40,6 +40,10 @@ public:
 /// other actor).
 size_t scheduler_workers(size_t configured);
 
+/// Messages an actor handles in one run on a worker under
+/// `node.scheduler: sharing` (CAF's default has no bound).
+constexpr size_t sharing_max_throughput = 64;
+
 /// The metrics of the node running on `sys` (whose configuration is always
 /// a `keel::system_config`).
 inline node_metrics& metrics_of(caf::actor_system& sys) {

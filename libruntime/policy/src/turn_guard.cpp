@@ -91,7 +91,8 @@ bool near_identical(const std::string& x, const std::string& y) {
 
 // -- the guard ----------------------------------------------------------------
 
-turn_guard::turn_guard(guard_limits limits, time_point started)
+turn_guard::turn_guard(std::shared_ptr<const guard_limits> limits,
+                       time_point started)
   : limits_(std::move(limits)), started_(started) {
   // nop
 }
@@ -111,14 +112,14 @@ turn_guard::stop(guard_reason reason, const std::string& what, time_point now) {
 std::optional<guard_stop> turn_guard::count_event(time_point now) {
   if (stop_)
     return stop_;
-  if (now - started_ >= limits_.max_duration)
+  if (now - started_ >= limits_->max_duration)
     return stop(guard_reason::duration,
                 "reached the time limit of "
-                  + minutes_and_seconds(limits_.max_duration),
+                  + minutes_and_seconds(limits_->max_duration),
                 now);
-  if (events_ >= limits_.max_events)
+  if (events_ >= limits_->max_events)
     return stop(guard_reason::events,
-                "reached maximum of " + with_separators(limits_.max_events)
+                "reached maximum of " + with_separators(limits_->max_events)
                   + " events",
                 now);
   ++events_;
@@ -135,7 +136,7 @@ std::optional<guard_stop> turn_guard::on_reply(const std::string& text,
   else
     ++similar_replies_;
   last_reply_ = text;
-  if (similar_replies_ > limits_.similar_reply_limit) {
+  if (similar_replies_ > limits_->similar_reply_limit) {
     nudge = true;
     similar_replies_ = 1; // Another run of them is needed for the next note.
   }
@@ -147,13 +148,13 @@ std::optional<guard_stop> turn_guard::on_tool_call(const std::string& tool,
                                                    time_point now) {
   if (auto stopped = count_event(now))
     return stopped;
-  if (tool_calls_ >= limits_.max_tool_calls)
+  if (tool_calls_ >= limits_->max_tool_calls)
     return stop(guard_reason::tool_calls,
-                "reached maximum of " + with_separators(limits_.max_tool_calls)
+                "reached maximum of " + with_separators(limits_->max_tool_calls)
                   + " tool invocations",
                 now);
-  if (auto cap = limits_.per_tool.find(tool);
-      cap != limits_.per_tool.end() && calls_by_tool_[tool] >= cap->second)
+  if (auto cap = limits_->per_tool.find(tool);
+      cap != limits_->per_tool.end() && calls_by_tool_[tool] >= cap->second)
     return stop(guard_reason::tool_cap,
                 "reached maximum of " + with_separators(cap->second) + " "
                   + tool + " invocations",
@@ -161,7 +162,7 @@ std::optional<guard_stop> turn_guard::on_tool_call(const std::string& tool,
   auto call = tool + '\0' + arguments;
   same_calls_ = call == last_call_ ? same_calls_ + 1 : 1;
   last_call_ = std::move(call);
-  if (same_calls_ >= limits_.repeated_call_limit)
+  if (same_calls_ >= limits_->repeated_call_limit)
     return stop(guard_reason::repeated_call,
                 tool + " was called " + std::to_string(same_calls_)
                   + " times in a row with the same arguments",
@@ -184,7 +185,7 @@ std::optional<guard_stop> turn_guard::on_tool_result(const std::string& tool,
   auto failure = tool + ": " + error;
   same_errors_ = failure == last_error_ ? same_errors_ + 1 : 1;
   last_error_ = std::move(failure);
-  if (same_errors_ >= limits_.repeated_error_limit)
+  if (same_errors_ >= limits_->repeated_error_limit)
     return stop(guard_reason::repeated_error,
                 "the same tool error " + std::to_string(same_errors_)
                   + " times in a row (" + last_error_ + ")",

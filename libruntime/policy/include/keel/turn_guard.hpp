@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -76,7 +77,9 @@ class turn_guard {
 public:
   using time_point = std::chrono::steady_clock::time_point;
 
-  turn_guard(guard_limits limits, time_point started);
+  /// `limits` are shared: every turn of every thread reads the node's one
+  /// copy.
+  turn_guard(std::shared_ptr<const guard_limits> limits, time_point started);
 
   /// The model answered with `text` (tool calls or not). Returns the stop
   /// if a limit is reached. Sets `nudge` when the answer is the latest of
@@ -119,7 +122,7 @@ private:
   std::optional<guard_stop> stop(guard_reason reason, const std::string& what,
                                  time_point now);
 
-  guard_limits limits_;
+  std::shared_ptr<const guard_limits> limits_;
   time_point started_;
   uint64_t events_ = 0;
   uint64_t tool_calls_ = 0;
