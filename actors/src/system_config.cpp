@@ -92,7 +92,8 @@ void system_config::configure_node(const node_config& cfg) {
   // A loaded scheduler takes the place of CAF's own choice, so for
   // `sharing` the policy setting below only names it. Each actor's run on a
   // worker ends after `sharing_max_throughput` messages, so that an actor
-  // fed without pause never holds its worker's hand-off slot for long.
+  // fed without pause never holds its worker's hand-off slot for long (CAF's
+  // network layer reads at most as many messages per poll, too).
   if (cfg.scheduler == scheduler_policy::sharing) {
     this->load<caf::scheduler::coordinator<handoff_sharing>>();
     set("scheduler.max-throughput", sharing_max_throughput);
