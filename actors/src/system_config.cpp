@@ -89,18 +89,18 @@ size_t scheduler_workers(size_t configured) {
 }
 
 void system_config::configure_node(const node_config& cfg) {
-  // A loaded scheduler takes the place of CAF's own choice, so for
-  // `sharing` the policy setting below only names it. Each actor's run on a
-  // worker ends after `sharing_max_throughput` messages, so that an actor
-  // fed without pause never holds its worker's hand-off slot for long (CAF's
-  // network layer reads at most as many messages per poll, too).
   if (cfg.scheduler == scheduler_policy::sharing) {
+    // A loaded scheduler takes the place of CAF's own choice: the policy
+    // setting only names it. Each actor's run on a worker ends after
+    // `sharing_max_throughput` messages, so that an actor fed without pause
+    // never holds its worker's hand-off slot for long (CAF's network layer
+    // reads at most as many messages per poll, too).
     this->load<caf::scheduler::coordinator<handoff_sharing>>();
     set("scheduler.max-throughput", sharing_max_throughput);
+    set("scheduler.policy", caf::atom("sharing"));
+  } else {
+    set("scheduler.policy", caf::atom("stealing"));
   }
-  set("scheduler.policy", cfg.scheduler == scheduler_policy::sharing
-                            ? caf::atom("sharing")
-                            : caf::atom("stealing"));
   set("scheduler.max-threads", scheduler_workers(cfg.workers));
   if (cfg.cluster.enabled)
     load_middleman(cfg.cluster.heartbeat, cfg.cluster.lease_ttl,
