@@ -391,10 +391,8 @@ void conversation_state::apply(const turn_commit& commit) {
   // made from it is still in flight).
   if (!commit.retire_context.empty())
     replace_entries(context.edit(), commit.retire_context, commit.context);
-  else if (!commit.context.empty()) {
-    auto& entries = context.edit();
-    entries.insert(entries.end(), commit.context.begin(), commit.context.end());
-  }
+  else if (!commit.context.empty())
+    context.append(commit.context);
   if (commit.write_session)
     session = commit.session;
   for (auto& entry : commit.outbox)
@@ -579,10 +577,10 @@ std::vector<tool_call> conversation_state::unanswered_calls() const {
        ++i) {
     auto& entry = context[i];
     if (entry.role == "assistant") {
-      calls = entry.tool_calls;
+      calls = entry.tool_calls();
       answered.clear();
     } else if (entry.role == "tool") {
-      answered.insert(entry.tool_call_id);
+      answered.insert(entry.tool_call_id());
     }
   }
   calls.erase(std::remove_if(calls.begin(), calls.end(),
@@ -616,8 +614,7 @@ turn_commit progress_step(const conversation_state& st, millis now) {
 context_entry tool_result_entry(seq_t seq, const tool_call& call,
                                 std::string text) {
   context_entry entry{seq, "tool", std::move(text)};
-  entry.tool_call_id = call.id;
-  entry.tool_name = call.name;
+  entry.set_tool_result(call.id, call.name);
   return entry;
 }
 
@@ -631,7 +628,7 @@ turn_commit conversation_state::make_call_step(const completion& reply,
     commit.context.push_back(user_context_entry(*this));
   context_entry asked{next_seq++, "assistant",
                       bound_text(reply.text, cfg.max_reply_bytes, "reply")};
-  asked.tool_calls = reply.tool_calls;
+  asked.set_tool_calls(reply.tool_calls);
   commit.context.push_back(std::move(asked));
   // Agent calls take effect now; their results are what they did.
   for (auto& call : reply.tool_calls)

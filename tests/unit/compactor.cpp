@@ -56,7 +56,7 @@ size_t answer_all(compactor& job, const std::string& summary) {
 CAF_TEST(stripping large tool results is enough when it fits) {
   auto ctx = context_of(10);
   ctx[2].role = "tool";
-  ctx[2].tool_name = "grep";
+  ctx[2].set_tool_result("", "grep");
   ctx[2].content = std::string(4000, 'x');
   compaction_settings s;
   compactor job{ctx, 0, estimate_tokens(ctx) - 500, 1000, s};
@@ -137,7 +137,7 @@ CAF_TEST(any model behaviour ends with the protected tail intact) {
     for (auto& entry : ctx)
       if (gen() % 5 == 0) {
         entry.role = "tool";
-        entry.tool_name = "t";
+        entry.set_tool_result("", "t");
       }
     auto before = estimate_tokens(ctx);
     compactor job{ctx, gen() % 100, gen() % (before + 1), 200 + gen() % 3000,

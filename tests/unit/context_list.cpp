@@ -2,7 +2,9 @@
 
 // The context a conversation shares with its requests: copies share the
 // committed entries, a copy's own entries stay its own, `edit` copies only
-// while another list still shares, and the list travels as a plain list.
+// while another list still shares, an append grows the storage by a quarter,
+// and the list travels as a plain list. An entry's copies share its tool
+// exchange.
 
 #include <caf/test/unit_test.hpp>
 
@@ -103,4 +105,48 @@ CAF_TEST(a list travels as a plain list of its entries) {
   CAF_REQUIRE(!source(read));
   CAF_CHECK(read == request);
   CAF_CHECK_EQUAL(caf::deep_to_string(read), caf::deep_to_string(entries));
+}
+
+CAF_TEST(appending grows the entries by a quarter and not twice over) {
+  context_list xs;
+  auto request = xs;
+  size_t growths = 0;
+  size_t capacity = 0;
+  for (seq_t seq = 1; seq < 400; seq += 2) {
+    if (seq == 201)
+      request = xs; // A request in flight holds the entries so far.
+    xs.append({{seq, "user", "q"}, {seq + 1, "assistant", "a"}});
+    auto& entries = *xs.shared_entries();
+    // libstdc++'s `reserve` allocates exactly what it is asked for.
+    CAF_CHECK_LESS_OR_EQUAL(entries.capacity(),
+                            entries.size() + entries.size() / 4);
+    if (entries.capacity() != capacity)
+      ++growths;
+    capacity = entries.capacity();
+  }
+  // Geometric growth: 2, 4, ..., 12, 15, 17, 20, 25, ..., 487, with the
+  // copy made while the request shared the entries, in 25 steps (room for
+  // just the new entries would take 200; doubling breaks the bound).
+  CAF_CHECK_EQUAL(growths, 25u);
+  CAF_REQUIRE_EQUAL(xs.size(), 400u);
+  for (size_t i = 0; i < xs.size(); ++i)
+    CAF_CHECK_EQUAL(xs[i].seq, i + 1);
+  CAF_CHECK_EQUAL(request.size(), 200u);
+  CAF_CHECK(!request.shares_with(xs));
+}
+
+CAF_TEST(copies of an entry share its tool exchange and change apart) {
+  context_entry call{2, "assistant", ""};
+  call.set_tool_calls({tool_call{"c1", "ls", "{}"}});
+  auto copy = call;
+  CAF_CHECK_EQUAL(&copy.tools(), &call.tools());
+  copy.set_tool_result("c1", "ls");
+  CAF_CHECK_EQUAL(call.tool_call_id(), "");
+  CAF_CHECK_EQUAL(copy.tool_call_id(), "c1");
+  CAF_CHECK_EQUAL(copy.tool_calls().size(), 1u);
+  CAF_CHECK(!(copy == call));
+  copy.set_tools({});
+  CAF_CHECK(copy.tools().empty());
+  CAF_CHECK(copy == (context_entry{2, "assistant", ""}));
+  CAF_CHECK_EQUAL(call.tool_calls().size(), 1u);
 }

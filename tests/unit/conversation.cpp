@@ -754,7 +754,7 @@ CAF_TEST(a long reply and a long tool result are cut before the context) {
     [&](thread_snapshot& x) {
       CAF_REQUIRE_EQUAL(x.context.size(), 6u);
       CAF_CHECK_EQUAL(x.context[1].content, log[1].text);
-      CAF_CHECK_EQUAL(x.context[3].tool_calls.size(), 1u);
+      CAF_CHECK_EQUAL(x.context[3].tool_calls().size(), 1u);
       CAF_CHECK_EQUAL(x.context[4].content, log[3].text);
     },
     [](caf::error& err) { CAF_FAIL(render(err)); });

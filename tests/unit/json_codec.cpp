@@ -82,6 +82,17 @@ context_entry full_context() {
   return {3, "assistant", "text with\nnewline"};
 }
 
+// Every field of a tool exchange at once (an entry has either its calls or
+// a call it answers): they are stored apart from the entry in memory and
+// must still read back from each form.
+context_entry full_tool_context() {
+  context_entry result{5, "assistant", "calling"};
+  result.set_tool_calls({tool_call{"c1", "ls", R"({"dir":"/"})"}});
+  result.set_tool_result("c0", "grep");
+  result.message_seq = 4;
+  return result;
+}
+
 provider_health_record full_health() {
   return {"default",   "p1", "down", "open", 3, "timeout",
           "transient", 100,  200,    10,     4};
@@ -294,6 +305,17 @@ CAF_TEST(every record encodes as before and reads back) {
                R"( [], "", "", 0))",
                "000000000000000309617373697374616e74117465787420776974680a6e"
                "65776c696e650000000000000000000000");
+  check_pinned(
+    full_tool_context(),
+    R"({"content":"calling","message_seq":4,"role":"assistant",)"
+    R"("seq":5,"tool_call_id":"c0","tool_calls":[{"arguments":)"
+    R"("{\"dir\":\"/\"}","id":"c1","name":"ls"}],)"
+    R"("tool_name":"grep"})",
+    R"(keel::context_entry(5, "assistant", "calling",)"
+    R"( [keel::tool_call("c1", "ls", "{\"dir\":\"/\"}")], "c0",)"
+    R"( "grep", 4))",
+    "000000000000000509617373697374616e740763616c6c696e6701026331"
+    "026c730b7b22646972223a222f227d02633004677265700000000000000004");
   check_pinned(full_health(),
                R"({"breaker":"open","calls":10,"consecutive_failures":3,)"
                R"("cooldown_until":200,"failures":4,"last_error":"timeout",)"
@@ -705,6 +727,12 @@ CAF_TEST(the stored form is binary and pinned byte for byte) {
   auto big = decode<tree_link>(encode(tree_link{"a", "b", INT64_MIN}));
   CAF_REQUIRE(big);
   CAF_CHECK_EQUAL(big->created_at, INT64_MIN);
+  // A context entry's tool exchange in its fields' places: marker, 7
+  // fields, 5, "assistant", "calling", one call ("c1", "ls", its
+  // arguments), "c0", "grep", 4.
+  CAF_CHECK_EQUAL(hex_of(encode(full_tool_context())),
+                  "01070509617373697374616e740763616c6c696e670103026331026c73"
+                  "0b7b22646972223a222f227d026330046772657004");
   // Far smaller than the JSON form.
   CAF_CHECK_LESS(encode(full_session()).size(),
                  to_json(full_session()).dump().size() / 2);

@@ -287,14 +287,13 @@ context_entry user_entry(seq_t seq, std::string text) {
 context_entry calls_entry(seq_t seq, std::string text,
                           std::vector<tool_call> calls) {
   context_entry result{seq, "assistant", std::move(text)};
-  result.tool_calls = std::move(calls);
+  result.set_tool_calls(std::move(calls));
   return result;
 }
 
 context_entry tool_entry(seq_t seq, std::string id, std::string content) {
   context_entry result{seq, "tool", std::move(content)};
-  result.tool_call_id = std::move(id);
-  result.tool_name = "f";
+  result.set_tool_result(std::move(id), "f");
   return result;
 }
 

@@ -496,7 +496,7 @@ turn_commit make_tool_step(const std::string& thread, seq_t seq, seq_t step) {
   commit.keeps_inbox = true;
   commit.context.push_back(context_entry{seq, "user", "run the tool"});
   context_entry call{step, "assistant", ""};
-  call.tool_calls.push_back(tool_call{"call-1", "mark", "{}"});
+  call.set_tool_calls({tool_call{"call-1", "mark", "{}"}});
   commit.context.push_back(call);
   return commit;
 }
@@ -524,7 +524,7 @@ CAF_TEST(quarantine keeps the steps of a message still in the inbox) {
   CAF_REQUIRE_EQUAL(snapshot.inbox.size(), 1u);
   CAF_REQUIRE_EQUAL(snapshot.context.size(), 2u);
   CAF_CHECK_EQUAL(snapshot.context[0].seq, 3u);
-  CAF_REQUIRE_EQUAL(snapshot.context[1].tool_calls.size(), 1u);
+  CAF_REQUIRE_EQUAL(snapshot.context[1].tool_calls().size(), 1u);
 }
 
 CAF_TEST(quarantine of the steps of a message says the message lost them) {

@@ -64,7 +64,7 @@ CAF_TEST(a call step stores the question and the calls before they run) {
   CAF_CHECK_EQUAL(step.context[0].seq, 5u);
   CAF_CHECK_EQUAL(step.context[0].role, "user");
   CAF_CHECK_EQUAL(step.context[1].seq, 6u);
-  CAF_CHECK_EQUAL(step.context[1].tool_calls.size(), 2u);
+  CAF_CHECK_EQUAL(step.context[1].tool_calls().size(), 2u);
   st.apply(step);
   CAF_CHECK_EQUAL(st.inbox.size(), 1u);
   CAF_CHECK(st.turn_in_context());
@@ -79,7 +79,7 @@ CAF_TEST(a call step stores the question and the calls before they run) {
   CAF_REQUIRE_EQUAL(left.size(), 1u);
   CAF_CHECK_EQUAL(left[0].id, "b");
   CAF_CHECK_EQUAL(st.context.back().role, "tool");
-  CAF_CHECK_EQUAL(st.context.back().tool_call_id, "a");
+  CAF_CHECK_EQUAL(st.context.back().tool_call_id(), "a");
   CAF_CHECK_EQUAL(st.context.back().content, "x.txt\n");
 }
 
@@ -171,7 +171,7 @@ CAF_TEST(a reload never hands out the seq of a stored step again) {
   snap.inbox = {inbox_entry{5, "c5", "list it", 0}};
   snap.context = {context_entry{5, "user", "list it"},
                   context_entry{6, "assistant", ""}};
-  snap.context[1].tool_calls = {call("a", "ls")};
+  snap.context[1].set_tool_calls({call("a", "ls")});
   conversation_state fresh;
   fresh.restore(snap);
   CAF_CHECK_EQUAL(fresh.next_seq, 7u);
@@ -219,8 +219,8 @@ CAF_TEST(calls a crash cut are answered as interrupted in one step) {
     CAF_CHECK_EQUAL(entry.role, "tool");
     CAF_CHECK_EQUAL(entry.content, tool_texts::interrupted);
   }
-  CAF_CHECK_EQUAL(step.context[0].tool_call_id, "a");
-  CAF_CHECK_EQUAL(step.context[1].tool_call_id, "b");
+  CAF_CHECK_EQUAL(step.context[0].tool_call_id(), "a");
+  CAF_CHECK_EQUAL(step.context[1].tool_call_id(), "b");
   // The message's task entry once, then both results.
   CAF_CHECK_EQUAL(step.log.size(), 3u);
   st.apply(step);

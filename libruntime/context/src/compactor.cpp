@@ -27,7 +27,7 @@ std::string bounded(const std::string& text, size_t max) {
 
 std::string speaker(const context_entry& entry) {
   if (entry.role == "tool")
-    return "tool " + entry.tool_name + " returned";
+    return "tool " + entry.tool_name() + " returned";
   return entry.role;
 }
 
@@ -41,7 +41,7 @@ std::string transcript(const std::vector<context_entry>& entries,
     if (!result.empty())
       result += "\n\n";
     result += speaker(entry) + ": " + bounded(entry.content, max_entry_bytes);
-    for (auto& call : entry.tool_calls)
+    for (auto& call : entry.tool_calls())
       result += "\n(called " + call.name + " with "
                 + bounded(call.arguments, max_entry_bytes) + ")";
   }

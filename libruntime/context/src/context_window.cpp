@@ -10,7 +10,7 @@ namespace keel {
 
 uint64_t estimate_tokens(const context_entry& entry) {
   auto bytes = entry.content.size();
-  for (auto& call : entry.tool_calls)
+  for (auto& call : entry.tool_calls())
     bytes += call.name.size() + call.arguments.size();
   return (bytes + 3) / 4 + 4;
 }

@@ -15,12 +15,12 @@ context_list::context_list(std::initializer_list<context_entry> entries)
   // nop
 }
 
-std::vector<context_entry>& context_list::edit() {
+std::vector<context_entry>& context_list::edit(size_t capacity) {
   if (!shared_) {
     shared_ = std::make_shared<std::vector<context_entry>>(std::move(own_));
   } else if (shared_.use_count() > 1) {
     auto copy = std::make_shared<std::vector<context_entry>>();
-    copy->reserve(size());
+    copy->reserve(std::max(size(), capacity));
     copy->insert(copy->end(), shared_->begin(), shared_->end());
     copy->insert(copy->end(), std::make_move_iterator(own_.begin()),
                  std::make_move_iterator(own_.end()));
@@ -36,6 +36,16 @@ std::vector<context_entry>& context_list::edit() {
   }
   own_.clear();
   return *shared_;
+}
+
+void context_list::append(const std::vector<context_entry>& more) {
+  auto grown = [&more](size_t size) {
+    return std::max(size + more.size(), size + size / 4);
+  };
+  auto& entries = edit(grown(size()));
+  if (entries.size() + more.size() > entries.capacity())
+    entries.reserve(grown(entries.size()));
+  entries.insert(entries.end(), more.begin(), more.end());
 }
 
 std::vector<context_entry> context_list::to_vector() const {

@@ -17,6 +17,7 @@
 #include <type_traits>
 #include <vector>
 
+#include <caf/meta/load_callback.hpp>
 #include <caf/meta/type_name.hpp>
 #include <nlohmann/json.hpp>
 
@@ -88,7 +89,8 @@ constexpr bool dependent_false = false;
 
 /// Walks an `inspect` list for the record forms: calls `Derived::visit` for
 /// each value a `field` names, skips other annotations, and (for readers,
-/// whose `Result` is `caf::error`) stops at the first error.
+/// whose `Result` is `caf::error`) runs load callbacks where they stand and
+/// stops at the first error.
 template <class Derived, class Result>
 class field_walker {
 public:
@@ -110,6 +112,15 @@ private:
       static_cast<Derived&>(*this).visit(name, x);
     } else {
       if (auto err = static_cast<Derived&>(*this).visit(name, x))
+        return err;
+    }
+    return walk(xs...);
+  }
+
+  template <class F, class... Ts>
+  Result walk(caf::meta::load_callback_t<F>& callback, Ts&... xs) {
+    if constexpr (!std::is_void_v<Result>) {
+      if (auto err = callback.fun())
         return err;
     }
     return walk(xs...);

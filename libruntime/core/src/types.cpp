@@ -78,10 +78,33 @@ bool operator==(const tool_call& x, const tool_call& y) {
   return x.id == y.id && x.name == y.name && x.arguments == y.arguments;
 }
 
+bool operator==(const tool_exchange& x, const tool_exchange& y) {
+  return x.calls == y.calls && x.call_id == y.call_id && x.tool == y.tool;
+}
+
+const tool_exchange& context_entry::tools() const {
+  static const tool_exchange none;
+  return tools_ ? *tools_ : none;
+}
+
+void context_entry::set_tools(tool_exchange exchange) {
+  if (exchange.empty())
+    tools_.reset();
+  else
+    tools_ = std::make_shared<const tool_exchange>(std::move(exchange));
+}
+
+void context_entry::set_tool_calls(std::vector<tool_call> calls) {
+  set_tools({std::move(calls), tool_call_id(), tool_name()});
+}
+
+void context_entry::set_tool_result(std::string call_id, std::string tool) {
+  set_tools({tool_calls(), std::move(call_id), std::move(tool)});
+}
+
 bool operator==(const context_entry& x, const context_entry& y) {
   return x.seq == y.seq && x.role == y.role && x.content == y.content
-         && x.tool_calls == y.tool_calls && x.tool_call_id == y.tool_call_id
-         && x.tool_name == y.tool_name && x.message_seq == y.message_seq;
+         && x.tools() == y.tools() && x.message_seq == y.message_seq;
 }
 
 std::string agent_client_id(const std::string& from, seq_t seq) {

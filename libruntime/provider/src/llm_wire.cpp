@@ -288,11 +288,11 @@ json object_or(const std::string& text, json fallback) {
 json openai_message(const context_entry& entry) {
   if (entry.role == "tool")
     return {{"role", "tool"},
-            {"tool_call_id", entry.tool_call_id},
+            {"tool_call_id", entry.tool_call_id()},
             {"content", entry.content}};
-  if (entry.role == "assistant" && !entry.tool_calls.empty()) {
+  if (entry.role == "assistant" && !entry.tool_calls().empty()) {
     auto calls = json::array();
-    for (auto& call : entry.tool_calls)
+    for (auto& call : entry.tool_calls())
       calls.push_back(
         {{"id", call.id},
          {"type", "function"},
@@ -325,17 +325,17 @@ json text_block(const std::string& text) {
 /// content blocks), or null for entries it never gets.
 json anthropic_message(const context_entry& entry) {
   if (entry.role == "tool") {
-    json block{{"type", "tool_result"}, {"tool_use_id", entry.tool_call_id}};
+    json block{{"type", "tool_result"}, {"tool_use_id", entry.tool_call_id()}};
     // `content` is optional; an empty text may be refused.
     if (!entry.content.empty())
       block["content"] = entry.content;
     return {{"role", "user"}, {"content", json::array({std::move(block)})}};
   }
-  if (entry.role == "assistant" && !entry.tool_calls.empty()) {
+  if (entry.role == "assistant" && !entry.tool_calls().empty()) {
     auto blocks = json::array();
     if (!entry.content.empty())
       blocks.push_back(text_block(entry.content));
-    for (auto& call : entry.tool_calls)
+    for (auto& call : entry.tool_calls())
       blocks.push_back({{"type", "tool_use"},
                         {"id", call.id},
                         {"name", call.name},

@@ -64,8 +64,15 @@ public:
   }
 
   /// Every entry, for changing: afterwards they are all shared with the
-  /// next copies. Copies them first only if another list shares them.
-  std::vector<context_entry>& edit();
+  /// next copies. Copies them first only if another list shares them, into
+  /// storage for at least `capacity` entries.
+  std::vector<context_entry>& edit(size_t capacity = 0);
+
+  /// Appends `more` after every entry, all of them shared with the next
+  /// copies afterwards (as `edit`). The storage grows by a quarter when
+  /// full, so at most a fifth of it stands unused: a live thread keeps its
+  /// whole context in memory.
+  void append(const std::vector<context_entry>& more);
 
   /// Every entry, copied.
   std::vector<context_entry> to_vector() const;

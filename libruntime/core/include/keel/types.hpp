@@ -8,12 +8,15 @@
 // from it.
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include <caf/error.hpp>
+#include <caf/meta/load_callback.hpp>
 #include <caf/meta/type_name.hpp>
 
 #include "keel/delivery_policy.hpp"
@@ -420,11 +423,29 @@ typename Inspector::result_type inspect(Inspector& f, tool_call& x) {
            field("name"), x.name, field("arguments"), x.arguments);
 }
 
+/// What an entry of a tool exchange holds besides its text: the calls an
+/// "assistant" entry asks for, or the call a "tool" entry answers.
+struct tool_exchange {
+  /// For "assistant": the tool calls the model asked for, in order.
+  std::vector<tool_call> calls;
+  /// For "tool": the id of the call this result answers, and its tool.
+  std::string call_id;
+  std::string tool;
+
+  bool empty() const {
+    return calls.empty() && call_id.empty() && tool.empty();
+  }
+};
+
+bool operator==(const tool_exchange& x, const tool_exchange& y);
+
 /// One message of the model's working memory (column family `context`).
 /// Roles: "user", "assistant" (with `tool_calls` when the model asked for
 /// tools), "tool" (the result of call `tool_call_id` of tool `tool_name`)
 /// and "system" (notes for the model: recovery, summaries of compacted
-/// entries).
+/// entries). A conversation holds its whole context, so an entry is kept
+/// small (96 bytes with libstdc++ on x86-64): the tool exchange, which most
+/// entries lack, lives apart.
 struct context_entry {
   context_entry() = default;
   context_entry(seq_t seq, std::string role, std::string content)
@@ -439,25 +460,59 @@ struct context_entry {
   std::string role;
   /// The message content.
   std::string content;
-  /// For "assistant": the tool calls the model asked for, in order.
-  std::vector<tool_call> tool_calls;
-  /// For "tool": the id of the call this result answers, and its tool.
-  std::string tool_call_id;
-  std::string tool_name;
   /// For "user": the message's seq in the inbox and the log, taken when it
   /// was accepted (earlier than `seq` when messages queued). 0: `seq` is
   /// the message's (records stored before the two were kept apart).
   seq_t message_seq = 0;
+
+  /// The entry's tool exchange; an empty one if it has none.
+  const tool_exchange& tools() const;
+
+  const std::vector<tool_call>& tool_calls() const {
+    return tools().calls;
+  }
+
+  const std::string& tool_call_id() const {
+    return tools().call_id;
+  }
+
+  const std::string& tool_name() const {
+    return tools().tool;
+  }
+
+  /// Replaces the tool exchange (an empty one holds nothing).
+  void set_tools(tool_exchange exchange);
+
+  /// For "assistant": the calls the model asked for.
+  void set_tool_calls(std::vector<tool_call> calls);
+
+  /// For "tool": the call this entry answers, and its tool.
+  void set_tool_result(std::string call_id, std::string tool);
+
+private:
+  /// Null when the entry has no tool exchange. Never changed in place, so
+  /// copies of an entry share it.
+  std::shared_ptr<const tool_exchange> tools_;
 };
 
+/// The tool exchange travels (and is stored) as three fields of the entry,
+/// as it was when they were members.
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, context_entry& x) {
+  // Starts from the entry's own, also when loading: a reader may visit the
+  // fields in several passes, each ending with `adopt`.
+  auto tools = x.tools();
+  auto adopt = caf::meta::load_callback([&]() -> caf::error {
+    x.set_tools(std::move(tools));
+    return caf::none;
+  });
   return f(caf::meta::type_name("keel::context_entry"), field("seq"), x.seq,
            field("role"), x.role, field("content"), x.content,
-           field("tool_calls", field_form::omit_default), x.tool_calls,
-           field("tool_call_id", field_form::omit_default), x.tool_call_id,
-           field("tool_name", field_form::omit_default), x.tool_name,
-           field("message_seq", field_form::omit_default), x.message_seq);
+           field("tool_calls", field_form::omit_default), tools.calls,
+           field("tool_call_id", field_form::omit_default), tools.call_id,
+           field("tool_name", field_form::omit_default), tools.tool,
+           field("message_seq", field_form::omit_default), x.message_seq,
+           adopt);
 }
 
 bool operator==(const context_entry& x, const context_entry& y);
