@@ -102,6 +102,25 @@ void persistence_state::suspend_left_active() {
   }
 }
 
+bool persistence_state::probe_writable() {
+  if (writable || probing)
+    return writable;
+  probing = true;
+  db->stage_meta("write_probe", std::to_string(wall_clock_millis()));
+  waiting.emplace_back([this](const caf::error&) { probing = false; });
+  schedule_flush();
+  return writable;
+}
+
+// The flush message queues behind every request already in the mailbox, so
+// all of them share one fsync.
+void persistence_state::schedule_flush() {
+  if (flush_scheduled)
+    return;
+  flush_scheduled = true;
+  self->send(self, atom::flush_v);
+}
+
 void persistence_state::count_flush(std::chrono::steady_clock::time_point start,
                                     const caf::error& err) {
   auto staged = db->stats().staged_operations;
@@ -131,8 +150,7 @@ void persistence_state::on_exit(const caf::exit_msg& msg) {
 }
 
 // The reply goes out after the group's synced commit; the first write of a
-// group schedules the flush. The flush message queues behind every request
-// already in the mailbox, so all of them share one fsync.
+// group schedules the flush.
 template <class T>
 void persistence_state::await_flush(caf::typed_response_promise<T> rp,
                                     T result) {
@@ -142,10 +160,7 @@ void persistence_state::await_flush(caf::typed_response_promise<T> rp,
     else
       rp.deliver(result);
   });
-  if (!flush_scheduled) {
-    flush_scheduled = true;
-    self->send(self, atom::flush_v);
-  }
+  schedule_flush();
 }
 
 // For writes that may have staged nothing.
@@ -516,7 +531,7 @@ persistence(persistence_actor::stateful_pointer<persistence_state> self,
     },
     [self](atom::inboxes) { return self->state.inboxes(); },
     [self](atom::stats) { return self->state.stats(); },
-    [self](atom::writable) { return self->state.writable; },
+    [self](atom::writable) { return self->state.probe_writable(); },
     [self](atom::spawn, const std::string& parent, const std::string& child) {
       return self->state.spawn(parent, child);
     },

@@ -284,9 +284,24 @@ CAF_TEST(readiness follows the store) {
   }));
   CAF_CHECK_EQUAL(await_probe(ep, "/readyz", 503).second, "not_ready");
   CAF_CHECK_EQUAL(probe(ep, "/healthz").first, 200u);
+  // Unready while the store still fails, though each check probes it.
+  auto failed_flushes = [&] {
+    auto metrics = http_request(admin, "GET", "/metrics");
+    CAF_REQUIRE(metrics);
+    return series(metrics->body, "keel_store_flush_failures_total");
+  };
+  auto before = failed_flushes();
+  auto deadline = steady::now() + 10s;
+  bool unready = true;
+  while (failed_flushes() < before + 2 && steady::now() < deadline)
+    unready = unready && probe(ep, "/readyz").first == 503u;
+  CAF_CHECK(unready);
+  CAF_CHECK_GREATER_OR_EQUAL(failed_flushes(), before + 2);
+  // Ready again once the store writes, before any client writes: an unready
+  // node may get no traffic.
   disk(false);
-  send_acked(*client, "t1", "m2", "hello again");
   CAF_CHECK_EQUAL(await_probe(ep, "/readyz", 200).second, "ready");
+  send_acked(*client, "t1", "m2", "hello again");
 }
 
 CAF_TEST_FIXTURE_SCOPE_END()

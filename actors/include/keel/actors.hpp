@@ -343,7 +343,8 @@ using supervisor_actor = caf::typed_actor<
 /// its requests is answered.
 using persistence_actor = caf::typed_actor<
   // Whether the last write succeeded (see `persistence_stats::writable`);
-  // answered at once, without I/O: the node's liveness check.
+  // answered at once, without waiting for I/O: the node's liveness check.
+  // While it is false, a probe write tells when the store writes again.
   caf::replies_to<atom::writable>::with<bool>,
   // Appends a message to its thread's inbox and log unless its client id is
   // known; answers once the write is synced.

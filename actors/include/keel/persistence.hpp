@@ -72,6 +72,8 @@ struct persistence_state {
   bool flush_scheduled = false;
   /// False while the last flush failed (see `persistence_stats`).
   bool writable = true;
+  /// True while a write of `probe_writable` waits for its flush.
+  bool probing = false;
   /// The store's `staged_operations` after the last flush: the next flush
   /// wrote the difference.
   uint64_t staged_at_flush = 0;
@@ -104,6 +106,15 @@ struct persistence_state {
 
   /// Commits the pending group and answers everyone waiting on it.
   caf::error flush();
+
+  /// Sends ourselves the flush of the pending group unless it is on its way.
+  void schedule_flush();
+
+  /// Answers `writable` at once. While it is false, also writes a probe
+  /// (one `meta` value) unless one is under way: an unready node gets no
+  /// traffic, so without writes of its own it would stay unready after the
+  /// store takes writes again.
+  bool probe_writable();
 
   /// Records a flush that began at `start` and ended with `err` in the
   /// node's metrics and in `writable`.
