@@ -112,27 +112,24 @@ pid_t fork_exec(const child_options& opts, child_fds fds) {
   return pid;
 }
 
-// Appends what `fd` has to `out`, waiting at most until `deadline`; clears
-// `open` at EOF.
-void drain_fd(int fd, std::string& out, clock_type::time_point deadline,
-              bool& open) {
+// Waits until `fd` has bytes (at most until `deadline`), then appends what
+// one read returns to `out`; clears `open` at EOF. It returns with the
+// first bytes, so a reader sees a line the moment it is written.
+void read_some(int fd, std::string& out, clock_type::time_point deadline,
+               bool& open) {
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                deadline - clock_type::now())
+                .count();
+  pollfd p{fd, POLLIN, 0};
+  if (left <= 0 || ::poll(&p, 1, static_cast<int>(left)) <= 0)
+    return;
   char buf[4096];
-  for (;;) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-                  deadline - clock_type::now())
-                  .count();
-    if (left <= 0)
-      return;
-    pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, static_cast<int>(std::min<long>(left, 100))) <= 0)
-      return;
-    auto got = ::read(fd, buf, sizeof(buf));
-    if (got <= 0) {
-      open = false;
-      return;
-    }
-    out.append(buf, static_cast<size_t>(got));
+  auto got = ::read(fd, buf, sizeof(buf));
+  if (got <= 0) {
+    open = false;
+    return;
   }
+  out.append(buf, static_cast<size_t>(got));
 }
 
 // Waits until `pid` exits or `timeout` passes; true when it exited. Waits
@@ -335,10 +332,7 @@ child_process::read_stdout_line(const std::string& marker,
     return at != std::string::npos && text.find('\n', at) != std::string::npos;
   };
   while (open && clock_type::now() < deadline && !complete())
-    drain_fd(stdout_fd_, text,
-             std::min(deadline,
-                      clock_type::now() + std::chrono::milliseconds{100}),
-             open);
+    read_some(stdout_fd_, text, deadline, open);
   ::close(stdout_fd_);
   stdout_fd_ = -1;
   if (!complete())

@@ -835,6 +835,40 @@ CAF_TEST(session writes keep the parent a spawn gave the thread) {
   CAF_CHECK_EQUAL(value_or(db->session("p"), session_record{}).parent, "");
 }
 
+CAF_TEST(a stored session rewritten in a group reads right in that group) {
+  accept(make_accept("p", 1, "c1", "hello", true));
+  spawn("p", "p.a");
+  flush();
+  // Suspended as a recovery does: a conversation's write in the same group
+  // still keeps the spawn's parent, and a spawn under it is not refused.
+  auto stored = value_or(db->session("p.a"), session_record{});
+  CAF_REQUIRE_EQUAL(stored.parent, "p");
+  stored.recovered_at = 42;
+  db->stage_stored_session(stored);
+  db->stage_session(make_session("p.a"));
+  spawn("p.a", "p.a.b");
+  flush();
+  auto rec = value_or(db->session("p.a"), session_record{});
+  CAF_CHECK_EQUAL(rec.parent, "p");
+  CAF_CHECK_EQUAL(rec.recovered_at, 0);
+  CAF_CHECK_EQUAL(load("p.a").children, std::vector<std::string>{"p.a.b"});
+  // Rewritten CLOSED: a spawn under it in the same group is refused.
+  auto closed = value_or(db->session("p.a.b"), session_record{});
+  closed.state = session_state::closed;
+  db->stage_stored_session(closed);
+  CAF_CHECK_EQUAL(error_of(db->stage_spawn(make_spawn("p.a.b", "p.a.b.c"))),
+                  ec::conflict);
+  // Staged CLOSED, then rewritten open as stored: the last one counts.
+  auto reopened = value_or(db->session("p.a.b"), session_record{});
+  db->stage_stored_session(reopened);
+  auto res = db->stage_spawn(make_spawn("p.a.b", "p.a.b.c"));
+  CAF_REQUIRE_EQUAL(outcome(res), "none");
+  CAF_CHECK(res->created);
+  flush();
+  CAF_CHECK_EQUAL(value_or(db->session("p.a.b"), session_record{}).state,
+                  reopened.state);
+}
+
 CAF_TEST(delivering a message removes its outbox entry in the same batch) {
   accept(make_accept("p", 1, "c1", "hello", true));
   spawn("p", "p.a");

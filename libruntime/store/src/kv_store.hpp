@@ -199,7 +199,8 @@ private:
   caf::expected<size_t> count_children(const std::string& parent);
 
   // The session of `thread` as the next flush leaves it: staged, else on
-  // disk, else none.
+  // disk, else none. Exact in its parent and whether it is CLOSED; a record
+  // `stage_stored_session` rewrote may read in its stored state otherwise.
   caf::expected<std::optional<session_record>>
   find_session(const std::string& thread);
 
