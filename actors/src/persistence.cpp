@@ -102,14 +102,24 @@ void persistence_state::suspend_left_active() {
   }
 }
 
-bool persistence_state::probe_writable() {
-  if (writable || probing)
-    return writable;
-  probing = true;
-  db->stage_meta("write_probe", std::to_string(wall_clock_millis()));
-  waiting.emplace_back([this](const caf::error&) { probing = false; });
-  schedule_flush();
+bool persistence_state::check_writable() {
+  if (!writable && !probe_scheduled) {
+    probe_scheduled = true;
+    self->delayed_send(self, probe_delay, atom::probe_v);
+  }
   return writable;
+}
+
+void persistence_state::probe() {
+  probe_scheduled = false;
+  if (writable)
+    return;
+  // Flushed at once, with whatever else is staged: no request sees the
+  // probe's write staged or waits for its outcome.
+  db->stage_meta("write_probe", std::to_string(wall_clock_millis()));
+  flush();
+  if (!writable)
+    probe_delay = std::min(probe_delay * 2, last_probe_delay);
 }
 
 // The flush message queues behind every request already in the mailbox, so
@@ -129,6 +139,8 @@ void persistence_state::count_flush(std::chrono::steady_clock::time_point start,
   if (operations == 0 && !err)
     return; // Nothing was staged: no write happened, nothing learnt.
   writable = !err;
+  if (writable)
+    probe_delay = first_probe_delay;
   std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
   metrics_of(self->system()).store_flush(took.count(), operations, !err);
 }
@@ -531,7 +543,8 @@ persistence(persistence_actor::stateful_pointer<persistence_state> self,
     },
     [self](atom::inboxes) { return self->state.inboxes(); },
     [self](atom::stats) { return self->state.stats(); },
-    [self](atom::writable) { return self->state.probe_writable(); },
+    [self](atom::writable) { return self->state.check_writable(); },
+    [self](atom::probe) { self->state.probe(); },
     [self](atom::spawn, const std::string& parent, const std::string& child) {
       return self->state.spawn(parent, child);
     },
@@ -545,9 +558,7 @@ persistence(persistence_actor::stateful_pointer<persistence_state> self,
       return self->state.put(rec, tenure);
     },
     [self](atom::deliveries) { return self->state.deliveries(); },
-    [self](caf::put_atom, const owner_notice& rec) {
-      return self->state.put(rec);
-    },
+    [self](caf::put_atom, owner_notice& rec) { return self->state.put(rec); },
     [self](atom::notices) { return self->state.notices(); },
     [self](atom::subtree, const std::string& thread) {
       return self->state.subtree(thread);

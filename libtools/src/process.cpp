@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <stdexcept>
 
@@ -121,7 +122,9 @@ void read_some(int fd, std::string& out, clock_type::time_point deadline,
                 deadline - clock_type::now())
                 .count();
   pollfd p{fd, POLLIN, 0};
-  if (left <= 0 || ::poll(&p, 1, static_cast<int>(left)) <= 0)
+  auto wait = static_cast<int>(
+    std::min<long long>(left, std::numeric_limits<int>::max()));
+  if (left <= 0 || ::poll(&p, 1, wait) <= 0)
     return;
   char buf[4096];
   auto got = ::read(fd, buf, sizeof(buf));

@@ -836,6 +836,26 @@ private:
       ++stats_.storage_timeouts;
   }
 
+  /// Every this many iterations the node's threads are left idle until one
+  /// passivates, so that passivations interleave with the crashes however
+  /// fast the machine runs the iterations (each shorter than the idle
+  /// timeout on a fast one).
+  static constexpr uint64_t passivation_every = 25;
+
+  /// Waits until the node passivates a thread (every thread is idle once
+  /// the iteration settled), up to 10 s.
+  void await_passivation() {
+    if (!node_->running())
+      return;
+    auto before = stats_.passivations;
+    poll_until(
+      [&] {
+        count_passivations();
+        return stats_.passivations > before;
+      },
+      10s);
+  }
+
   /// Adds the passivations the node counted since the last look
   /// (`threads.passivations` of GET /api/v1/status counts from the
   /// orchestrator's start, so a smaller figure means it restarted).
@@ -1739,6 +1759,8 @@ private:
       return false;
     // Everything is answered and every check held: count.
     count_passivations();
+    if (plan.index % passivation_every == passivation_every - 1)
+      await_passivation();
     if (stats_.kills > kills_before)
       stats_.kills_survived += stats_.kills - kills_before;
     for (auto& [thread, rec] : records_)

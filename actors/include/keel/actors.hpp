@@ -227,6 +227,7 @@ CAF_ADD_ATOM(keel, keel::atom, deliveries, "deliveries")
 CAF_ADD_ATOM(keel, keel::atom, notify, "notify")
 CAF_ADD_ATOM(keel, keel::atom, notices, "notices")
 CAF_ADD_ATOM(keel, keel::atom, pause, "pause")
+CAF_ADD_ATOM(keel, keel::atom, probe, "probe")
 CAF_ADD_ATOM(keel, keel::atom, task, "task")
 
 CAF_ADD_TYPE_ID(keel, (keel::session_record))
@@ -343,8 +344,8 @@ using supervisor_actor = caf::typed_actor<
 /// its requests is answered.
 using persistence_actor = caf::typed_actor<
   // Whether the last write succeeded (see `persistence_stats::writable`);
-  // answered at once, without waiting for I/O: the node's liveness check.
-  // While it is false, a probe write tells when the store writes again.
+  // answered at once, without I/O: the node's liveness check. While it is
+  // false, a later probe write tells when the store writes again.
   caf::replies_to<atom::writable>::with<bool>,
   // Appends a message to its thread's inbox and log unless its client id is
   // known; answers once the write is synced.
@@ -407,7 +408,9 @@ using persistence_actor = caf::typed_actor<
   // Returns counters.
   caf::replies_to<atom::stats>::with<persistence_stats>,
   // (internal) Commits the pending group.
-  caf::reacts_to<atom::flush>>;
+  caf::reacts_to<atom::flush>,
+  // (internal) Writes a probe while the last write failed.
+  caf::reacts_to<atom::probe>>;
 
 /// The dead-letter queue (`keel/dead_letter_queue.hpp`): the one writer of
 /// dead letters, their scheduled retries and the operators' door to them.

@@ -72,8 +72,15 @@ struct persistence_state {
   bool flush_scheduled = false;
   /// False while the last flush failed (see `persistence_stats`).
   bool writable = true;
-  /// True while a write of `probe_writable` waits for its flush.
-  bool probing = false;
+  /// True while a `probe` message is on its way to ourselves.
+  bool probe_scheduled = false;
+  /// The first probe of a store that failed a write comes this long after a
+  /// check found it so; each probe that fails doubles the wait, up to the
+  /// last.
+  static constexpr caf::timespan first_probe_delay = std::chrono::seconds{1};
+  static constexpr caf::timespan last_probe_delay = std::chrono::seconds{30};
+  /// How long after a check the next probe comes (see `check_writable`).
+  caf::timespan probe_delay = first_probe_delay;
   /// The store's `staged_operations` after the last flush: the next flush
   /// wrote the difference.
   uint64_t staged_at_flush = 0;
@@ -110,11 +117,17 @@ struct persistence_state {
   /// Sends ourselves the flush of the pending group unless it is on its way.
   void schedule_flush();
 
-  /// Answers `writable` at once. While it is false, also writes a probe
-  /// (one `meta` value) unless one is under way: an unready node gets no
+  /// Answers `writable` at once, with no I/O. While it is false, also
+  /// schedules a `probe` unless one is on its way: an unready node gets no
   /// traffic, so without writes of its own it would stay unready after the
-  /// store takes writes again.
-  bool probe_writable();
+  /// store takes writes again. The probes back off while they fail, so a
+  /// store that blocks (a database that does not answer) holds persistence
+  /// up rarely.
+  bool check_writable();
+
+  /// Writes one `meta` value and flushes it with the pending group at once,
+  /// unless a write succeeded since the probe was scheduled.
+  void probe();
 
   /// Records a flush that began at `start` and ended with `err` in the
   /// node's metrics and in `writable`.

@@ -267,9 +267,9 @@ public:
     = 0;
 
   /// Stages rewriting a session record as this store returned it, its parent
-  /// unchanged: unlike `stage_session`, which keeps the stored parent of a
-  /// record that names none, it looks nothing up (a recovery rewrites
-  /// every ACTIVE session at once).
+  /// unchanged and not reopened if it was CLOSED: unlike `stage_session`,
+  /// which keeps the stored parent of a record that names none, it looks
+  /// nothing up (a recovery rewrites every ACTIVE session at once).
   virtual void
   stage_stored_session(const session_record& rec, uint64_t tenure = 0)
     = 0;
