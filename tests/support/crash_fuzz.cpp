@@ -843,17 +843,26 @@ private:
   static constexpr uint64_t passivation_every = 25;
 
   /// Waits until the node passivates a thread (every thread is idle once
-  /// the iteration settled), up to 10 s.
-  void await_passivation() {
-    if (!node_->running())
-      return;
+  /// the iteration settled), up to 10 s. A node still armed may die of its
+  /// kill point meanwhile, so it is not waited on; an unarmed one that dies
+  /// is a violation. Returns false after a violation.
+  bool await_passivation() {
+    if (!node_->running() || node_armed_)
+      return true;
     auto before = stats_.passivations;
-    poll_until(
+    auto passivated = poll_until(
       [&] {
         count_passivations();
-        return stats_.passivations > before;
+        return stats_.passivations > before || !node_->running();
       },
       10s);
+    if (!node_->running()) {
+      violation("the node died while its threads were idle (no kill armed)");
+      return false;
+    }
+    if (!passivated)
+      say("no thread passivated within 10 s of idling");
+    return true;
   }
 
   /// Adds the passivations the node counted since the last look
@@ -1759,8 +1768,9 @@ private:
       return false;
     // Everything is answered and every check held: count.
     count_passivations();
-    if (plan.index % passivation_every == passivation_every - 1)
-      await_passivation();
+    if (plan.index % passivation_every == passivation_every - 1
+        && !await_passivation())
+      return false;
     if (stats_.kills > kills_before)
       stats_.kills_survived += stats_.kills - kills_before;
     for (auto& [thread, rec] : records_)
