@@ -105,7 +105,9 @@ void persistence_state::suspend_left_active() {
 bool persistence_state::check_writable() {
   if (!writable && !probe_scheduled) {
     probe_scheduled = true;
-    self->delayed_send(self, probe_delay, atom::probe_v);
+    auto delay = next_delay(probe_backoff, failed_probes + 1, std::nullopt,
+                            rng);
+    self->delayed_send(self, delay, atom::probe_v);
   }
   return writable;
 }
@@ -119,7 +121,7 @@ void persistence_state::probe() {
   db->stage_meta("write_probe", std::to_string(wall_clock_millis()));
   flush();
   if (!writable)
-    probe_delay = std::min(probe_delay * 2, last_probe_delay);
+    ++failed_probes;
 }
 
 // The flush message queues behind every request already in the mailbox, so
@@ -140,7 +142,7 @@ void persistence_state::count_flush(std::chrono::steady_clock::time_point start,
     return; // Nothing was staged: no write happened, nothing learnt.
   writable = !err;
   if (writable)
-    probe_delay = first_probe_delay;
+    failed_probes = 0;
   std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
   metrics_of(self->system()).store_flush(took.count(), operations, !err);
 }
@@ -470,6 +472,10 @@ caf::result<recovery_plan>
 persistence_state::recover(const std::vector<uint32_t>& gained) {
   if (!shards)
     return caf::make_error(ec::conflict, "this node is not in a cluster");
+  // The suspension flushes the store itself: the staged group goes first,
+  // through our flush, so those waiting on it learn its outcome.
+  if (auto err = flush())
+    return err;
   std::unordered_set<uint32_t> wanted(gained.begin(), gained.end());
   auto plan = plan_recovery(*db, true, [&](const std::string& thread) {
     return wanted.count(shards->shard_of(thread)) > 0;

@@ -5,6 +5,7 @@
 #include <limits>
 #include <memory>
 #include <optional>
+#include <random>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -17,6 +18,7 @@
 
 #include "keel/actors.hpp"
 #include "keel/config.hpp"
+#include "keel/provider_policy.hpp"
 #include "keel/recovery.hpp"
 #include "keel/shard_table.hpp"
 #include "keel/store.hpp"
@@ -74,13 +76,15 @@ struct persistence_state {
   bool writable = true;
   /// True while a `probe` message is on its way to ourselves.
   bool probe_scheduled = false;
-  /// The first probe of a store that failed a write comes this long after a
-  /// check found it so; each probe that fails doubles the wait, up to the
-  /// last.
-  static constexpr caf::timespan first_probe_delay = std::chrono::seconds{1};
-  static constexpr caf::timespan last_probe_delay = std::chrono::seconds{30};
-  /// How long after a check the next probe comes (see `check_writable`).
-  caf::timespan probe_delay = first_probe_delay;
+  /// When probes come (see `check_writable`): the first about 1 s after a
+  /// check found the store failing writes, each one after a failed probe
+  /// twice as late, up to 30 s; jittered, so a cluster's nodes probe a
+  /// shared database apart.
+  static inline const retry_policy probe_backoff{
+    0, std::chrono::seconds{1}, 2.0, std::chrono::seconds{30}, 0.1, {}};
+  /// Probes failed since the last successful write.
+  uint32_t failed_probes = 0;
+  std::mt19937_64 rng{std::random_device{}()};
   /// The store's `staged_operations` after the last flush: the next flush
   /// wrote the difference.
   uint64_t staged_at_flush = 0;
