@@ -29,11 +29,11 @@ using self_ptr = conversation_actor::stateful_pointer<conversation_state>;
 template <class OnSnapshot, class OnError>
 void read_back(self_ptr self, OnSnapshot on_snapshot, OnError on_error) {
   auto& cfg = self->state.cfg;
-  request_component(self, names::persistence, cfg.storage_timeout,
+  request_component(self, names::persistence, cfg->storage_timeout,
                     atom::flush_v)
     .then([] {}, [](caf::error&) {});
-  request_component(self, names::persistence, cfg.storage_timeout, atom::load_v,
-                    cfg.thread)
+  request_component(self, names::persistence, cfg->storage_timeout,
+                    atom::load_v, cfg.thread)
     .then(std::move(on_snapshot), std::move(on_error));
 }
 
@@ -61,7 +61,7 @@ void note_idle(self_ptr self) {
   if (st.idle_timer_armed)
     return;
   st.idle_timer_armed = true;
-  self->delayed_send(self, st.cfg.idle_timeout, atom::idle_v);
+  self->delayed_send(self, st.cfg->idle_timeout, atom::idle_v);
 }
 
 // Describes a provider error to the user: its code, and the `turn_errors`
@@ -94,7 +94,7 @@ describe_failure(const caf::error& err, const std::string& contact) {
 std::optional<owner_notice> provider_notice(const caf::error& err,
                                             const conversation_config& cfg) {
   owner_notice x;
-  x.subject = "pool " + cfg.pool;
+  x.subject = "pool " + cfg->pool;
   x.text = "Thread " + cfg.thread + " could not be answered: " + render(err);
   if (err == ec::credits_exhausted)
     x.kind = notice_kind::credits_exhausted;
@@ -121,7 +121,7 @@ void retry_turn_later(self_ptr self, const std::string& what,
   publish(self, protocol::status_frame(
                   st.cfg.thread, msg.client_id, msg.seq, "retrying",
                   what + " (" + render(err) + "); the turn runs again"));
-  self->delayed_send(self, st.cfg.commit_retry_delay, atom::drain_v);
+  self->delayed_send(self, st.cfg->commit_retry_delay, atom::drain_v);
   ++st.attempts;
   // The turn stays "running" until the retry so nothing overtakes it.
 }
@@ -162,7 +162,7 @@ void committed(self_ptr self, const turn_commit& commit) {
   // Durable with its delivery record: the channels send it (held for them
   // while they restart; after a node restart they find the record).
   for (auto& reply : commit.deliveries)
-    request_component(self, names::channels, self->state.cfg.storage_timeout,
+    request_component(self, names::channels, self->state.cfg->storage_timeout,
                       atom::deliver_v, reply)
       .then([] {}, [](caf::error&) {});
   drain(self);
@@ -180,7 +180,7 @@ void commit_turn(self_ptr self, turn_commit commit) {
                     st.cfg.thread, st.inbox.front().client_id,
                     st.inbox.front().seq, notice.state, notice.detail));
   commit.tenure = self->state.tenure;
-  request_component(self, names::persistence, self->state.cfg.storage_timeout,
+  request_component(self, names::persistence, self->state.cfg->storage_timeout,
                     atom::commit_v, commit)
     .then(
       [self, commit](caf::ok_atom) {
@@ -304,7 +304,7 @@ void spawn_then_commit(self_ptr self, completion reply, bool step) {
   };
   auto& st = self->state;
   for (auto& child : wanted)
-    request_component(self, names::orchestrator, st.cfg.storage_timeout,
+    request_component(self, names::orchestrator, st.cfg->storage_timeout,
                       atom::spawn_v, st.cfg.thread, child)
       .then(
         [self, state, child, finish](spawn_result&) {
@@ -332,7 +332,7 @@ void cancel_call(self_ptr self) {
   auto& st = self->state;
   auto& msg = st.inbox.front();
   if (auto providers = lookup<caf::actor>(self->system(), names::providers))
-    caf::anon_send(providers, atom::forward_v, st.cfg.pool,
+    caf::anon_send(providers, atom::forward_v, st.cfg->pool,
                    cancel_message(st.cfg.thread, msg.seq));
 }
 
@@ -395,7 +395,7 @@ void store_compaction(self_ptr self) {
   auto overflowed = std::exchange(st.compacting_overflow, false);
   if (result.retired.empty() && overflowed) {
     auto [code, text] = describe_failure(ec::context_overflow,
-                                         st.cfg.owner_contact);
+                                         st.cfg->owner_contact);
     fail_turn(self, code, text);
     return;
   }
@@ -417,8 +417,8 @@ void summarize_next(self_ptr self) {
     return;
   }
   request_component(
-    self, names::providers, st.cfg.turn_timeout + turn_timeout_grace,
-    atom::forward_v, st.cfg.pool,
+    self, names::providers, st.cfg->turn_timeout + turn_timeout_grace,
+    atom::forward_v, st.cfg->pool,
     complete_message(st.make_summary_request(*st.compaction->next())))
     .then(
       [self](completion& reply) {
@@ -454,14 +454,14 @@ void compact(self_ptr self, const completion_request& req, bool overflowed) {
 // window. A call right after a compaction goes out as it is.
 bool compaction_due(self_ptr self, const completion_request& req) {
   auto& st = self->state;
-  if (!st.cfg.compaction_enabled || std::exchange(st.just_compacted, false))
+  if (!st.cfg->compaction_enabled || std::exchange(st.just_compacted, false))
     return false;
   auto tokens = st.request_tokens(req);
-  auto level = pressure(tokens, st.cfg.context_window, st.cfg.compaction);
+  auto level = pressure(tokens, st.cfg->context_window, st.cfg->compaction);
   if (level != context_pressure::fine && !st.context_warned) {
     st.context_warned = true;
     turn_status(self, "context_warning",
-                context_warning_text(tokens, st.cfg.context_window));
+                context_warning_text(tokens, st.cfg->context_window));
   }
   return level == context_pressure::compact;
 }
@@ -470,7 +470,7 @@ bool compaction_due(self_ptr self, const completion_request& req) {
 // once a turn. False if the turn must fail instead.
 bool compact_after_overflow(self_ptr self, const caf::error& err) {
   auto& st = self->state;
-  if (err != ec::context_overflow || !st.cfg.compaction_enabled
+  if (err != ec::context_overflow || !st.cfg->compaction_enabled
       || st.overflow_compacted)
     return false;
   compact(self, st.make_request(), true);
@@ -492,7 +492,7 @@ void model_call_failed(self_ptr self, const caf::error& err) {
     cancel_call(self);
   if (compact_after_overflow(self, err))
     return;
-  auto [code, text] = describe_failure(err, st.cfg.owner_contact);
+  auto [code, text] = describe_failure(err, st.cfg->owner_contact);
   if (err != caf::sec::request_timeout)
     if (auto x = provider_notice(err, st.cfg))
       st.owner_notices.push_back(std::move(*x));
@@ -518,8 +518,8 @@ void call_model(self_ptr self) {
   // The pool ends the call at the turn's deadline; our own timeout, a
   // little later, only fires if the pool cannot answer at all.
   request_component(self, names::providers,
-                    st.cfg.turn_timeout + turn_timeout_grace, atom::forward_v,
-                    st.cfg.pool, complete_message(std::move(req)))
+                    st.cfg->turn_timeout + turn_timeout_grace, atom::forward_v,
+                    st.cfg->pool, complete_message(std::move(req)))
     .then(
       [self](completion& reply) {
         reach(kill_point::call_completed);
@@ -630,11 +630,11 @@ void run_turn(self_ptr self) {
   if (st.session.paused_at != 0) {
     fail_turn(self, turn_errors::agent_paused_code,
               with_owner_contact(turn_errors::agent_offline,
-                                 st.cfg.owner_contact));
+                                 st.cfg->owner_contact));
     return;
   }
   if (!st.guard)
-    st.guard = std::make_unique<turn_guard>(st.cfg.guard,
+    st.guard = std::make_unique<turn_guard>(st.cfg->guard,
                                             std::chrono::steady_clock::now());
   auto lost = st.unanswered_calls();
   if (lost.empty()) {
@@ -664,7 +664,7 @@ void finish_cancel(self_ptr self) {
   auto record = st.session;
   record.state = session_state::closed;
   record.recovered_at = 0;
-  request_component(self, names::persistence, st.cfg.storage_timeout,
+  request_component(self, names::persistence, st.cfg->storage_timeout,
                     caf::put_atom_v, record, st.tenure)
     .then(
       [self, record](caf::ok_atom) {
@@ -712,7 +712,7 @@ void write_pause(self_ptr self) {
   auto after = !paused ? 0 : before != 0 ? before : wall_clock_millis();
   st.session.paused_at = after;
   st.turn_running = true;
-  request_component(self, names::persistence, st.cfg.storage_timeout,
+  request_component(self, names::persistence, st.cfg->storage_timeout,
                     caf::put_atom_v, st.session, st.tenure)
     .then(
       [self, batch](caf::ok_atom) {
@@ -761,7 +761,7 @@ void schedule_redelivery(self_ptr self) {
   if (st.redeliver_armed)
     return;
   st.redeliver_armed = true;
-  self->delayed_send(self, st.cfg.commit_retry_delay, atom::redeliver_v);
+  self->delayed_send(self, st.cfg->commit_retry_delay, atom::redeliver_v);
 }
 
 // An outbox entry reached its target (or the dead letters): forget it.
@@ -790,7 +790,7 @@ void delivery_failed(self_ptr self, const outbox_entry& entry,
     deliver_later(self, seq);
     return;
   }
-  request_component(self, names::dead_letters, self->state.cfg.storage_timeout,
+  request_component(self, names::dead_letters, self->state.cfg->storage_timeout,
                     caf::put_atom_v, entry, render(err), self->state.tenure)
     .then([self, seq](caf::ok_atom) { delivered(self, seq); },
           [self, seq](caf::error&) { deliver_later(self, seq); });
@@ -804,7 +804,7 @@ void deliver_outbox(self_ptr self) {
   for (auto& [seq, entry] : st.outbox) {
     if (!st.delivering.insert(seq).second)
       continue;
-    request_component(self, names::orchestrator, st.cfg.storage_timeout,
+    request_component(self, names::orchestrator, st.cfg->storage_timeout,
                       atom::deliver_v, entry)
       .then([self, seq = seq](accept_result&) { delivered(self, seq); },
             [self, entry = entry](caf::error& err) {
@@ -852,7 +852,7 @@ void adopt_late_accepts(self_ptr self) {
       spdlog::warn("thread {}: reading the inbox back failed: {}",
                    st.cfg.thread, render(err));
       st.reading_back = false;
-      self->delayed_send(self, st.cfg.commit_retry_delay, atom::readback_v);
+      self->delayed_send(self, st.cfg->commit_retry_delay, atom::readback_v);
     });
 }
 
@@ -884,7 +884,7 @@ void accept(self_ptr self, caf::typed_response_promise<accept_result> rp,
   auto req = st.make_accept_request(std::move(msg));
   auto seq = req.entry.seq;
   st.accepting.emplace(seq, rp);
-  request_component(self, names::persistence, st.cfg.storage_timeout,
+  request_component(self, names::persistence, st.cfg->storage_timeout,
                     atom::accept_v, req)
     .then(
       [self, seq, entry = req.entry,
@@ -953,7 +953,7 @@ void load(self_ptr self) {
 // seen when we became idle. If it agrees, our supervisor stops us; if a
 // message was routed to us since, we stay.
 void ask_to_stop(self_ptr self, uint64_t route) {
-  request_component(self, names::orchestrator, self->state.cfg.storage_timeout,
+  request_component(self, names::orchestrator, self->state.cfg->storage_timeout,
                     atom::passivate_v, self->state.cfg.thread, route)
     .then(
       [self](bool stopping) {
@@ -1003,7 +1003,7 @@ void passivate(self_ptr self) {
   if (record.state != session_state::closed)
     record.state = session_state::suspended;
   st.session_active = false;
-  request_component(self, names::persistence, st.cfg.storage_timeout,
+  request_component(self, names::persistence, st.cfg->storage_timeout,
                     caf::put_atom_v, record, st.tenure)
     .then(
       [self, record, route](caf::ok_atom) { suspended(self, record, route); },
@@ -1088,7 +1088,7 @@ caf::result<log_entry> task_of(self_ptr self, seq_t seq) {
   auto missing = caf::make_error(ec::not_found, "thread " + st.cfg.thread
                                                   + " has no message "
                                                   + std::to_string(seq));
-  request_component(self, names::persistence, st.cfg.storage_timeout,
+  request_component(self, names::persistence, st.cfg->storage_timeout,
                     atom::history_v, st.cfg.thread, seq - 1, uint64_t{1})
     .then(
       [rp, seq, missing](history_page& page) mutable {
@@ -1120,9 +1120,9 @@ void idle_timer_fired(self_ptr self) {
   if (!st.idle())
     return; // Busy again: the next idle moment arms a new timer.
   auto idle_for = self->clock().now() - st.idle_since;
-  if (idle_for < st.cfg.idle_timeout) {
+  if (idle_for < st.cfg->idle_timeout) {
     st.idle_timer_armed = true;
-    self->delayed_send(self, st.cfg.idle_timeout - idle_for, atom::idle_v);
+    self->delayed_send(self, st.cfg->idle_timeout - idle_for, atom::idle_v);
     return;
   }
   passivate(self);

@@ -45,32 +45,44 @@ std::shared_ptr<const guard_limits> default_guard_limits() {
   return limits;
 }
 
-conversation_config
-make_conversation_config(const std::shared_ptr<const node_config>& shared,
-                         std::string thread) {
+std::shared_ptr<const conversation_settings> default_conversation_settings() {
+  static const auto settings = std::make_shared<const conversation_settings>();
+  return settings;
+}
+
+std::shared_ptr<const conversation_settings>
+make_conversation_settings(const std::shared_ptr<const node_config>& shared) {
   auto& node = *shared;
   auto& defaults = node.threads;
-  auto& storage = node.storage;
+  auto cfg = std::make_shared<conversation_settings>();
+  cfg->storage_timeout = node.storage.request_timeout;
+  cfg->pool = defaults.pool;
+  cfg->system_prompt = defaults.system_prompt;
+  cfg->idle_timeout = defaults.idle_timeout;
+  cfg->turn_timeout = defaults.turn_timeout;
+  cfg->max_inbox = defaults.max_inbox;
+  cfg->max_reply_bytes = defaults.max_reply_bytes;
+  cfg->max_tool_output_bytes = defaults.max_tool_output_bytes;
+  cfg->root_tools = tools_named(node, defaults.tools);
+  cfg->agent_tools = tools_named(node, defaults.agent_tools);
+  cfg->guard = std::shared_ptr<const guard_limits>(shared, &defaults.guard);
+  cfg->disable_tool_after = defaults.disable_tool_after;
+  cfg->compaction = defaults.compaction;
+  cfg->compaction_enabled = defaults.compaction_enabled;
+  cfg->context_window = pool_window(node, defaults.pool);
+  cfg->agents = defaults.agents;
+  cfg->owner_contact = node.owner.contact;
+  return cfg;
+}
+
+conversation_config
+make_conversation_config(const node_config& node,
+                         std::shared_ptr<const conversation_settings> settings,
+                         std::string thread) {
   conversation_config cfg;
-  cfg.storage_timeout = storage.request_timeout;
+  cfg.channels = node.delivery.channels_of(thread);
   cfg.thread = std::move(thread);
-  cfg.pool = defaults.pool;
-  cfg.system_prompt = defaults.system_prompt;
-  cfg.idle_timeout = defaults.idle_timeout;
-  cfg.turn_timeout = defaults.turn_timeout;
-  cfg.max_inbox = defaults.max_inbox;
-  cfg.max_reply_bytes = defaults.max_reply_bytes;
-  cfg.max_tool_output_bytes = defaults.max_tool_output_bytes;
-  cfg.root_tools = tools_named(node, defaults.tools);
-  cfg.agent_tools = tools_named(node, defaults.agent_tools);
-  cfg.guard = std::shared_ptr<const guard_limits>(shared, &defaults.guard);
-  cfg.disable_tool_after = defaults.disable_tool_after;
-  cfg.compaction = defaults.compaction;
-  cfg.compaction_enabled = defaults.compaction_enabled;
-  cfg.context_window = pool_window(node, defaults.pool);
-  cfg.agents = defaults.agents;
-  cfg.owner_contact = node.owner.contact;
-  cfg.channels = node.delivery.channels_of(cfg.thread);
+  cfg.settings = std::move(settings);
   return cfg;
 }
 
@@ -104,14 +116,14 @@ context_entry system_note(std::string text) {
 completion_request conversation_state::make_request() const {
   completion_request req;
   req.thread = cfg.thread;
-  req.system_prompt = cfg.system_prompt;
+  req.system_prompt = cfg->system_prompt;
   req.context = context;
   auto& msg = inbox.front();
   req.client_id = msg.client_id;
   req.seq = msg.seq;
   // The turn's deadline travels with the call and bounds the pool.
   req.time_budget_ms = static_cast<uint64_t>(
-    std::chrono::duration_cast<std::chrono::milliseconds>(cfg.turn_timeout)
+    std::chrono::duration_cast<std::chrono::milliseconds>(cfg->turn_timeout)
       .count());
   req.tools = offered_tools();
   // The node died while this thread was live: say so once.
@@ -145,7 +157,7 @@ log_entry entry_about(const inbox_entry& msg, seq_t seq, log_kind kind,
 // of the client message it follows from. None if one may.
 std::optional<std::string> hop_refusal(const conversation_state& st) {
   auto hops = st.inbox.front().hops;
-  if (hops < st.cfg.agents.hop_budget)
+  if (hops < st.cfg->agents.hop_budget)
     return std::nullopt;
   return "the agents exchanged " + std::to_string(hops)
          + " messages for one client message, the most they may "
@@ -250,7 +262,7 @@ std::optional<std::string> agent_call_note(conversation_state& st,
   commit.outbox.push_back(make_outbox_entry(
     st, act.child,
     "[parent " + st.cfg.thread + "] "
-      + bound_text(act.text, st.cfg.max_tool_output_bytes, "message to agent"),
+      + bound_text(act.text, st.cfg->max_tool_output_bytes, "message to agent"),
     now));
   if (spawned)
     return "[spawned agent " + act.child + "]";
@@ -262,12 +274,12 @@ std::optional<std::string> agent_call_note(conversation_state& st,
 std::string apply_tool_calls(conversation_state& st, turn_commit& commit,
                              const completion& reply, millis now,
                              const spawn_outcomes& spawns) {
-  auto text = bound_text(reply.text, st.cfg.max_reply_bytes, "reply");
+  auto text = bound_text(reply.text, st.cfg->max_reply_bytes, "reply");
   for (auto& call : reply.tool_calls) {
     auto note = agent_call_note(st, commit, call, now, spawns)
                   .value_or("[tool call " + call.name + "]");
     text += (text.empty() ? "" : "\n")
-            + bound_text(note, st.cfg.max_tool_output_bytes, "tool call");
+            + bound_text(note, st.cfg->max_tool_output_bytes, "tool call");
   }
   return text;
 }
@@ -278,7 +290,7 @@ std::vector<std::string>
 conversation_state::new_children(const completion& reply,
                                  spawn_outcomes& outcomes) {
   std::vector<std::string> result;
-  auto max = cfg.agents.max_spawns_per_reply;
+  auto max = cfg->agents.max_spawns_per_reply;
   for (auto& call : reply.tool_calls) {
     auto action = parse_agent_tool_call(call, cfg.thread);
     if (!action || !*action || !(*action)->spawn)
@@ -415,10 +427,10 @@ caf::error conversation_state::refusal(const incoming_message& msg) const {
                              + "' was cancelled; it takes no messages");
   if (!msg.from.empty() && !session_exists)
     return not_found();
-  if (inbox.size() + accepting.size() >= cfg.max_inbox)
+  if (inbox.size() + accepting.size() >= cfg->max_inbox)
     return caf::make_error(ec::overloaded, "thread '" + cfg.thread
                                              + "' already has "
-                                             + std::to_string(cfg.max_inbox)
+                                             + std::to_string(cfg->max_inbox)
                                              + " unanswered messages");
   return caf::none;
 }
@@ -443,7 +455,7 @@ accept_request conversation_state::make_accept_request(incoming_message msg) {
     // the same synced batch as the message.
     if (!session_exists) {
       session.thread = cfg.thread;
-      session.pool = cfg.pool;
+      session.pool = cfg->pool;
       session.created_at = req.entry.accepted_at;
       reach(kill_point::session_created); // In memory only, so far.
     }
@@ -516,7 +528,7 @@ void conversation_state::adopt_late_accepts(
 // -- the turn's tool loop -----------------------------------------------------
 
 const std::vector<tool_config>& conversation_state::tools() const {
-  return session.parent.empty() ? cfg.root_tools : cfg.agent_tools;
+  return session.parent.empty() ? cfg->root_tools : cfg->agent_tools;
 }
 
 uint32_t conversation_state::tool_failures(const std::string& tool) const {
@@ -527,7 +539,7 @@ uint32_t conversation_state::tool_failures(const std::string& tool) const {
 }
 
 bool conversation_state::tool_disabled(const std::string& tool) const {
-  return tool_failures(tool) >= cfg.disable_tool_after;
+  return tool_failures(tool) >= cfg->disable_tool_after;
 }
 
 std::vector<tool_spec> conversation_state::offered_tools() const {
@@ -627,7 +639,7 @@ turn_commit conversation_state::make_call_step(const completion& reply,
   if (!turn_in_context())
     commit.context.push_back(user_context_entry(*this));
   context_entry asked{next_seq++, "assistant",
-                      bound_text(reply.text, cfg.max_reply_bytes, "reply")};
+                      bound_text(reply.text, cfg->max_reply_bytes, "reply")};
   asked.set_tool_calls(reply.tool_calls);
   commit.context.push_back(std::move(asked));
   // Agent calls take effect now; their results are what they did.
@@ -658,7 +670,7 @@ turn_commit conversation_state::make_result_step(const tool_call& call,
   auto commit = progress_step(*this, now);
   auto& msg = inbox.front();
   auto seq = next_seq++;
-  auto text = bound_text(outcome.text, cfg.max_tool_output_bytes,
+  auto text = bound_text(outcome.text, cfg->max_tool_output_bytes,
                          "tool output");
   commit.context.push_back(tool_result_entry(seq, call, text));
   auto log = [&](seq_t seq, std::string text) {
@@ -672,7 +684,7 @@ turn_commit conversation_state::make_result_step(const tool_call& call,
   commit.write_session = true;
   commit.session = session;
   auto failures = count_failure(commit.session, call.name);
-  if (failures == cfg.disable_tool_after) {
+  if (failures == cfg->disable_tool_after) {
     auto note = disabled_tool_text(call.name, failures, outcome.error);
     auto note_seq = next_seq++;
     commit.context.push_back(context_entry{note_seq, "system", note});
@@ -749,12 +761,12 @@ compactor conversation_state::make_compactor(const completion_request& req,
     context.begin(), context.begin() + static_cast<std::ptrdiff_t>(start));
   auto total = request_tokens(req);
   auto fixed = total - std::min(total, estimate_tokens(older));
-  auto window = static_cast<double>(cfg.context_window);
-  auto target = static_cast<uint64_t>(cfg.compaction.warn_at * window) - 1;
+  auto window = static_cast<double>(cfg->context_window);
+  auto target = static_cast<uint64_t>(cfg->compaction.warn_at * window) - 1;
   if (overflowed)
     target = std::min(target, total / 2);
-  return compactor{std::move(older), fixed, target, cfg.context_window / 4,
-                   cfg.compaction};
+  return compactor{std::move(older), fixed, target, cfg->context_window / 4,
+                   cfg->compaction};
 }
 
 completion_request
@@ -767,7 +779,7 @@ conversation_state::make_summary_request(std::string text) const {
   req.system_prompt = summary_instruction;
   req.context.push_back(context_entry{msg.seq, "user", std::move(text)});
   req.time_budget_ms = static_cast<uint64_t>(
-    std::chrono::duration_cast<std::chrono::milliseconds>(cfg.turn_timeout)
+    std::chrono::duration_cast<std::chrono::milliseconds>(cfg->turn_timeout)
       .count());
   req.quiet = true;
   return req;

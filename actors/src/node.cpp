@@ -91,12 +91,14 @@ child_spec conversations_child(const node_config& cfg,
   // crashed one is restarted and reloads its thread from the store.
   convs.child_template.restart = restart_type::transient;
   // Every live conversation's child entry holds a copy of this function:
-  // it shares the node's configuration rather than copying it.
-  convs.dynamic_start = [node = std::make_shared<const node_config>(cfg),
+  // it shares the node's configuration rather than copying it, and every
+  // conversation shares the settings made from it.
+  auto node = std::make_shared<const node_config>(cfg);
+  convs.dynamic_start = [node, settings = make_conversation_settings(node),
                          shards](caf::local_actor* parent,
                                  const std::string& thread,
                                  const caf::message&) {
-    auto ccfg = make_conversation_config(node, thread);
+    auto ccfg = make_conversation_config(*node, settings, thread);
     ccfg.shards = shards;
     return caf::actor_cast<caf::actor>(parent->spawn(conversation, ccfg));
   };

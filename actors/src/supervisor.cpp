@@ -276,11 +276,13 @@ void supervisor_state::decide(uint64_t order, caf::error reason) {
     begin_group(order, delay);
 }
 
-bool supervisor_state::intensity_exceeded(std::deque<time_point>& window) {
+bool supervisor_state::intensity_exceeded(std::vector<time_point>& window) {
   auto now = self->clock().now();
   window.push_back(now);
-  while (!window.empty() && window.front() < now - cfg.period)
-    window.pop_front();
+  auto recent = std::find_if(window.begin(), window.end(), [&](time_point t) {
+    return t >= now - cfg.period;
+  });
+  window.erase(window.begin(), recent);
   return window.size() > cfg.max_restarts;
 }
 

@@ -8,6 +8,7 @@
 #include "keel/conversation.hpp"
 #include "keel/orchestrator.hpp"
 #include "keel/provider_pool.hpp"
+#include "keel/supervisor.hpp"
 #include "keel/text.hpp"
 
 using namespace keel;
@@ -77,6 +78,18 @@ struct fixture : node_fixture {
   /// The storage timeout of conversations, plus a second.
   caf::timespan past_storage_timeout() const {
     return config.storage.request_timeout + 1s;
+  }
+
+  /// The state of `thread`'s live conversation.
+  conversation_state& state_of(const std::string& thread) {
+    auto& sup = deref<caf::stateful_actor<supervisor_state>>(
+                  component<caf::actor>(names::conversations))
+                  .state;
+    auto child = sup.find(thread);
+    CAF_REQUIRE(child != nullptr && child->actor);
+    return deref<conversation_actor::stateful_base<conversation_state>>(
+             child->actor)
+      .state;
   }
 
   /// CAF id of the thread's conversation, as its supervisor reports it.
@@ -259,6 +272,18 @@ CAF_TEST(messages of one thread are answered in order) {
   CAF_CHECK_EQUAL(reply_to, (std::vector<seq_t>{1, 2, 3, 4, 5}));
 }
 
+CAF_TEST(the conversations of a node share its settings) {
+  CAF_REQUIRE(send("a", "1", "one"));
+  CAF_REQUIRE(send("b", "1", "one"));
+  auto& a = state_of("a").cfg;
+  auto& b = state_of("b").cfg;
+  CAF_CHECK_EQUAL(a.thread, "a");
+  CAF_CHECK_EQUAL(b.thread, "b");
+  CAF_CHECK_EQUAL(a.settings, b.settings);
+  CAF_CHECK_NOT_EQUAL(a.settings, default_conversation_settings());
+  CAF_CHECK_EQUAL(a->system_prompt, config.threads.system_prompt);
+}
+
 CAF_TEST(a resent message is acknowledged again but answered once) {
   auto first = send("t", "same", "hello");
   auto second = send("t", "same", "hello");
@@ -385,7 +410,7 @@ CAF_TEST(an accept whose read back times out too is answered without a resend) {
   advance_time(past_storage_timeout());
   run_without_persistence(); // ...and that read times out as well.
   consume_messages();        // The accept lands; nobody resends it.
-  advance(conversation_config{}.commit_retry_delay);
+  advance(conversation_settings{}.commit_retry_delay);
   CAF_CHECK_EQUAL(texts(history("t")),
                   (std::vector<std::string>{"user:one", "reply:re: one",
                                             "user:two", "reply:re: two"}));
@@ -638,7 +663,7 @@ CAF_TEST(a commit that lands after its timeout answers the message once) {
   advance_time(past_storage_timeout());
   run_without_persistence(); // The conversation's commit times out...
   consume_messages();        // ...but the commit lands.
-  advance(conversation_config{}.commit_retry_delay);
+  advance(conversation_settings{}.commit_retry_delay);
   advance(11s); // A turn run again would answer by now.
   CAF_CHECK_EQUAL(texts(history("t")),
                   (std::vector<std::string>{"user:work", "reply:slow: work"}));

@@ -25,9 +25,10 @@ tool_config tool(std::string name) {
 struct fixture {
   fixture() {
     st.cfg.thread = "t";
-    st.cfg.root_tools = {tool("ls"), tool("grep")};
-    st.cfg.agent_tools = {tool("grep")};
-    st.cfg.disable_tool_after = 3;
+    st.cfg.settings = settings;
+    settings->root_tools = {tool("ls"), tool("grep")};
+    settings->agent_tools = {tool("grep")};
+    settings->disable_tool_after = 3;
     st.session_exists = true;
     st.session.thread = "t";
     st.context = {context_entry{1, "user", "hi"},
@@ -47,6 +48,8 @@ struct fixture {
     return tool_outcome{"[" + why + "]", why, false, 0};
   }
 
+  std::shared_ptr<conversation_settings> settings
+    = std::make_shared<conversation_settings>();
   conversation_state st;
 };
 
@@ -264,7 +267,7 @@ CAF_TEST(a repeating model is told to try another way) {
 }
 
 CAF_TEST(spawns past the most one answer may are refused and said) {
-  st.cfg.agents.max_spawns_per_reply = 2;
+  settings->agents.max_spawns_per_reply = 2;
   auto spawn = [](std::string id, std::string name) {
     return call(std::move(id), "spawn_agent",
                 R"({"name": ")" + name + R"(", "task": "work"})");
@@ -291,7 +294,7 @@ CAF_TEST(spawns past the most one answer may are refused and said) {
 }
 
 CAF_TEST(messages between agents carry their hops and stop at the budget) {
-  st.cfg.agents.hop_budget = 4;
+  settings->agents.hop_budget = 4;
   st.children = {"t.kid"};
   st.session.parent = "p";
   auto tell = asking(

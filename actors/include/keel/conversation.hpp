@@ -25,10 +25,10 @@ namespace keel {
 /// The guard's default limits, one copy for the process.
 std::shared_ptr<const guard_limits> default_guard_limits();
 
-/// Configuration of one conversation actor.
-struct conversation_config {
-  /// The thread this actor owns.
-  std::string thread;
+/// What every conversation of a node reads alike: one copy per node, which
+/// each conversation's configuration shares (a live thread's memory counts
+/// every byte it holds by itself).
+struct conversation_settings {
   /// Provider pool answering the thread.
   std::string pool;
   /// Placed before the context in every completion request.
@@ -49,16 +49,13 @@ struct conversation_config {
   /// Each line a tool call adds to the answer, and each message to a child
   /// agent, is cut to this.
   size_t max_tool_output_bytes = 64 * 1024;
-  /// In a cluster, the node's shard table: the conversation takes its
-  /// tenure from it before it loads the thread. Null on a single node.
-  std::shared_ptr<const shard_table> shards;
   /// The tools the model may call in a root thread (its pool's and
   /// `threads.tools`) and in a child agent (its pool's and
   /// `threads.agent_tools`).
   std::vector<tool_config> root_tools;
   std::vector<tool_config> agent_tools;
-  /// The limits of one message's turn loop, shared by every conversation
-  /// of the node (the default limits unless the node's are given).
+  /// The limits of one message's turn loop (the default limits unless the
+  /// node's are given).
   std::shared_ptr<const guard_limits> guard = default_guard_limits();
   /// A tool failing this often in the thread is disabled there.
   uint32_t disable_tool_after = 3;
@@ -72,21 +69,46 @@ struct conversation_config {
   agent_limits agents;
   /// Whom users are told to contact (`owner.contact`).
   std::string owner_contact;
+};
+
+/// The settings of a conversation without a node's (one copy per process).
+std::shared_ptr<const conversation_settings> default_conversation_settings();
+
+/// Configuration of one conversation actor: its thread's own part, and the
+/// node's settings through `->`.
+struct conversation_config {
+  /// The thread this actor owns.
+  std::string thread;
   /// The outbound channels the thread is bound to
   /// (`delivery.channels[].threads`): each answer is committed with a
   /// delivery record for them.
   std::vector<std::string> channels;
+  /// In a cluster, the node's shard table: the conversation takes its
+  /// tenure from it before it loads the thread. Null on a single node.
+  std::shared_ptr<const shard_table> shards;
+  /// Shared with every conversation of the node; never null.
+  std::shared_ptr<const conversation_settings> settings
+    = default_conversation_settings();
+
+  const conversation_settings* operator->() const {
+    return settings.get();
+  }
 };
 
 /// How much longer than `turn_timeout` a conversation waits for its pool,
 /// which ends a call at the turn's deadline and answers then.
 constexpr caf::timespan turn_timeout_grace = std::chrono::seconds{5};
 
-/// Builds a conversation's configuration from the node's thread defaults,
-/// storage settings and tools; what every conversation reads alike (the
-/// guard's limits) it shares with `node` instead of copying.
+/// The settings of every conversation of `node`: its thread defaults,
+/// storage settings and tools (the guard's limits shared with `node`).
+std::shared_ptr<const conversation_settings>
+make_conversation_settings(const std::shared_ptr<const node_config>& node);
+
+/// The configuration of the conversation of `thread` on `node`, whose
+/// settings are `settings` (see `make_conversation_settings`).
 conversation_config
-make_conversation_config(const std::shared_ptr<const node_config>& node,
+make_conversation_config(const node_config& node,
+                         std::shared_ptr<const conversation_settings> settings,
                          std::string thread);
 
 /// Descriptive messages posted to a thread when a turn fails.

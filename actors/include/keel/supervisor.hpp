@@ -205,12 +205,14 @@ struct child_entry {
   bool restart_pending = false;
   /// While stopping: forget it afterwards.
   bool remove_on_stop = false;
-  /// Messages held while it restarts, in arrival order.
-  std::deque<held_message> held;
+  /// Messages held while it restarts, in arrival order. (Vectors here
+  /// allocate nothing while empty, as they are for nearly every child of a
+  /// dynamic supervisor; a deque took about 0.6 KB each.)
+  std::vector<held_message> held;
   /// `atom::stop_child` requests waiting for it to stop.
   std::vector<caf::response_promise> stop_waiters;
   /// Times of its recent restarts (a dynamic child's own intensity window).
-  std::deque<caf::actor_clock::time_point> restart_times;
+  std::vector<caf::actor_clock::time_point> restart_times;
 };
 
 /// A sequence of stops the supervisor works through (OTP does these
@@ -251,7 +253,7 @@ struct supervisor_state {
   std::shared_ptr<std::unordered_map<caf::actor_addr, uint64_t>> by_addr;
   /// Times of recent restarts (the intensity window of a static
   /// supervisor; dynamic children count their own).
-  std::deque<time_point> restarts;
+  std::vector<time_point> restarts;
   /// Next child order and next timer token.
   uint64_t next_order = 1;
   uint64_t next_token = 1;
@@ -317,7 +319,7 @@ struct supervisor_state {
 private:
   bool start(child_entry& child);
   void exited(child_entry& child, caf::error reason);
-  bool intensity_exceeded(std::deque<time_point>& window);
+  bool intensity_exceeded(std::vector<time_point>& window);
   void give_up(child_entry& child, const caf::error& reason);
   caf::timespan backoff_delay(child_entry& child, time_point now);
   void schedule_restart(child_entry& child, caf::timespan delay);
