@@ -168,7 +168,9 @@ caf::error supervisor_state::init(supervisor_config config) {
 bool supervisor_state::start(child_entry& child) {
   caf::actor hdl;
   try {
-    hdl = child.spec.start(self);
+    hdl = child.spec.start
+            ? child.spec.start(self)
+            : cfg.dynamic_start(self, child.spec.id, child.dynamic_args);
   } catch (std::exception& ex) {
     child.last_exit = caf::make_error(ec::unavailable, ex.what());
   }
@@ -734,11 +736,10 @@ supervisor_state::start_dynamic(const std::string& id,
   auto order = next_order++;
   auto spec = cfg.child_template;
   spec.id = id;
-  spec.start = [fn = cfg.dynamic_start, id, args](caf::local_actor* parent) {
-    return fn(parent, id, args);
-  };
+  spec.start = nullptr; // `start` calls `cfg.dynamic_start`.
   auto& child = children.emplace(order, child_entry{std::move(spec), order})
                   .first->second;
+  child.dynamic_args = args;
   by_id.emplace(id, order);
   if (!start(child)) {
     auto err = child.last_exit;

@@ -186,9 +186,13 @@ struct held_message {
 
 /// A supervisor's record of one child.
 struct child_entry {
+  /// A dynamic child's spec has no `start`: the supervisor's
+  /// `dynamic_start` starts it with `dynamic_args` (no closure per child).
   child_spec spec;
   /// Position in start order (ascending; never reused).
   uint64_t order = 0;
+  /// A dynamic child's arguments to `atom::start_child`.
+  caf::message dynamic_args;
   /// The current incarnation, if any.
   caf::actor actor;
   child_status status = child_status::stopped;
