@@ -82,7 +82,8 @@ make_conversation_config(const node_config& node,
   conversation_config cfg;
   cfg.channels = node.delivery.channels_of(thread);
   cfg.thread = std::move(thread);
-  cfg.settings = std::move(settings);
+  if (settings)
+    cfg.settings = std::move(settings);
   return cfg;
 }
 

@@ -472,14 +472,15 @@ caf::result<recovery_plan>
 persistence_state::recover(const std::vector<uint32_t>& gained) {
   if (!shards)
     return caf::make_error(ec::conflict, "this node is not in a cluster");
-  // The suspension flushes the store itself: the staged group goes first,
-  // through our flush, so those waiting on it learn its outcome.
-  if (auto err = flush())
-    return err;
   std::unordered_set<uint32_t> wanted(gained.begin(), gained.end());
-  auto plan = plan_recovery(*db, true, [&](const std::string& thread) {
-    return wanted.count(shards->shard_of(thread)) > 0;
-  });
+  // The suspension commits with our flush: the group it joins holds other
+  // requests' writes, whose writers learn its outcome, as `writable` does.
+  auto plan = plan_recovery(
+    *db, true,
+    [&](const std::string& thread) {
+      return wanted.count(shards->shard_of(thread)) > 0;
+    },
+    [this] { return flush(); });
   if (!plan)
     return std::move(plan.error());
   // Stored as `last_recovery`, which any node of the cluster reads.

@@ -57,8 +57,9 @@ struct fixture : store_fixture, test_coordinator_fixture<system_config> {
 
 CAF_TEST_FIXTURE_SCOPE(persistence_tests, fixture)
 
-// A recovery of gained shards suspends their ACTIVE sessions with a flush of
-// its own; it must not drop writes that others staged and still wait on.
+// A recovery of gained shards suspends their ACTIVE sessions in one synced
+// batch; it must not drop writes that others staged and still wait on, and
+// its failure is the store's like any write's.
 CAF_TEST(a failed recovery of gained shards answers the writes staged before) {
   auto accept = self->request(persistence, caf::infinite, atom::accept_v,
                               make_accept("t1", 1, "c1", "hello", true));
@@ -73,6 +74,11 @@ CAF_TEST(a failed recovery of gained shards answers the writes staged before) {
                   [](caf::error&) {});
   CAF_CHECK(!accepted);
   CAF_CHECK(!recovered);
+  // The failure counts as the store's: the node is not ready.
+  auto writable = self->request(persistence, caf::infinite, atom::writable_v);
+  run();
+  writable.receive([](bool ok) { CAF_CHECK(!ok); },
+                   [](caf::error& err) { CAF_FAIL(render(err)); });
   // The invariant: an accepted message is on disk.
   CAF_CHECK_EQUAL(stored("t1").inbox.size(), accepted ? 1u : 0u);
 }

@@ -105,7 +105,8 @@ std::shared_ptr<const conversation_settings>
 make_conversation_settings(const std::shared_ptr<const node_config>& node);
 
 /// The configuration of the conversation of `thread` on `node`, whose
-/// settings are `settings` (see `make_conversation_settings`).
+/// settings are `settings` (see `make_conversation_settings`; null: the
+/// defaults).
 conversation_config
 make_conversation_config(const node_config& node,
                          std::shared_ptr<const conversation_settings> settings,

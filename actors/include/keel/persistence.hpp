@@ -78,10 +78,16 @@ struct persistence_state {
   bool probe_scheduled = false;
   /// When probes come (see `check_writable`): the first about 1 s after a
   /// check found the store failing writes, each one after a failed probe
-  /// twice as late, up to 30 s; jittered, so a cluster's nodes probe a
-  /// shared database apart.
-  static inline const retry_policy probe_backoff{
-    0, std::chrono::seconds{1}, 2.0, std::chrono::seconds{30}, 0.1, {}};
+  /// twice as late, at most 30 s; each wait drawn within 10 % (under the
+  /// cap), so a cluster's nodes probe a shared database apart.
+  static inline const retry_policy probe_backoff = [] {
+    retry_policy result;
+    result.base_delay = std::chrono::seconds{1};
+    result.multiplier = 2.0;
+    result.max_delay = std::chrono::seconds{30};
+    result.jitter = 0.1;
+    return result;
+  }();
   /// Probes failed since the last successful write.
   uint32_t failed_probes = 0;
   std::mt19937_64 rng{std::random_device{}()};

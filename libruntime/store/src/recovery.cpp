@@ -135,7 +135,7 @@ caf::error rebuild_tree(store& db, const sessions_by_thread& sessions,
 // 3. Nothing ran while the node was down: ACTIVE sessions are stale. At boot
 // they are marked SUSPENDED, with `recovered_at`, in one synced batch.
 caf::error suspend_active(store& db, sessions_by_thread& sessions, bool boot,
-                          recovery_report& report) {
+                          recovery_report& report, const store_flush& flush) {
   step_timer timer{report, "suspend_active"};
   if (boot) {
     auto now = wall_clock_millis();
@@ -147,7 +147,7 @@ caf::error suspend_active(store& db, sessions_by_thread& sessions, bool boot,
       db.stage_stored_session(rec);
       ++report.suspended;
     }
-    if (auto err = db.flush())
+    if (auto err = flush ? flush() : db.flush())
       return err;
   }
   timer.done(report.suspended);
@@ -228,7 +228,8 @@ caf::error scan_undelivered(store& db, const sessions_by_thread& sessions,
 } // namespace
 
 caf::expected<recovery_plan> plan_recovery(store& db, bool boot,
-                                           const thread_filter& only) {
+                                           const thread_filter& only,
+                                           const store_flush& flush) {
   recovery_plan plan;
   plan.boot = boot;
   plan.report.started_at = wall_clock_millis();
@@ -237,7 +238,7 @@ caf::expected<recovery_plan> plan_recovery(store& db, bool boot,
     return sessions.error();
   if (auto err = rebuild_tree(db, *sessions, plan.report, only))
     return err;
-  if (auto err = suspend_active(db, *sessions, boot, plan.report))
+  if (auto err = suspend_active(db, *sessions, boot, plan.report, flush))
     return err;
   if (auto err = scan_undelivered(db, *sessions, plan, only))
     return err;

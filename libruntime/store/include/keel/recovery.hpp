@@ -29,15 +29,22 @@ constexpr const char* recovery_prompt
 /// Which threads a recovery covers; an empty filter covers all of them.
 using thread_filter = std::function<bool(const std::string& thread)>;
 
+/// Commits what is staged on a store: its owner's own flush, which also
+/// answers whoever waits on the staged group and counts the outcome.
+using store_flush = std::function<caf::error()>;
+
 /// Runs steps 1-4 on `db` (writing step 3 with one synced batch) and plans
 /// the rest. `boot` is true for the recovery at process start; otherwise
 /// (an orchestrator restart) the plan only lists pending work and nothing is
 /// written. In a cluster, `only` limits everything (reads, writes, the
 /// plan) to the threads of the shards the node holds: other nodes write
-/// the rest. Fails only if the store cannot be read or written;
-/// inconsistent data is reported in `report.problems` and left alone.
+/// the rest. Step 3's batch is committed by `flush` (by `db.flush()` if it
+/// is empty): with writes of others staged, their owner's. Fails only if
+/// the store cannot be read or written; inconsistent data is reported in
+/// `report.problems` and left alone.
 caf::expected<recovery_plan> plan_recovery(store& db, bool boot,
-                                           const thread_filter& only = {});
+                                           const thread_filter& only = {},
+                                           const store_flush& flush = {});
 
 /// Renders a report for people (log lines, `keelctl recovery`).
 std::string describe(const recovery_report& report);
