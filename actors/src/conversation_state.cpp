@@ -564,8 +564,12 @@ namespace {
 // The index of the user entry of the message `seq` in `context`, or its
 // size if the message is not there.
 size_t user_entry(const context_list& context, seq_t seq) {
-  // From the end: a running turn's entries are the last ones.
-  for (size_t i = context.size(); i > 0; --i) {
+  // From the end: a running turn's entries are the last ones. The context
+  // is in seq order and a message's user entry has a seq of at least the
+  // message's (see `user_context_entry`), so the search ends at the first
+  // entry below it: looking for a turn not begun yet reads the entries of
+  // the turns answered since the message came, not the whole context.
+  for (size_t i = context.size(); i > 0 && context[i - 1].seq >= seq; --i) {
     auto& entry = context[i - 1];
     if (entry.role == "user"
         && (entry.message_seq != 0 ? entry.message_seq : entry.seq) == seq)
