@@ -180,17 +180,19 @@ void commit_turn(self_ptr self, turn_commit commit) {
                     st.cfg.thread, st.inbox.front().client_id,
                     st.inbox.front().seq, notice.state, notice.detail));
   commit.tenure = self->state.tenure;
+  // The request carries a copy; both outcomes share this one.
+  auto kept = std::make_shared<const turn_commit>(std::move(commit));
   request_component(self, names::persistence, self->state.cfg->storage_timeout,
-                    atom::commit_v, commit)
+                    atom::commit_v, *kept)
     .then(
-      [self, commit](caf::ok_atom) {
-        if (commit.keeps_inbox)
-          step_committed(self, commit);
+      [self, kept](caf::ok_atom) {
+        if (kept->keeps_inbox)
+          step_committed(self, *kept);
         else
-          committed(self, commit);
+          committed(self, *kept);
       },
-      [self, commit](caf::error& err) {
-        self->state.unsure_commit = std::make_unique<turn_commit>(commit);
+      [self, kept](caf::error& err) {
+        self->state.unsure_commit = std::make_unique<turn_commit>(*kept);
         retry_turn_later(self, "storing the answer failed", err);
       });
 }
