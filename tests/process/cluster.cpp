@@ -388,9 +388,12 @@ CAF_TEST(a database restart declares nobody dead and loses nothing) {
   std::vector<std::string> threads{thread_on("n1", "n1", "restart"),
                                    thread_on("n1", "n2", "restart")};
   auto ws = connect_client(node("n1").address());
+  // Each answer committed before the outage, so that the message after it
+  // takes seq 3 (a turn caught by an outage: the pg_outage suite).
   for (auto& t : threads) {
     auto ack = send(*ws, t, "m1", "before");
     CAF_CHECK_EQUAL(ack["type"], "ack");
+    CAF_CHECK(reply_seen(*ws, t, "answer to before", 10s));
   }
   // Down for longer than a lease: every lease runs out meanwhile.
   pg.stop();
