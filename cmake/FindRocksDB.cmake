@@ -2,10 +2,16 @@
 # RocksDB::rocksdb (headers as SYSTEM, so our warnings stay ours). Static,
 # because the shared library reaches its thread-locals (the perf context,
 # read by every key comparison of a memtable insert) through
-# __tls_get_addr, which a static link resolves at link time.
+# __tls_get_addr, which a static link resolves at link time. Debian's own
+# CMake package for RocksDB is not used: it expects CMake targets for
+# gflags, snappy, lz4 and zstd, which Debian does not ship.
 find_path(ROCKSDB_INCLUDE_DIR NAMES rocksdb/db.h)
 find_library(ROCKSDB_STATIC_LIBRARY NAMES librocksdb.a)
-# The libraries Debian's build of RocksDB was linked with.
+# The libraries Debian's build of RocksDB was linked with. Only some of the
+# archive's objects need gflags (its tools); the linker takes from an
+# archive only the objects a binary uses and records a shared library only
+# if something uses it (Debian's gcc links --as-needed), so keel-node does not
+# load gflags.
 set(rocksdb_dependencies gflags snappy z bz2 lz4 zstd)
 set(rocksdb_dependency_libraries)
 foreach(dependency IN LISTS rocksdb_dependencies)

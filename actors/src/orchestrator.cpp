@@ -13,6 +13,7 @@
 #include "keel/lookup.hpp"
 #include "keel/recovery.hpp"
 #include "keel/text.hpp"
+#include "keel/timed_request.hpp"
 
 namespace keel {
 
@@ -177,9 +178,8 @@ void ensure_started(self_ptr self, const std::string& thread,
     return;
   }
   self->state.add(thread).tenure = self->state.tenure_of(thread);
-  self
-    ->request(sup, self->state.cfg.request_timeout, atom::start_child_v, thread,
-              caf::make_message())
+  timed_request(self, sup, self->state.cfg.request_timeout, atom::start_child_v,
+                thread, caf::make_message())
     .then([done](const caf::actor&) { done(); },
           [thread, done](caf::error& err) {
             log_scope scope{log_component::orchestrator, thread};
@@ -217,9 +217,8 @@ void make_room(self_ptr self, const std::string& thread,
     declined.push_back(victim);
     make_room(self, thread, std::move(declined));
   };
-  self
-    ->request(sup, st.cfg.request_timeout, atom::forward_v, victim,
-              caf::make_message(atom::passivate_v))
+  timed_request(self, sup, st.cfg.request_timeout, atom::forward_v, victim,
+                caf::make_message(atom::passivate_v))
     .then(
       [self, thread, declined_by](bool passivating) mutable {
         if (!passivating) {
@@ -448,9 +447,8 @@ void cancel_one(self_ptr self, const std::shared_ptr<cancel_progress>& state,
                                 "restarting; cancel again"));
     return;
   }
-  self
-    ->request(sup, self->state.cfg.request_timeout, atom::forward_v, thread,
-              caf::make_message(atom::cancel_v))
+  timed_request(self, sup, self->state.cfg.request_timeout, atom::forward_v,
+                thread, caf::make_message(atom::cancel_v))
     .then([state](caf::ok_atom) { state->closed_one(); },
           [state](caf::error& err) { state->fail(std::move(err)); });
 }
@@ -508,7 +506,8 @@ void cancel_tree(self_ptr self, const std::string& thread,
                          "persistence is restarting; cancel again"));
     return;
   }
-  self->request(db, self->state.cfg.request_timeout, atom::subtree_v, thread)
+  timed_request(self, db, self->state.cfg.request_timeout, atom::subtree_v,
+                thread)
     .then(
       [self, thread, closed, done](std::vector<std::string>& subtree) mutable {
         cancel_round(self, thread, closed, subtree, done);
@@ -573,7 +572,8 @@ void store_report(self_ptr self, const recovery_report& report) {
   log_scope scope{log_component::orchestrator};
   spdlog::info("{}", describe(report));
   if (auto db = lookup<persistence_actor>(self->system(), names::persistence))
-    self->request(db, self->state.cfg.request_timeout, caf::put_atom_v, report)
+    timed_request(self, db, self->state.cfg.request_timeout, caf::put_atom_v,
+                  report)
       .then([](caf::ok_atom) {},
             [](caf::error& err) {
               log_scope scope{log_component::orchestrator};
@@ -666,8 +666,8 @@ caf::result<spawn_result> spawn(self_ptr self, const std::string& parent,
                            "persistence is restarting; spawn again");
   auto rp = self->make_response_promise<spawn_result>();
   auto id = self->state.hold(rp);
-  self
-    ->request(db, self->state.cfg.request_timeout, atom::spawn_v, parent, child)
+  timed_request(self, db, self->state.cfg.request_timeout, atom::spawn_v,
+                parent, child)
     .then(
       [self, id](spawn_result& result) {
         // The link is durable; the spawn is not acknowledged yet.
@@ -720,9 +720,8 @@ caf::result<Result> ask_conversation(self_ptr self, const std::string& thread,
                                               "is restarting; try again"));
       return;
     }
-    self
-      ->request(sup, self->state.cfg.request_timeout, atom::forward_v, thread,
-                req)
+    timed_request(self, sup, self->state.cfg.request_timeout, atom::forward_v,
+                  thread, req)
       .then([self, id](Result& x) { answer(self, id, std::move(x)); },
             [self, id](caf::error& err) { answer(self, id, std::move(err)); });
   });
@@ -761,7 +760,7 @@ void recover(self_ptr self) {
     self->delayed_send(self, std::chrono::seconds{1}, atom::recover_v);
     return;
   }
-  self->request(db, std::chrono::seconds{60}, atom::recover_v)
+  timed_request(self, db, std::chrono::seconds{60}, atom::recover_v)
     .then([self](recovery_plan& plan) { resume(self, std::move(plan)); },
           [self](caf::error& err) {
             // Pending work stays unanswered until a plan runs: retry.
@@ -800,7 +799,7 @@ void recover_shards(self_ptr self, const std::vector<uint32_t>& shards) {
     self->delayed_send(self, std::chrono::seconds{1}, atom::recover_v, shards);
     return;
   }
-  self->request(db, std::chrono::seconds{60}, atom::recover_v, shards)
+  timed_request(self, db, std::chrono::seconds{60}, atom::recover_v, shards)
     .then([self](recovery_plan& plan) { resume(self, std::move(plan)); },
           [self, shards](caf::error& err) {
             log_scope scope{log_component::orchestrator};
@@ -1009,6 +1008,7 @@ orchestrator_actor::behavior_type orchestrator(self_ptr self,
       std::this_thread::sleep_for(duration);
     },
     [self](atom::recover) { recover(self); },
+    [self](atom::expire) { expire_deadlines(self); },
     [self](atom::recover, const std::vector<uint32_t>& shards) {
       recover_shards(self, shards);
     },

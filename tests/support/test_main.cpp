@@ -4,10 +4,12 @@
 // CAF prints a failing check's line only at console verbosity 4 and up,
 // where every passing check is printed too, so CTest's output of a failed
 // run would say which test failed but not which check. Unless told where
-// to log (`-l`) or how much to print (`-v`), the runner sends CAF's log at
-// full verbosity through a pipe, keeps its failing checks and prints them
-// after CAF's summary. Nothing of the log touches the disk. (A failed
-// requirement aborts the run; CAF names it and its line itself.)
+// to log (`-l`) or how much to print or log (`-v`, `-V`), the runner sends
+// CAF's log at full verbosity through a pipe, keeps its failing checks and
+// prints them after CAF's summary. Nothing of the log touches the disk.
+// A failed requirement aborts the run before the summary, so the checks
+// kept until then are not printed; CAF prints the requirement's expression
+// itself, with the line of the last check that passed before it.
 #define CAF_TEST_NO_MAIN
 #include <caf/test/unit_test_impl.hpp>
 
@@ -95,7 +97,8 @@ bool chooses_own_output(int argc, char** argv) {
     std::string_view arg{argv[i]};
     if (arg == "--")
       return false;
-    for (auto option : {"-l", "--log-file", "-v", "--console-verbosity"})
+    for (auto option : {"-l", "--log-file", "-v", "--console-verbosity", "-V",
+                        "--file-verbosity"})
       if (arg.rfind(option, 0) == 0)
         return true;
   }

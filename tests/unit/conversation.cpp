@@ -249,6 +249,18 @@ CAF_TEST(the orchestrator routes each thread to its own conversation) {
                   (std::vector<std::string>{"user:to b", "reply:re: to b"}));
 }
 
+CAF_TEST(opening threads leaves the orchestrator no clock entry per thread) {
+  for (int i = 0; i < 20; ++i)
+    CAF_REQUIRE(send("new-" + std::to_string(i), "1", "hello"));
+  CAF_CHECK_EQUAL(active_conversations(), 20u);
+  // Each start of a conversation was a request with a deadline: answered,
+  // it left nothing behind, on the clock or in the orchestrator's set.
+  auto orch = orchestrator();
+  CAF_CHECK_EQUAL(sched.clock().actor_lookup().count(orch->id()), 0u);
+  auto& st
+    = deref<orchestrator_actor::stateful_base<orchestrator_state>>(orch).state;
+  CAF_CHECK(st.deadlines.empty());
+}
 CAF_TEST(messages of one thread are answered in order) {
   std::vector<decltype(route_async("", "", ""))> pending;
   for (int i = 1; i <= 5; ++i)

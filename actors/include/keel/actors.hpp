@@ -613,7 +613,10 @@ using orchestrator_actor = caf::typed_actor<
   caf::replies_to<atom::release, std::vector<uint32_t>,
                   caf::timespan>::with<caf::ok_atom>,
   // (internal) Checks on the release `id`: done, or asks again.
-  caf::reacts_to<atom::release, uint64_t>>;
+  caf::reacts_to<atom::release, uint64_t>,
+  // (internal) The deadline timer: requests past their deadlines fail with
+  // `request_timeout`.
+  caf::reacts_to<atom::expire>>;
 
 /// The gateway bridge: between the WebSocket server's I/O threads and the
 /// actors. Keeps thread subscriptions and fans events out to connections.

@@ -19,6 +19,7 @@
 
 #include "keel/actors.hpp"
 #include "keel/config.hpp"
+#include "keel/deadline_set.hpp"
 #include "keel/shard_table.hpp"
 
 namespace keel {
@@ -111,6 +112,9 @@ struct orchestrator_state {
   /// conversation, a spawn, a cancel), by hold id; answered with an error
   /// if the orchestrator stops first, so no caller waits for its timeout.
   std::unordered_map<uint64_t, caf::response_promise> held;
+  /// The deadlines of the requests this actor waits on (one timer for all,
+  /// none on the actor clock per request: see `timed_request`).
+  deadline_set deadlines;
   uint64_t last_hold = 0;
   /// Conversations stopped for being idle since this actor started.
   uint64_t passivations = 0;
