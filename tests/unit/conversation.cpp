@@ -92,6 +92,30 @@ struct fixture : node_fixture {
       .state;
   }
 
+  /// The orchestrator's state.
+  orchestrator_state& orchestrator_state_of(const orchestrator_actor& orch) {
+    return deref<orchestrator_actor::stateful_base<orchestrator_state>>(orch)
+      .state;
+  }
+
+  /// `atom::expire` timers of `dest` waiting on the test clock.
+  template <class Handle>
+  size_t expire_timers_of(const Handle& dest) {
+    using clock_type = caf::detail::simple_actor_clock;
+    auto receiver = caf::actor_cast<caf::strong_actor_ptr>(dest);
+    size_t n = 0;
+    for (auto& entry : sched.clock().schedule()) {
+      auto& ev = *entry.second;
+      if (ev.subtype != clock_type::actor_msg_type)
+        continue;
+      auto& msg = static_cast<clock_type::actor_msg&>(ev);
+      if (msg.receiver == receiver
+          && msg.content->content().match_elements<atom::expire>())
+        ++n;
+    }
+    return n;
+  }
+
   /// CAF id of the thread's conversation, as its supervisor reports it.
   uint64_t conversation_of(const std::string& thread) {
     for (auto& child : conversations())
@@ -250,17 +274,42 @@ CAF_TEST(the orchestrator routes each thread to its own conversation) {
 }
 
 CAF_TEST(opening threads leaves the orchestrator no clock entry per thread) {
+  auto orch = orchestrator();
+  auto timers_before = expire_timers_of(orch);
   for (int i = 0; i < 20; ++i)
     CAF_REQUIRE(send("new-" + std::to_string(i), "1", "hello"));
   CAF_CHECK_EQUAL(active_conversations(), 20u);
   // Each start of a conversation was a request with a deadline: answered,
-  // it left nothing behind, on the clock or in the orchestrator's set.
-  auto orch = orchestrator();
+  // it left no timeout on the clock and no deadline in the orchestrator's
+  // set. Their deadlines, all later than the first, armed one expire timer
+  // among them (the recovery's longer deadline had armed one at boot).
   CAF_CHECK_EQUAL(sched.clock().actor_lookup().count(orch->id()), 0u);
-  auto& st
-    = deref<orchestrator_actor::stateful_base<orchestrator_state>>(orch).state;
+  CAF_CHECK_LESS_OR_EQUAL(expire_timers_of(orch), timers_before + 1);
+  CAF_CHECK(orchestrator_state_of(orch).deadlines.empty());
+}
+
+CAF_TEST(an orchestrator request past its deadline is answered with a timeout) {
+  CAF_REQUIRE(send("t", "1", "hello"));
+  auto orch = orchestrator();
+  auto& st = orchestrator_state_of(orch);
+  auto cancel = self->request(orch, caf::infinite, atom::cancel_v,
+                              std::string{"t"});
+  run_without_persistence(); // The cancel's subtree read waits at persistence.
+  CAF_CHECK_EQUAL(st.deadlines.size(), 1u);
+  auto timeout = orchestrator_config{}.request_timeout;
+  advance_time(timeout - 1ms);
+  run_without_persistence();
+  CAF_CHECK_EQUAL(st.deadlines.size(), 1u); // Not due yet.
+  advance_time(1ms);
+  run_without_persistence(); // The expire timer answers the read.
+  CAF_CHECK(st.deadlines.empty());
+  cancel.receive(
+    [](std::vector<std::string>&) { CAF_FAIL("expected a timeout"); },
+    [](caf::error& err) { CAF_CHECK_EQUAL(err, caf::sec::request_timeout); });
+  consume_messages(); // The read's late answer finds nobody waiting.
   CAF_CHECK(st.deadlines.empty());
 }
+
 CAF_TEST(messages of one thread are answered in order) {
   std::vector<decltype(route_async("", "", ""))> pending;
   for (int i = 1; i <= 5; ++i)
