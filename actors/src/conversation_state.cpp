@@ -402,10 +402,13 @@ void conversation_state::apply(const turn_commit& commit) {
     inbox.pop_front();
   // Only a commit that changes the context may copy it (while a request
   // made from it is still in flight).
-  if (!commit.retire_context.empty())
+  if (!commit.retire_context.empty()) {
     replace_entries(context.edit(), commit.retire_context, commit.context);
-  else if (!commit.context.empty())
+    context_tokens = estimate_tokens(context);
+  } else if (!commit.context.empty()) {
     context.append(commit.context);
+    context_tokens += estimate_tokens(commit.context);
+  }
   if (commit.write_session)
     session = commit.session;
   for (auto& entry : commit.outbox)
@@ -484,6 +487,7 @@ void conversation_state::restore(thread_snapshot snapshot) {
   inbox.assign(std::make_move_iterator(snapshot.inbox.begin()),
                std::make_move_iterator(snapshot.inbox.end()));
   context = std::move(snapshot.context);
+  context_tokens = estimate_tokens(context);
   steps_lost = snapshot.steps_lost && !inbox.empty();
   next_seq = std::max(next_seq, snapshot.next_seq);
   // A tool step's assistant entry has no log entry: never reuse its seq.
@@ -503,6 +507,7 @@ void conversation_state::restore(thread_snapshot snapshot) {
 
 void conversation_state::resume_steps(const thread_snapshot& snapshot) {
   context = snapshot.context;
+  context_tokens = estimate_tokens(context);
   session.tool_failures = snapshot.session.tool_failures;
   next_seq = std::max(next_seq, snapshot.next_seq);
   if (!context.empty())
@@ -755,7 +760,12 @@ conversation_state::request_tokens(const completion_request& req) const {
   for (auto& tool : req.tools)
     bytes += tool.name.size() + tool.description.size()
              + tool.parameters.size();
-  return estimate_tokens(req.context) + (bytes + 3) / 4;
+  // `req` comes from `make_request`: the context, then the turn's own
+  // entries.
+  auto tokens = context_tokens;
+  for (auto i = context.size(); i < req.context.size(); ++i)
+    tokens += estimate_tokens(req.context[i]);
+  return tokens + (bytes + 3) / 4;
 }
 
 compactor conversation_state::make_compactor(const completion_request& req,

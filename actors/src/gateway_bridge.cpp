@@ -19,8 +19,10 @@ namespace keel {
 
 void subscription_table::subscribe(connection_id conn,
                                    const std::string& thread) {
-  subscribers[thread].insert(conn);
-  subscriptions[conn].insert(thread);
+  // The two maps mirror each other: a connection already among the
+  // thread's subscribers (every send after its first) changes neither.
+  if (subscribers[thread].insert(conn).second)
+    subscriptions[conn].insert(thread);
 }
 
 void subscription_table::unsubscribe(connection_id conn,

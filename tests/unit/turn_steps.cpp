@@ -33,6 +33,7 @@ struct fixture {
     st.session.thread = "t";
     st.context = {context_entry{1, "user", "hi"},
                   context_entry{2, "assistant", "hello"}};
+    st.context_tokens = estimate_tokens(st.context);
     st.inbox.push_back(inbox_entry{5, "c5", "list it", 0});
     st.next_seq = 6;
   }

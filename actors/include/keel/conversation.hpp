@@ -246,6 +246,10 @@ struct conversation_state {
   std::list<inbox_entry> inbox;
   /// The model's working memory, shared with the requests made from it.
   context_list context;
+  /// `estimate_tokens(context)`, kept with every change of the context, so
+  /// that a turn's look at the window costs the entries it adds, not the
+  /// thread's length.
+  uint64_t context_tokens = 0;
   /// Next sequence number to hand out.
   seq_t next_seq = 1;
   /// Accepts sent to persistence and not answered yet, by sequence number,
@@ -396,7 +400,8 @@ struct conversation_state {
   /// Where the running turn's message stands: dispatched, in progress once
   /// a step is stored, retried once it ran again.
   task_state live_task_state() const;
-  /// The estimated tokens of `req`: its context, system prompt and tools.
+  /// The estimated tokens of `req`, made by `make_request` from the
+  /// context as it is now: its context, system prompt and tools.
   uint64_t request_tokens(const completion_request& req) const;
   /// A compaction of the context before the running turn, to below the
   /// warning share of the window (`overflowed`: the provider refused the
