@@ -14,6 +14,14 @@ double report::durable_ratio() const noexcept {
   return load.answered_per_second / raw.writes_per_second;
 }
 
+double report::floor_ratio() const noexcept {
+  auto node_ms = node_cpu_ms_per_message();
+  auto floor_ms = floor_available ? floor.cpu_ms_per_message() : 0;
+  if (node_ms < 0 || floor_ms <= 0)
+    return -1;
+  return node_ms / floor_ms;
+}
+
 double report::node_cpu_ms_per_message() const noexcept {
   if (!node.cpu_available || load.measured_answered == 0)
     return -1;
@@ -86,6 +94,24 @@ void add_raw_json(nlohmann::json& j, const report& x) {
   j["durable_ratio"] = x.durable_ratio();
 }
 
+void add_floor_json(nlohmann::json& j, const report& x) {
+  if (!x.floor_available) {
+    j["cpu_floor"] = {{"unavailable", x.floor_reason}};
+    j["cpu_floor_ratio"] = nullptr;
+    return;
+  }
+  const auto& f = x.floor;
+  j["cpu_floor"] = {{"path", f.path},
+                    {"rate", f.rate},
+                    {"writes_per_message", f.writes_per_message},
+                    {"value_bytes", f.value_bytes},
+                    {"messages", f.messages},
+                    {"seconds", f.seconds},
+                    {"cpu_seconds", f.cpu_seconds},
+                    {"cpu_ms_per_message", f.cpu_ms_per_message()}};
+  j["cpu_floor_ratio"] = null_if_negative(x.floor_ratio());
+}
+
 } // namespace
 
 nlohmann::json to_json(const report& x) {
@@ -105,6 +131,7 @@ nlohmann::json to_json(const report& x) {
                             : nlohmann::json(nullptr);
   j["node_cpu_ms_per_message"] = null_if_negative(x.node_cpu_ms_per_message());
   add_raw_json(j, x);
+  add_floor_json(j, x);
   return j;
 }
 
@@ -244,6 +271,24 @@ void render_raw(std::ostream& out, const report& x) {
                 "writes/s)");
 }
 
+void render_floor(std::ostream& out, const report& x) {
+  if (!x.floor_available) {
+    table_row(out, "CPU floor", "not measured: " + x.floor_reason);
+    return;
+  }
+  const auto& f = x.floor;
+  table_row(out, "CPU floor",
+            fixed(f.cpu_ms_per_message(), 3) + " ms per message ("
+              + std::to_string(f.writes_per_message)
+              + " synced RocksDB writes each, alone, at " + fixed(f.rate, 0)
+              + " msg/s, " + std::to_string(f.value_bytes) + "-byte values, "
+              + fixed(f.seconds, 1) + " s)");
+  auto ratio = x.floor_ratio();
+  table_row(out, "floor ratio",
+            ratio >= 0 ? fixed(ratio, 2) + " (node CPU per message / the floor)"
+                       : "n/a (no node CPU figure)");
+}
+
 } // namespace
 
 std::string render(const report& x) {
@@ -258,7 +303,10 @@ std::string render(const report& x) {
   if (o.fault.at)
     render(out, l.failover, o.fault);
   render_node(out, x);
-  render_raw(out, x);
+  if (o.rate > 0)
+    render_floor(out, x);
+  else
+    render_raw(out, x);
   table_row(out, "client CPU",
             fixed(l.client_cpu_seconds, 2) + " s (keel-bench itself)");
   table_row(out, "result",
@@ -275,8 +323,8 @@ std::string markdown_header() {
   return "| date | scenario | connections / threads | load "
          "| answered msgs/s | ack p50 / p99 (ms) | reply p50 / p99 (ms) "
          "| node peak RSS | node CPU ms/msg | raw synced writes/s "
-         "| durable ratio | clean |\n"
-         "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+         "| durable ratio | clean | CPU floor ms/msg |\n"
+         "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
 }
 
 std::string markdown_row(const report& x, const std::string& label) {
@@ -303,6 +351,8 @@ std::string markdown_row(const report& x, const std::string& label) {
   row += cell(x.raw_available ? fixed(x.raw.writes_per_second, 0) : "n/a");
   row += cell(x.raw_available ? fixed(x.durable_ratio(), 2) : "n/a");
   row += cell(l.clean() ? "yes" : "NO");
+  row += cell(x.floor_available ? fixed(x.floor.cpu_ms_per_message(), 3)
+                                : "n/a");
   return row + "\n";
 }
 

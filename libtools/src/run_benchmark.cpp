@@ -12,13 +12,43 @@ namespace keel::bench {
 
 namespace {
 
-/// Measures RocksDB's raw synced-write rate into `result`, or says why not.
+/// Measures the CPU per message of RocksDB's synced writes alone at the
+/// load's rate into `result`, or says why not.
+void measure_floor(const benchmark_options& opts, report& result,
+                   const std::function<void(const std::string&)>& say) {
+  result.raw_reason = "measured in flat-out runs only";
+  paced_write_options floor_opts;
+  floor_opts.dir = opts.raw_opts.dir;
+  floor_opts.duration = opts.raw_opts.duration;
+  floor_opts.value_bytes = opts.raw_opts.value_bytes;
+  floor_opts.rate = opts.load.rate;
+  say("measuring RocksDB's CPU floor (" + fixed(floor_opts.rate, 0) + " msg/s, "
+      + std::to_string(floor_opts.writes_per_message) + " synced writes each, "
+      + detail::seconds_str(floor_opts.duration) + ", in " + floor_opts.dir
+      + ")");
+  if (auto floor = measure_paced_synced_writes(floor_opts)) {
+    result.floor_available = true;
+    result.floor = std::move(*floor);
+  } else {
+    result.floor_reason = keel::render(floor.error());
+  }
+}
+
+/// Measures RocksDB's raw synced writes the way the load runs: flat out, its
+/// synced-write rate; paced, its CPU per message at the load's rate (two
+/// synced writes each). Stores the figure in `result`, or says why not.
 void measure_raw(const benchmark_options& opts, report& result,
                  const std::function<void(const std::string&)>& say) {
   if (!opts.raw) {
     result.raw_reason = "skipped (--no-raw)";
+    result.floor_reason = result.raw_reason;
     return;
   }
+  if (opts.load.rate > 0) {
+    measure_floor(opts, result, say);
+    return;
+  }
+  result.floor_reason = "measured in paced runs only";
   auto raw_opts = opts.raw_opts;
   raw_opts.concurrency = opts.load.connections;
   say("measuring RocksDB's raw synced-write rate ("

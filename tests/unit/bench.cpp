@@ -12,6 +12,8 @@
 #include <algorithm>
 #include <cmath>
 #include <csignal>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -286,6 +288,86 @@ CAF_TEST(the report shows the node CPU per answered message) {
   CAF_CHECK_NOT_EQUAL(bench::markdown_row(x, "r").find("| 200.0 MiB | n/a |"),
                       std::string::npos);
   CAF_CHECK_NOT_EQUAL(bench::render(x).find("node CPU       unavailable"),
+                      std::string::npos);
+}
+
+CAF_TEST(a paced report shows the CPU floor and the node ratio to it) {
+  auto x = sample_report();
+  x.floor_available = true;
+  x.floor.rate = 1000;
+  x.floor.writes_per_message = 2;
+  x.floor.value_bytes = 200;
+  x.floor.messages = 3000;
+  x.floor.seconds = 3;
+  x.floor.cpu_seconds = 0.75;
+  CAF_CHECK_EQUAL(x.floor.cpu_ms_per_message(), 0.25);
+  CAF_CHECK_EQUAL(x.floor_ratio(), 6.0);
+  auto j = bench::to_json(x);
+  CAF_CHECK_EQUAL(j["cpu_floor"]["cpu_ms_per_message"].get<double>(), 0.25);
+  CAF_CHECK_EQUAL(j["cpu_floor"]["messages"].get<uint64_t>(), 3000u);
+  CAF_CHECK_EQUAL(j["cpu_floor_ratio"].get<double>(), 6.0);
+  auto text = bench::render(x);
+  CAF_CHECK_NOT_EQUAL(text.find("CPU floor      0.250 ms per message (2 synced "
+                                "RocksDB writes each, alone, at 1000 msg/s, "
+                                "200-byte values, 3.0 s)"),
+                      std::string::npos);
+  CAF_CHECK_NOT_EQUAL(text.find("floor ratio    6.00 (node CPU per message / "
+                                "the floor)"),
+                      std::string::npos);
+  CAF_CHECK_EQUAL(text.find("raw RocksDB"), std::string::npos);
+  auto row = bench::markdown_row(x, "rate-1000");
+  CAF_CHECK_EQUAL(cell_count(row), cell_count(bench::markdown_header()));
+  CAF_CHECK_NOT_EQUAL(row.find("| n/a | n/a | yes | 0.250 |"),
+                      std::string::npos);
+  // Without the node's CPU: no ratio. Flat out: the raw rate instead.
+  x.node.cpu_available = false;
+  CAF_CHECK_LESS(x.floor_ratio(), 0.0);
+  j = bench::to_json(x);
+  CAF_CHECK(j["cpu_floor_ratio"].is_null());
+  CAF_CHECK_NOT_EQUAL(bench::render(x).find("floor ratio    n/a"),
+                      std::string::npos);
+  x.load_opts.rate = 0;
+  x.floor_available = false;
+  x.floor_reason = "measured in paced runs only";
+  text = bench::render(x);
+  CAF_CHECK_EQUAL(text.find("CPU floor"), std::string::npos);
+  CAF_CHECK_NOT_EQUAL(text.find("raw RocksDB    not measured"),
+                      std::string::npos);
+  auto flat = bench::to_json(x);
+  CAF_CHECK_EQUAL(flat["cpu_floor"]["unavailable"],
+                  "measured in paced runs only");
+}
+
+CAF_TEST(paced synced writes keep their rate and leave no database behind) {
+  test::temp_dir tmp{"keel-paced"};
+  paced_write_options opts;
+  opts.dir = tmp.str() + "/raw";
+  opts.rate = 200;
+  opts.duration = 250ms;
+  auto before = std::chrono::steady_clock::now();
+  auto res = measure_paced_synced_writes(opts);
+  CAF_REQUIRE(res);
+  // One message every 5 ms from the start, each due time taken from the
+  // start (not from the last write), so exactly 50 fit in 250 ms.
+  CAF_CHECK_EQUAL(res->messages, 50u);
+  CAF_CHECK_GREATER_OR_EQUAL(res->seconds, 0.245);
+  CAF_CHECK_GREATER_OR_EQUAL(std::chrono::steady_clock::now() - before, 245ms);
+  CAF_CHECK_EQUAL(res->writes_per_message, 2u);
+  CAF_CHECK_GREATER_OR_EQUAL(res->cpu_seconds, 0.0);
+  CAF_CHECK(!std::filesystem::exists(res->path));
+  CAF_CHECK(!std::filesystem::exists(opts.dir));
+  // Bad options and an unusable folder are named.
+  opts.rate = 0;
+  auto no_rate = measure_paced_synced_writes(opts);
+  CAF_REQUIRE(!no_rate);
+  CAF_CHECK_EQUAL(no_rate.error(), ec::config_invalid);
+  opts.rate = 200;
+  std::ofstream{tmp.str() + "/file"} << "x";
+  opts.dir = tmp.str() + "/file/raw";
+  auto unusable = measure_paced_synced_writes(opts);
+  CAF_REQUIRE(!unusable);
+  CAF_CHECK_EQUAL(unusable.error(), ec::storage_open_failed);
+  CAF_CHECK_NOT_EQUAL(render(unusable.error()).find(opts.dir),
                       std::string::npos);
 }
 

@@ -1,7 +1,9 @@
 #include "keel/raw_write_probe.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -12,6 +14,7 @@
 #include <rocksdb/db.h>
 #include <rocksdb/options.h>
 
+#include "keel/proc.hpp"
 #include "keel/text.hpp"
 
 namespace keel {
@@ -79,24 +82,62 @@ void run_writers(rocksdb::DB& db, const raw_write_options& opts,
     result.writes += n;
 }
 
-} // namespace
+// Paces `opts.writes_per_message` synced Puts per message at `opts.rate`
+// messages a second on this thread for `opts.duration`; stores the
+// messages, the wall time and the process's CPU time in `result`. Returns
+// the first failed write's status, or an empty string.
+std::string write_paced(rocksdb::DB& db, const paced_write_options& opts,
+                        paced_write_result& result) {
+  using clock = std::chrono::steady_clock;
+  rocksdb::WriteOptions wopts;
+  wopts.sync = true;
+  std::string value(opts.value_bytes, 'v');
+  auto interval = std::chrono::duration<double>{1.0 / opts.rate};
+  auto cpu_before = read_cpu_seconds();
+  auto start = clock::now();
+  auto end = start + opts.duration;
+  std::string failure;
+  uint64_t n = 0;
+  for (auto due = start; due < end && failure.empty();
+       due = start
+             + std::chrono::duration_cast<clock::duration>(interval * n)) {
+    std::this_thread::sleep_until(due);
+    for (size_t w = 0; w < opts.writes_per_message && failure.empty(); ++w) {
+      auto s = db.Put(wopts, std::to_string(n) + "/" + std::to_string(w),
+                      value);
+      if (!s.ok())
+        failure = s.ToString();
+    }
+    ++n;
+  }
+  result.seconds = std::chrono::duration<double>(clock::now() - start).count();
+  result.messages = n;
+  auto cpu_after = read_cpu_seconds();
+  if (cpu_before && cpu_after)
+    result.cpu_seconds = std::max(*cpu_after - *cpu_before, 0.0);
+  else if (failure.empty())
+    failure = "cannot read this process's CPU time: "
+              + render((cpu_before ? cpu_after : cpu_before).error());
+  return failure;
+}
 
-caf::expected<raw_write_result>
-measure_raw_synced_writes(const raw_write_options& opts) {
+// Runs `measure` on a fresh database in its own subfolder of `dir` (never
+// touching what is already there), then removes the database, and `dir`
+// too if this made it and it is empty. `measure` returns the first failed
+// write's status or an empty string; `path` receives the database folder.
+caf::error
+with_fresh_db(const std::string& dir, std::string& path,
+              const std::function<std::string(rocksdb::DB&)>& measure) {
   namespace fs = std::filesystem;
-  if (opts.concurrency == 0)
-    return caf::make_error(ec::config_invalid,
-                           "raw writes: concurrency must be at least 1");
   std::error_code err;
-  bool created_parent = !fs::exists(opts.dir, err);
-  fs::create_directories(opts.dir, err);
+  bool created_parent = !fs::exists(dir, err);
+  fs::create_directories(dir, err);
   if (err)
     return caf::make_error(ec::storage_open_failed,
-                           opts.dir + ": cannot create: " + err.message());
-  // A fresh database in its own subfolder: never touch what is already there.
-  auto path = (fs::path{opts.dir}
-               / ("raw-" + std::to_string(::getpid()) + "-" + random_hex(8)))
-                .string();
+                           dir + ": cannot create: " + err.message());
+  path = (fs::path{dir}
+          / ("raw-" + std::to_string(::getpid()) + "-" + random_hex(8)))
+           .string();
   rocksdb::Options options;
   options.create_if_missing = true;
   options.error_if_exists = true;
@@ -106,21 +147,54 @@ measure_raw_synced_writes(const raw_write_options& opts) {
     return caf::make_error(ec::storage_open_failed,
                            path + ": " + st.ToString());
   std::unique_ptr<rocksdb::DB> db{raw_db};
-  raw_write_result result;
-  writer_race race;
-  run_writers(*db, opts, race, result);
+  auto failure = measure(*db);
   db.reset();
   rocksdb::DestroyDB(path, options);
   fs::remove_all(path, err);
-  if (created_parent && fs::is_empty(opts.dir, err))
-    fs::remove(opts.dir, err);
-  if (race.failed)
-    return caf::make_error(ec::storage_io, path + ": " + race.first_failure);
-  result.path = path;
+  if (created_parent && fs::is_empty(dir, err))
+    fs::remove(dir, err);
+  if (!failure.empty())
+    return caf::make_error(ec::storage_io, path + ": " + failure);
+  return caf::none;
+}
+
+} // namespace
+
+caf::expected<raw_write_result>
+measure_raw_synced_writes(const raw_write_options& opts) {
+  if (opts.concurrency == 0)
+    return caf::make_error(ec::config_invalid,
+                           "raw writes: concurrency must be at least 1");
+  raw_write_result result;
+  auto err = with_fresh_db(opts.dir, result.path, [&](rocksdb::DB& db) {
+    writer_race race;
+    run_writers(db, opts, race, result);
+    return race.failed ? race.first_failure : std::string{};
+  });
+  if (err)
+    return err;
   result.concurrency = opts.concurrency;
   result.value_bytes = opts.value_bytes;
   result.writes_per_second = result.seconds > 0 ? result.writes / result.seconds
                                                 : 0;
+  return result;
+}
+
+caf::expected<paced_write_result>
+measure_paced_synced_writes(const paced_write_options& opts) {
+  if (!(opts.rate > 0) || opts.writes_per_message == 0)
+    return caf::make_error(ec::config_invalid,
+                           "paced writes: the rate and the writes per message "
+                           "must be above 0");
+  paced_write_result result;
+  auto err = with_fresh_db(opts.dir, result.path, [&](rocksdb::DB& db) {
+    return write_paced(db, opts, result);
+  });
+  if (err)
+    return err;
+  result.rate = opts.rate;
+  result.writes_per_message = opts.writes_per_message;
+  result.value_bytes = opts.value_bytes;
   return result;
 }
 

@@ -1,9 +1,10 @@
 #pragma once
 
-// RocksDB's raw synced-write rate on a file system: the ceiling a node's
-// durable message rate is measured against (keel-bench reports the ratio).
-// It lives beside the store because it is the store's own engine measured
-// without Keel around it.
+// RocksDB's raw synced writes on a file system, without Keel around them:
+// flat out, the ceiling a node's durable message rate is measured against;
+// paced, the floor of a node's CPU per message at a given rate (keel-bench
+// reports the ratio to each). It lives beside the store because it is the
+// store's own engine measured alone.
 
 #include <chrono>
 #include <cstddef>
@@ -46,5 +47,50 @@ struct raw_write_result {
 /// concurrent writers into one fsync, as Keel's store does).
 caf::expected<raw_write_result>
 measure_raw_synced_writes(const raw_write_options& opts);
+
+/// What `measure_paced_synced_writes` does.
+struct paced_write_options {
+  /// Parent folder, as in `raw_write_options`.
+  std::string dir = "./data-bench-raw";
+  /// Messages per second; each message wakes the writing thread once.
+  double rate = 1000;
+  /// Synced Puts per message, one after the other: 2 stands for a
+  /// message's acceptance and its turn's commit, the least a node writes
+  /// durably for a message.
+  size_t writes_per_message = 2;
+  /// How long to write.
+  std::chrono::milliseconds duration{3000};
+  /// Size of each value.
+  size_t value_bytes = 200;
+};
+
+/// The outcome of `measure_paced_synced_writes`.
+struct paced_write_result {
+  /// The database folder used (already removed).
+  std::string path;
+  double rate = 0;
+  size_t writes_per_message = 0;
+  size_t value_bytes = 0;
+  /// Messages written.
+  uint64_t messages = 0;
+  /// Wall time of the measurement.
+  double seconds = 0;
+  /// CPU seconds (user + system) this process used meanwhile.
+  double cpu_seconds = 0;
+
+  /// Milliseconds of CPU per message, or 0 without a message.
+  double cpu_ms_per_message() const noexcept {
+    return messages > 0 ? cpu_seconds * 1000.0 / static_cast<double>(messages)
+                        : 0;
+  }
+};
+
+/// Measures the CPU a fresh RocksDB costs per message at `rate` messages a
+/// second when one thread, woken for each message, makes its synced Puts and
+/// nothing else: the floor under a node's CPU per message at that rate on
+/// this machine (a node also reads frames, runs actors and answers). The
+/// process must do nothing else meanwhile, since its whole CPU is counted.
+caf::expected<paced_write_result>
+measure_paced_synced_writes(const paced_write_options& opts);
 
 } // namespace keel

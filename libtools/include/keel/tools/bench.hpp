@@ -1,12 +1,12 @@
 #pragma once
 
 // keel-bench's run against a node: the load (keel/tools/ws_load.hpp), the
-// node's own figures before and after it, and RocksDB's raw synced-write
-// rate for comparison; the report as JSON, as a table and as a row of the
-// results table in docs/benchmarks.md. Also includes the other load
-// generator, the client and /proc's figures, so that one include gives a
-// caller every benchmark building block. RocksDB and Boost.Beast stay out of
-// these headers.
+// node's own figures before and after it, and RocksDB's raw synced writes
+// for comparison (flat out their rate, paced their CPU per message); the report
+// as JSON, as a table and as a row of the results table in docs/benchmarks.md.
+// Also includes the other load generator, the client and /proc's figures, so
+// that one include gives a caller every benchmark building block. RocksDB and
+// Boost.Beast stay out of these headers.
 
 #include <cstdint>
 #include <functional>
@@ -56,9 +56,20 @@ struct report {
   /// Why not, when not available.
   std::string raw_reason;
   raw_write_result raw;
+  /// False when the paced measurement (paced runs only) was skipped or
+  /// failed.
+  bool floor_available = false;
+  /// Why not, when not available.
+  std::string floor_reason;
+  /// RocksDB's synced writes alone at the load's rate.
+  paced_write_result floor;
 
   /// answered msgs/s / raw synced writes/s, or 0 without a raw figure.
   double durable_ratio() const noexcept;
+
+  /// The node's CPU per message / the floor's, or a negative value
+  /// without both.
+  double floor_ratio() const noexcept;
 
   /// Milliseconds of node CPU per measured answered message, or a negative
   /// value without a CPU figure or an answered message.
@@ -81,16 +92,18 @@ std::string markdown_row(const report& x, const std::string& label);
 struct benchmark_options {
   /// The load.
   load_options load;
-  /// Measure RocksDB's raw synced-write rate before the load.
+  /// Measure RocksDB's raw synced writes before the load: flat out their
+  /// rate, paced (`load.rate`) their CPU per message at that rate.
   bool raw = true;
-  /// Where and how long; `concurrency` is set to the number of connections.
+  /// Where and how long; `concurrency` is set to the number of connections
+  /// (flat out).
   raw_write_options raw_opts;
   /// When set, called with a line saying what the run does next.
   std::function<void(const std::string&)> progress;
 };
 
 /// One whole keel-bench run: reads the node's status, measures the raw
-/// synced-write rate, drives the load, reads the status again. Fails when
+/// synced writes, drives the load, reads the status again. Fails when
 /// the node cannot be reached or refuses the token; a missing status
 /// endpoint or a failed raw measurement only leave those figures out.
 caf::expected<report> run_benchmark(const benchmark_options& opts);
