@@ -374,6 +374,46 @@ caf::error prepare_cluster(const node_config& cfg) {
   return (*db)->prepare(cfg.cluster.shards);
 }
 
+// The cluster's tables are ready and the PostgreSQL store opens (nothing
+// to check on RocksDB, which persistence opens itself).
+caf::error database_ready(const node_config& cfg) {
+  if (auto err = prepare_cluster(cfg))
+    return err;
+  if (cfg.storage.backend != storage_backend::postgres)
+    return caf::none;
+  auto db = make_store_opener(cfg, store_options{}, nullptr)();
+  return db ? caf::none : db.error();
+}
+
+// A starting node's database may not answer yet (starting, restarting,
+// slow under load): tries again every second until it is ready or
+// `storage.postgres.startup_wait` has passed, logging each failure, and
+// then fails with the last one. A configuration error (a wrong shard
+// count) is final at once: no wait mends it.
+caf::error wait_for_database(const node_config& cfg) {
+  using namespace std::chrono;
+  auto wait = duration_cast<milliseconds>(cfg.storage.postgres.startup_wait);
+  auto deadline = steady_clock::now() + wait;
+  for (bool waited = false;; waited = true) {
+    auto err = database_ready(cfg);
+    auto left = duration_cast<milliseconds>(deadline - steady_clock::now());
+    if (!err || err == ec::config_invalid)
+      return err;
+    if (left.count() <= 0)
+      return !waited ? err
+                     : caf::make_error(static_cast<ec>(err.code()),
+                                       "the database was not ready within "
+                                       "storage.postgres.startup_wait ("
+                                         + std::to_string(wait.count())
+                                         + " ms): " + readable_message(err));
+    auto pause = std::min<milliseconds>(seconds{1}, left);
+    spdlog::warn("the database is not ready (trying again in {} ms, {} ms "
+                 "left of storage.postgres.startup_wait): {}",
+                 pause.count(), left.count(), render(err));
+    std::this_thread::sleep_for(pause);
+  }
+}
+
 } // namespace
 
 caf::expected<std::unique_ptr<node>> node::start(caf::actor_system& sys,
@@ -387,7 +427,7 @@ caf::expected<std::unique_ptr<node>> node::start(caf::actor_system& sys,
   auto io = make_http_io(cfg);
   if (!io)
     return io.error();
-  if (auto err = prepare_cluster(cfg))
+  if (auto err = wait_for_database(cfg))
     return err;
   auto handler = std::make_shared<bridge_handler>(sys);
   auto started = ws_server::start(cfg.gateway, handler, cfg.name,

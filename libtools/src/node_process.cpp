@@ -58,12 +58,20 @@ node_process::~node_process() {
 }
 
 void node_process::start(const std::vector<std::string>& extra_args) {
+  launch(extra_args);
+  await_listening();
+}
+
+void node_process::launch(const std::vector<std::string>& extra_args) {
   child_options opts;
   opts.argv = {binary_, "--config", config_path_};
   opts.argv.insert(opts.argv.end(), extra_args.begin(), extra_args.end());
   opts.log_path = stderr_path_;
   opts.capture_stdout = true;
   child_ = std::make_unique<child_process>(std::move(opts));
+}
+
+void node_process::await_listening() {
   // The node writes one line to stdout, once its gateway listens:
   // "listening on HOST:PORT".
   auto line = child_->read_stdout_line("listening on ",

@@ -451,6 +451,27 @@ CAF_TEST(a database restart declares nobody dead and loses nothing) {
   CAF_CHECK_EQUAL(violations(), "");
 }
 
+CAF_TEST(a node with another shard count is refused without waiting) {
+  start("n1");
+  auto home = dir.str() + "/n2";
+  std::filesystem::create_directories(home);
+  auto yaml = cluster_yaml("n2", home + "/data", pg.url(), free_port(), "10ms",
+                           route_timeout, cluster_extra);
+  auto shards = "shards: " + std::to_string(test_shards);
+  yaml.replace(yaml.find(shards), shards.size(), "shards: 8");
+  std::string failure;
+  try {
+    node_process n2{home, yaml};
+  } catch (const std::runtime_error& e) {
+    failure = e.what();
+  }
+  KEEL_CHECK_CONTAINS(failure, "the cluster has 16 shards; this node is "
+                               "configured with 8");
+  // Final at once: no wait for the database to become ready.
+  CAF_CHECK_EQUAL(failure.find("the database is not ready"), std::string::npos);
+  CAF_CHECK(node("n1").running());
+}
+
 CAF_TEST(nodes linked over TLS serve each others threads) {
   auto files = make_self_signed(dir.str());
   cluster_extra = "  tls:\n    cert: " + files.certificate_file

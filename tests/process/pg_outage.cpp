@@ -8,6 +8,8 @@
 #include <caf/test/unit_test.hpp>
 
 #include <atomic>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <optional>
 #include <set>
@@ -104,6 +106,44 @@ CAF_TEST(a write while the database is down is never acknowledged) {
   });
   CAF_CHECK(reply);
   CAF_CHECK_EQUAL(node.pid(), pid);
+}
+
+CAF_TEST(a node started while its database is down waits for it) {
+  auto first = send("t", "m1", "first");
+  CAF_REQUIRE_EQUAL(first["type"], "ack");
+  CAF_REQUIRE(receive_until(*ws, [](auto& j) {
+    return j["type"] == "reply" && j["id"] == "m1";
+  }));
+  CAF_REQUIRE_EQUAL(node.stop(), 0);
+  pg.stop();
+  // Warnings on, to see the node wait.
+  std::string yaml;
+  {
+    std::ifstream in{node.config_path()};
+    yaml.assign(std::istreambuf_iterator<char>{in}, {});
+  }
+  yaml.replace(yaml.find("level: error"), 12, "level: warn");
+  std::ofstream{node.config_path()} << yaml;
+  node.launch();
+  // The server comes back once the node has found it down and waits.
+  CAF_REQUIRE(poll_until(
+    [&] {
+      return node.stderr_text().find("the database is not ready")
+             != std::string::npos;
+    },
+    20s, 50ms));
+  pg.start();
+  node.await_listening();
+  ws = connect_client(node.address());
+  auto ack = send("t", "m2", "second");
+  CAF_REQUIRE_EQUAL(ack["type"], "ack");
+  CAF_CHECK_EQUAL(ack["seq"], 3);
+  CAF_CHECK(receive_until(*ws, [](auto& j) {
+    return j["type"] == "reply" && j["id"] == "m2"
+           && j["text"] == "answer to second";
+  }));
+  CAF_REQUIRE_EQUAL(node.stop(), 0);
+  CAF_CHECK_EQUAL(violations(), "");
 }
 
 CAF_TEST(a commit while the database is killed tells the thread and retries) {

@@ -1464,7 +1464,7 @@ CAF_TEST(pools take retry breaker and cooldown settings) {
 CAF_TEST(storage takes a postgres backend from the environment) {
   auto cfg = parse("storage:\n  backend: postgres\n  postgres:\n"
                    "    url: ${KEEL_PG_URL}\n    connections: 4\n"
-                   "    statement_timeout: 2s\n",
+                   "    statement_timeout: 2s\n    startup_wait: 0s\n",
                    {{"KEEL_PG_URL", "postgresql://keel@db/keel"}});
   CAF_REQUIRE_EQUAL(outcome(cfg), "none");
   CAF_CHECK(cfg->storage.backend == storage_backend::postgres);
@@ -1472,9 +1472,12 @@ CAF_TEST(storage takes a postgres backend from the environment) {
   CAF_CHECK_EQUAL(cfg->storage.postgres.connections, 4u);
   CAF_CHECK_EQUAL(cfg->storage.postgres.statement_timeout,
                   caf::timespan{std::chrono::seconds{2}});
+  CAF_CHECK_EQUAL(cfg->storage.postgres.startup_wait, caf::timespan{0});
   auto plain = parse("");
   CAF_REQUIRE_EQUAL(outcome(plain), "none");
   CAF_CHECK(plain->storage.backend == storage_backend::rocksdb);
+  CAF_CHECK_EQUAL(plain->storage.postgres.startup_wait,
+                  caf::timespan{std::chrono::seconds{30}});
 }
 
 CAF_TEST(storage sizes rocksdb memtables and block cache) {
@@ -1514,7 +1517,11 @@ CAF_TEST(storage mistakes are named) {
                   "integer in 1..64, got \"0\"");
   CAF_CHECK_EQUAL(error_of("storage:\n  postgres:\n    port: 5432\n"),
                   "node.yaml:3: storage.postgres.port: unknown key (expected "
-                  "url, connections or statement_timeout)");
+                  "url, connections, statement_timeout or startup_wait)");
+  CAF_CHECK_EQUAL(error_of("storage:\n  postgres:\n    startup_wait: -1s\n"),
+                  "node.yaml:3: storage.postgres.startup_wait: expected a "
+                  "duration such as \"250ms\", \"5s\", \"2m\" or \"1h\", got "
+                  "\"-1s\"");
   CAF_CHECK_EQUAL(error_of("storage:\n  backend: postgres\n  postgres:\n"
                            "    url: x\nchaos:\n  disk: true\n"),
                   "node.yaml:6: chaos.disk: injects faults into RocksDB's "

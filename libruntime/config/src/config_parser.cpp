@@ -1484,8 +1484,9 @@ void parser::read_storage(const map_reader& m, storage_config& cfg) {
     if (auto x = r->get("block_cache"))
       cfg.rocksdb.block_cache = read_size(*x, r->path("block_cache"), 0);
   }
-  if (auto p = section(m, "postgres",
-                       {"url", "connections", "statement_timeout"}))
+  if (auto p
+      = section(m, "postgres",
+                {"url", "connections", "statement_timeout", "startup_wait"}))
     read_postgres(*p, cfg.postgres);
 }
 
@@ -1504,6 +1505,8 @@ void parser::read_postgres(const map_reader& m, postgres_config& cfg) {
            "expected at least 1ms, got "
              + render_duration(cfg.statement_timeout));
   }
+  if (auto x = m.get("startup_wait"))
+    cfg.startup_wait = read_duration(*x, m.path("startup_wait"), false);
 }
 
 // -- cluster ------------------------------------------------------------------

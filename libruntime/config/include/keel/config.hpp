@@ -499,6 +499,10 @@ struct postgres_config {
   /// The server cancels a statement running longer; the write is then a
   /// failed write, retried like a disk fault.
   caf::timespan statement_timeout = std::chrono::seconds{10};
+  /// How long a starting node waits for the server to answer (trying
+  /// again every second, logging each failure) before it gives up; 0
+  /// gives up at the first failure.
+  caf::timespan startup_wait = std::chrono::seconds{30};
 };
 
 /// Storage (`storage:`).

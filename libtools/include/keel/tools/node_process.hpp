@@ -39,8 +39,19 @@ public:
   node_process& operator=(const node_process&) = delete;
 
   /// Starts the node again (after kill or stop) with the same config, and
-  /// `extra_args` after it (e.g. `--kill-at POINT`).
+  /// `extra_args` after it (e.g. `--kill-at POINT`); waits for its
+  /// "listening on" line (`launch`, then `await_listening`).
   void start(const std::vector<std::string>& extra_args = {});
+
+  /// Starts the node again without waiting for it to come up. The caller
+  /// must call `await_listening` before `address`, on this thread: the
+  /// node dies with the thread that started it.
+  void launch(const std::vector<std::string>& extra_args = {});
+
+  /// Waits up to 60 s for the launched node's "listening on" line. Throws
+  /// std::runtime_error with the node's stderr (after killing it) if it
+  /// does not come up.
+  void await_listening();
 
   /// SIGKILL, then reap.
   void kill9();
