@@ -385,12 +385,25 @@ caf::error database_ready(const node_config& cfg) {
   return db ? caf::none : db.error();
 }
 
+// Waits up to `pause` for SIGINT or SIGTERM, which `run_node` blocks in
+// this thread before the node starts; true if one came (and was taken).
+bool stop_signal_within(std::chrono::milliseconds pause) {
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGINT);
+  sigaddset(&stop, SIGTERM);
+  timespec timeout{static_cast<time_t>(pause.count() / 1000),
+                   static_cast<long>(pause.count() % 1000) * 1000000L};
+  return sigtimedwait(&stop, nullptr, &timeout) > 0;
+}
+
 // A starting node's database may not answer yet (starting, restarting,
 // slow under load): tries again every second until it is ready or
 // `storage.postgres.startup_wait` has passed, logging each failure, and
 // then fails with the last one. A configuration error (a wrong shard
-// count) is final at once: no wait mends it.
-caf::error wait_for_database(const node_config& cfg) {
+// count) is final at once: no wait mends it. Sets `stopped` when SIGINT
+// or SIGTERM ends the wait.
+caf::error wait_for_database(const node_config& cfg, bool& stopped) {
   using namespace std::chrono;
   auto wait = duration_cast<milliseconds>(cfg.storage.postgres.startup_wait);
   auto deadline = steady_clock::now() + wait;
@@ -407,10 +420,14 @@ caf::error wait_for_database(const node_config& cfg) {
                                          + std::to_string(wait.count())
                                          + " ms): " + readable_message(err));
     auto pause = std::min<milliseconds>(seconds{1}, left);
+    service_notify::status("waiting for the database: "
+                           + readable_message(err));
     spdlog::warn("the database is not ready (trying again in {} ms, {} ms "
                  "left of storage.postgres.startup_wait): {}",
                  pause.count(), left.count(), render(err));
-    std::this_thread::sleep_for(pause);
+    stopped = stop_signal_within(pause);
+    if (stopped)
+      return caf::none;
   }
 }
 
@@ -427,8 +444,11 @@ caf::expected<std::unique_ptr<node>> node::start(caf::actor_system& sys,
   auto io = make_http_io(cfg);
   if (!io)
     return io.error();
-  if (auto err = wait_for_database(cfg))
+  bool stopped = false;
+  if (auto err = wait_for_database(cfg, stopped))
     return err;
+  if (stopped)
+    return std::unique_ptr<node>{};
   auto handler = std::make_shared<bridge_handler>(sys);
   auto started = ws_server::start(cfg.gateway, handler, cfg.name,
                                   dashboard_files());
@@ -581,6 +601,11 @@ int run_node(const node_config& cfg) {
                   render(started.error()));
     std::cerr << "keel-node: cannot start: " << render(started.error()) << '\n';
     return 1;
+  }
+  if (!*started) {
+    spdlog::info("node '{}' stopped while it waited for its database",
+                 cfg.name);
+    return 0;
   }
   auto& n = **started;
   std::cout << "keel-node: listening on " << cfg.gateway.host << ':' << n.port()

@@ -72,6 +72,8 @@ void node_process::launch(const std::vector<std::string>& extra_args) {
 }
 
 void node_process::await_listening() {
+  if (!child_)
+    throw std::runtime_error("await_listening: no node was launched");
   // The node writes one line to stdout, once its gateway listens:
   // "listening on HOST:PORT".
   auto line = child_->read_stdout_line("listening on ",

@@ -9,7 +9,6 @@
 
 #include <atomic>
 #include <fstream>
-#include <iterator>
 #include <map>
 #include <optional>
 #include <set>
@@ -28,15 +27,19 @@ using nlohmann::json;
 
 namespace {
 
-// "slow" answers after 1 s, so the database can go away mid-turn.
-std::string node_yaml(const temp_dir& dir, const std::string& url) {
+// "slow" answers after 1 s, so the database can go away mid-turn. A
+// start waits up to 2 minutes for the database.
+std::string node_yaml(const temp_dir& dir, const std::string& url,
+                      const std::string& log_level = "error") {
   return "node:\n  name: pg-outage\n  data_dir: " + dir.str()
          + "/data\n"
            "gateway:\n  port: 0\n  rate_limit:\n    per_second: 0\n"
-           "logging:\n  level: error\n"
+           "logging:\n  level: "
+         + log_level
+         + "\n"
            "storage:\n  backend: postgres\n  postgres:\n    url: \""
          + url
-         + "\"\n    statement_timeout: 5s\n"
+         + "\"\n    statement_timeout: 5s\n    startup_wait: 2m\n"
            "providers:\n"
            "  - name: script\n    kind: scripted\n"
            "    script:\n"
@@ -72,6 +75,21 @@ struct fixture {
     auto answer = answer_to(*ws, thread, id, text);
     CAF_REQUIRE(answer);
     return *answer;
+  }
+
+  // Stops the node and the server, then starts the node again, logging
+  // warnings, and waits until it says it waits for the database.
+  void launch_with_database_down() {
+    CAF_REQUIRE_EQUAL(node.stop(), 0);
+    pg.stop();
+    std::ofstream{node.config_path()} << node_yaml(dir, pg.url(), "warn");
+    node.launch();
+    CAF_REQUIRE(poll_until(
+      [&] {
+        return node.stderr_text().find("the database is not ready")
+               != std::string::npos;
+      },
+      20s, 50ms));
   }
 
   // The oracle on the node's database.
@@ -114,24 +132,8 @@ CAF_TEST(a node started while its database is down waits for it) {
   CAF_REQUIRE(receive_until(*ws, [](auto& j) {
     return j["type"] == "reply" && j["id"] == "m1";
   }));
-  CAF_REQUIRE_EQUAL(node.stop(), 0);
-  pg.stop();
-  // Warnings on, to see the node wait.
-  std::string yaml;
-  {
-    std::ifstream in{node.config_path()};
-    yaml.assign(std::istreambuf_iterator<char>{in}, {});
-  }
-  yaml.replace(yaml.find("level: error"), 12, "level: warn");
-  std::ofstream{node.config_path()} << yaml;
-  node.launch();
+  launch_with_database_down();
   // The server comes back once the node has found it down and waits.
-  CAF_REQUIRE(poll_until(
-    [&] {
-      return node.stderr_text().find("the database is not ready")
-             != std::string::npos;
-    },
-    20s, 50ms));
   pg.start();
   node.await_listening();
   ws = connect_client(node.address());
@@ -144,6 +146,14 @@ CAF_TEST(a node started while its database is down waits for it) {
   }));
   CAF_REQUIRE_EQUAL(node.stop(), 0);
   CAF_CHECK_EQUAL(violations(), "");
+}
+
+CAF_TEST(a node waiting for its database stops when told) {
+  launch_with_database_down();
+  // One SIGTERM ends the wait (its 2 minutes are far from over): a clean
+  // stop.
+  CAF_CHECK_EQUAL(node.drain_stop(10s), 0);
+  CAF_CHECK_EQUAL(node.stderr_text().find("cannot start"), std::string::npos);
 }
 
 CAF_TEST(a commit while the database is killed tells the thread and retries) {

@@ -1522,6 +1522,9 @@ CAF_TEST(storage mistakes are named) {
                   "node.yaml:3: storage.postgres.startup_wait: expected a "
                   "duration such as \"250ms\", \"5s\", \"2m\" or \"1h\", got "
                   "\"-1s\"");
+  CAF_CHECK_EQUAL(error_of("storage:\n  postgres:\n    startup_wait: 2h\n"),
+                  "node.yaml:3: storage.postgres.startup_wait: expected at "
+                  "most 1h, got 2h");
   CAF_CHECK_EQUAL(error_of("storage:\n  backend: postgres\n  postgres:\n"
                            "    url: x\nchaos:\n  disk: true\n"),
                   "node.yaml:6: chaos.disk: injects faults into RocksDB's "

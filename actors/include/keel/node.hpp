@@ -37,7 +37,9 @@ class node {
 public:
   /// Starts the gateway server and the supervision tree, and waits until the
   /// store is open. Fails with the reason (cannot bind, cannot open the
-  /// database, ...) after stopping whatever had started.
+  /// database, ...) after stopping whatever had started. Null when SIGINT
+  /// or SIGTERM (blocked in the calling thread, as `run_node` does) came
+  /// while it waited for PostgreSQL to answer: nothing had started yet.
   static caf::expected<std::unique_ptr<node>> start(caf::actor_system& sys,
                                                     const node_config& cfg);
 

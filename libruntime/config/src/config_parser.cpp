@@ -1505,8 +1505,12 @@ void parser::read_postgres(const map_reader& m, postgres_config& cfg) {
            "expected at least 1ms, got "
              + render_duration(cfg.statement_timeout));
   }
-  if (auto x = m.get("startup_wait"))
+  if (auto x = m.get("startup_wait")) {
     cfg.startup_wait = read_duration(*x, m.path("startup_wait"), false);
+    if (cfg.startup_wait > std::chrono::hours{1})
+      fail(m.line("startup_wait"), m.path("startup_wait"),
+           "expected at most 1h, got " + render_duration(cfg.startup_wait));
+  }
 }
 
 // -- cluster ------------------------------------------------------------------

@@ -83,11 +83,13 @@ void run_writers(rocksdb::DB& db, const raw_write_options& opts,
 }
 
 // Paces `opts.writes_per_message` synced Puts per message at `opts.rate`
-// messages a second on this thread for `opts.duration`; stores the
-// messages, the wall time and the process's CPU time in `result`. Returns
+// messages a second on this thread until `opts.duration` has passed (a
+// disk slower than the pace ends the run on time with fewer messages);
+// stores the messages, the wall time and the process's CPU time in
+// `result`, or why the CPU time cannot be read in `cpu_failure`. Returns
 // the first failed write's status, or an empty string.
 std::string write_paced(rocksdb::DB& db, const paced_write_options& opts,
-                        paced_write_result& result) {
+                        paced_write_result& result, caf::error& cpu_failure) {
   using clock = std::chrono::steady_clock;
   rocksdb::WriteOptions wopts;
   wopts.sync = true;
@@ -98,7 +100,7 @@ std::string write_paced(rocksdb::DB& db, const paced_write_options& opts,
   auto end = start + opts.duration;
   std::string failure;
   uint64_t n = 0;
-  for (auto due = start; due < end && failure.empty();
+  for (auto due = start; due < end && clock::now() < end && failure.empty();
        due = start
              + std::chrono::duration_cast<clock::duration>(interval * n)) {
     std::this_thread::sleep_until(due);
@@ -115,9 +117,8 @@ std::string write_paced(rocksdb::DB& db, const paced_write_options& opts,
   auto cpu_after = read_cpu_seconds();
   if (cpu_before && cpu_after)
     result.cpu_seconds = std::max(*cpu_after - *cpu_before, 0.0);
-  else if (failure.empty())
-    failure = "cannot read this process's CPU time: "
-              + render((cpu_before ? cpu_after : cpu_before).error());
+  else
+    cpu_failure = cpu_before ? cpu_after.error() : cpu_before.error();
   return failure;
 }
 
@@ -182,16 +183,23 @@ measure_raw_synced_writes(const raw_write_options& opts) {
 
 caf::expected<paced_write_result>
 measure_paced_synced_writes(const paced_write_options& opts) {
-  if (!(opts.rate > 0) || opts.writes_per_message == 0)
+  auto seconds = std::chrono::duration<double>{opts.duration}.count();
+  if (!(opts.rate * seconds >= 1) || opts.writes_per_message == 0)
     return caf::make_error(ec::config_invalid,
-                           "paced writes: the rate and the writes per message "
-                           "must be above 0");
+                           "paced writes: at least one message in the "
+                           "duration and one write per message needed");
   paced_write_result result;
+  caf::error cpu_failure;
   auto err = with_fresh_db(opts.dir, result.path, [&](rocksdb::DB& db) {
-    return write_paced(db, opts, result);
+    return write_paced(db, opts, result, cpu_failure);
   });
   if (err)
     return err;
+  if (cpu_failure)
+    return caf::make_error(ec::not_found,
+                           "paced writes: cannot read this process's CPU "
+                           "time: "
+                             + readable_message(cpu_failure));
   result.rate = opts.rate;
   result.writes_per_message = opts.writes_per_message;
   result.value_bytes = opts.value_bytes;

@@ -78,6 +78,12 @@ struct paced_write_result {
   /// CPU seconds (user + system) this process used meanwhile.
   double cpu_seconds = 0;
 
+  /// Messages per second reached (below `rate` when the writes could not
+  /// keep the pace).
+  double reached_rate() const noexcept {
+    return seconds > 0 ? static_cast<double>(messages) / seconds : 0;
+  }
+
   /// Milliseconds of CPU per message, or 0 without a message.
   double cpu_ms_per_message() const noexcept {
     return messages > 0 ? cpu_seconds * 1000.0 / static_cast<double>(messages)
@@ -87,9 +93,11 @@ struct paced_write_result {
 
 /// Measures the CPU a fresh RocksDB costs per message at `rate` messages a
 /// second when one thread, woken for each message, makes its synced Puts and
-/// nothing else: the floor under a node's CPU per message at that rate on
-/// this machine (a node also reads frames, runs actors and answers). The
-/// process must do nothing else meanwhile, since its whole CPU is counted.
+/// nothing else, for `duration` (a disk that cannot keep the pace writes
+/// fewer messages; `messages / seconds` is the rate reached): the floor under a
+/// node's CPU per message at that rate on this machine (a node also reads
+/// frames, runs actors and answers). The process must do nothing else
+/// meanwhile, since its whole CPU is counted.
 caf::expected<paced_write_result>
 measure_paced_synced_writes(const paced_write_options& opts);
 
