@@ -151,7 +151,7 @@ void committed(self_ptr self, const turn_commit& commit) {
     if (entry.kind != log_kind::user) // The message's task: not an outcome.
       publish(self, protocol::outcome_frame(commit.thread, entry));
   self->state.turn_running = false;
-  for (auto& x : self->state.owner_notices)
+  for (auto& x : self->state.extras().owner_notices)
     notify_owner(self->system(), x.kind, x.subject, x.text);
   self->state.end_turn();
   if (!commit.outbox.empty()) {
@@ -310,7 +310,7 @@ void spawn_then_commit(self_ptr self, completion reply, bool step) {
                       atom::spawn_v, st.cfg.thread, child)
       .then(
         [self, state, child, finish](spawn_result&) {
-          self->state.children.insert(child);
+          self->state.edit_extras().children.insert(child);
           state->outcomes.created.insert(child);
           finish();
         },
@@ -353,7 +353,7 @@ void stop_turn(self_ptr self, const guard_stop& stop) {
   log_scope scope{log_component::conversation, thread};
   spdlog::info("thread {}: turn stopped by the guard ({})", thread,
                to_string(stop.reason));
-  self->state.owner_notices.push_back(
+  self->state.edit_extras().owner_notices.push_back(
     {notice_kind::agent_stuck, thread,
      "Thread " + thread + " was stopped by its turn guard: " + stop.report});
   fail_turn(self, turn_errors::guard_stopped_code, stop.report);
@@ -497,7 +497,7 @@ void model_call_failed(self_ptr self, const caf::error& err) {
   auto [code, text] = describe_failure(err, st.cfg->owner_contact);
   if (err != caf::sec::request_timeout)
     if (auto x = provider_notice(err, st.cfg))
-      st.owner_notices.push_back(std::move(*x));
+      st.edit_extras().owner_notices.push_back(std::move(*x));
   fail_turn(self, code, text);
 }
 
@@ -661,7 +661,7 @@ void finish_cancel(self_ptr self) {
   // answering one would write the session back as it was before.
   if (!st.accepting.empty())
     return;
-  if (st.cancels.empty())
+  if (st.extras().cancels.empty())
     return; // Writing CLOSED already.
   auto record = st.session;
   record.state = session_state::closed;
@@ -683,7 +683,7 @@ void finish_cancel(self_ptr self) {
       });
 }
 
-using pause_requests = decltype(conversation_state::pauses);
+using pause_requests = decltype(conversation_extras::pauses);
 
 void answer_pauses(pause_requests& requests, const caf::error& err) {
   for (auto& request : requests)
@@ -699,8 +699,9 @@ void answer_pauses(pause_requests& requests, const caf::error& err) {
 // and no turn starts (or commits an older session) until the write ends.
 void write_pause(self_ptr self) {
   auto& st = self->state;
-  auto batch = std::make_shared<pause_requests>(std::move(st.pauses));
-  st.pauses.clear();
+  auto& pauses = st.edit_extras().pauses;
+  auto batch = std::make_shared<pause_requests>(std::move(pauses));
+  pauses.clear();
   if (!st.session_exists || st.session.state == session_state::closed) {
     answer_pauses(*batch, st.session_exists ? caf::make_error(
                             ec::thread_closed,
@@ -744,7 +745,7 @@ void drain(self_ptr self) {
     finish_cancel(self);
     return;
   }
-  if (!st.pauses.empty()) {
+  if (!st.extras().pauses.empty()) {
     write_pause(self);
     return;
   }
@@ -769,8 +770,9 @@ void schedule_redelivery(self_ptr self) {
 // An outbox entry reached its target (or the dead letters): forget it.
 void delivered(self_ptr self, seq_t seq) {
   auto& st = self->state;
-  st.outbox.erase(seq);
-  st.delivering.erase(seq);
+  auto& extras = st.edit_extras();
+  extras.outbox.erase(seq);
+  extras.delivering.erase(seq);
   if (st.idle())
     note_idle(self);
 }
@@ -778,7 +780,7 @@ void delivered(self_ptr self, seq_t seq) {
 // A delivery of outbox entry `seq` failed for now: it goes out again with
 // the next redelivery.
 void deliver_later(self_ptr self, seq_t seq) {
-  self->state.delivering.erase(seq);
+  self->state.edit_extras().delivering.erase(seq);
   schedule_redelivery(self);
 }
 
@@ -803,8 +805,10 @@ void delivery_failed(self_ptr self, const outbox_entry& entry,
 // the same write.
 void deliver_outbox(self_ptr self) {
   auto& st = self->state;
-  for (auto& [seq, entry] : st.outbox) {
-    if (!st.delivering.insert(seq).second)
+  if (!st.extras_)
+    return;
+  for (auto& [seq, entry] : st.extras_->outbox) {
+    if (!st.extras_->delivering.insert(seq).second)
       continue;
     request_component(self, names::orchestrator, st.cfg->storage_timeout,
                       atom::deliver_v, entry)
@@ -932,7 +936,8 @@ void load_failed(self_ptr self, const caf::error& err) {
     d.promise.deliver(err);
   self->state.deferred.clear();
   self->state.answer_cancels(err);
-  answer_pauses(self->state.pauses, err);
+  if (auto& extras = self->state.extras_)
+    answer_pauses(extras->pauses, err);
   self->quit(err);
 }
 
@@ -1064,7 +1069,7 @@ caf::result<caf::ok_atom> cancel(self_ptr self) {
   if (st.loaded && !st.closing && st.session.state == session_state::closed)
     return caf::ok_atom_v; // Cancelled before.
   auto rp = self->make_response_promise<caf::ok_atom>();
-  st.cancels.push_back(rp);
+  st.edit_extras().cancels.push_back(rp);
   st.closing = true;
   if (st.tool_cancel)
     *st.tool_cancel = true; // Its result comes back, then the cancel runs.
@@ -1109,7 +1114,7 @@ caf::result<caf::ok_atom> pause(self_ptr self, bool paused) {
   if (st.loaded && !st.session_exists)
     return st.not_found();
   auto rp = self->make_response_promise<caf::ok_atom>();
-  st.pauses.emplace_back(paused, rp);
+  st.edit_extras().pauses.emplace_back(paused, rp);
   drain(self);
   return rp;
 }
@@ -1139,7 +1144,8 @@ void on_exit(self_ptr self, const caf::exit_msg& msg) {
                        + "' stopped; resend with the same id");
   self->state.fail_pending_accepts(err);
   self->state.answer_cancels(err);
-  answer_pauses(self->state.pauses, err);
+  if (auto& extras = self->state.extras_)
+    answer_pauses(extras->pauses, err);
   if (self->state.tool_cancel)
     *self->state.tool_cancel = true; // No tool outlives its conversation.
   self->quit(msg.reason);
@@ -1178,7 +1184,7 @@ conversation(conversation_actor::stateful_pointer<conversation_state> self,
       deliver_outbox(self);
     },
     [self](atom::spawn, std::string& child) {
-      self->state.children.insert(std::move(child));
+      self->state.edit_extras().children.insert(std::move(child));
     },
     [self](atom::drain) { retry_turn(self); },
     [self](atom::readback) { adopt_late_accepts(self); },

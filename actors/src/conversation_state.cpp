@@ -95,7 +95,19 @@ std::string with_owner_contact(const std::string& text,
 
 bool conversation_state::idle() const {
   return loaded && inbox.empty() && !turn_running && accepting.empty()
-         && deferred.empty() && outbox.empty() && !closing && !unsure_accepts;
+         && deferred.empty() && extras().outbox.empty() && !closing
+         && !unsure_accepts;
+}
+
+const conversation_extras& conversation_state::extras() const {
+  static const conversation_extras none;
+  return extras_ ? *extras_ : none;
+}
+
+conversation_extras& conversation_state::edit_extras() {
+  if (!extras_)
+    extras_ = std::make_unique<conversation_extras>();
+  return *extras_;
 }
 
 bool conversation_state::closed() const {
@@ -250,7 +262,7 @@ std::optional<std::string> agent_call_note(conversation_state& st,
   if (auto refused = spawns.refused.find(act.child);
       act.spawn && refused != spawns.refused.end())
     return "[cannot spawn agent " + act.child + ": " + refused->second + "]";
-  if (st.children.count(act.child) == 0)
+  if (st.extras().children.count(act.child) == 0)
     return "[tool call " + call.name + ": no child agent " + act.child + "]";
   auto spawned = act.spawn && spawns.created.count(act.child) > 0;
   if (auto why = hop_refusal(st)) {
@@ -297,7 +309,7 @@ conversation_state::new_children(const completion& reply,
     if (!action || !*action || !(*action)->spawn)
       continue;
     auto& child = (*action)->child;
-    if (children.count(child) > 0 || outcomes.refused.count(child) > 0
+    if (extras().children.count(child) > 0 || outcomes.refused.count(child) > 0
         || std::find(result.begin(), result.end(), child) != result.end())
       continue;
     if (result.size() < max) {
@@ -412,7 +424,7 @@ void conversation_state::apply(const turn_commit& commit) {
   if (commit.write_session)
     session = commit.session;
   for (auto& entry : commit.outbox)
-    outbox.emplace(entry.seq, entry);
+    edit_extras().outbox.emplace(entry.seq, entry);
 }
 
 void conversation_state::fail_pending_accepts(const caf::error& reason) {
@@ -471,8 +483,10 @@ accept_request conversation_state::make_accept_request(incoming_message msg) {
 }
 
 void conversation_state::answer_cancels(const caf::error& err) {
-  auto waiting = std::move(cancels);
-  cancels.clear();
+  if (!extras_)
+    return;
+  auto waiting = std::move(extras_->cancels);
+  extras_->cancels.clear();
   for (auto& rp : waiting) {
     if (err)
       rp.deliver(err);
@@ -493,14 +507,16 @@ void conversation_state::restore(thread_snapshot snapshot) {
   // A tool step's assistant entry has no log entry: never reuse its seq.
   if (!context.empty())
     next_seq = std::max(next_seq, context.back().seq + 1);
-  children.insert(snapshot.children.begin(), snapshot.children.end());
+  if (!snapshot.children.empty())
+    edit_extras().children.insert(snapshot.children.begin(),
+                                  snapshot.children.end());
   // The node died while the thread was live: the front's turn runs again.
   if (session.recovered_at != 0 && !inbox.empty())
     attempts = 1;
   for (auto& entry : snapshot.outbox) {
     // The outbox reserves seqs the log does not show: never reuse them.
     next_seq = std::max(next_seq, entry.seq + 1);
-    outbox.emplace(entry.seq, std::move(entry));
+    edit_extras().outbox.emplace(entry.seq, std::move(entry));
   }
   loaded = true;
 }
@@ -699,8 +715,9 @@ turn_commit conversation_state::make_result_step(const tool_call& call,
     auto note_seq = next_seq++;
     commit.context.push_back(context_entry{note_seq, "system", note});
     notices.push_back({"tool_disabled", note});
-    owner_notices.push_back({notice_kind::tool_disabled, call.name,
-                             note + " (thread " + cfg.thread + ")"});
+    edit_extras().owner_notices.push_back(
+      {notice_kind::tool_disabled, call.name,
+       note + " (thread " + cfg.thread + ")"});
     log(note_seq, std::move(note));
   }
   return commit;
@@ -734,7 +751,8 @@ void conversation_state::end_turn() {
   compaction.reset();
   compacting_overflow = false;
   notices.clear();
-  owner_notices.clear();
+  if (extras_)
+    extras_->owner_notices.clear();
   attempts = 0;
 }
 

@@ -143,8 +143,8 @@ CAF_TEST(a tool failing three times is disabled and no longer offered) {
   CAF_CHECK_EQUAL(st.notices[0].state, "tool_disabled");
   CAF_CHECK_EQUAL(st.notices[0].detail, disabled_tool_text("ls", 3, "boom 3"));
   // The owner hears of it once the turn is stored, about the tool.
-  CAF_REQUIRE_EQUAL(st.owner_notices.size(), 1u);
-  auto notice = st.owner_notices[0];
+  CAF_REQUIRE_EQUAL(st.extras().owner_notices.size(), 1u);
+  auto notice = st.extras().owner_notices[0];
   CAF_CHECK(notice.kind == notice_kind::tool_disabled);
   CAF_CHECK_EQUAL(notice.subject, "ls");
   CAF_CHECK_EQUAL(notice.text,
@@ -285,7 +285,7 @@ CAF_TEST(spawns past the most one answer may are refused and said) {
   CAF_REQUIRE_EQUAL(st.notices.size(), 1u);
   CAF_CHECK_EQUAL(st.notices[0].state, "agent_limit");
   outcomes.created = {"t.one", "t.two"};
-  st.children = {"t.one", "t.two"};
+  st.edit_extras().children = {"t.one", "t.two"};
   auto step = st.make_call_step(reply, 0, outcomes);
   CAF_CHECK_EQUAL(step.outbox.size(), 3u); // The tasks of one, two, one.
   CAF_CHECK_EQUAL(step.context.back().content,
@@ -296,7 +296,7 @@ CAF_TEST(spawns past the most one answer may are refused and said) {
 
 CAF_TEST(messages between agents carry their hops and stop at the budget) {
   settings->agents.hop_budget = 4;
-  st.children = {"t.kid"};
+  st.edit_extras().children = {"t.kid"};
   st.session.parent = "p";
   auto tell = asking(
     {call("a", "message_agent", R"({"name": "kid", "text": "go on"})")});

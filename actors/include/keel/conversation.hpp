@@ -223,6 +223,29 @@ struct status_notice {
   std::string detail;
 };
 
+/// The parts of a conversation's state that few threads ever use: a tree's
+/// children, messages to other threads, cancels, pauses and owner notices.
+/// Kept apart (see `conversation_state::extras`) so that a thread that
+/// uses none of them pays one pointer for them: its actor then fits
+/// jemalloc's 1,792-byte size class instead of the 2,048-byte one.
+struct conversation_extras {
+  /// Cancels to answer once the session is CLOSED on disk.
+  std::vector<caf::typed_response_promise<caf::ok_atom>> cancels;
+  /// Pauses and resumes to write once no turn runs (the last one wins),
+  /// each answered once it is on disk.
+  std::vector<std::pair<bool, caf::typed_response_promise<caf::ok_atom>>>
+    pauses;
+  /// The thread's children (from the tree and this activation's spawns).
+  std::set<std::string> children;
+  /// Messages to other threads, durable in the outbox, not delivered yet.
+  std::map<seq_t, outbox_entry> outbox;
+  /// Outbox entries with a delivery in flight.
+  std::set<seq_t> delivering;
+  /// Notices for the owner about the commit being built (a tool disabled,
+  /// every provider failing, the guard's stop), raised once it is durable.
+  std::vector<owner_notice> owner_notices;
+};
+
 /// State of a conversation actor.
 struct conversation_state {
   static inline const char* name = "keel.conversation";
@@ -230,8 +253,6 @@ struct conversation_state {
   conversation_config cfg;
   /// The deadlines of the requests in flight, under one timer.
   deadline_set deadlines;
-  /// True once the thread's state has been loaded from the store.
-  bool loaded = false;
   /// The epoch of the thread's shard this node held when the load began
   /// (`shard_table::tenure`; 0 on a single node). Every write carries it:
   /// none commits once the shard left the node, even if it came back, so
@@ -239,9 +260,6 @@ struct conversation_state {
   uint64_t tenure = 0;
   /// The session record (valid if `session_exists`).
   session_record session;
-  bool session_exists = false;
-  /// True once this activation has written the session as ACTIVE.
-  bool session_active = false;
   /// Durable, unanswered messages in order; the front is the current turn.
   std::list<inbox_entry> inbox;
   /// The model's working memory, shared with the requests made from it.
@@ -257,57 +275,64 @@ struct conversation_state {
   std::map<seq_t, caf::typed_response_promise<accept_result>> accepting;
   /// Accepts waiting for the load.
   std::vector<deferred_accept> deferred;
-  /// True while a turn (provider call and commit) runs.
-  bool turn_running = false;
   /// Route sequence number of the last message the orchestrator routed
   /// here (named when asking to passivate).
   uint64_t last_route = 0;
-  /// Asked to passivate while busy (a drain, a shard release, room under
-  /// `max_live`): passivates as soon as it is idle, without waiting for
-  /// the idle timeout or being asked again.
-  bool passivate_when_idle = false;
   /// The route a passivation under way began at (its SUSPENDED write or
   /// its request to stop is in flight): asked again meanwhile, we say yes
   /// without a second write.
   std::optional<uint64_t> passivation;
+  /// When the thread last became idle.
+  caf::actor_clock::time_point idle_since;
+  /// A commit whose outcome is unknown (it failed or timed out, and may
+  /// still land): the store says whether it did before the turn runs again.
+  std::unique_ptr<turn_commit> unsure_commit;
+  /// The running turn's guard, from its first model call to its commit.
+  std::unique_ptr<turn_guard> guard;
+  /// The compaction under way, between its summaries.
+  std::unique_ptr<compactor> compaction;
+  /// Status events about the commit being built (a tool disabled, an agent
+  /// limit met), published when it goes to the store.
+  std::vector<status_notice> notices;
+  /// Null until a rarely used part is first changed (see `extras`).
+  std::unique_ptr<conversation_extras> extras_;
+  /// Ends the running tool's process group when set (a cancel of the
+  /// thread, the actor's exit).
+  std::shared_ptr<std::atomic<bool>> tool_cancel;
+  // The flags and the counter last, together: scattered between wider
+  // members each took a word of padding (the actor fits a smaller size
+  // class without it).
+  /// True once the thread's state has been loaded from the store.
+  bool loaded = false;
+  /// Whether the thread has a stored session (`session` is valid).
+  bool session_exists = false;
+  /// True once this activation has written the session as ACTIVE.
+  bool session_active = false;
+  /// True while a turn (provider call and commit) runs.
+  bool turn_running = false;
+  /// Asked to passivate while busy (a drain, a shard release, room under
+  /// `max_live`): passivates as soon as it is idle, without waiting for
+  /// the idle timeout or being asked again.
+  bool passivate_when_idle = false;
   /// The node drains (asked to passivate for it): passivations leave the
   /// session as stored, since the node's stop marks every ACTIVE session
   /// SUSPENDED in one batch (and a boot's recovery does, should it crash).
   bool node_draining = false;
   /// True while an idle timer is pending (at most one is).
   bool idle_timer_armed = false;
-  /// When the thread last became idle.
-  caf::actor_clock::time_point idle_since;
   /// True once a cancel arrived: pending messages are answered with a
   /// `cancelled` error, then the session is written CLOSED.
   bool closing = false;
   /// True if the quarantine took the committed steps of the inbox front's
   /// turn (`thread_snapshot::steps_lost`): it is answered with an error.
   bool steps_lost = false;
-  /// Cancels to answer once the session is CLOSED on disk.
-  std::vector<caf::typed_response_promise<caf::ok_atom>> cancels;
-  /// Pauses and resumes to write once no turn runs (the last one wins),
-  /// each answered once it is on disk.
-  std::vector<std::pair<bool, caf::typed_response_promise<caf::ok_atom>>>
-    pauses;
-  /// The thread's children (from the tree and this activation's spawns).
-  std::set<std::string> children;
-  /// Messages to other threads, durable in the outbox, not delivered yet.
-  std::map<seq_t, outbox_entry> outbox;
-  /// Outbox entries with a delivery in flight.
-  std::set<seq_t> delivering;
   /// True while a redelivery timer is pending.
   bool redeliver_armed = false;
-  /// A commit whose outcome is unknown (it failed or timed out, and may
-  /// still land): the store says whether it did before the turn runs again.
-  std::unique_ptr<turn_commit> unsure_commit;
   /// True after an accept failed or timed out, until the stored inbox was
   /// read back: an accept that lands late must still join the live inbox.
   bool unsure_accepts = false;
   /// True while the stored inbox is read back for `unsure_accepts`.
   bool reading_back = false;
-  /// The running turn's guard, from its first model call to its commit.
-  std::unique_ptr<turn_guard> guard;
   /// Set when the model repeated itself: the next request tells it to try
   /// a different approach.
   bool nudge = false;
@@ -318,26 +343,22 @@ struct conversation_state {
   bool overflow_compacted = false;
   /// The compaction just stored: the next model call goes out as it is.
   bool just_compacted = false;
-  /// The compaction under way, between its summaries.
-  std::unique_ptr<compactor> compaction;
   /// It answers the provider's context overflow: if it changes nothing,
   /// calling again cannot help.
   bool compacting_overflow = false;
-  /// Status events about the commit being built (a tool disabled, an agent
-  /// limit met), published when it goes to the store.
-  std::vector<status_notice> notices;
-  /// Notices for the owner about the commit being built (a tool disabled,
-  /// every provider failing, the guard's stop), raised once it is durable.
-  std::vector<owner_notice> owner_notices;
   /// Runs of the inbox front's turn after its first (a failed commit, a
   /// restart while it was live).
   uint32_t attempts = 0;
-  /// Ends the running tool's process group when set (a cancel of the
-  /// thread, the actor's exit).
-  std::shared_ptr<std::atomic<bool>> tool_cancel;
 
   /// True if nothing is pending: the actor may passivate.
   bool idle() const;
+
+  /// The rarely used parts as they are: empty ones while none was made.
+  /// Never allocates, so reads of every thread cost nothing.
+  const conversation_extras& extras() const;
+
+  /// The rarely used parts, for changing: made on first use.
+  conversation_extras& edit_extras();
   /// True if the thread takes no new messages.
   bool closed() const;
   /// The completion request answering the inbox front.
