@@ -28,7 +28,7 @@ std::string bounded(const std::string& text, size_t max) {
 std::string speaker(const context_entry& entry) {
   if (entry.role == "tool")
     return "tool " + entry.tool_name() + " returned";
-  return entry.role;
+  return entry.role.str();
 }
 
 } // namespace

@@ -1,7 +1,13 @@
 #include "keel/types.hpp"
 
 #include <algorithm>
+#include <array>
 #include <charconv>
+#include <mutex>
+#include <ostream>
+#include <unordered_set>
+
+#include <caf/make_counted.hpp>
 
 namespace keel {
 
@@ -82,16 +88,57 @@ bool operator==(const tool_exchange& x, const tool_exchange& y) {
   return x.calls == y.calls && x.call_id == y.call_id && x.tool == y.tool;
 }
 
+namespace {
+
+// The names live as long as the process: made on first use (a role may be
+// made while other files' statics are made) and never destroyed (a role may
+// be read while they are destroyed).
+
+// The role names of the node's own entries, found without a lock.
+const std::array<std::string, 5>& known_roles() {
+  static const auto* names
+    = new std::array<std::string, 5>{"", "user", "assistant", "tool", "system"};
+  return *names;
+}
+
+// Any other name, kept once (an unordered_set's elements never move).
+const std::string* other_role(std::string_view name) {
+  static auto* mtx = new std::mutex;
+  static auto* names = new std::unordered_set<std::string>;
+  std::lock_guard<std::mutex> guard{*mtx};
+  return &*names->emplace(name).first;
+}
+
+} // namespace
+
+context_role::context_role() : name_(&known_roles()[0]) {
+  // nop
+}
+
+context_role::context_role(std::string_view name) {
+  auto& known = known_roles();
+  auto i = std::find(known.begin(), known.end(), name);
+  name_ = i != known.end() ? &*i : other_role(name);
+}
+
+std::string to_string(const context_role& x) {
+  return x.str();
+}
+
+std::ostream& operator<<(std::ostream& out, const context_role& x) {
+  return out << x.str();
+}
+
 const tool_exchange& context_entry::tools() const {
   static const tool_exchange none;
-  return tools_ ? *tools_ : none;
+  return tools_ ? tools_->value : none;
 }
 
 void context_entry::set_tools(tool_exchange exchange) {
   if (exchange.empty())
     tools_.reset();
   else
-    tools_ = std::make_shared<const tool_exchange>(std::move(exchange));
+    tools_ = caf::make_counted<shared_tools>(std::move(exchange));
 }
 
 void context_entry::set_tool_calls(std::vector<tool_call> calls) {

@@ -304,7 +304,7 @@ json openai_message(const context_entry& entry) {
   }
   if (entry.role == "user" || entry.role == "assistant"
       || entry.role == "system")
-    return {{"role", entry.role}, {"content", entry.content}};
+    return {{"role", entry.role.str()}, {"content", entry.content}};
   return nullptr;
 }
 
@@ -344,7 +344,7 @@ json anthropic_message(const context_entry& entry) {
   }
   if ((entry.role == "user" || entry.role == "assistant")
       && !entry.content.empty())
-    return {{"role", entry.role}, {"content", entry.content}};
+    return {{"role", entry.role.str()}, {"content", entry.content}};
   return nullptr;
 }
 
