@@ -572,6 +572,14 @@ CAF_TEST(context_entry decode errors) {
                              "context entry: missing field 'content'");
   check_error<context_entry>(R"({"seq":1,"role":[],"content":""})",
                              "context entry: field 'role' has the wrong type");
+  // No build writes another role: the record is corrupt, in either form.
+  check_error<context_entry>(R"({"seq":1,"role":"error","content":""})",
+                             "context entry: field 'role' has unknown value "
+                             "'error'");
+  auto bytes = encode(context_entry{1, "user", ""});
+  bytes.replace(bytes.find("user"), 4, "usex");
+  check_error<context_entry>(bytes, "context entry: field 'role' has unknown "
+                                    "value 'usex'");
 }
 
 CAF_TEST(provider_health_record decode errors) {

@@ -227,7 +227,7 @@ CAF_TEST(openai request bodies carry system prompt and context roles) {
   req.system_prompt = "sys";
   req.context = {{1, "user", "q1"},
                  {2, "assistant", "a1"},
-                 {3, "error", "provider failed"},
+                 {3, "", "provider failed"},
                  {4, "system", "note"},
                  {5, "user", "q2"}};
   auto body
@@ -254,7 +254,7 @@ CAF_TEST(openai request bodies carry system prompt and context roles) {
 CAF_TEST(anthropic request bodies move system text and merge turns) {
   completion_request req;
   req.system_prompt = "sys";
-  req.context = {{1, "user", "q1"},     {2, "error", "provider failed"},
+  req.context = {{1, "user", "q1"},     {2, "", "provider failed"},
                  {3, "user", "q2"},     {4, "assistant", ""},
                  {5, "system", "note"}, {6, "assistant", "a2"}};
   auto body = json::parse(
@@ -358,9 +358,9 @@ std::vector<body_row> tool_body_rows() {
                                    tool_use("c2", "g", json::object())})),
                   msg("user", json::array({tool_result("c1", "r1"),
                                            tool_result("c2", "r2")}))})},
-    {"a result then an error entry and a user message",
+    {"a result then an entry of no role and a user message",
      {user_entry(1, "q"), calls_entry(2, "", {{"c1", "f", "not json"}}),
-      tool_entry(3, "c1", "r1"), context_entry{4, "error", "oops"},
+      tool_entry(3, "c1", "r1"), context_entry{4, "", "oops"},
       user_entry(5, "more"), calls_entry(6, "ok", {}),
       context_entry{7, "assistant", "done"}},
      json::array(
@@ -497,7 +497,7 @@ CAF_TEST(scripted steps answer the last user message or tool result) {
   out = prov.complete(with_context({user_entry(1, "run ls"), call,
                                     tool_entry(3, "call_1", "exit status 2"),
                                     context_entry{4, "system", "note"},
-                                    context_entry{5, "error", "run"}}),
+                                    context_entry{5, "", "run"}}),
                       10);
   CAF_CHECK_EQUAL(out.reply.text, "the tool failed: exit status 2");
   CAF_CHECK(out.reply.tool_calls.empty());

@@ -3,11 +3,12 @@
 #include <algorithm>
 #include <array>
 #include <charconv>
-#include <mutex>
 #include <ostream>
-#include <unordered_set>
+#include <stdexcept>
 
 #include <caf/make_counted.hpp>
+
+#include "keel/error.hpp"
 
 namespace keel {
 
@@ -90,35 +91,39 @@ bool operator==(const tool_exchange& x, const tool_exchange& y) {
 
 namespace {
 
-// The names live as long as the process: made on first use (a role may be
-// made while other files' statics are made) and never destroyed (a role may
-// be read while they are destroyed).
-
-// The role names of the node's own entries, found without a lock.
-const std::array<std::string, 5>& known_roles() {
+// Made on first use (a role may be made while other files' statics are
+// made) and never destroyed (a role may be read while they are destroyed).
+const std::array<std::string, 5>& role_names() {
   static const auto* names
     = new std::array<std::string, 5>{"", "user", "assistant", "tool", "system"};
   return *names;
 }
 
-// Any other name, kept once (an unordered_set's elements never move).
-const std::string* other_role(std::string_view name) {
-  static auto* mtx = new std::mutex;
-  static auto* names = new std::unordered_set<std::string>;
-  std::lock_guard<std::mutex> guard{*mtx};
-  return &*names->emplace(name).first;
-}
-
 } // namespace
 
-context_role::context_role() : name_(&known_roles()[0]) {
-  // nop
+context_role::context_role(const char* name) {
+  auto known = parse(name);
+  if (!known)
+    throw std::invalid_argument("unknown context role '" + std::string{name}
+                                + "'");
+  *this = *known;
 }
 
-context_role::context_role(std::string_view name) {
-  auto& known = known_roles();
-  auto i = std::find(known.begin(), known.end(), name);
-  name_ = i != known.end() ? &*i : other_role(name);
+std::optional<context_role> context_role::parse(std::string_view name) {
+  auto& names = role_names();
+  for (size_t i = 0; i < names.size(); ++i)
+    if (names[i] == name)
+      return context_role{static_cast<uint8_t>(i)};
+  return std::nullopt;
+}
+
+const std::string& context_role::str() const {
+  return role_names()[index_];
+}
+
+caf::error unknown_role(const std::string& name) {
+  return caf::make_error(ec::storage_corrupt,
+                         "field 'role' has unknown value '" + name + "'");
 }
 
 std::string to_string(const context_role& x) {

@@ -443,36 +443,30 @@ struct tool_exchange {
 bool operator==(const tool_exchange& x, const tool_exchange& y);
 
 /// The role of a context entry: "user", "assistant", "tool", "system", or
-/// any other name a stored record holds (a request leaves those out). Kept
-/// as a pointer to one copy of the name for the whole process: an entry
-/// holds 8 bytes for it instead of a string's 32. Roles come from the
-/// node's own code and records, so the names a process keeps are few.
+/// none (empty, a default entry's). One byte: an index into the names, all
+/// of them known to the build, so an entry holds no string for it. A
+/// record naming any other role is corrupt (no build writes one) and fails
+/// to load with the name it holds.
 class context_role {
 public:
-  /// The empty role.
-  context_role();
+  /// None (the empty name).
+  context_role() = default;
 
-  context_role(std::string_view name);
+  /// One of the names above, as written in the code; throws
+  /// std::invalid_argument for any other.
+  context_role(const char* name);
 
-  context_role(const char* name) : context_role(std::string_view{name}) {
-    // nop
-  }
+  /// The role named `name`, if it is one.
+  static std::optional<context_role> parse(std::string_view name);
 
-  context_role(const std::string& name) : context_role(std::string_view{name}) {
-    // nop
-  }
-
-  const std::string& str() const {
-    return *name_;
-  }
+  const std::string& str() const;
 
   operator const std::string&() const {
-    return *name_;
+    return str();
   }
 
-  /// One copy per name: the same name is the same pointer.
   friend bool operator==(const context_role& x, const context_role& y) {
-    return x.name_ == y.name_;
+    return x.index_ == y.index_;
   }
 
   friend bool operator!=(const context_role& x, const context_role& y) {
@@ -480,7 +474,7 @@ public:
   }
 
   friend bool operator==(const context_role& x, const char* y) {
-    return *x.name_ == y;
+    return x.str() == y;
   }
 
   friend bool operator!=(const context_role& x, const char* y) {
@@ -488,14 +482,21 @@ public:
   }
 
   friend std::string operator+(const context_role& x, const char* y) {
-    return *x.name_ + y;
+    return x.str() + y;
   }
 
 private:
-  const std::string* name_;
+  explicit context_role(uint8_t index) : index_(index) {
+    // nop
+  }
+
+  uint8_t index_ = 0;
 };
 
 std::string to_string(const context_role& x);
+
+/// The error of a record naming a role no build writes.
+caf::error unknown_role(const std::string& name);
 
 std::ostream& operator<<(std::ostream& out, const context_role& x);
 
@@ -504,8 +505,8 @@ std::ostream& operator<<(std::ostream& out, const context_role& x);
 /// tools), "tool" (the result of call `tool_call_id` of tool `tool_name`)
 /// and "system" (notes for the model: recovery, summaries of compacted
 /// entries). A conversation holds its whole context, so an entry is kept
-/// small (64 bytes with libstdc++ on x86-64): the role is one pointer, and
-/// the tool exchange, which most entries lack, lives apart.
+/// small (64 bytes with libstdc++ on x86-64): the role is one byte, and the
+/// tool exchange, which most entries lack, lives apart.
 struct context_entry {
   context_entry() = default;
   context_entry(seq_t seq, context_role role, std::string content)
@@ -564,8 +565,8 @@ private:
   caf::intrusive_ptr<const shared_tools> tools_;
 };
 
-/// The role and the tool exchange travel (and are stored) as fields of the
-/// entry, as they were when they were string members.
+/// The role travels (and is stored) as its name, and the tool exchange as
+/// three fields of the entry, as when they were members.
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, context_entry& x) {
   // Starts from the entry's own, also when loading: a reader may visit the
@@ -573,7 +574,10 @@ typename Inspector::result_type inspect(Inspector& f, context_entry& x) {
   auto role = x.role.str();
   auto tools = x.tools();
   auto adopt = caf::meta::load_callback([&]() -> caf::error {
-    x.role = role;
+    auto known = context_role::parse(role);
+    if (!known)
+      return unknown_role(role);
+    x.role = *known;
     x.set_tools(std::move(tools));
     return caf::none;
   });
