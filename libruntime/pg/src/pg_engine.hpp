@@ -257,10 +257,16 @@ private:
   std::string writer(size_t slot) const;
 
   // Reads back whether the transaction of `ticket` committed after its
-  // session ended during COMMIT: waits until its server process is gone
-  // (ending it if it only waits for a COMMIT that will never come), then
-  // looks for its commit mark. `err` none: committed.
+  // session ended during COMMIT: its commit mark says it did as soon as it
+  // is there (the server process may linger after the COMMIT until it
+  // notices the session is gone); that it did not only once the server
+  // process is gone (ended if it only waits for a COMMIT that will never
+  // come). `err` none: committed.
   share_outcome resolve_commit(size_t slot, const commit_ticket& ticket);
+
+  // Whether the commit mark of `ticket` is stored (its transaction
+  // committed).
+  caf::expected<bool> marked(connection& conn, const commit_ticket& ticket);
 
   // Whether the server process of `ticket` still runs; ends it when it
   // idles in the transaction.

@@ -402,6 +402,16 @@ caf::expected<bool> engine::still_running(connection& conn,
   return true;
 }
 
+caf::expected<bool> engine::marked(connection& conn,
+                                   const commit_ticket& ticket) {
+  auto mark = conn.exec("SELECT nonce::text FROM keel.commit_marks "
+                        "WHERE writer = $1",
+                        {ticket.writer});
+  if (!mark)
+    return std::move(mark.error());
+  return mark->rows() == 1 && mark->value(0, 0) == std::to_string(ticket.nonce);
+}
+
 engine::share_outcome engine::resolve_commit(size_t slot,
                                              const commit_ticket& ticket) {
   caf::error last;
@@ -409,22 +419,28 @@ engine::share_outcome engine::resolve_commit(size_t slot,
     if (attempt > 0)
       std::this_thread::sleep_for(resolve_pause);
     auto conn = usable(slot);
-    auto running = conn ? still_running(**conn, ticket)
-                        : caf::expected<bool>{conn.error()};
+    if (!conn) {
+      last = std::move(conn.error());
+      continue;
+    }
+    // The mark first: once it is there the outcome is known, however long
+    // the server process takes to notice its session is gone.
+    if (auto done = marked(**conn, ticket); done && *done)
+      return {};
+    auto running = still_running(**conn, ticket);
     if (!running || *running) {
       last = running ? caf::make_error(ec::storage_io,
                                        "its server process still runs")
                      : std::move(running.error());
       continue;
     }
-    auto mark = (*conn)->exec("SELECT nonce::text FROM keel.commit_marks "
-                              "WHERE writer = $1",
-                              {ticket.writer});
-    if (!mark) {
-      last = std::move(mark.error());
+    // Read again: the transaction may have committed after the first read.
+    auto done = marked(**conn, ticket);
+    if (!done) {
+      last = std::move(done.error());
       continue;
     }
-    if (mark->rows() == 1 && mark->value(0, 0) == std::to_string(ticket.nonce))
+    if (*done)
       return {};
     return {caf::make_error(ec::storage_io,
                             "write failed: the session ended during COMMIT "
