@@ -158,6 +158,8 @@ void exit_declared_dead(const std::string& why) {
 caf::actor publish_peers(caf::actor handle, const std::string& host,
                          uint16_t port, bool tls) {
   auto& sys = handle->home_system();
+  // Before the port opens: BASP would deliver a peer's messages to them.
+  unregister_caf_utility_actors(sys);
   auto published = tls ? caf::openssl::publish(handle, port, host.c_str(), true)
                        : sys.middleman().publish(handle, port, host.c_str(),
                                                  true);
@@ -462,11 +464,12 @@ caf::expected<std::unique_ptr<node>> node::start(caf::actor_system& sys,
     return spec.error();
   }
   auto root = sys.spawn(supervisor, std::move(*spec));
-  sys.registry().put(names::root, root);
+  components_of(sys).put(names::root,
+                         caf::actor_cast<caf::strong_actor_ptr>(root));
   caf::scoped_actor self{sys};
   if (auto failure = await_ready(self, root)) {
     self->send_exit(root, caf::exit_reason::user_shutdown);
-    sys.registry().erase(names::root);
+    components_of(sys).erase(names::root);
     server->stop();
     return failure;
   }
@@ -508,7 +511,7 @@ void node::stop() {
     self->monitor(root_);
     self->send_exit(root_, caf::exit_reason::user_shutdown);
     self->receive([](caf::down_msg&) {});
-    sys_.registry().erase(names::root);
+    components_of(sys_).erase(names::root);
     root_ = nullptr;
   }
   if (server_) {

@@ -1,11 +1,14 @@
 #include "keel/peers.hpp"
 
+#include <type_traits>
+
 #include <caf/all.hpp>
 #include <caf/io/middleman.hpp>
 #include <caf/openssl/manager.hpp>
 #include <spdlog/spdlog.h>
 
 #include "keel/endpoint.hpp"
+#include "keel/gateway_policy.hpp"
 #include "keel/logging.hpp"
 #include "keel/lookup.hpp"
 
@@ -20,6 +23,12 @@ using self_ptr = caf::stateful_actor<peers_state>*;
 bool from_peer(self_ptr self) {
   auto& sender = self->current_sender();
   return sender != nullptr && sender->node() != self->node();
+}
+
+// Whether a peer's message carries this node's cluster token (compared in
+// constant time, as the gateway compares its tokens).
+bool token_ok(self_ptr self, const std::string& token) {
+  return token_matches(token, self->state.cfg.token);
 }
 
 caf::error bad_token() {
@@ -250,10 +259,8 @@ void send_attempt(self_ptr self, const std::string& thread,
       .then(on_result, on_error);
     return;
   }
-  auto bridge = lookup<caf::actor>(self->system(), names::gateway);
   self
-    ->request(peer, cfg.attempt_timeout, atom::route_v, cfg.token, thread, req,
-              bridge)
+    ->request(peer, cfg.attempt_timeout, atom::route_v, cfg.token, thread, req)
     .then(on_result, on_error);
 }
 
@@ -273,25 +280,41 @@ peer_request make_request(self_ptr self, const std::string& thread,
   return r;
 }
 
+// Calls `f` with a null `Result*` for the answer type of `req`, an
+// orchestrator request one node may send another; false if `req` is none.
+template <class F>
+bool with_answer_type(const caf::message& req, F&& f) {
+  if (req.match_element<atom::route>(0) || req.match_element<atom::deliver>(0))
+    f(static_cast<accept_result*>(nullptr));
+  else if (req.match_element<atom::spawn>(0))
+    f(static_cast<spawn_result*>(nullptr));
+  else if (req.match_element<atom::cancel>(0))
+    f(static_cast<std::vector<std::string>*>(nullptr));
+  else if (req.match_element<atom::pause>(0))
+    f(static_cast<caf::ok_atom*>(nullptr));
+  else if (req.match_element<atom::task>(0))
+    f(static_cast<log_entry*>(nullptr));
+  else
+    return false;
+  return true;
+}
+
+caf::error not_routable() {
+  return caf::make_error(ec::protocol_violation,
+                         "cannot forward this request to a peer");
+}
+
 // Queues a request for another node's thread; answered by its owner.
 caf::response_promise forward(self_ptr self, const std::string& thread,
                               caf::message req) {
   auto rp = self->make_response_promise();
   peer_request r;
-  if (req.match_element<atom::route>(0) || req.match_element<atom::deliver>(0))
-    r = make_request<accept_result>(self, thread, std::move(req), rp);
-  else if (req.match_element<atom::spawn>(0))
-    r = make_request<spawn_result>(self, thread, std::move(req), rp);
-  else if (req.match_element<atom::cancel>(0))
-    r = make_request<std::vector<std::string>>(self, thread, std::move(req),
-                                               rp);
-  else if (req.match_element<atom::pause>(0))
-    r = make_request<caf::ok_atom>(self, thread, std::move(req), rp);
-  else if (req.match_element<atom::task>(0))
-    r = make_request<log_entry>(self, thread, std::move(req), rp);
-  else {
-    rp.deliver(caf::make_error(ec::protocol_violation,
-                               "cannot forward this request to a peer"));
+  auto known = with_answer_type(req, [&](auto* result) {
+    using result_type = std::remove_pointer_t<decltype(result)>;
+    r = make_request<result_type>(self, thread, req, rp);
+  });
+  if (!known) {
+    rp.deliver(not_routable());
     return rp;
   }
   ++self->state.forwarded;
@@ -305,33 +328,30 @@ caf::response_promise forward(self_ptr self, const std::string& thread,
 // -- events
 // ---------------------------------------------------------------------
 
-// Sends this node's interest in `thread`'s events to the thread's owner.
-// Registers this node's bridge with `owner` for `thread`'s events; `done`
-// runs once the owner took it, or could not be asked (the check below then
-// tries again when the owner changes).
+// Registers this node's interest in `thread`'s events with `owner`, whose
+// peers actor then sends them here for this node's bridge; `done` runs once
+// the owner took it, or could not be asked (the check below then tries
+// again when the owner changes).
 void send_interest(
   self_ptr self, const std::string& thread, const shard_owner& owner,
   std::function<void()> done = [] {}) {
   // Remembered even while the thread has no owner: the check below then
   // registers with the owner it gets.
   self->state.registered[thread] = owner;
-  auto bridge = lookup<caf::actor>(self->system(), names::gateway);
-  if (!bridge || owner.address.empty()) {
+  if (owner.address.empty()) {
     done();
     return;
   }
-  with_link(self, owner.address,
-            [self, thread, bridge, done](const caf::actor& p) {
-              if (!p) {
-                done();
-                return;
-              }
-              self
-                ->request(p, self->state.cfg.attempt_timeout, atom::interest_v,
-                          self->state.cfg.token, thread, bridge)
-                .then([done](caf::ok_atom) { done(); },
-                      [done](caf::error&) { done(); });
-            });
+  with_link(self, owner.address, [self, thread, done](const caf::actor& p) {
+    if (!p) {
+      done();
+      return;
+    }
+    self
+      ->request(p, self->state.cfg.attempt_timeout, atom::interest_v,
+                self->state.cfg.token, thread)
+      .then([done](caf::ok_atom) { done(); }, [done](caf::error&) { done(); });
+  });
 }
 
 // This node's bridge follows `thread`: answered once the owner registered
@@ -361,45 +381,71 @@ void check_interest(self_ptr self) {
   self->delayed_send(self, self->state.cfg.interest_check, atom::tick_v);
 }
 
-// An event of a thread served here: to every interested bridge elsewhere.
+// An event of a thread served here: to the peers actor of every node
+// whose clients follow it, which hands it to its bridge.
 void fan_out(self_ptr self, const thread_event& ev) {
   auto i = self->state.interested.find(ev.thread);
   if (i == self->state.interested.end())
     return;
-  for (auto& bridge : i->second)
-    self->send(bridge, atom::publish_v, ev);
+  for (auto& peer : i->second)
+    self->send(peer, atom::publish_v, self->state.cfg.token, ev);
 }
 
+// The peer that sent the current message follows `thread` from now on.
+// `sender` is that message's sender, taken before a response promise for it
+// is made (making one moves the sender out of the message).
 void add_interest(self_ptr self, const std::string& thread,
-                  const caf::actor& bridge) {
-  if (!bridge || bridge.node() == self->node())
+                  const caf::strong_actor_ptr& sender) {
+  auto peer = caf::actor_cast<caf::actor>(sender);
+  if (!peer || peer.node() == self->node())
     return;
-  if (self->state.interested[thread].insert(bridge).second)
-    self->monitor(bridge);
+  if (self->state.interested[thread].insert(peer).second)
+    self->monitor(peer);
+}
+
+// An event a peer sent for a thread this node's clients follow.
+void deliver_event(self_ptr self, const std::string& token, thread_event& ev) {
+  if (!from_peer(self) || !token_ok(self, token))
+    return;
+  if (auto bridge = lookup<gateway_bridge_actor>(self->system(),
+                                                 names::gateway))
+    self->send(bridge, atom::publish_v, std::move(ev));
+}
+
+// Asks this node's orchestrator and answers through `rp`. The answer is
+// relayed rather than delegated, so that only this actor ever sends a
+// message to another node: no other actor of the node becomes known to
+// CAF's network layer, which would deliver messages from any connected
+// node to it.
+template <class Result>
+void relay(self_ptr self, const caf::actor& orch, caf::message req,
+           caf::response_promise rp) {
+  self->request(orch, self->state.cfg.route_timeout, std::move(req))
+    .then([rp](Result& x) mutable { rp.deliver(std::move(x)); },
+          [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
 }
 
 // A peer's request for a thread: handed to the orchestrator if this node
-// serves the thread, whose answer goes straight back to the peer.
+// serves the thread, whose answer goes back to the peer.
 caf::response_promise serve(self_ptr self, const std::string& token,
-                            const std::string& thread, caf::message req,
-                            const caf::actor& bridge) {
+                            const std::string& thread, caf::message req) {
+  auto sender = self->current_sender();
   auto rp = self->make_response_promise();
-  if (token != self->state.cfg.token) {
+  if (!token_ok(self, token))
     rp.deliver(bad_token());
-    return rp;
-  }
-  if (!self->state.cfg.shards->serves(thread)) {
+  else if (!self->state.cfg.shards->serves(thread))
     rp.deliver(not_served(self, thread));
-    return rp;
-  }
-  add_interest(self, thread, bridge);
-  auto orch = lookup<caf::actor>(self->system(), names::orchestrator);
-  if (!orch)
+  else if (auto orch = lookup<caf::actor>(self->system(), names::orchestrator);
+           !orch)
     rp.deliver(caf::make_error(ec::unavailable, "the orchestrator of node "
                                                   + self->state.cfg.shards->me()
                                                   + " is restarting"));
-  else
-    rp.delegate(orch, std::move(req));
+  else if (!with_answer_type(req, [&](auto* result) {
+             using result_type = std::remove_pointer_t<decltype(result)>;
+             add_interest(self, thread, sender);
+             relay<result_type>(self, orch, req, rp);
+           }))
+    rp.deliver(not_routable());
   return rp;
 }
 
@@ -411,15 +457,18 @@ caf::behavior peers(self_ptr self, peers_config cfg) {
   self->send(self, atom::tick_v);
   return {
     [self](atom::route, const std::string& token, const std::string& thread,
-           caf::message& req, const caf::actor& bridge) {
-      return serve(self, token, thread, std::move(req), bridge);
+           caf::message& req) {
+      return serve(self, token, thread, std::move(req));
     },
-    [self](atom::interest, const std::string& token, const std::string& thread,
-           const caf::actor& bridge) -> caf::result<caf::ok_atom> {
-      if (token != self->state.cfg.token)
+    [self](atom::interest, const std::string& token,
+           const std::string& thread) -> caf::result<caf::ok_atom> {
+      if (!token_ok(self, token))
         return bad_token();
-      add_interest(self, thread, bridge);
+      add_interest(self, thread, self->current_sender());
       return caf::ok_atom_v;
+    },
+    [self](atom::publish, const std::string& token, thread_event& ev) {
+      deliver_event(self, token, ev);
     },
     [self](atom::forward, const std::string& thread, caf::message& req) {
       if (!from_peer(self))

@@ -188,7 +188,9 @@ bool supervisor_state::start(child_entry& child) {
   self->monitor(hdl);
   by_addr->emplace(hdl.address(), child.order);
   if (child.spec.registry_name)
-    self->system().registry().put(*child.spec.registry_name, hdl);
+    components_of(self->system())
+      .put(*child.spec.registry_name,
+           caf::actor_cast<caf::strong_actor_ptr>(hdl));
   deliver_held(child);
   return true;
 }
@@ -201,7 +203,7 @@ void supervisor_state::on_down(const caf::down_msg& msg) {
   by_addr->erase(i);
   auto& child = children.at(order);
   if (child.spec.registry_name)
-    self->system().registry().erase(*child.spec.registry_name);
+    components_of(self->system()).erase(*child.spec.registry_name);
   child.actor = nullptr;
   exited(child, msg.reason);
 }

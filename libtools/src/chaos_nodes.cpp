@@ -108,6 +108,8 @@ void cluster_identity(YAML::Node root, size_t index, const node_wiring& w) {
   cl["listen"] = address(w.listen_port);
   cl["advertise"] = address(w.advertise_port);
   cl["token"] = "keel-chaos-cluster-token";
+  // Every node of a run is on loopback.
+  cl["insecure_plaintext"] = true;
 }
 
 } // namespace

@@ -17,10 +17,10 @@
 #include "node_client.hpp"
 #include "temp_dir.hpp"
 #include "text_checks.hpp"
-#include "tls_cert.hpp"
 
 #include "keel/protocol.hpp"
 #include "keel/sharding.hpp"
+#include "keel/tools/certificates.hpp"
 #include "keel/tools/fault_proxy.hpp"
 #include "keel/tools/pg_server.hpp"
 #include "keel/tools/process.hpp"
@@ -55,6 +55,9 @@ std::string cluster_yaml(const std::string& name, const std::string& dir,
          + route_timeout
          + "\n  handoff_timeout: 1s\n  rebalance_batch: 4\n"
            "  token: \"a-cluster-token-for-tests\"\n"
+         + (cluster_extra.find("tls:") == std::string::npos
+              ? "  insecure_plaintext: true\n"
+              : "")
          + cluster_extra
          + "providers:\n  - name: script\n    kind: scripted\n"
            "    script:\n      - reply: \"answer to {input}\"\n"
@@ -473,11 +476,15 @@ CAF_TEST(a node with another shard count is refused without waiting) {
 }
 
 CAF_TEST(nodes linked over TLS serve each others threads) {
-  auto files = make_self_signed(dir.str());
-  cluster_extra = "  tls:\n    cert: " + files.certificate_file
-                  + "\n    key: " + files.key_file
-                  + "\n    ca: " + files.certificate_file + "\n";
+  auto certs = make_cluster_certs(dir.str() + "/certs", {"n1", "n2"}, 1);
+  CAF_REQUIRE(certs);
+  auto tls_of = [&](size_t i) {
+    return "  tls:\n    cert: " + certs->nodes[i].first + "\n    key: "
+           + certs->nodes[i].second + "\n    ca: " + certs->ca_cert + "\n";
+  };
+  cluster_extra = tls_of(0);
   start("n1");
+  cluster_extra = tls_of(1);
   start("n2");
   CAF_REQUIRE(settled("n1", {"n1", "n2"}));
   auto remote = thread_on("n1", "n2", "tls");

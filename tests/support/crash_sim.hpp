@@ -1003,7 +1003,7 @@ private:
   // names of a dead tree must go before the next one starts.
   void forget_names() {
     for (auto name : names::all)
-      sys.registry().erase(name);
+      components_of(sys).erase(name);
   }
 
   // Moves the clock by `d` as time passes for real: one timer at a time, in

@@ -88,11 +88,13 @@ public:
   /// Starts the tree (again) on the same data folder.
   void start() {
     sink = sys.spawn(event_sink);
-    sys.registry().put(names::gateway, sink);
+    components_of(sys).put(names::gateway,
+                           caf::actor_cast<caf::strong_actor_ptr>(sink));
     auto spec = root_spec(config, nullptr, false, nullptr, shards);
     CAF_REQUIRE(spec);
     root = sys.spawn(supervisor, std::move(*spec));
-    sys.registry().put(names::root, root);
+    components_of(sys).put(names::root,
+                           caf::actor_cast<caf::strong_actor_ptr>(root));
     consume_messages();
   }
 
@@ -103,13 +105,13 @@ public:
     anon_send_exit(root, caf::exit_reason::user_shutdown);
     anon_send_exit(sink, caf::exit_reason::user_shutdown);
     consume_messages();
-    sys.registry().erase(names::gateway);
+    components_of(sys).erase(names::gateway);
     root = nullptr;
   }
 
   template <class Handle>
   Handle component(caf::atom_value name) {
-    auto hdl = caf::actor_cast<Handle>(sys.registry().get(name));
+    auto hdl = caf::actor_cast<Handle>(components_of(sys).get(name));
     CAF_REQUIRE(hdl);
     return hdl;
   }

@@ -1547,10 +1547,15 @@ constexpr const char* postgres_storage = "storage:\n"
 constexpr const char* good_token = "0123456789abcdef";
 
 /// `postgres_storage` and an enabled cluster with `good_token` (lines 5 to
-/// 7), followed by the cluster keys `extra` (from line 8).
+/// 7), followed by the cluster keys `extra` (from line 8), and, unless
+/// `extra` sets TLS or the listen address, `insecure_plaintext: true` (the
+/// default listen address is loopback).
 std::string enabled_cluster(const std::string& extra = {}) {
+  auto plaintext = extra.find("tls:") == std::string::npos
+                   && extra.find("listen:") == std::string::npos;
   return std::string{postgres_storage} + "cluster:\n  enabled: true\n"
-         + "  token: " + good_token + "\n" + extra;
+         + "  token: " + good_token + "\n" + extra
+         + (plaintext ? "  insecure_plaintext: true\n" : "");
 }
 
 /// Writes `text` to `name` in `dir` and returns the file's path.
@@ -1706,7 +1711,8 @@ CAF_TEST(an enabled cluster needs a token of 16 characters or more) {
 
 CAF_TEST(cluster token expands from the environment) {
   auto yaml = std::string{postgres_storage}
-              + "cluster:\n  enabled: true\n  token: ${KEEL_CLUSTER_TOKEN}\n";
+              + "cluster:\n  enabled: true\n  token: ${KEEL_CLUSTER_TOKEN}\n"
+                "  insecure_plaintext: true\n";
   auto cfg = parse(yaml, {{"KEEL_CLUSTER_TOKEN", "from-the-env-0123456789"}});
   CAF_REQUIRE_EQUAL(outcome(cfg), "none");
   CAF_CHECK_EQUAL(cfg->cluster.token, "from-the-env-0123456789");
@@ -1771,8 +1777,14 @@ CAF_TEST(cluster advertise is required with a wildcard listen address) {
                   "cluster.listen is a wildcard address (\"[::]:7701\"), "
                   "which peers cannot connect to: set the host:port peers "
                   "reach this node at");
+  // A cluster beyond loopback needs TLS too.
+  temp_dir tmp;
+  auto pem = write_file(tmp, "x.pem", "pem");
   auto cfg = parse(enabled_cluster("  listen: 0.0.0.0:7701\n"
-                                   "  advertise: 10.0.0.5:7701\n"));
+                                   "  advertise: 10.0.0.5:7701\n  tls:\n"
+                                   "    cert: "
+                                   + pem + "\n    key: " + pem
+                                   + "\n    ca: " + pem + "\n"));
   CAF_REQUIRE_EQUAL(outcome(cfg), "none");
   CAF_CHECK_EQUAL(cfg->cluster.advertise, "10.0.0.5:7701");
 }
@@ -1795,6 +1807,45 @@ CAF_TEST(cluster tls takes all three files or none) {
                              + "\n    ca: /nonexistent/ca.crt\n")),
     "node.yaml:11: cluster.tls.ca: expected a readable PEM "
     "file, got \"/nonexistent/ca.crt\"");
+}
+
+CAF_TEST(an enabled cluster needs mutual tls unless on loopback) {
+  // enabled_cluster() says insecure_plaintext; without it TLS is required.
+  auto plain = std::string{postgres_storage} + "cluster:\n  enabled: true\n"
+               + "  token: " + good_token + "\n";
+  CAF_CHECK_EQUAL(
+    error_of(plain),
+    "node.yaml:6: cluster.tls: required when cluster.enabled is true: links "
+    "between nodes are mutual TLS (cert, key and ca; `keelctl cluster certs "
+    "DIR` makes them), since anyone who reaches a plaintext cluster port can "
+    "send the node's actors messages; a test cluster on loopback may set "
+    "cluster.insecure_plaintext: true instead");
+  CAF_CHECK_EQUAL(
+    error_of(plain + "  listen: 10.0.0.5:7701\n  insecure_plaintext: true\n"),
+    "node.yaml:9: cluster.insecure_plaintext: allowed only when "
+    "cluster.listen is a loopback address, got \"10.0.0.5:7701\" (set "
+    "cluster.tls for links that leave the machine)");
+  CAF_CHECK_EQUAL(error_of("cluster:\n  insecure_plaintext: 1\n"),
+                  "node.yaml:2: cluster.insecure_plaintext: expected true or "
+                  "false, got \"1\"");
+  auto cfg = parse(plain
+                   + "  listen: 127.0.0.1:7701\n"
+                     "  insecure_plaintext: true\n");
+  CAF_REQUIRE_EQUAL(outcome(cfg), "none");
+  CAF_CHECK(cfg->cluster.insecure_plaintext);
+  std::string warned;
+  for (auto& w : cfg->warnings)
+    warned += w + "\n";
+  KEEL_CHECK_CONTAINS(warned, "cluster.insecure_plaintext is true: links "
+                              "between nodes are neither encrypted nor "
+                              "authenticated");
+  // With TLS there is nothing to warn about.
+  temp_dir tmp;
+  auto pem = write_file(tmp, "x.pem", "pem");
+  auto tls = parse(plain + "  tls:\n    cert: " + pem + "\n    key: " + pem
+                   + "\n    ca: " + pem + "\n");
+  CAF_REQUIRE_EQUAL(outcome(tls), "none");
+  CAF_CHECK(tls->warnings.empty());
 }
 
 // -- tools and the turn loop --------------------------------------------------

@@ -524,7 +524,7 @@ CAF_TEST(a message sent while persistence restarts waits for it) {
   auto pending = route_async("t", "2", "during");
   consume_messages();
   // Persistence is down for the backoff; the accept waits at the root.
-  CAF_CHECK(!sys.registry().get(names::persistence));
+  CAF_CHECK(!components_of(sys).get(names::persistence));
   advance(std::chrono::seconds{1});
   pending.receive([](accept_result& res) { CAF_CHECK_EQUAL(res.seq, 3u); },
                   [](caf::error& err) { CAF_FAIL(render(err)); });
@@ -535,7 +535,7 @@ CAF_TEST(a message sent while persistence restarts waits for it) {
 
 CAF_TEST(a turn that starts while the providers restart waits for them) {
   kill("providers");
-  CAF_CHECK(!sys.registry().get(names::providers));
+  CAF_CHECK(!components_of(sys).get(names::providers));
   auto res = send("t", "1", "during");
   CAF_REQUIRE(res);
   advance(std::chrono::seconds{1});

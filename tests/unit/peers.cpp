@@ -77,7 +77,8 @@ struct fixture : test_coordinator_fixture<system_config> {
   caf::actor peers_actor;
 
   fixture() {
-    sys.registry().put(names::orchestrator, orch);
+    components_of(sys).put(names::orchestrator,
+                           caf::actor_cast<caf::strong_actor_ptr>(orch));
     peers_config cfg;
     cfg.shards = table;
     cfg.token = "a-cluster-token-for-tests";
@@ -89,7 +90,7 @@ struct fixture : test_coordinator_fixture<system_config> {
   }
 
   ~fixture() override {
-    sys.registry().erase(names::orchestrator);
+    components_of(sys).erase(names::orchestrator);
     anon_send_exit(peers_actor, caf::exit_reason::user_shutdown);
     anon_send_exit(orch, caf::exit_reason::user_shutdown);
     consume_messages();
@@ -180,6 +181,33 @@ CAF_TEST(a request nobody serves within route_timeout is unavailable) {
   CAF_CHECK_EQUAL(*answer, "no node served thread t within "
                            "cluster.route_timeout; resend with the same id");
   CAF_CHECK(orchestrator().got.empty());
+}
+
+CAF_TEST(a peers request needs the token and gets the relayed answer) {
+  table->hold(table->shard_of("t"), 1);
+  auto route = [&](const std::string& token) {
+    auto inner = caf::make_message(atom::route_v, std::string{"t"},
+                                   std::string{"m1"}, std::string{"text"});
+    auto rh = self->request(peers_actor, caf::infinite, atom::route_v, token,
+                            std::string{"t"}, inner);
+    consume_messages();
+    std::string answer;
+    rh.receive(
+      [&](const accept_result& res) {
+        answer = "ack " + std::to_string(res.seq);
+        if (caf::actor_cast<caf::actor>(self->current_sender()) != peers_actor)
+          answer += " from another actor than the peers actor";
+      },
+      [&](const caf::error& err) { answer = error_message(err); });
+    return answer;
+  };
+  CAF_CHECK_EQUAL(route("a-cluster-token-for-test"),
+                  "a peer sent a message with a wrong cluster token");
+  CAF_CHECK(orchestrator().got.empty());
+  // The answer comes from the peers actor, not the orchestrator: no other
+  // actor of a node ever sends to another node.
+  CAF_CHECK_EQUAL(route("a-cluster-token-for-tests"), "ack 1");
+  CAF_CHECK_EQUAL(orchestrator().got, std::vector<std::string>{"m1"});
 }
 
 CAF_TEST_FIXTURE_SCOPE_END()

@@ -650,17 +650,23 @@ using cluster_actor = caf::typed_actor<
   caf::replies_to<atom::drain, std::string, bool>::with<std::string>>;
 
 /// The node's door for its peers (cluster only), published on the
-/// middleman port. Untyped, because it forwards requests of every kind:
+/// middleman port, and the only actor of a node that sends to or takes
+/// messages from another node (the node's components are not in CAF's
+/// registry, and answers from this node's orchestrator are relayed, so no
+/// other actor is known to CAF's network layer). Untyped, because it
+/// forwards requests of every kind:
 ///
-/// From peers (every message carries the cluster token; a wrong one is
-/// refused with `unauthorized`):
-/// - `(route, token, thread, message, gateway_bridge_actor)`: a request
-///   for a thread this node serves (`message` is an orchestrator request:
-///   route, deliver, spawn, cancel); handed to the orchestrator, whose
-///   answer goes back to the peer. `not_owner` if this node does not serve
-///   the thread. The bridge, if valid, gets the thread's events from now.
-/// - `(interest, token, thread, gateway_bridge_actor)`: the bridge gets the
-///   thread's events; answers ok.
+/// From peers (every message carries the cluster token, compared in
+/// constant time; a wrong one is refused with `unauthorized`, or dropped):
+/// - `(route, token, thread, message)`: a request for a thread this node
+///   serves (`message` is an orchestrator request: route, deliver, spawn,
+///   cancel, pause, task); handed to the orchestrator, whose answer this
+///   actor sends back. `not_owner` if this node does not serve the thread.
+///   The sending peer gets the thread's events from now.
+/// - `(interest, token, thread)`: the sending peer gets the thread's
+///   events; answers ok.
+/// - `(publish, token, thread_event)`: an event of a thread this node's
+///   clients follow, for this node's bridge.
 ///
 /// From this node:
 /// - `(forward, thread, message)`: sends an orchestrator request for a
@@ -669,12 +675,12 @@ using cluster_actor = caf::typed_actor<
 ///   finds the owner gone or moved is sent again (to the new owner, or
 ///   here once this node holds the thread) until `cluster.route_timeout`,
 ///   then answered `unavailable`. Client ids make the resends idempotent.
-/// - `(interest, thread)`: registers this node's bridge with the thread's
-///   owner (again whenever the owner changes); answers ok once the owner
-///   took it (or could not be asked), so a subscription is confirmed only
-///   when the owner's events come.
+/// - `(interest, thread)`: registers this node's interest with the
+///   thread's owner (again whenever the owner changes); answers ok once the
+///   owner took it (or could not be asked), so a subscription is confirmed
+///   only when the owner's events come.
 /// - `(publish, thread_event)`: an event of a thread served here, for the
-///   interested bridges of other nodes.
+///   peers of the nodes that follow it.
 using peers_actor = caf::actor;
 
 } // namespace keel

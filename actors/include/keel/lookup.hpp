@@ -5,7 +5,6 @@
 
 #include <caf/actor.hpp>
 #include <caf/actor_cast.hpp>
-#include <caf/actor_registry.hpp>
 #include <caf/actor_system.hpp>
 #include <caf/make_message.hpp>
 #include <caf/send.hpp>
@@ -21,7 +20,7 @@ namespace keel {
 /// component is down.
 template <class Handle>
 Handle lookup(caf::actor_system& sys, caf::atom_value name) {
-  return caf::actor_cast<Handle>(sys.registry().get(name));
+  return caf::actor_cast<Handle>(components_of(sys).get(name));
 }
 
 /// The root supervisor's child id of a registered component.
@@ -64,7 +63,7 @@ auto request_component(Self* self, caf::atom_value name, caf::timespan timeout,
     else
       return self->request(dest, timeout, std::forward<decltype(ys)>(ys)...);
   };
-  auto& registry = self->system().registry();
+  auto& registry = components_of(self->system());
   auto current = caf::actor_cast<caf::actor>(registry.get(name));
   if (current)
     return request(current, std::forward<Ts>(xs)...);
@@ -95,7 +94,7 @@ inline void notify_owner(caf::actor_system& sys, notice_kind kind,
   x.kind = kind;
   x.subject = std::move(subject);
   x.text = std::move(text);
-  auto& registry = sys.registry();
+  auto& registry = components_of(sys);
   if (auto current = caf::actor_cast<caf::actor>(registry.get(names::notifier)))
     caf::anon_send(current, atom::notify_v, std::move(x));
   else if (auto root = caf::actor_cast<caf::actor>(registry.get(names::root)))

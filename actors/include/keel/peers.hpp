@@ -82,7 +82,8 @@ struct peers_state {
   std::unordered_map<std::string, std::deque<peer_request>> queues;
   /// Links to peers by address (host:port).
   std::map<std::string, peer_link> links;
-  /// Bridges of other nodes interested in a thread served here.
+  /// Peers actors of the other nodes whose clients follow a thread served
+  /// here (they hand its events to their bridges).
   std::unordered_map<std::string, std::set<caf::actor>> interested;
   /// Threads of other nodes this node's bridge registered interest in, with
   /// the owner (node and epoch) it registered with.

@@ -6,6 +6,7 @@
 #include <caf/actor_system_config.hpp>
 #include <caf/timespan.hpp>
 
+#include "keel/component_registry.hpp"
 #include "keel/config.hpp"
 #include "keel/metrics.hpp"
 
@@ -33,6 +34,10 @@ public:
   /// The node's metrics: one set per actor system, so that each node (and
   /// each test) counts its own.
   std::shared_ptr<node_metrics> metrics = std::make_shared<node_metrics>();
+
+  /// The node's named components (see component_registry.hpp).
+  std::shared_ptr<component_registry> components
+    = std::make_shared<component_registry>();
 };
 
 /// The scheduler's worker threads for `node.workers`: `configured`, or for
@@ -48,6 +53,11 @@ constexpr size_t sharing_max_throughput = 64;
 /// a `keel::system_config`).
 inline node_metrics& metrics_of(caf::actor_system& sys) {
   return *static_cast<const system_config&>(sys.config()).metrics;
+}
+
+/// The named components of the node running on `sys`.
+inline component_registry& components_of(caf::actor_system& sys) {
+  return *static_cast<const system_config&>(sys.config()).components;
 }
 
 } // namespace keel

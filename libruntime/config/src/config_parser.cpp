@@ -157,9 +157,11 @@ constexpr const char* storage_backends[] = {"rocksdb", "postgres"};
 constexpr const char* scheduler_policies[] = {"sharing", "stealing"};
 
 constexpr const char* cluster_keys[]
-  = {"enabled",         "node_id",         "listen",    "advertise",
-     "shards",          "lease_ttl",       "heartbeat", "route_timeout",
-     "handoff_timeout", "rebalance_batch", "token",     "tls"};
+  = {"enabled",           "node_id",       "listen",
+     "advertise",         "shards",        "lease_ttl",
+     "heartbeat",         "route_timeout", "handoff_timeout",
+     "rebalance_batch",   "token",         "tls",
+     "insecure_plaintext"};
 
 constexpr const char* cluster_tls_keys[] = {"cert", "key", "ca"};
 
@@ -446,6 +448,7 @@ private:
   void check_cluster_token(const cluster_config& cfg) const;
   void check_cluster_advertise(const cluster_config& cfg) const;
   void check_cluster_tls(const cluster_tls_config& cfg) const;
+  void check_cluster_transport(const cluster_config& cfg) const;
 
   /// Fails for `path` because `value` is below `lower`, the value of
   /// `lower_path`.
@@ -1531,6 +1534,8 @@ void parser::read_cluster(const map_reader& m, cluster_config& cfg) {
     cfg.token = read_string(*x, m.path("token"));
   if (auto t = section(m, "tls", strings(cluster_tls_keys)))
     read_cluster_tls(*t, cfg.tls);
+  if (auto x = m.get("insecure_plaintext"))
+    cfg.insecure_plaintext = read_bool(*x, m.path("insecure_plaintext"));
 }
 
 void parser::read_cluster_addresses(const map_reader& m, cluster_config& cfg) {
@@ -1709,6 +1714,14 @@ void parser::collect_warnings(node_config& cfg) const {
   if (!cfg.storage.sync)
     out.push_back("storage.sync is false: acknowledged messages can be lost "
                   "when the machine crashes");
+  if (cfg.cluster.enabled && cfg.cluster.insecure_plaintext
+      && !cfg.cluster.tls.enabled())
+    out.push_back(
+      "cluster.insecure_plaintext is true: links between nodes "
+      "are neither encrypted nor authenticated, so any local "
+      "process that reaches "
+      + render_host_port(cfg.cluster.listen_host, cfg.cluster.listen_port)
+      + " can send the node's peers actor messages");
   if (cfg.chaos.kill)
     out.push_back("chaos.kill is true: admin clients can kill any actor");
   if (cfg.chaos.disk)
@@ -1848,6 +1861,24 @@ void parser::check_cluster(const node_config& cfg) const {
            + render_duration(cl.lease_ttl));
   check_cluster_advertise(cl);
   check_cluster_tls(cl.tls);
+  check_cluster_transport(cl);
+}
+
+void parser::check_cluster_transport(const cluster_config& cfg) const {
+  if (cfg.tls.enabled())
+    return;
+  if (!cfg.insecure_plaintext)
+    fail(line("cluster.tls", "cluster.enabled"), "cluster.tls",
+         "required when cluster.enabled is true: links between nodes are "
+         "mutual TLS (cert, key and ca; `keelctl cluster certs DIR` makes "
+         "them), since anyone who reaches a plaintext cluster port can send "
+         "the node's actors messages; a test cluster on loopback may set "
+         "cluster.insecure_plaintext: true instead");
+  if (!is_loopback_host(cfg.listen_host))
+    fail(line("cluster.insecure_plaintext"), "cluster.insecure_plaintext",
+         "allowed only when cluster.listen is a loopback address, got "
+           + quote(render_host_port(cfg.listen_host, cfg.listen_port))
+           + " (set cluster.tls for links that leave the machine)");
 }
 
 void parser::check_cluster_token(const cluster_config& cfg) const {

@@ -556,7 +556,11 @@ struct cluster_config {
   uint32_t rebalance_batch = 16;
   /// Shared secret every message between nodes carries; required.
   std::string token;
+  /// Mutual TLS between nodes; required unless `insecure_plaintext`.
   cluster_tls_config tls;
+  /// Plaintext links between nodes, allowed only on a loopback
+  /// `cluster.listen` (a test cluster on one machine) and warned at start.
+  bool insecure_plaintext = false;
 };
 
 /// How the actor scheduler's workers find work (`node.scheduler`).

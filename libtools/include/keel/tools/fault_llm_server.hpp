@@ -71,13 +71,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include <openssl/bio.h>
-#include <openssl/evp.h>
-#include <openssl/pem.h>
-#include <openssl/rand.h>
-#include <openssl/x509.h>
-#include <openssl/x509v3.h>
-
+#include "keel/tools/certificates.hpp"
 #include "keel/tools/process.hpp"
 
 namespace keel::fault_llm {
@@ -300,73 +294,9 @@ parse_fault_sequence(std::string_view list, std::string* error = nullptr) {
     });
 }
 
-/// A certificate and its private key, PEM encoded.
-struct tls_identity {
-  std::string cert_pem;
-  std::string key_pem;
-};
-
-/// Makes a self-signed certificate (P-256, valid for a day) for
-/// "localhost" and 127.0.0.1 with libcrypto; throws on failure.
-inline tls_identity make_self_signed_identity() {
-  auto fail = [](const char* what) {
-    throw std::runtime_error(std::string{"make_self_signed_identity: "} + what);
-  };
-  std::unique_ptr<EVP_PKEY, decltype(&EVP_PKEY_free)> key{EVP_EC_gen("P-256"),
-                                                          EVP_PKEY_free};
-  if (!key)
-    fail("key generation failed");
-  std::unique_ptr<X509, decltype(&X509_free)> cert{X509_new(), X509_free};
-  if (!cert)
-    fail("X509_new failed");
-  X509_set_version(cert.get(), 2);
-  unsigned char serial[8];
-  if (RAND_bytes(serial, sizeof(serial)) != 1)
-    fail("RAND_bytes failed");
-  serial[0] &= 0x7F; // Keep the serial positive.
-  auto* bn = BN_bin2bn(serial, sizeof(serial), nullptr);
-  BN_to_ASN1_INTEGER(bn, X509_get_serialNumber(cert.get()));
-  BN_free(bn);
-  X509_gmtime_adj(X509_getm_notBefore(cert.get()), -3600);
-  X509_gmtime_adj(X509_getm_notAfter(cert.get()), 86400);
-  X509_set_pubkey(cert.get(), key.get());
-  auto* name = X509_get_subject_name(cert.get());
-  X509_NAME_add_entry_by_txt(
-    name, "CN", MBSTRING_ASC,
-    reinterpret_cast<const unsigned char*>("localhost"), -1, -1, 0);
-  X509_set_issuer_name(cert.get(), name);
-  X509V3_CTX ctx;
-  X509V3_set_ctx_nodb(&ctx);
-  X509V3_set_ctx(&ctx, cert.get(), cert.get(), nullptr, nullptr, 0);
-  for (auto [nid, value] :
-       {std::pair{NID_subject_alt_name, "DNS:localhost,IP:127.0.0.1"},
-        std::pair{NID_basic_constraints, "critical,CA:TRUE"}}) {
-    auto* ext = X509V3_EXT_conf_nid(nullptr, &ctx, nid, value);
-    if (ext == nullptr)
-      fail("extension failed");
-    X509_add_ext(cert.get(), ext, -1);
-    X509_EXTENSION_free(ext);
-  }
-  if (X509_sign(cert.get(), key.get(), EVP_sha256()) == 0)
-    fail("signing failed");
-  auto to_pem = [&](auto write) {
-    std::unique_ptr<BIO, decltype(&BIO_free)> bio{BIO_new(BIO_s_mem()),
-                                                  BIO_free};
-    if (!bio || write(bio.get()) != 1)
-      fail("PEM encoding failed");
-    char* data = nullptr;
-    auto len = BIO_get_mem_data(bio.get(), &data);
-    return std::string(data, static_cast<size_t>(len));
-  };
-  tls_identity result;
-  result.cert_pem
-    = to_pem([&](BIO* bio) { return PEM_write_bio_X509(bio, cert.get()); });
-  result.key_pem = to_pem([&](BIO* bio) {
-    return PEM_write_bio_PrivateKey(bio, key.get(), nullptr, nullptr, 0,
-                                    nullptr, nullptr);
-  });
-  return result;
-}
+// Certificates for the server's TLS mode (see certificates.hpp).
+using keel::make_self_signed_identity;
+using keel::tls_identity;
 
 /// One request as the server saw it.
 struct recorded_request {
