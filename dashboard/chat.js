@@ -4,7 +4,7 @@
 // or the error outcome; history pages and subscriptions on request.
 
 import { h } from "./dom.js";
-import { token } from "./api.js";
+import { api, token } from "./api.js";
 
 const PROTOCOL = 1;
 
@@ -25,14 +25,19 @@ export class Chat {
     this.counter = 0;
     this.reconnectTimer = null;
     this.refusedShown = false;
+    this.attempts = 0;         // connect() calls, the latest wins
   }
 
-  url() {
+  /** Resolves with the WebSocket URL. A browser cannot send a header on a
+   *  WebSocket, and a token in a URL ends up in proxy logs and the browser's
+   *  history: with a token, the page trades it for a single-use ticket
+   *  (POST /api/v1/ws-ticket, valid 30 s) and puts that in the URL. */
+  async url() {
     const scheme = location.protocol === "https:" ? "wss" : "ws";
-    const t = token();
-    // Browsers cannot set headers on a WebSocket: the token goes in the
-    // query, which the node takes with gateway.allow_query_token: true.
-    return `${scheme}://${location.host}/ws${t ? `?token=${encodeURIComponent(t)}` : ""}`;
+    const base = `${scheme}://${location.host}/ws`;
+    if (!token()) return base;
+    const { ticket } = await api("POST", "/api/v1/ws-ticket");
+    return `${base}?ticket=${encodeURIComponent(ticket)}`;
   }
 
   /** (Re)connects; `fresh`: a new token, so a refusal is worth saying again. */
@@ -42,14 +47,23 @@ export class Chat {
     if (this.ws) {
       this.ws.onclose = null;
       this.ws.close(1000);
+      this.ws = null;
     }
     this.hello = null;
     this.setState("connecting", "connecting…");
-    const ws = new WebSocket(this.url());
-    this.ws = ws;
-    ws.onmessage = (ev) => this.onFrame(ev.data);
-    ws.onclose = (ev) => this.onClose(ev);
-    ws.onerror = () => {}; // the close event that follows says what happened
+    // A later connect() (a new token) supersedes one still getting its ticket.
+    const attempt = ++this.attempts;
+    this.url().then((url) => {
+      if (attempt !== this.attempts) return;
+      const ws = new WebSocket(url);
+      this.ws = ws;
+      ws.onmessage = (ev) => this.onFrame(ev.data);
+      ws.onclose = (ev) => this.onClose(ev);
+      ws.onerror = () => {}; // the close event that follows says what happened
+    }, (err) => {
+      if (attempt !== this.attempts) return;
+      this.onClose({ code: 0, reason: "", ticketError: err });
+    });
   }
 
   onClose(ev) {
@@ -62,16 +76,22 @@ export class Chat {
     } else if (!this.refusedShown) {
       // Said once until a connection succeeds, not on every retry.
       this.refusedShown = true;
-      this.connProblem(token()
-        ? "The WebSocket was refused. A browser cannot send an Authorization header, so the " +
-          "token goes in the URL (?token=), which the node takes only with " +
-          "gateway.allow_query_token: true; check that setting and the token."
-        : "The WebSocket was refused: the node needs a token. Enter the admin (or client) token above.",
+      this.connProblem(ev.ticketError
+        ? `The WebSocket needs a ticket from the admin API, which refused the token: ${ev.ticketError}. ` +
+          "Enter the admin token (gateway.admin_token) above."
+        : token()
+        ? "The WebSocket was refused with the ticket the admin API gave; try reconnecting."
+        : "The WebSocket was refused: the node needs a token. Enter the admin token above.",
         "error");
     }
     this.setState("disconnected", `disconnected (code ${ev.code}), retrying in ${this.retry / 1000}s`);
     this.reconnectTimer = setTimeout(() => this.connect(), this.retry);
     this.retry = Math.min(this.retry * 2, 15000);
+  }
+
+  /** Whether a connect() is getting its ticket or its socket opening. */
+  connecting() {
+    return this.els.state.dataset.state === "connecting";
   }
 
   setState(tone, text) {
@@ -84,7 +104,7 @@ export class Chat {
     if (this.ws && this.hello) this.ws.send(JSON.stringify(frame));
     else {
       this.queue.push(frame);
-      if (!this.ws) this.connect();
+      if (!this.ws && !this.connecting()) this.connect();
     }
   }
 

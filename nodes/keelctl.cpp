@@ -14,6 +14,9 @@
 // --ca-file too) or a data folder that cannot be read, 3 the node cannot be
 // reached or refuses the token.
 //
+// On a terminal (or with env KEEL_ESCAPE_CONTROL=1) control characters in
+// the output are escaped: see `terminal_output`.
+//
 // This file wires the subcommands up; each is in keelctl_*.cpp.
 
 #include <vector>
@@ -25,6 +28,7 @@
 
 int main(int argc, char** argv) {
   using namespace keelctl;
+  terminal_output terminal;
   CLI::App app{"keelctl: talks to a running Keel node."};
   app.require_subcommand(1);
   // Global options may also follow the subcommand.

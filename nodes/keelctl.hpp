@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
+#include <memory>
+#include <streambuf>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -44,6 +46,27 @@ struct node_args {
 struct command {
   CLI::App* app = nullptr;
   std::function<int()> run;
+};
+
+/// While alive, what keelctl writes to stdout and stderr passes through
+/// `keel::terminal_text` (control characters but newline and tab escaped)
+/// where that stream is a terminal, or always with env
+/// KEEL_ESCAPE_CONTROL=1 (never with 0): message text from the node cannot
+/// drive the reader's terminal. Piped output is left as it is; --json
+/// output stays valid JSON (the escapes are JSON's own).
+class terminal_output {
+public:
+  terminal_output();
+  ~terminal_output();
+
+  terminal_output(const terminal_output&) = delete;
+  terminal_output& operator=(const terminal_output&) = delete;
+
+private:
+  std::unique_ptr<std::streambuf> out_;
+  std::unique_ptr<std::streambuf> err_;
+  std::streambuf* old_out_ = nullptr;
+  std::streambuf* old_err_ = nullptr;
 };
 
 // -- helpers ------------------------------------------------------------------

@@ -10,7 +10,8 @@
 //   1. the page loads and shows the admin API's 401 until a token is given,
 //      and the chat pane says that the WebSocket was refused;
 //   2. with the admin token entered, the panes fill and the chat's
-//      WebSocket connects; the refusal notice is gone;
+//      WebSocket connects with a single-use ticket (POST /api/v1/ws-ticket)
+//      in its URL, never a token; the refusal notice is gone;
 //   3. a message sent in the chat pane is acknowledged and answered there;
 //      the turn's status line (thinking) is shown and gone once the reply
 //      is there;
@@ -73,8 +74,7 @@ gateway:
   port: 0
   token: "${clientToken}"
   admin_token: "${adminToken}"
-  # a browser cannot set the Authorization header on a WebSocket
-  allow_query_token: true
+  # no allow_query_token: the chat pane opens its WebSocket with a ticket
 providers:
   - name: echo
     kind: echo
@@ -204,6 +204,8 @@ async function run() {
   page.setDefaultTimeout(STEP_MS);
   const pageErrors = [];
   page.on("pageerror", (err) => pageErrors.push(err.message));
+  const wsUrls = []; // every WebSocket the page opens
+  page.on("websocket", (ws) => wsUrls.push(ws.url()));
   const consoleSeen = new Set();
   page.on("console", (msg) => {
     // Each distinct message once (the API's 401s repeat on every poll).
@@ -232,6 +234,12 @@ async function run() {
     // A notice about a connection problem goes once a connection works.
     await page.waitForFunction((sel) => document.querySelectorAll(sel).length === 0,
                                testid("chat-conn-problem"), { timeout: STEP_MS });
+    // The connection that works carries a ticket; no URL carries a token.
+    const leaked = wsUrls.filter((u) => u.includes(adminToken) || u.includes(clientToken) || /[?&]token=/.test(u));
+    if (leaked.length)
+      fail(`a WebSocket URL carries a token: ${leaked.join(", ")}`);
+    if (!wsUrls.some((u) => /\/ws\?ticket=[0-9a-f]{64}$/.test(u)))
+      fail(`no WebSocket was opened with a ticket (URLs: ${JSON.stringify(wsUrls)})`);
   });
 
   await step(`send '${text}' to thread ${thread} in the chat pane; the reply appears`, async () => {

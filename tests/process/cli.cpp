@@ -10,6 +10,7 @@
 #include "keel/stored_form.hpp"
 #include "node_client.hpp"
 #include "temp_dir.hpp"
+#include "text_checks.hpp"
 
 using namespace keel;
 using namespace keel::test;
@@ -78,6 +79,39 @@ CAF_TEST(a second node on the same data folder fails with a clear error) {
   CAF_CHECK(contains(second.err, "cannot start"));
   CAF_CHECK(contains(second.err, dir.str() + "/data"));
   CAF_MESSAGE("stderr: " << second.err);
+}
+
+// A reply or history entry holding escape sequences (ESC, CR, a C1 CSI)
+// reaches a terminal escaped; piped without KEEL_ESCAPE_CONTROL it stays
+// as the node sent it, and --json stays valid JSON.
+CAF_TEST(keelctl escapes control characters for a terminal) {
+  temp_dir dir{"keel-cli"};
+  node_process node{dir.str(), node_yaml(dir)};
+  auto ctl = tool_binary("keelctl");
+  std::string text = "red \x1b[31mtitle\x1b]0;pwned\x07 back\rcsi \xc2\x9b"
+                     "2J";
+  auto as_terminal = [&](std::vector<std::string> args) {
+    std::vector<std::string> argv{"/usr/bin/env", "KEEL_ESCAPE_CONTROL=1", ctl,
+                                  "--node", node_flag(node)};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return run_command(argv);
+  };
+  auto sent = as_terminal({"send", "t1", text});
+  CAF_CHECK_EQUAL(sent.exit_code, 0);
+  auto hist = as_terminal({"history", "t1"});
+  CAF_CHECK_EQUAL(hist.exit_code, 0);
+  for (auto& out : {sent.out, hist.out}) {
+    KEEL_CHECK_CONTAINS(out, "red \\u001b[31mtitle\\u001b]0;pwned\\u0007 "
+                             "back\\u000dcsi \\u009b2J");
+    for (auto raw : {"\x1b", "\x07", "\r", "\xc2\x9b"})
+      CAF_CHECK_EQUAL(out.find(raw), std::string::npos);
+  }
+  auto json_out = as_terminal({"history", "t1", "--json"});
+  auto j = nlohmann::json::parse(json_out.out, nullptr, false);
+  CAF_REQUIRE(!j.is_discarded());
+  CAF_CHECK_EQUAL(j["entries"][0]["text"], text);
+  auto piped = run_command({ctl, "history", "--node", node_flag(node), "t1"});
+  KEEL_CHECK_CONTAINS(piped.out, text);
 }
 
 CAF_TEST(keelctl reads the data folder of a stopped node) {

@@ -244,6 +244,44 @@ CAF_TEST(query tokens work only when enabled) {
   CAF_CHECK_EQUAL(on.stop(), 0);
 }
 
+// A browser cannot send a header on a WebSocket: the dashboard trades its
+// admin token for a single-use ticket, so no token goes into a URL.
+CAF_TEST(a ws ticket from the admin api opens one websocket) {
+  temp_dir dir{"keel-sec-ticket"};
+  node_process node{dir.str(), node_yaml(dir)};
+  auto ep = node.address();
+  auto post = [&](const std::string& token) {
+    auto headers = api_headers(ep, token);
+    headers["Content-Type"] = "application/json";
+    return raw_request(ep, "POST", "/api/v1/ws-ticket", headers, "{}");
+  };
+  auto issued = post(admin_token);
+  CAF_REQUIRE_EQUAL(issued.status, 200u);
+  auto ticket = nlohmann::json::parse(issued.body).value("ticket", "");
+  CAF_CHECK_EQUAL(ticket.size(), 64u);
+  auto target = "/ws?ticket=" + ticket;
+  CAF_CHECK_EQUAL(raw_request(ep, "GET", target, upgrade_headers(ep)).status,
+                  101u);
+  auto again = raw_request(ep, "GET", target, upgrade_headers(ep));
+  CAF_CHECK_EQUAL(again.status, 401u);
+  KEEL_CHECK_CONTAINS(message_of(again), "the ticket is unknown, used or "
+                                         "expired");
+  CAF_CHECK_EQUAL(post(client_token).status, 403u);
+  CAF_CHECK_EQUAL(post("").status, 401u);
+  CAF_CHECK_EQUAL(raw_request(ep, "GET", "/api/v1/ws-ticket",
+                              api_headers(ep, admin_token))
+                    .status,
+                  405u);
+  // A ticket is not a token for the admin API.
+  auto other
+    = nlohmann::json::parse(post(admin_token).body).value("ticket", "");
+  CAF_CHECK_EQUAL(raw_request(ep, "GET", "/api/v1/status?ticket=" + other,
+                              api_headers(ep))
+                    .status,
+                  401u);
+  CAF_CHECK_EQUAL(node.stop(), 0);
+}
+
 CAF_TEST(a flooding client is rate limited while another stays fast) {
   temp_dir dir{"keel-sec-rate"};
   node_process node{dir.str(),

@@ -356,4 +356,20 @@ CAF_TEST(the file sink appends and makes missing folders) {
   KEEL_CHECK_CONTAINS(ns[0], " info two");
 }
 
+// Below a warning nothing flushes at once: the line must still reach the
+// file within the flush interval (a second), read without flushing.
+CAF_TEST(an info line reaches the file within a second or two) {
+  init("text");
+  spdlog::info("quiet line");
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds{3};
+  bool seen = false;
+  while (!seen && std::chrono::steady_clock::now() < deadline) {
+    auto ls = read_lines(file);
+    seen = ls.size() == 1 && ls[0].find("info quiet line") != std::string::npos;
+    if (!seen)
+      std::this_thread::sleep_for(std::chrono::milliseconds{20});
+  }
+  CAF_CHECK(seen);
+}
+
 CAF_TEST_FIXTURE_SCOPE_END()

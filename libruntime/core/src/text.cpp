@@ -73,6 +73,37 @@ std::string sanitize_utf8(std::string_view str, size_t max_chars) {
   return result;
 }
 
+std::string terminal_text(std::string_view str) {
+  static constexpr char hex[] = "0123456789abcdef";
+  std::string result;
+  result.reserve(str.size());
+  auto escape = [&](const char* prefix, unsigned value) {
+    result += prefix;
+    result += hex[value >> 4];
+    result += hex[value & 0xF];
+  };
+  for (size_t i = 0; i < str.size();) {
+    auto c = static_cast<unsigned char>(str[i]);
+    auto len = utf8_sequence_at(str, i);
+    if (len == 0) {
+      escape("\\x", c);
+      ++i;
+      continue;
+    }
+    // U+0080..U+009F are the two-byte sequences C2 80..C2 9F.
+    auto c1 = len == 2 && c == 0xC2
+              && static_cast<unsigned char>(str[i + 1]) <= 0x9F;
+    if ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7F)
+      escape("\\u00", c);
+    else if (c1)
+      escape("\\u00", static_cast<unsigned char>(str[i + 1]));
+    else
+      result.append(str.substr(i, len));
+    i += len;
+  }
+  return result;
+}
+
 std::string_view utf8_prefix(std::string_view str, size_t max_bytes) {
   if (str.size() <= max_bytes)
     return str;

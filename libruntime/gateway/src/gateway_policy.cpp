@@ -182,8 +182,17 @@ request_decision check_upgrade(const request_facts& req,
                                         "gateway.allowed_origins)");
   if (token_matches(given.value, cfg.admin_token))
     return request_decision::allow(request_role::admin);
-  if (cfg.token.empty() || token_matches(given.value, cfg.token))
+  if (cfg.token.empty() || token_matches(given.value, cfg.token)
+      || req.ticket == ticket_check::redeemed)
     return request_decision::allow(request_role::client);
+  if (req.ticket == ticket_check::refused)
+    return request_decision::refuse(
+      401, "unauthorized",
+      "the ticket is unknown, used or expired (POST "
+        + std::string{ws_ticket_path} + " gives a new one, good for one "
+        + "upgrade within " + std::to_string(ws_ticket_store::lifetime.count())
+        + " s)",
+      true);
   return unauthorized(cfg, given.ignored_query);
 }
 

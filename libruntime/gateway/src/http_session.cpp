@@ -26,8 +26,9 @@ std::string_view view(beast::string_view x) {
 template <class Stream>
 constexpr bool is_tls = std::is_same_v<Stream, tls_stream>;
 
-/// The parts of `req` the request policy decides on.
-request_facts facts_of(const request& req, bool tls) {
+/// The parts of `req` the request policy decides on; an upgrade's ticket
+/// is redeemed here (once, whatever the policy then decides).
+request_facts facts_of(const request& req, bool tls, ws_ticket_store& tickets) {
   request_facts facts;
   facts.method = view(req.method_string());
   facts.target = view(req.target());
@@ -37,6 +38,8 @@ request_facts facts_of(const request& req, bool tls) {
   facts.origin = view(req[http::field::origin]);
   facts.host = view(req[http::field::host]);
   facts.content_type = view(req[http::field::content_type]);
+  if (facts.upgrade)
+    facts.ticket = tickets.check(facts.target);
   return facts;
 }
 
@@ -155,11 +158,17 @@ void http_session<Stream>::route(request req) {
     keep_alive_ = false;
     return not_found(path);
   }
-  auto decision = check_request(facts_of(req, is_tls<Stream>), srv_->cfg());
+  auto facts = facts_of(req, is_tls<Stream>, srv_->tickets());
+  auto decision = check_request(facts, srv_->cfg());
   if (!decision.allowed)
     return refuse(decision);
   if (websocket::is_upgrade(req))
     return upgrade(req, path);
+  if (path == ws_ticket_path) {
+    auto answer = srv_->tickets().answer_request(facts.method);
+    return reply(static_cast<http::status>(answer.status), "application/json",
+                 std::move(answer.body));
+  }
   api_request(req);
 }
 

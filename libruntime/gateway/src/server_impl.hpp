@@ -22,6 +22,7 @@
 #include <boost/beast/websocket.hpp>
 
 #include "keel/ws_server.hpp"
+#include "keel/ws_ticket.hpp"
 
 namespace keel::gateway {
 
@@ -130,6 +131,11 @@ public:
     return ctr_;
   }
 
+  /// The WebSocket tickets issued and not yet used.
+  ws_ticket_store& tickets() {
+    return tickets_;
+  }
+
   bool stopping() const {
     return stopping_.load();
   }
@@ -184,6 +190,7 @@ private:
   std::shared_ptr<gateway_handler> handler_;
   std::string node_;
   counters ctr_;
+  ws_ticket_store tickets_;
   std::atomic<size_t> slots_{0};
   std::atomic<bool> stopping_{false};
   std::atomic<bool> draining_{false};

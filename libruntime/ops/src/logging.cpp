@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <chrono>
+#include <csignal>
 #include <ctime>
 #include <limits>
 #include <utility>
@@ -264,6 +265,24 @@ std::unique_ptr<spdlog::formatter> make_log_formatter(std::string_view format,
 
 // -- setup --------------------------------------------------------------------
 
+namespace {
+
+// Flushes the sinks every second, so `tail -f` and a crash lose little
+// (spdlog's flusher thread flushes the registered loggers, the default one
+// too). The thread starts with every signal blocked: the node takes
+// SIGTERM and SIGINT on a thread of its own, and a thread that could take
+// them would let their default action end the process.
+void start_flusher() {
+  sigset_t all;
+  sigset_t old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  spdlog::flush_every(std::chrono::seconds{1});
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+}
+
+} // namespace
+
 caf::error init_logging(const logging_config& cfg, const std::string& node) {
   auto level = spdlog::level::from_str(cfg.level);
   if (level == spdlog::level::off && cfg.level != "off")
@@ -295,6 +314,7 @@ caf::error init_logging(const logging_config& cfg, const std::string& node) {
   spdlog::set_default_logger(logger);
   spdlog::set_level(level);
   spdlog::flush_on(spdlog::level::warn);
+  start_flusher();
   return caf::none;
 }
 

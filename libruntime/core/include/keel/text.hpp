@@ -24,6 +24,14 @@ bool valid_utf8(std::string_view str);
 std::string sanitize_utf8(std::string_view str,
                           size_t max_chars = std::string_view::npos);
 
+/// Renders `str` for a terminal: each C0 control character but newline and
+/// tab, DEL and each C1 control character (U+0080 to U+009F) becomes
+/// `\u00XX`, and each byte that is not well-formed UTF-8 `\xNN`, so text
+/// from outside (a reply, a provider's error) cannot move the cursor, set
+/// the window title or change colours on the reader's terminal. Everything
+/// else, backslashes too, is kept: JSON output stays valid JSON.
+std::string terminal_text(std::string_view str);
+
 /// Returns the longest prefix of `str` of at most `max_bytes` bytes that
 /// ends on a character boundary: a well-formed `str` gives a well-formed
 /// prefix.

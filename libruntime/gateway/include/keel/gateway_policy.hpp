@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "keel/config.hpp"
+#include "keel/ws_ticket.hpp"
 
 namespace keel {
 
@@ -36,6 +37,9 @@ struct request_facts {
   std::string_view origin;
   std::string_view host;
   std::string_view content_type;
+  /// What the upgrade's `?ticket=` came to (`ws_ticket_store::check`): a
+  /// redeemed ticket opens it as a client, like the client token.
+  ticket_check ticket = ticket_check::none;
 };
 
 /// The policy's answer: allowed with a role, or refused with an HTTP status,
