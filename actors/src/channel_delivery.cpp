@@ -8,6 +8,7 @@
 
 #include "keel/logging.hpp"
 #include "keel/lookup.hpp"
+#include "keel/redact.hpp"
 #include "keel/text.hpp"
 
 namespace keel {
@@ -388,7 +389,8 @@ channel_delivery_actor::behavior_type channel_delivery(
     [self](atom::attempt, uint64_t id) { attempt(self, id); },
     [self](atom::attempt, uint64_t id, bool delivered, uint8_t kind,
            int64_t retry_after, std::string& description) {
-      on_result(self, id, delivered, kind, retry_after, std::move(description));
+      on_result(self, id, delivered, kind, retry_after,
+                redact(description, self->state.cfg.secrets));
     },
     [self](atom::tick) { load(self); },
   };

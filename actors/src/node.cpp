@@ -14,6 +14,7 @@
 #include "keel/actors.hpp"
 #include "keel/channel_delivery.hpp"
 #include "keel/cluster.hpp"
+#include "keel/config_secrets.hpp"
 #include "keel/conversation.hpp"
 #include "keel/dashboard.hpp"
 #include "keel/dead_letter_queue.hpp"
@@ -213,6 +214,7 @@ caf::expected<child_spec> channels_child(const node_config& cfg,
   dcfg.channels = cfg.delivery.channels;
   dcfg.io = io;
   dcfg.store_timeout = cfg.storage.request_timeout;
+  dcfg.secrets = configured_secrets(cfg);
   if (cfg.cluster.enabled)
     dcfg.poll = cfg.delivery.dead_letters.interval;
   for (auto& channel : dcfg.channels)
@@ -230,6 +232,7 @@ child_spec notifier_child(const node_config& cfg) {
   ncfg.channel = cfg.owner.channel;
   ncfg.windows = cfg.owner.notice_windows;
   ncfg.store_timeout = cfg.storage.request_timeout;
+  ncfg.secrets = configured_secrets(cfg);
   if (auto channel = cfg.delivery.find_channel(ncfg.channel)) {
     // Every attempt may time out and wait the longest backoff.
     auto& retry = channel->retry;
@@ -575,7 +578,7 @@ caf::error wait_for_stop(caf::scoped_actor& self, node& n,
 } // namespace
 
 int run_node(const node_config& cfg) {
-  if (auto err = init_logging(cfg.logging, cfg.name)) {
+  if (auto err = init_logging(cfg.logging, cfg.name, configured_secrets(cfg))) {
     std::cerr << "keel-node: " << cfg.source << ": " << render(err) << '\n';
     return 2;
   }

@@ -8,6 +8,7 @@
 
 #include "keel/logging.hpp"
 #include "keel/lookup.hpp"
+#include "keel/redact.hpp"
 #include "keel/text.hpp"
 
 namespace keel {
@@ -99,7 +100,8 @@ void store(self_ptr self, const std::string& key) {
 }
 
 // Records how the sending of `x` ended and stores it.
-void sent(self_ptr self, const owner_notice& x) {
+void sent(self_ptr self, owner_notice x) {
+  x.error = redact(x.error, self->state.cfg.secrets);
   if (!self->state.settle(x))
     return;
   log_scope scope{log_component::notifier};
@@ -140,6 +142,7 @@ void flush(self_ptr self) {
 void raise(self_ptr self, owner_notice x) {
   log_scope scope{log_component::notifier};
   auto& st = self->state;
+  x.text = redact(x.text, st.cfg.secrets);
   if (!st.loaded) {
     if (st.held.size() < notifier_state::max_held)
       st.held.push_back(std::move(x));

@@ -5,9 +5,11 @@
 #include <caf/all.hpp>
 #include <spdlog/spdlog.h>
 
+#include "keel/config_secrets.hpp"
 #include "keel/kill_point.hpp"
 #include "keel/logging.hpp"
 #include "keel/lookup.hpp"
+#include "keel/redact.hpp"
 #include "keel/text.hpp"
 #include "keel/timed_request.hpp"
 
@@ -36,6 +38,7 @@ caf::expected<provider_pool_config> resolve_pool(const node_config& cfg,
                                                    + name + "'");
     result.providers.push_back(*p);
   }
+  result.secrets = configured_secrets(cfg);
   return result;
 }
 
@@ -292,6 +295,7 @@ void provider_router_state::init(const provider_pool_config& config,
   pool = config.pool.name;
   cfg = config.pool;
   workers = std::move(pool_supervisor);
+  secrets = config.secrets;
   rng.seed(std::random_device{}());
   for (auto& p : config.providers)
     chain.push_back(chain_link{p, circuit_breaker{config.pool.breaker}});
@@ -349,7 +353,8 @@ void provider_router_state::restore(const provider_health_record& rec,
     provider_health h;
     h.status = parse_health_status(rec.status).value_or(health_status::healthy);
     h.consecutive_failures = rec.consecutive_failures;
-    h.last_error = rec.last_error;
+    // Redacted again: a record stored by an older node may hold a key.
+    h.last_error = redact(rec.last_error, secrets);
     h.last_error_class = parse_error_class(rec.last_error_class);
     if (rec.last_success != 0)
       h.last_success = local(rec.last_success);
@@ -593,6 +598,9 @@ void on_outcome(router_ptr self, uint64_t id, attempt_outcome& out) {
     return;
   }
   auto cls = parse_error_class(out.error_class).value_or(error_class::unknown);
+  // A provider may quote the request's key back ("Incorrect API key
+  // provided: sk-..."): the text goes into health, logs, frames, notices.
+  out.message = redact(out.message, st.secrets);
   record_failure(self, call, out, cls, now);
   if (!counts_against_provider(cls)) {
     // The request itself is wrong: no provider can help.

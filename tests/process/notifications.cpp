@@ -4,10 +4,13 @@
 // fails tells the owner's webhook once per dedup window, also across a
 // kill -9; the notices suppressed meanwhile are counted; a notice the
 // owner's channel does not take is recorded as failed and does not hold
-// the window shut. The provider is libtools' fault_llm_server and the
+// the window shut; a provider error quoting the API key shows the key
+// nowhere. The provider is libtools' fault_llm_server and the
 // owner's receiver its channel_sink_server, both in this process.
 
 #include <chrono>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -38,12 +41,14 @@ constexpr const char* secret = "owner-secret";
 // One openai provider on `llm`, fast retries and no cooldowns, and the
 // owner's webhook on `sink` with two quick attempts.
 std::string node_yaml(const temp_dir& dir, const fault_llm_server& llm,
-                      const channel_sink_server& sink) {
+                      const channel_sink_server& sink,
+                      const std::string& api_key = "sk-test",
+                      const std::string& logging = "  level: info\n") {
   return "node:\n  name: notices-test\n  data_dir: " + dir.str()
-         + "/data\ngateway:\n  port: 0\nlogging:\n  level: info\n"
-           "providers:\n  - name: only\n    kind: openai\n    base_url: "
-         + llm.base_url()
-         + "\n    model: m\n    api_key: sk-test\n    stream: false\n"
+         + "/data\ngateway:\n  port: 0\nlogging:\n" + logging
+         + "providers:\n  - name: only\n    kind: openai\n    base_url: "
+         + llm.base_url() + "\n    model: m\n    api_key: " + api_key
+         + "\n    stream: false\n"
            "pools:\n  - name: default\n    chain: [only]\n"
            "    max_attempts: 2\n"
            "    retry: {base_delay: 10ms, max_delay: 50ms}\n"
@@ -168,3 +173,54 @@ CAF_TEST(a notice the owner channel refuses is recorded and sent next time) {
 }
 
 CAF_TEST_FIXTURE_SCOPE_END()
+
+// A provider that quotes the request's key in its 401 answer, as OpenAI
+// does: the key shows neither in the provider health, nor in the log file,
+// nor in the owner's notice (listed or sent), nor in the user's error.
+CAF_TEST(a provider error quoting the api key shows it nowhere) {
+  const std::string key = "sk-live-5d1c0e99";
+  fault_llm_server llm;
+  llm.set_default(
+    fault_llm::parse_fault("status=401;message=Incorrect API key provided: "
+                           + key + ". Find your key elsewhere.")
+      .value());
+  channel_sink_server sink{{0, {}, {}, secret}};
+  temp_dir dir{"keel-notices-redact"};
+  auto log_file = dir.str() + "/logs/node.log";
+  node_process node{dir.str(),
+                    node_yaml(dir, llm, sink, key,
+                              "  level: debug\n  file: " + log_file + "\n")};
+  auto client = connect_client(node.address());
+  CAF_REQUIRE(!client->send_text(protocol::send_frame("t", "m1", "hi")));
+  auto outcome = receive_until(*client, [](auto& j) {
+    return j["type"] == "error" || j["type"] == "reply";
+  });
+  CAF_REQUIRE(outcome);
+  CAF_CHECK_EQUAL((*outcome)["type"], "error");
+  CAF_REQUIRE(sink.wait_for_delivered(1, 20s));
+  std::string sent;
+  for (auto& x : sink.delivered())
+    sent += x.body + "\n";
+  auto health = api_call(node.address(), "GET", "/api/v1/providers");
+  CAF_REQUIRE(health);
+  auto listed = keelctl_at(node.address(), {"notifications", "--json"});
+  CAF_CHECK_EQUAL(listed.exit_code, 0);
+  CAF_CHECK_EQUAL(node.stop(), 0);
+  std::ifstream in{log_file};
+  std::string log{std::istreambuf_iterator<char>{in}, {}};
+  const std::pair<std::string, std::string> places[] = {
+    {"the user's error", outcome->dump()},
+    {"/api/v1/providers", health->dump()},
+    {"the notices listed", listed.out},
+    {"the notices sent", sent},
+    {"the log file", log},
+    {"stderr", node.stderr_text()},
+  };
+  for (auto& [where, text] : places) {
+    CAF_MESSAGE("looking in " << where);
+    CAF_CHECK_EQUAL(text.find(key), std::string::npos);
+  }
+  // The error did reach them, without its key.
+  KEEL_CHECK_CONTAINS(health->dump(), "Incorrect API key provided: [redacted]");
+  KEEL_CHECK_CONTAINS(log, "Incorrect API key provided: [redacted]");
+}

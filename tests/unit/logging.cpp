@@ -372,4 +372,19 @@ CAF_TEST(an info line reaches the file within a second or two) {
   CAF_CHECK(seen);
 }
 
+CAF_TEST(configured secrets are redacted from every event) {
+  for (std::string format : {"json", "text"}) {
+    if (auto err = init_logging(config(format, file), "n1",
+                                {"sk-live-1234", "pro"}))
+      CAF_FAIL(render(err));
+    spdlog::warn("provider said: Incorrect API key provided: sk-live-1234");
+    auto ls = lines();
+    CAF_REQUIRE(!ls.empty());
+    CAF_CHECK_EQUAL(ls.back().find("sk-live-1234"), std::string::npos);
+    KEEL_CHECK_CONTAINS(ls.back(), "provided: [redacted]");
+    // Too short to be looked for: ordinary words stay.
+    KEEL_CHECK_CONTAINS(ls.back(), "provider");
+  }
+}
+
 CAF_TEST_FIXTURE_SCOPE_END()

@@ -36,6 +36,10 @@ struct channel_delivery_config {
   /// After a failed write of a reply's outcome (its record stays), read the
   /// records again this much later.
   std::chrono::milliseconds reload_after_failure{std::chrono::seconds{5}};
+  /// The node's secrets (`configured_secrets`): redacted from each failed
+  /// send's description (a bot token in a quoted URL) before it is logged,
+  /// stored in a dead letter or told the owner.
+  std::vector<std::string> secrets;
   /// Seeds the jitter of the retry delays.
   uint64_t seed = std::random_device{}();
 };

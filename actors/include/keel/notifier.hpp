@@ -33,6 +33,9 @@ struct notifier_config {
   caf::timespan flush_interval = std::chrono::seconds{1};
   /// After a failed read of the stored state, read it again this later.
   caf::timespan reload_after_failure = std::chrono::seconds{5};
+  /// The node's secrets (`configured_secrets`): redacted from each notice's
+  /// text and error before it is logged, stored or sent.
+  std::vector<std::string> secrets;
 };
 
 /// State of the owner's notifications: the dedup gate and the latest

@@ -54,6 +54,9 @@ struct provider_pool_config {
   std::vector<provider_config> providers;
   /// I/O threads for HTTP providers; null if the pool has none.
   std::shared_ptr<http_io> io;
+  /// The node's secrets (`configured_secrets`), redacted from the error
+  /// text the pool keeps, logs and tells.
+  std::vector<std::string> secrets;
 };
 
 /// Resolves a pool's chain against the node's providers. Fails with
@@ -169,6 +172,8 @@ struct provider_router_state {
   /// calls' time budgets (work: the call id), under one timer.
   deadline_set deadlines;
   std::mt19937_64 rng;
+  /// Redacted from every failure's text before it is recorded.
+  std::vector<std::string> secrets;
 
   /// Sets up the chain of pool `config`, each provider with a new breaker;
   /// `pool_supervisor` forwards attempts to the workers.

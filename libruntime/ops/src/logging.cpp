@@ -11,6 +11,8 @@
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 
+#include "keel/redact.hpp"
+
 namespace keel {
 
 // -- scopes -------------------------------------------------------------------
@@ -251,6 +253,33 @@ private:
   size_t cached_length_ = 0;
 };
 
+// Formats each event through `inner` with its text's secrets redacted: a
+// provider's or channel's error quoting a key is logged without it.
+class redacting_formatter final : public spdlog::formatter {
+public:
+  redacting_formatter(std::unique_ptr<spdlog::formatter> inner,
+                      std::shared_ptr<const std::vector<std::string>> secrets)
+    : inner_(std::move(inner)), secrets_(std::move(secrets)) {
+    // nop
+  }
+
+  void format(const spdlog::details::log_msg& msg,
+              spdlog::memory_buf_t& out) override {
+    auto text = redact({msg.payload.data(), msg.payload.size()}, *secrets_);
+    auto clean = msg;
+    clean.payload = spdlog::string_view_t{text.data(), text.size()};
+    inner_->format(clean, out);
+  }
+
+  std::unique_ptr<spdlog::formatter> clone() const override {
+    return std::make_unique<redacting_formatter>(inner_->clone(), secrets_);
+  }
+
+private:
+  std::unique_ptr<spdlog::formatter> inner_;
+  std::shared_ptr<const std::vector<std::string>> secrets_;
+};
+
 } // namespace log_detail
 
 std::unique_ptr<spdlog::formatter> make_log_formatter(std::string_view format,
@@ -283,7 +312,8 @@ void start_flusher() {
 
 } // namespace
 
-caf::error init_logging(const logging_config& cfg, const std::string& node) {
+caf::error init_logging(const logging_config& cfg, const std::string& node,
+                        std::vector<std::string> secrets) {
   auto level = spdlog::level::from_str(cfg.level);
   if (level == spdlog::level::off && cfg.level != "off")
     return caf::make_error(ec::config_invalid,
@@ -308,6 +338,10 @@ caf::error init_logging(const logging_config& cfg, const std::string& node) {
                                                  + cfg.file + "': " + e.what());
   }
   // Synchronous on purpose: the formats read the caller's log_scope.
+  if (auto list = secret_list(std::move(secrets)); !list.empty())
+    formatter = std::make_unique<log_detail::redacting_formatter>(
+      std::move(formatter),
+      std::make_shared<const std::vector<std::string>>(std::move(list)));
   logger->set_formatter(std::move(formatter));
   logger->set_level(level);
   logger->flush_on(spdlog::level::warn);

@@ -24,6 +24,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <spdlog/formatter.h>
 #include <spdlog/spdlog.h>
@@ -38,8 +39,10 @@ namespace keel {
 /// `json`) of the default logger; `node` names the node in every JSON
 /// event. Fails with `ec::config_invalid` naming `logging.level`,
 /// `logging.format` or `logging.file` if the level or format is unknown or
-/// the file cannot be opened (the logger is then left as it was).
-caf::error init_logging(const logging_config& cfg, const std::string& node);
+/// the file cannot be opened (the logger is then left as it was). Each of
+/// `secrets` (`configured_secrets`) is redacted from every event's text.
+caf::error init_logging(const logging_config& cfg, const std::string& node,
+                        std::vector<std::string> secrets = {});
 
 /// The formatter `init_logging` gives its sink for `format` (`text` or
 /// `json`; null for anything else): for tests and extra sinks.

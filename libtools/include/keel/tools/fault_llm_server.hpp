@@ -26,6 +26,8 @@
 //   status=N or N      answer HTTP N with the API's error body for N
 //   error=TYPE         with status: the error type in the body, e.g.
 //                      insufficient_quota (OpenAI), overloaded_error
+//   message=TEXT       with status: the error body's message (TEXT without
+//                      ';' ',' or ']'), e.g. one quoting the request's key
 //   retry_after=V      with status: a `Retry-After: V` header
 //   retry_after_ms=N   with status: a `retry-after-ms: N` header
 //   reset              send the headers and half the body, then reset (RST)
@@ -93,6 +95,8 @@ struct fault {
   int status = 200;
   /// Error type in an error body or error event; empty: one fitting status.
   std::string error_type;
+  /// The error body's message; empty: one fitting the type.
+  std::string error_message;
   /// Header values; empty: not sent.
   std::string retry_after;
   std::string retry_after_ms;
@@ -191,6 +195,7 @@ inline const std::map<std::string_view, fault_item>& fault_items() {
     {"ok", set_fault_kind<fault::kind::ok>},
     {"status", set_fault_status_item<fault>},
     {"error", set_fault_text<&fault::error_type>},
+    {"message", set_fault_text<&fault::error_message>},
     {"retry_after", set_fault_text<&fault::retry_after>},
     {"retry_after_ms", set_fault_text<&fault::retry_after_ms>},
     {"reset", set_fault_kind<fault::kind::reset>},
@@ -594,6 +599,8 @@ private:
       message = "The model '" + model_ + "' does not exist";
     else
       message = "Simulated HTTP " + std::to_string(status);
+    if (!f_.error_message.empty())
+      message = f_.error_message;
     if (anthropic_)
       return json{{"type", "error"},
                   {"error", {{"type", type}, {"message", message}}}}
