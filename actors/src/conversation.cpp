@@ -64,6 +64,21 @@ void note_idle(self_ptr self) {
   self->delayed_send(self, st.cfg->idle_timeout, atom::idle_v);
 }
 
+// The thread just became idle. One without a session (a cancel, pause or
+// refused first message of a thread that does not exist) holds nothing:
+// it asks to stop now rather than after `idle_timeout`, so requests for
+// unknown threads leave no live conversations. Only when idle: an accept
+// in flight (a new thread's first message) keeps it. A refused ask falls
+// back to the idle timer.
+void became_idle(self_ptr self) {
+  auto& st = self->state;
+  if (!st.session_exists && !st.passivation) {
+    passivate(self);
+    return;
+  }
+  note_idle(self);
+}
+
 // Describes a provider error to the user: its code, and the `turn_errors`
 // text naming `contact` where it asks the user to get in touch.
 std::pair<std::string, std::string>
@@ -751,7 +766,7 @@ void drain(self_ptr self) {
   }
   if (st.inbox.empty()) {
     if (st.idle())
-      note_idle(self);
+      became_idle(self);
     return;
   }
   st.turn_running = true;
@@ -963,11 +978,16 @@ void ask_to_stop(self_ptr self, uint64_t route) {
   request_component(self, names::orchestrator, self->state.cfg->storage_timeout,
                     atom::passivate_v, self->state.cfg.thread, route)
     .then(
-      [self](bool stopping) {
+      [self, route](bool stopping) {
         if (stopping)
           return;
-        self->state.passivation.reset();
-        if (self->state.idle())
+        auto& st = self->state;
+        st.passivation.reset();
+        // Refused for a message routed after `route`: one handled since
+        // (a refused send of a thread without session) may ask again.
+        if (st.idle() && st.last_route != route)
+          became_idle(self);
+        else if (st.idle())
           note_idle(self);
       },
       [self](caf::error&) {
@@ -1053,10 +1073,13 @@ caf::result<accept_result> receive(self_ptr self, incoming_message msg,
   st.last_route = route;
   st.passivate_when_idle = false; // Wanted again: asked anew if need be.
   auto rp = self->make_response_promise<accept_result>();
-  if (!st.loaded)
+  if (!st.loaded) {
     st.deferred.push_back({rp, std::move(msg)});
-  else
-    accept(self, rp, std::move(msg));
+    return rp;
+  }
+  accept(self, rp, std::move(msg));
+  if (st.idle()) // Refused at once: nothing is in flight.
+    became_idle(self);
   return rp;
 }
 

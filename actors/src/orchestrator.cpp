@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <thread>
+#include <utility>
 
 #include <caf/all.hpp>
 #include <spdlog/spdlog.h>
@@ -24,8 +25,12 @@ bool orchestrator_state::may_passivate(const thread_entry& entry,
 }
 
 void orchestrator_state::restarted(const std::string& thread) {
-  if (auto i = threads.find(thread); i != threads.end())
-    i->second.floor = i->second.routed;
+  auto i = threads.find(thread);
+  if (i == threads.end())
+    return;
+  if (std::exchange(i->second.starting, false))
+    return; // The one we started: nothing routed to it was lost.
+  i->second.floor = i->second.routed;
 }
 
 uint64_t orchestrator_state::tenure_of(const std::string& thread) const {
@@ -177,11 +182,18 @@ void ensure_started(self_ptr self, const std::string& thread,
     done(); // The forward that follows fails and tells the sender.
     return;
   }
-  self->state.add(thread).tenure = self->state.tenure_of(thread);
+  auto& entry = self->state.add(thread);
+  entry.tenure = self->state.tenure_of(thread);
+  entry.starting = true;
   timed_request(self, sup, self->state.cfg.request_timeout, atom::start_child_v,
                 thread, caf::make_message())
     .then([done](const caf::actor&) { done(); },
-          [thread, done](caf::error& err) {
+          [self, thread, done](caf::error& err) {
+            // No incarnation of ours starts: the one there reports as a
+            // restart.
+            auto& threads = self->state.threads;
+            if (auto i = threads.find(thread); i != threads.end())
+              i->second.starting = false;
             log_scope scope{log_component::orchestrator, thread};
             if (err != ec::conflict)
               spdlog::warn("cannot start conversation {}: {}", thread,

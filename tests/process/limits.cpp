@@ -186,6 +186,61 @@ CAF_TEST(a new thread beyond max_stored_threads is refused) {
   CAF_CHECK_EQUAL(still["code"], "thread_limit");
 }
 
+// Requests that find no thread (a send refused by max_stored_threads, a
+// cancel of a thread that does not exist) leave no live conversation
+// behind: before, each kept one for `threads.idle_timeout` (5 min). A new
+// thread's first message, sent right after a cancel of the same thread
+// found nothing, still gets its ack and its reply.
+CAF_TEST(refused sends and cancels of unknown threads leave no conversation) {
+  temp_dir dir{"keel-limits"};
+  node_process node{dir.str(),
+                    node_yaml(dir, "", "threads:\n  max_stored_threads: 2\n")};
+  auto ws = connect_client(node.address());
+  auto first = send(*ws, "a", "m1");
+  CAF_CHECK_EQUAL(first["type"], "ack");
+  // The first message right after the cancel's answer: the conversation
+  // the cancel started stops, but not under the accept.
+  CAF_REQUIRE(!ws->send_text(protocol::cancel_frame("c", "x-c")));
+  auto none = receive_until(*ws, [](auto& j) { return j["id"] == "x-c"; });
+  CAF_REQUIRE(none);
+  CAF_CHECK_EQUAL((*none)["code"], "not_found");
+  CAF_REQUIRE(!ws->send_text(protocol::send_frame("c", "m-c", "first")));
+  auto reply = receive_until(*ws, [](auto& j) {
+    return j["type"] == "reply" && j["thread"] == "c";
+  });
+  CAF_REQUIRE(reply);
+  CAF_CHECK_EQUAL((*reply)["text"], "answer to first");
+  constexpr int n = 20;
+  for (int i = 0; i < n; ++i) {
+    auto id = std::to_string(i);
+    auto refused = send(*ws, "r" + id, "m" + id);
+    CAF_CHECK_EQUAL(refused["code"], "thread_limit");
+    CAF_REQUIRE(!ws->send_text(protocol::cancel_frame("u" + id, "x" + id)));
+    auto answer = receive_until(*ws, [&](auto& j) {
+      return j["type"] == "error" && j["id"] == "x" + id;
+    });
+    CAF_REQUIRE(answer);
+    CAF_CHECK_EQUAL((*answer)["code"], "not_found");
+  }
+  uint64_t active = 0;
+  auto settled = poll_until(
+    [&] {
+      auto status = api_call(node.address(), "GET", "/api/v1/status");
+      active = status ? (*status)["threads"]["active"].get<uint64_t>() : 0;
+      return active <= 2;
+    },
+    std::chrono::seconds{10}, std::chrono::milliseconds{50});
+  CAF_MESSAGE("live conversations after "
+              << 2 * n << " requests for no thread: " << active);
+  CAF_CHECK(settled);
+  // The two real threads still answer.
+  auto c2 = send(*ws, "c", "m-c2");
+  CAF_CHECK_EQUAL(c2["type"], "ack");
+  auto a2 = send(*ws, "a", "m2");
+  CAF_CHECK_EQUAL(a2["type"], "ack");
+  CAF_CHECK_EQUAL(node.stop(), 0);
+}
+
 CAF_TEST(risky settings are logged as warnings at start) {
   temp_dir dir{"keel-limits"};
   node_process node{dir.str(), node_yaml(dir, "",

@@ -53,6 +53,11 @@ struct thread_entry {
   /// `routed` when the conversation last reported a (re)start: messages up
   /// to here may have been lost with an earlier incarnation.
   uint64_t floor = 0;
+  /// True from our request to start the conversation until its incarnation
+  /// reports: what is routed meanwhile follows the start through the
+  /// supervisor and reaches that incarnation, so its report leaves `floor`
+  /// alone (else it could passivate under a message it has yet to read).
+  bool starting = false;
   /// True while the conversation is being stopped (passivation), or, for a
   /// thread whose conversation has not started, while room is made for it
   /// under `max_live`: work for it queues meanwhile.
