@@ -125,6 +125,9 @@ CAF_TEST(host names are checked against the listen address) {
   auto refused = check_request(req, cfg);
   CAF_CHECK_EQUAL(refused.status, 421u);
   KEEL_CHECK_CONTAINS(refused.message, "gateway.allowed_hosts");
+  // The probes and static files ask check_host alone.
+  CAF_CHECK_EQUAL(check_host("evil.example", cfg).status, 421u);
+  CAF_CHECK(check_host("localhost:8080", cfg).allowed);
   cfg.allowed_hosts = {"evil.example"};
   CAF_CHECK(host_allowed("evil.example:8080", cfg));
   gateway_config wildcard;

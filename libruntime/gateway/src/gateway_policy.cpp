@@ -198,13 +198,19 @@ request_decision check_upgrade(const request_facts& req,
 
 } // namespace
 
-request_decision check_request(const request_facts& req,
-                               const gateway_config& cfg) {
-  if (!host_allowed(req.host, cfg))
+request_decision check_host(std::string_view host, const gateway_config& cfg) {
+  if (!host_allowed(host, cfg))
     return request_decision::refuse(421, "forbidden",
-                                    "Host '" + std::string{req.host}
+                                    "Host '" + std::string{host}
                                       + "' does not name this node (see "
                                         "gateway.allowed_hosts)");
+  return request_decision::allow(request_role::client);
+}
+
+request_decision check_request(const request_facts& req,
+                               const gateway_config& cfg) {
+  if (auto host = check_host(req.host, cfg); !host.allowed)
+    return host;
   auto given = token_of(req, cfg);
   if (req.upgrade)
     return check_upgrade(req, cfg, given);

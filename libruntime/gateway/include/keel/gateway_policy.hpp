@@ -67,6 +67,11 @@ struct request_decision {
 request_decision check_request(const request_facts& req,
                                const gateway_config& cfg);
 
+/// The `Host` check alone (421 for a name that is not this gateway's, see
+/// `host_allowed`), for what the server serves itself: the probes and the
+/// static files. `check_request` starts with it.
+request_decision check_host(std::string_view host, const gateway_config& cfg);
+
 /// Returns whether `host` (a `Host` header: name or address, optional port,
 /// IPv6 in brackets) names this gateway: the listen address, an entry of
 /// `allowed_hosts`, or on a loopback gateway localhost, 127.0.0.1 or [::1].

@@ -1,0 +1,107 @@
+#define CAF_SUITE gateway_front
+
+// The gateway's front door against real keel-node processes: the Host
+// check on every path, the admin API of a loopback node without an admin
+// token, WebSocket control frames under the rate limit, the HTTP parser's
+// refusals, and connections that never authenticate.
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <caf/test/unit_test.hpp>
+
+#include <boost/beast/websocket.hpp>
+
+#include "node_client.hpp"
+#include "raw_http.hpp"
+#include "temp_dir.hpp"
+#include "text_checks.hpp"
+
+#include "keel/protocol.hpp"
+
+using namespace keel;
+using namespace keel::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+namespace websocket = boost::beast::websocket;
+
+constexpr auto client_token = "client-5e2d71";
+constexpr auto admin_token = "admin-93a0c4";
+
+/// A node on loopback with a client token, `gateway` appended to its
+/// gateway section (the admin token unless `admin` is false).
+std::string node_yaml(const temp_dir& dir, const std::string& gateway = {},
+                      bool admin = true) {
+  return "node:\n  name: front\n  data_dir: " + dir.str()
+         + "/data\ngateway:\n  port: 0\n  token: " + client_token + "\n"
+         + (admin ? std::string{"  admin_token: "} + admin_token + "\n" : "")
+         + gateway
+         + "providers:\n  - name: echo\n    kind: echo\n"
+           "pools:\n  - name: default\n    chain: [echo]\n"
+           "logging:\n  level: info\n";
+}
+
+/// A greeted WebSocket of Beast's own, which can send control frames.
+struct raw_ws {
+  boost::asio::io_context ioc;
+  websocket::stream<beast::tcp_stream> ws{ioc};
+
+  explicit raw_ws(const endpoint& ep) {
+    beast::get_lowest_layer(ws).connect(
+      tcp::endpoint{boost::asio::ip::make_address(ep.host), ep.port});
+    ws.set_option(
+      websocket::stream_base::decorator([](websocket::request_type& req) {
+        req.set(http::field::authorization,
+                std::string{"Bearer "} + client_token);
+      }));
+    ws.handshake(to_string(ep), "/ws");
+    beast::flat_buffer hello;
+    ws.read(hello);
+  }
+
+  /// Reads (and drops) frames until the stream ends; `timed_out` when it
+  /// is still open after `timeout`.
+  beast::error_code read_until_closed(std::chrono::seconds timeout) {
+    beast::error_code result = boost::asio::error::timed_out;
+    beast::flat_buffer buf;
+    std::function<void()> next = [&] {
+      ws.async_read(buf, [&](beast::error_code err, size_t) {
+        if (err) {
+          result = err;
+          return;
+        }
+        buf.clear();
+        next();
+      });
+    };
+    next();
+    ioc.restart();
+    ioc.run_for(timeout);
+    return result;
+  }
+};
+
+} // namespace
+
+CAF_TEST(every path checks the host name) {
+  temp_dir dir{"keel-front-host"};
+  node_process node{dir.str(), node_yaml(dir)};
+  auto ep = node.address();
+  auto evil = api_headers(ep);
+  evil["Host"] = "evil.example";
+  for (auto target : {"/healthz", "/readyz", "/", "/app.js", "/nope"}) {
+    auto res = raw_request(ep, "GET", target, evil);
+    CAF_MESSAGE(target << " with Host evil.example: " << res.status);
+    CAF_CHECK_EQUAL(res.status, 421u);
+    KEEL_CHECK_CONTAINS(message_of(res), "evil.example");
+  }
+  CAF_CHECK_EQUAL(raw_request(ep, "GET", "/healthz", api_headers(ep)).status,
+                  200u);
+  CAF_CHECK_EQUAL(raw_request(ep, "GET", "/", api_headers(ep)).status, 200u);
+  CAF_CHECK_EQUAL(node.stop(), 0);
+}
