@@ -105,3 +105,25 @@ CAF_TEST(every path checks the host name) {
   CAF_CHECK_EQUAL(raw_request(ep, "GET", "/", api_headers(ep)).status, 200u);
   CAF_CHECK_EQUAL(node.stop(), 0);
 }
+
+CAF_TEST(a loopback node without an admin token wants the client token) {
+  temp_dir dir{"keel-front-admin"};
+  node_process node{dir.str(), node_yaml(dir, {}, false)};
+  auto ep = node.address();
+  auto none = raw_request(ep, "GET", "/api/v1/status", api_headers(ep));
+  CAF_MESSAGE("admin API without a token: " << none.status);
+  CAF_CHECK_EQUAL(none.status, 401u);
+  CAF_CHECK_EQUAL(
+    raw_request(ep, "GET", "/api/v1/status", api_headers(ep, "wrong")).status,
+    401u);
+  CAF_CHECK_EQUAL(raw_request(ep, "GET", "/metrics", api_headers(ep)).status,
+                  401u);
+  auto client = raw_request(ep, "GET", "/api/v1/status",
+                            api_headers(ep, client_token));
+  CAF_CHECK_EQUAL(client.status, 200u);
+  // keelctl falls back to the client token when it has no admin token.
+  auto status = keelctl_at(ep, {"--token", client_token, "status"});
+  CAF_CHECK_EQUAL(status.exit_code, 0);
+  CAF_CHECK_EQUAL(node.stop(), 0);
+  KEEL_CHECK_CONTAINS(node.stderr_text(), "gateway.admin_token is not set");
+}
