@@ -127,3 +127,36 @@ CAF_TEST(a loopback node without an admin token wants the client token) {
   CAF_CHECK_EQUAL(node.stop(), 0);
   KEEL_CHECK_CONTAINS(node.stderr_text(), "gateway.admin_token is not set");
 }
+
+CAF_TEST(websocket pings beyond the rate limit close the connection) {
+  temp_dir dir{"keel-front-ping"};
+  node_process node{dir.str(), node_yaml(dir, "  rate_limit:\n"
+                                              "    per_second: 20\n"
+                                              "    burst: 20\n")};
+  raw_ws flooder{node.address()};
+  beast::error_code err;
+  size_t sent = 0;
+  for (; sent < 500 && !err; ++sent)
+    flooder.ws.ping({}, err);
+  // Beast answers pings while it reads: read until the node closes.
+  err = flooder.read_until_closed(5s);
+  CAF_MESSAGE(sent << " pings sent; the read ended with: " << err.message()
+                   << ", close code " << flooder.ws.reason().code);
+  CAF_CHECK(err == websocket::error::closed);
+  CAF_CHECK_EQUAL(flooder.ws.reason().code,
+                  static_cast<uint16_t>(websocket::close_code::policy_error));
+  // A client within the limit keeps its connection.
+  raw_ws quiet{node.address()};
+  for (int i = 0; i < 5; ++i)
+    quiet.ws.ping({});
+  auto client = connect_client(node.address());
+  CAF_REQUIRE(!client->send_text(protocol::ping_frame("after")));
+  CAF_CHECK(receive_until(*client, [](auto& j) {
+    return j["type"] == "pong" && j["id"] == "after";
+  }));
+  auto status = api_call(node.admin_address(), "GET", "/api/v1/status");
+  CAF_REQUIRE(status);
+  CAF_CHECK_GREATER((*status)["gateway"]["rate_limited_frames"].get<uint64_t>(),
+                    0u);
+  CAF_CHECK_EQUAL(node.stop(), 0);
+}
