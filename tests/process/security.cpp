@@ -14,11 +14,8 @@
 
 #include <caf/test/unit_test.hpp>
 
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
-
 #include "node_client.hpp"
+#include "raw_http.hpp"
 #include "temp_dir.hpp"
 #include "text_checks.hpp"
 
@@ -31,73 +28,8 @@ using namespace std::chrono_literals;
 
 namespace {
 
-namespace beast = boost::beast;
-namespace http = beast::http;
-using tcp = boost::asio::ip::tcp;
-
 constexpr auto client_token = "client-7f3a9c";
 constexpr auto admin_token = "admin-b81e44";
-
-using header_map = std::map<std::string, std::string>;
-
-struct raw_response {
-  unsigned status = 0;
-  std::string www_authenticate;
-  std::string body;
-};
-
-/// One HTTP request with exactly the headers given (Host included), so tests
-/// can send what a browser or an attacker would.
-raw_response raw_request(const endpoint& ep, const std::string& method,
-                         const std::string& target, const header_map& headers,
-                         const std::string& body = {}) {
-  boost::asio::io_context ioc;
-  beast::tcp_stream stream{ioc};
-  stream.expires_after(10s);
-  stream.connect(
-    tcp::endpoint{boost::asio::ip::make_address(ep.host), ep.port});
-  http::request<http::string_body> req;
-  req.method_string(method);
-  req.target(target);
-  req.version(11);
-  for (auto& [name, value] : headers)
-    req.set(name, value);
-  req.body() = body;
-  req.prepare_payload();
-  http::write(stream, req);
-  beast::flat_buffer buf;
-  http::response_parser<http::string_body> parser;
-  parser.skip(false);
-  http::read_header(stream, buf, parser);
-  raw_response result;
-  result.status = parser.get().result_int();
-  result.www_authenticate
-    = std::string{parser.get()[http::field::www_authenticate]};
-  if (result.status != 101) {
-    http::read(stream, buf, parser);
-    result.body = parser.get().body();
-  }
-  return result;
-}
-
-/// Headers of a WebSocket upgrade of `/ws` to `ep`.
-header_map upgrade_headers(const endpoint& ep, const std::string& token = {}) {
-  header_map result{{"Host", to_string(ep)},
-                    {"Connection", "Upgrade"},
-                    {"Upgrade", "websocket"},
-                    {"Sec-WebSocket-Version", "13"},
-                    {"Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="}};
-  if (!token.empty())
-    result["Authorization"] = "Bearer " + token;
-  return result;
-}
-
-header_map api_headers(const endpoint& ep, const std::string& token = {}) {
-  header_map result{{"Host", to_string(ep)}};
-  if (!token.empty())
-    result["Authorization"] = "Bearer " + token;
-  return result;
-}
 
 /// A node on loopback with a client token, an admin token and `extra`
 /// appended to its config.
@@ -109,16 +41,6 @@ std::string node_yaml(const temp_dir& dir, const std::string& gateway = {},
          + "providers:\n  - name: echo\n    kind: echo\n"
            "pools:\n  - name: default\n    chain: [echo]\n"
          + extra + "logging:\n  level: info\n";
-}
-
-std::string message_of(const raw_response& res) {
-  auto j = nlohmann::json::parse(res.body, nullptr, false);
-  return j.is_object() ? j.value("message", "") : res.body;
-}
-
-std::string code_of(const raw_response& res) {
-  auto j = nlohmann::json::parse(res.body, nullptr, false);
-  return j.is_object() ? j.value("code", "") : "";
 }
 
 } // namespace

@@ -2324,3 +2324,19 @@ CAF_TEST(providers take a context window override) {
                   "node.yaml:4: providers[0].context_window: expected an "
                   "integer >= 0, got \"8k\"");
 }
+
+CAF_TEST(a loopback client token without an admin token is warned about) {
+  auto warned = parse("gateway:\n  token: t0k\n");
+  CAF_REQUIRE_EQUAL(outcome(warned), "none");
+  CAF_REQUIRE_EQUAL(warned->warnings.size(), 1u);
+  KEEL_CHECK_CONTAINS(warned->warnings[0],
+                      "gateway.admin_token is not set: the client token also "
+                      "opens the admin API");
+  CAF_CHECK_EQUAL(warned->warnings[0].find("t0k"), std::string::npos);
+  for (auto quiet : {"gateway:\n  token: t0k\n  admin_token: a\n",
+                     "gateway:\n  host: 10.0.0.1\n  token: t0k\n", ""}) {
+    auto cfg = parse(quiet);
+    CAF_REQUIRE_EQUAL(outcome(cfg), "none");
+    CAF_CHECK(cfg->warnings.empty());
+  }
+}

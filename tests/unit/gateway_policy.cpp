@@ -68,7 +68,13 @@ CAF_TEST(missing and wrong tokens get 401 with a bearer challenge) {
 CAF_TEST(an empty admin token opens the api on loopback only) {
   auto cfg = loopback();
   cfg.admin_token.clear();
-  CAF_CHECK(check_request(api(""), cfg).allowed);
+  // Any local process reaches loopback: the client token guards the API.
+  CAF_CHECK_EQUAL(check_request(api(""), cfg).status, 401u);
+  CAF_CHECK_EQUAL(check_request(api("Bearer nope"), cfg).status, 401u);
+  CAF_CHECK(check_request(api("Bearer client-secret"), cfg).allowed);
+  auto no_tokens = cfg;
+  no_tokens.token.clear();
+  CAF_CHECK(check_request(api(""), no_tokens).allowed);
   cfg.host = "10.1.2.3";
   auto req = api("Bearer client-secret");
   req.host = "10.1.2.3:8080";
@@ -77,6 +83,8 @@ CAF_TEST(an empty admin token opens the api on loopback only) {
   KEEL_CHECK_CONTAINS(refused.message, "set gateway.admin_token");
   cfg.allow_unauthenticated = true;
   CAF_CHECK(check_request(req, cfg).allowed);
+  req.authorization = "";
+  CAF_CHECK_EQUAL(check_request(req, cfg).status, 401u);
 }
 
 CAF_TEST(query tokens count only when allowed) {
@@ -125,6 +133,9 @@ CAF_TEST(host names are checked against the listen address) {
   auto refused = check_request(req, cfg);
   CAF_CHECK_EQUAL(refused.status, 421u);
   KEEL_CHECK_CONTAINS(refused.message, "gateway.allowed_hosts");
+  // The probes and static files ask check_host alone.
+  CAF_CHECK_EQUAL(check_host("evil.example", cfg).status, 421u);
+  CAF_CHECK(check_host("localhost:8080", cfg).allowed);
   cfg.allowed_hosts = {"evil.example"};
   CAF_CHECK(host_allowed("evil.example:8080", cfg));
   gateway_config wildcard;

@@ -1693,6 +1693,11 @@ void parser::collect_warnings(node_config& cfg) const {
                   "reach "
                   + gw.host + ":" + std::to_string(gw.port)
                   + " can read and write every thread");
+  if (!gw.token.empty() && gw.admin_token.empty()
+      && (is_loopback_host(gw.host) || gw.allow_unauthenticated))
+    out.push_back("gateway.admin_token is not set: the client token also "
+                  "opens the admin API (/api/v1/*, /metrics); set "
+                  "gateway.admin_token to keep clients out of it");
   if (gw.allow_query_token)
     out.push_back("gateway.allow_query_token is true: tokens in URLs can end "
                   "up in proxy logs and browser history");

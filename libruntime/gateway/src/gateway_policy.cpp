@@ -89,9 +89,10 @@ std::string_view bearer_token(std::string_view authorization) {
   return trim(authorization.substr(prefix.size()));
 }
 
-/// The admin API needs no token: no admin token is set and the gateway is
-/// loopback-only or explicitly unauthenticated.
-bool admin_open(const gateway_config& cfg) {
+/// No admin token is set and the gateway is loopback-only or explicitly
+/// unauthenticated: the admin API takes the client token, or none when
+/// there is none either.
+bool admin_without_admin_token(const gateway_config& cfg) {
   return cfg.admin_token.empty()
          && (is_loopback_host(cfg.host) || cfg.allow_unauthenticated);
 }
@@ -155,8 +156,15 @@ request_decision check_admin(const request_facts& req,
 
 request_decision check_api(const request_facts& req, const gateway_config& cfg,
                            const presented_token& given) {
-  if (token_matches(given.value, cfg.admin_token) || admin_open(cfg))
+  if (token_matches(given.value, cfg.admin_token))
     return check_admin(req, cfg);
+  if (admin_without_admin_token(cfg)) {
+    // Any local process reaches a loopback gateway: the client token, when
+    // set, keeps the ones without it out.
+    if (cfg.token.empty() || token_matches(given.value, cfg.token))
+      return check_admin(req, cfg);
+    return unauthorized(cfg, given.ignored_query);
+  }
   if (cfg.admin_token.empty())
     return request_decision::refuse(403, "forbidden",
                                     "the admin API is off on a gateway "
@@ -198,13 +206,19 @@ request_decision check_upgrade(const request_facts& req,
 
 } // namespace
 
-request_decision check_request(const request_facts& req,
-                               const gateway_config& cfg) {
-  if (!host_allowed(req.host, cfg))
+request_decision check_host(std::string_view host, const gateway_config& cfg) {
+  if (!host_allowed(host, cfg))
     return request_decision::refuse(421, "forbidden",
-                                    "Host '" + std::string{req.host}
+                                    "Host '" + std::string{host}
                                       + "' does not name this node (see "
                                         "gateway.allowed_hosts)");
+  return request_decision::allow(request_role::client);
+}
+
+request_decision check_request(const request_facts& req,
+                               const gateway_config& cfg) {
+  if (auto host = check_host(req.host, cfg); !host.allowed)
+    return host;
   auto given = token_of(req, cfg);
   if (req.upgrade)
     return check_upgrade(req, cfg, given);

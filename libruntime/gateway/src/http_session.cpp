@@ -144,6 +144,11 @@ template <class Stream>
 void http_session<Stream>::route(request req) {
   keep_alive_ = req.keep_alive();
   version_ = req.version();
+  // Every path, probes and files included: a page on a name that
+  // rebinds to this node reads nothing of it.
+  if (auto host = check_host(view(req[http::field::host]), srv_->cfg());
+      !host.allowed)
+    return refuse(host);
   auto path = path_of(view(req.target()));
   if (!websocket::is_upgrade(req) && serve_itself(req, path))
     return;

@@ -4,6 +4,8 @@
 
 #include <iostream>
 
+#include <boost/asio/post.hpp>
+
 namespace keel::gateway {
 
 namespace {
@@ -80,6 +82,11 @@ void ws_session<Stream>::run(request req) {
     websocket::stream_base::decorator([](websocket::response_type& res) {
       res.set(http::field::server, "keel");
     }));
+  // Beast answers pings itself, before any frame reaches on_read: control
+  // frames are charged to the rate limit here.
+  ws_.control_callback([this](websocket::frame_type kind, beast::string_view) {
+    on_control(kind);
+  });
   ws_.read_message_max(srv_->cfg().max_frame_bytes);
   ws_.text(true);
   req_ = std::move(req);
@@ -180,6 +187,22 @@ void ws_session<Stream>::on_accept(error_code err) {
 }
 
 // -- ws_session: reading ------------------------------------------------------
+
+/// A ping or pong costs a token like any frame; one beyond the limit
+/// closes the connection (1008): unlike a text frame it cannot be dropped
+/// with an error frame, Beast has answered it already.
+template <class Stream>
+void ws_session<Stream>::on_control(websocket::frame_type kind) {
+  if (kind == websocket::frame_type::close || closing_
+      || bucket_.take(std::chrono::steady_clock::now()))
+    return;
+  srv_->ctr().rate_limited_frames.fetch_add(1, std::memory_order_relaxed);
+  // Called inside Beast's read: close once it has returned.
+  net::post(ex_, [self = this->shared_from_this()] {
+    self->start_close(websocket::close_code::policy_error,
+                      "rate limit exceeded by control frames");
+  });
+}
 
 template <class Stream>
 void ws_session<Stream>::do_read() {

@@ -63,6 +63,7 @@ private:
   void set_queued(size_t bytes);
   void close_hard();
   void on_accept(error_code err);
+  void on_control(websocket::frame_type kind);
   void do_read();
   void on_read(error_code err, size_t);
   void handle_text();

@@ -64,8 +64,16 @@ struct request_decision {
 /// (403); then the token (401); then the role the path needs (403) and, for
 /// admin requests, `Origin` and the content type of a POST (403, 415).
 /// Other paths (`/healthz`, unknown ones) are not the policy's business.
+/// Without an admin token on a loopback (or explicitly unauthenticated)
+/// gateway, the admin API is open when no client token is set and takes
+/// the client token when one is.
 request_decision check_request(const request_facts& req,
                                const gateway_config& cfg);
+
+/// The `Host` check alone (421 for a name that is not this gateway's, see
+/// `host_allowed`), for what the server serves itself: the probes and the
+/// static files. `check_request` starts with it.
+request_decision check_host(std::string_view host, const gateway_config& cfg);
 
 /// Returns whether `host` (a `Host` header: name or address, optional port,
 /// IPv6 in brackets) names this gateway: the listen address, an entry of
