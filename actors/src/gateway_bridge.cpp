@@ -13,6 +13,7 @@
 #include "keel/lookup.hpp"
 #include "keel/proc.hpp"
 #include "keel/provider_pool.hpp"
+#include "keel/run_slots.hpp"
 #include "keel/text.hpp"
 
 namespace keel {
@@ -272,6 +273,10 @@ nlohmann::json status_body(const gateway_bridge_config& cfg,
      {{"flushes", ps.flushes},
       {"staged_operations", ps.staged_operations},
       {"failed_flushes", ps.failed_flushes}}},
+    {"tools",
+     {{"running", tool_run_slots().running()},
+      {"waiting", tool_run_slots().waiting()},
+      {"max_concurrent", tool_run_slots().limit()}}},
     {"rss_bytes", mem.rss_bytes},
     {"peak_rss_bytes", mem.peak_rss_bytes},
     {"cpu_seconds", cpu ? *cpu : 0.0},

@@ -1,7 +1,9 @@
 #include "keel/node.hpp"
 
 #include <csignal>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <thread>
@@ -19,6 +21,8 @@
 #include "keel/dashboard.hpp"
 #include "keel/dead_letter_queue.hpp"
 #include "keel/fd_limit.hpp"
+#include "keel/process_tree.hpp"
+#include "keel/run_slots.hpp"
 #include "keel/gateway_bridge.hpp"
 #include "keel/health_monitor.hpp"
 #include "keel/logging.hpp"
@@ -577,6 +581,21 @@ caf::error wait_for_stop(caf::scoped_actor& self, node& n,
 
 } // namespace
 
+namespace {
+
+// The node's side of tool containment: orphans of tool runs come back to
+// it (to be killed), and tool processes run at most
+// `threads.max_concurrent_tools` at once.
+void contain_tools(const node_config& cfg) {
+  if (!become_child_subreaper())
+    spdlog::warn("cannot become a child subreaper ({}): a tool's process "
+                 "that leaves its process group may outlive its run",
+                 std::strerror(errno));
+  tool_run_slots().set_limit(cfg.threads.max_concurrent_tools);
+}
+
+} // namespace
+
 int run_node(const node_config& cfg) {
   if (auto err = init_logging(cfg.logging, cfg.name, configured_secrets(cfg))) {
     std::cerr << "keel-node: " << cfg.source << ": " << render(err) << '\n';
@@ -590,6 +609,7 @@ int run_node(const node_config& cfg) {
     std::cerr << "keel-node: cannot start: " << error_message(err) << '\n';
     return 2;
   }
+  contain_tools(cfg);
   // Signals are taken by a dedicated thread (sigwait), so block them in
   // every thread before any is started.
   sigset_t signals;

@@ -5,7 +5,7 @@
 
 #include <caf/all.hpp>
 
-#include "keel/job_threads.hpp"
+#include "keel/run_slots.hpp"
 #include "keel/tool_command.hpp"
 
 namespace keel {
@@ -30,6 +30,12 @@ caf::expected<tool_run> make_tool_run(const tool_config& tool,
   run.timeout = tool.timeout;
   run.grace = tool.grace;
   run.output_cap = tool.output_cap;
+  auto& limits = tool.limits;
+  run.memory_limit = limits.memory;
+  run.cpu_seconds_limit = static_cast<uint64_t>(limits.cpu_time.count());
+  run.open_files_limit = limits.open_files;
+  run.processes_limit = limits.processes;
+  run.file_size_limit = limits.file_size;
   return run;
 }
 
@@ -59,6 +65,8 @@ process_spec make_spec(const tool_run& run) {
   spec.timeout = duration_cast<milliseconds>(run.timeout);
   spec.grace = duration_cast<milliseconds>(run.grace);
   spec.output_cap = run.output_cap;
+  spec.limits = {run.memory_limit, run.cpu_seconds_limit, run.open_files_limit,
+                 run.processes_limit, run.file_size_limit};
   return spec;
 }
 
@@ -75,6 +83,15 @@ tool_outcome failed_outcome(std::string why) {
 tool_outcome guarded_run(const tool_run& run,
                          const std::atomic<bool>* cancel) noexcept {
   try {
+    if (cancel != nullptr && cancel->load()) {
+      // Cancelled while it waited for a slot: never started.
+      process_result never;
+      never.cancelled = true;
+      tool_outcome outcome;
+      outcome.text = tool_result_text(run.tool, never);
+      outcome.error = tool_error(run.tool, never);
+      return outcome;
+    }
     return run_tool_process(run, cancel);
   } catch (const std::exception& e) {
     return failed_outcome("cannot run " + run.tool + ": " + e.what());
@@ -118,14 +135,16 @@ namespace {
 
 using runner_ptr = tool_runner_actor::stateful_pointer<tool_runner_state>;
 
-// Hands `run` to a job thread, which reports to the runner (its handle
-// keeps the runner alive until then); if no thread can start, answers now.
+// Hands `run` to a job thread once a tool slot is free
+// (`threads.max_concurrent_tools`); the job reports to the runner (its
+// handle keeps the runner alive until then). If no thread can start,
+// answers now.
 void start_run(runner_ptr self, tool_run run) {
   auto& st = self->state;
   auto me = caf::actor_cast<tool_runner_actor>(self);
   auto tool = run.tool;
   try {
-    tool_job_threads().post([me, run = std::move(run), cancel = st.cancel] {
+    tool_run_slots().post([me, run = std::move(run), cancel = st.cancel] {
       caf::anon_send(me, atom::report_v, guarded_run(run, cancel.get()));
     });
   } catch (const std::exception& e) {

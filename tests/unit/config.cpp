@@ -1998,8 +1998,8 @@ CAF_TEST(tool mistakes are named) {
                   "or path, got \"\"");
   CAF_CHECK_EQUAL(tool_error("name: a\n" + ok_rest + "    colour: red\n"),
                   "node.yaml:5: tools[0].colour: unknown key (expected name, "
-                  "description, parameters, command, cwd, env, timeout, grace "
-                  "or output_cap)");
+                  "description, parameters, command, cwd, env, timeout, grace, "
+                  "output_cap or limits)");
   CAF_CHECK_EQUAL(error_of("tools:\n  name: a\n"),
                   "node.yaml:2: tools: expected a list of tools, got a "
                   "mapping");
@@ -2084,6 +2084,61 @@ CAF_TEST(tool limits are checked) {
                   "variable names, got \"PATH\"");
   // A zero grace kills at once.
   CAF_CHECK_EQUAL(tool("    grace: 0s\n"), "<parsed without error>");
+}
+
+CAF_TEST(tool resource limits have defaults and can be set or lifted) {
+  auto cfg = parse("tools:\n  - name: t\n    description: d\n"
+                   "    command: [\"true\"]\n");
+  CAF_REQUIRE_EQUAL(outcome(cfg), "none");
+  auto& def = cfg->tools[0].limits;
+  CAF_CHECK_EQUAL(def.memory, uint64_t{4} << 30);
+  CAF_CHECK_EQUAL(def.cpu_time, 600s);
+  CAF_CHECK_EQUAL(def.open_files, 1024u);
+  CAF_CHECK_EQUAL(def.processes, 1024u);
+  CAF_CHECK_EQUAL(def.file_size, uint64_t{1} << 30);
+  cfg = parse("tools:\n  - name: t\n    description: d\n"
+              "    command: [\"true\"]\n"
+              "    limits: {memory: 512MiB, cpu_time: 1500ms, open_files: 64, "
+              "processes: 0, file_size: 0}\n");
+  CAF_REQUIRE_EQUAL(outcome(cfg), "none");
+  auto& set = cfg->tools[0].limits;
+  CAF_CHECK_EQUAL(set.memory, uint64_t{512} << 20);
+  CAF_CHECK_EQUAL(set.cpu_time, 2s); // Whole seconds, rounded up.
+  CAF_CHECK_EQUAL(set.open_files, 64u);
+  CAF_CHECK_EQUAL(set.processes, 0u); // 0: not limited here.
+  CAF_CHECK_EQUAL(set.file_size, 0u);
+  auto tool = [](const std::string& limits) {
+    return tool_error("name: a\n    description: d\n    command: [x]\n"
+                      "    limits: "
+                      + limits + "\n");
+  };
+  CAF_CHECK_EQUAL(tool("{cpu: 1s}"),
+                  "node.yaml:5: tools[0].limits.cpu: unknown key (expected "
+                  "memory, cpu_time, open_files, processes or file_size)");
+  CAF_CHECK_EQUAL(tool("{open_files: -1}"),
+                  "node.yaml:5: tools[0].limits.open_files: expected an "
+                  "integer >= 0, got \"-1\"");
+  CAF_CHECK_EQUAL(tool("{memory: lots}"),
+                  "node.yaml:5: tools[0].limits.memory: expected a size in "
+                  "bytes >= 0 (an integer, or a string like \"64KiB\" or "
+                  "\"1MiB\"), got \"lots\"");
+  CAF_CHECK_EQUAL(tool("{cpu_time: 10}"),
+                  "node.yaml:5: tools[0].limits.cpu_time: expected a duration "
+                  "such as \"250ms\", \"5s\", \"2m\" or \"1h\", got \"10\" "
+                  "(a unit is required)");
+  CAF_CHECK_EQUAL(tool("64"),
+                  "node.yaml:5: tools[0].limits: expected a mapping, got "
+                  "\"64\"");
+}
+
+CAF_TEST(tool concurrency is bounded node-wide) {
+  CAF_CHECK_EQUAL(default_config().threads.max_concurrent_tools, 8u);
+  auto cfg = parse("threads:\n  max_concurrent_tools: 2\n");
+  CAF_REQUIRE_EQUAL(outcome(cfg), "none");
+  CAF_CHECK_EQUAL(cfg->threads.max_concurrent_tools, 2u);
+  CAF_CHECK_EQUAL(error_of("threads:\n  max_concurrent_tools: 0\n"),
+                  "node.yaml:2: threads.max_concurrent_tools: expected an "
+                  "integer >= 1, got \"0\"");
 }
 
 CAF_TEST(pools and threads assign declared tools) {

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -148,6 +149,54 @@ CAF_TEST(a program that cannot be started is an error naming it) {
   auto nowhere = run_process(spec);
   CAF_REQUIRE(!nowhere);
   CAF_CHECK_EQUAL(error_message(nowhere.error()),
-                  "cannot start /bin/sh: No such file or directory");
+                  "cannot start /bin/sh: chdir: No such file or directory");
   CAF_CHECK_EQUAL(run_process(process_spec{}).error(), ec::config_invalid);
+}
+
+CAF_TEST(a descendant that left the group ends with a timed-out run) {
+  // setsid puts the sleeper in a session (and group) of its own, out of
+  // reach of the group kill; it is still a descendant of the run.
+  auto spec = shell("setsid sleep 30 & echo $!; wait");
+  spec.timeout = 300ms;
+  spec.grace = 100ms;
+  auto result = run(spec);
+  CAF_CHECK(result.timed_out);
+  auto escaped = static_cast<pid_t>(std::stoi(result.out));
+  CAF_CHECK(ends_within(escaped, 2s));
+}
+
+CAF_TEST(the child runs under the resource limits it is given) {
+  auto spec = shell("cat /proc/self/limits");
+  spec.limits = {64 << 20, 3, 77, 55, 4096};
+  auto limits = run(spec).out;
+  auto soft = [&limits](const std::string& name) {
+    auto at = limits.find(name);
+    if (at == std::string::npos)
+      return std::string{"(no "} + name + ")";
+    auto begin = limits.find_first_not_of(' ', at + name.size());
+    return limits.substr(begin, limits.find(' ', begin) - begin);
+  };
+  CAF_CHECK_EQUAL(soft("Max address space"), "67108864");
+  CAF_CHECK_EQUAL(soft("Max cpu time"), "3");
+  CAF_CHECK_EQUAL(soft("Max open files"), "77");
+  CAF_CHECK_EQUAL(soft("Max processes"), "55");
+  CAF_CHECK_EQUAL(soft("Max file size"), "4096");
+  // 0 leaves a limit as ours.
+  rlimit ours{};
+  ::getrlimit(RLIMIT_NOFILE, &ours);
+  spec.limits = {};
+  limits = run(spec).out;
+  CAF_CHECK_EQUAL(soft("Max open files"), std::to_string(ours.rlim_cur));
+}
+
+CAF_TEST(a limit the kernel refuses is an error naming the limit) {
+  // Above the kernel's ceiling for open files (fs.nr_open), even for root.
+  auto spec = shell("true");
+  spec.limits.open_files = uint64_t{1} << 40;
+  auto refused = run_process(spec);
+  CAF_REQUIRE(!refused);
+  CAF_CHECK_EQUAL(refused.error(), ec::unavailable);
+  CAF_CHECK_EQUAL(error_message(refused.error()).rfind(
+                    "cannot start /bin/sh: open_files limit: ", 0),
+                  0u);
 }

@@ -148,12 +148,21 @@ struct tool_run {
   caf::timespan grace{0};
   /// Bytes of stdout and of stderr each kept.
   uint64_t output_cap = 0;
+  /// Resource limits (`tools[].limits`; 0: none): address space bytes, CPU
+  /// seconds, open files, processes, file size bytes.
+  uint64_t memory_limit = 0;
+  uint64_t cpu_seconds_limit = 0;
+  uint64_t open_files_limit = 0;
+  uint64_t processes_limit = 0;
+  uint64_t file_size_limit = 0;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, tool_run& x) {
   return f(caf::meta::type_name("keel::tool_run"), x.tool, x.argv, x.cwd, x.env,
-           x.timeout, x.grace, x.output_cap);
+           x.timeout, x.grace, x.output_cap, x.memory_limit,
+           x.cpu_seconds_limit, x.open_files_limit, x.processes_limit,
+           x.file_size_limit);
 }
 
 /// How a tool's run ended, as the model and the thread see it.

@@ -43,8 +43,9 @@ struct tool_runner_state {
   caf::typed_response_promise<tool_outcome> answer;
 };
 
-/// Runs the tool on `tool_job_threads()`, whose thread is blocked until the
-/// tool's process group is gone (the runner itself is an ordinary actor).
+/// Runs the tool on `tool_run_slots()` (a job thread, once a slot is
+/// free), whose thread is blocked until the tool's processes are gone (the
+/// runner itself is an ordinary actor).
 /// Answers one `run`, then quits.
 tool_runner_actor::behavior_type
 tool_runner(tool_runner_actor::stateful_pointer<tool_runner_state> self,

@@ -106,9 +106,12 @@ constexpr const char* failure_classes[]
      "overloaded", "model_not_found", "context_overflow", "invalid_request",
      "format",     "unknown"};
 
-constexpr const char* tool_keys[] = {"name",    "description", "parameters",
-                                     "command", "cwd",         "env",
-                                     "timeout", "grace",       "output_cap"};
+constexpr const char* tool_keys[]
+  = {"name",    "description", "parameters", "command", "cwd",
+     "env",     "timeout",     "grace",      "output_cap", "limits"};
+
+constexpr const char* tool_limit_keys[]
+  = {"memory", "cpu_time", "open_files", "processes", "file_size"};
 
 /// Tools the runtime itself gives threads; `tools[]` cannot take their names.
 constexpr const char* builtin_tools[] = {"spawn_agent", "message_agent"};
@@ -130,6 +133,7 @@ constexpr const char* thread_keys[] = {"system_prompt",
                                        "agent_tools",
                                        "guard",
                                        "disable_tool_after",
+                                       "max_concurrent_tools",
                                        "compaction",
                                        "agents"};
 
@@ -349,6 +353,7 @@ private:
   void read_tool_command(const map_reader& m, tool_config& cfg,
                          const nlohmann::ordered_json& parameters);
   void read_tool_limits(const map_reader& m, tool_config& cfg);
+  void read_tool_rlimits(const map_reader& m, tool_limits& cfg);
   /// Reads the JSON schema at `parameters` (a mapping with type: object).
   nlohmann::ordered_json read_parameters(const map_reader& m);
   /// Converts YAML to JSON: scalars by their plain YAML type (quoted ones
@@ -1151,6 +1156,22 @@ void parser::read_tool_limits(const map_reader& m, tool_config& cfg) {
     cfg.grace = read_millis(*x, m.path("grace"), false);
   if (auto x = m.get("output_cap"))
     cfg.output_cap = read_size(*x, m.path("output_cap"), 1);
+  if (auto l = section(m, "limits", strings(tool_limit_keys)))
+    read_tool_rlimits(*l, cfg.limits);
+}
+
+void parser::read_tool_rlimits(const map_reader& m, tool_limits& cfg) {
+  if (auto x = m.get("memory"))
+    cfg.memory = read_size(*x, m.path("memory"), 0);
+  if (auto x = m.get("cpu_time")) {
+    // Whole seconds, as the kernel counts them; a fraction rounds up.
+    auto ms = read_millis(*x, m.path("cpu_time"), false).count();
+    cfg.cpu_time = std::chrono::seconds{(ms + 999) / 1000};
+  }
+  read_count(m, "open_files", 0, cfg.open_files);
+  read_count(m, "processes", 0, cfg.processes);
+  if (auto x = m.get("file_size"))
+    cfg.file_size = read_size(*x, m.path("file_size"), 0);
 }
 
 // -- threads, supervision, logging and storage --------------------------------
@@ -1180,6 +1201,7 @@ void parser::read_threads(const map_reader& m, thread_defaults& cfg) {
     cfg.disable_tool_after
       = static_cast<uint32_t>(read_int(*x, m.path("disable_tool_after"), 1,
                                        std::numeric_limits<uint32_t>::max()));
+  read_count(m, "max_concurrent_tools", 1, cfg.max_concurrent_tools);
   if (auto c = section(m, "compaction", strings(compaction_keys)))
     read_compaction(*c, cfg);
   if (auto a = section(m, "agents", strings(agent_keys)))

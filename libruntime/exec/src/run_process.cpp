@@ -1,14 +1,20 @@
 #include "keel/run_process.hpp"
 
+#include "keel/process_tree.hpp"
+
 #include <cerrno>
 #include <csignal>
 #include <cstring>
+#include <array>
+#include <iterator>
+#include <mutex>
 #include <thread>
 
 #include <fcntl.h>
 #include <linux/close_range.h>
 #include <poll.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -59,13 +65,51 @@ struct exec_args {
       envp.push_back(nullptr);
     }
     cwd = spec.cwd.empty() ? nullptr : spec.cwd.c_str();
+    auto& l = spec.limits;
+    limits = {{{RLIMIT_AS, l.memory},
+               {RLIMIT_CPU, l.cpu_seconds},
+               {RLIMIT_NOFILE, l.open_files},
+               {RLIMIT_NPROC, l.processes},
+               {RLIMIT_FSIZE, l.file_size}}};
   }
 
   std::vector<std::string> vars;
   std::vector<char*> argv;
   std::vector<char*> envp;
   const char* cwd = nullptr;
+  /// Each resource and its limit (0: left as it is).
+  std::array<std::pair<int, uint64_t>, 5> limits;
 };
+
+// What the child reports when it could not exec: the step that failed
+// (an index into `child_steps`) and its errno.
+struct child_report {
+  int step = 0;
+  int code = 0;
+};
+
+constexpr const char* child_steps[]
+  = {"exec", "chdir", "memory limit", "cpu_time limit", "open_files limit",
+     "processes limit", "file_size limit"};
+
+// In the child: reports `step` failed with errno and exits.
+[[noreturn]] void child_failed(const run_pipes& p, int step) {
+  child_report report{step, errno};
+  [[maybe_unused]] auto n = ::write(p.report[1], &report, sizeof(report));
+  ::_exit(127);
+}
+
+// In the child: the resource limits, soft and hard.
+void apply_limits(const exec_args& args, const run_pipes& p) {
+  for (size_t i = 0; i < args.limits.size(); ++i) {
+    auto [resource, value] = args.limits[i];
+    if (value == 0)
+      continue;
+    rlimit rl{static_cast<rlim_t>(value), static_cast<rlim_t>(value)};
+    if (::setrlimit(resource, &rl) != 0)
+      child_failed(p, static_cast<int>(2 + i));
+  }
+}
 
 // In the vforked child, every signal blocked: never returns. Gives every
 // signal its default action (the parent's handlers must not run here, and
@@ -89,30 +133,35 @@ struct exec_args {
   sigset_t none;
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
-  if (args.cwd == nullptr || ::chdir(args.cwd) == 0) {
-    if (args.envp.empty())
-      ::execvp(args.argv[0], args.argv.data());
-    else
-      ::execvpe(args.argv[0], args.argv.data(), args.envp.data());
-  }
-  int code = errno;
-  [[maybe_unused]] auto n = ::write(p.report[1], &code, sizeof(code));
-  ::_exit(127);
+  if (args.cwd != nullptr && ::chdir(args.cwd) != 0)
+    child_failed(p, 1);
+  apply_limits(args, p);
+  if (args.envp.empty())
+    ::execvp(args.argv[0], args.argv.data());
+  else
+    ::execvpe(args.argv[0], args.argv.data(), args.envp.data());
+  child_failed(p, 0);
 }
 
 // Starts the child: vfork, not fork, which would copy the page tables of
 // the whole node (milliseconds for a large one, and a copy-on-write fault
 // for each page the node writes until the child execs). Signals stay
-// blocked in this thread until the child has exec'd or exited.
+// blocked in this thread until the child has exec'd or exited. The child
+// is registered under the lock that sweeps for orphans take, so none takes
+// it for one.
 pid_t spawn_child(const exec_args& args, const run_pipes& p) {
   sigset_t all;
   sigset_t before;
   sigfillset(&all);
   ::pthread_sigmask(SIG_SETMASK, &all, &before);
+  std::unique_lock<std::mutex> guard{run_children::mutex()};
   auto pid = ::vfork();
   if (pid == 0)
     exec_child(args, p);
   auto saved = errno;
+  if (pid > 0)
+    run_children::add(pid);
+  guard.unlock();
   ::pthread_sigmask(SIG_SETMASK, &before, nullptr);
   errno = saved;
   return pid;
@@ -149,21 +198,29 @@ void read_ready(run_pipes& p, const process_spec& spec, process_result& result,
 }
 
 // Ends the group: SIGTERM, then SIGKILL after `grace` (at once without
-// one). Returns the child's wait status.
+// one) to the group and to every descendant (also those that left the
+// group). Returns the child's wait status.
 int end_group(pid_t pid, std::chrono::milliseconds grace) {
   int status = 0;
+  // Marked now: once the child is gone, its descendants are no longer
+  // found as such (they were re-parented).
+  auto tree = mark_descendants(pid);
   if (grace.count() > 0) {
     ::kill(-pid, SIGTERM);
+    signal_marked(tree, SIGTERM);
     auto deadline = clock_type::now() + grace;
     while (clock_type::now() < deadline) {
       if (::waitpid(pid, &status, WNOHANG) == pid) {
         ::kill(-pid, SIGKILL); // What it left behind.
+        signal_marked(tree, SIGKILL);
         return status;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds{10});
     }
   }
+  end_process_tree(pid);
   ::kill(-pid, SIGKILL);
+  signal_marked(tree, SIGKILL);
   ::waitpid(pid, &status, 0);
   return status;
 }
@@ -171,12 +228,14 @@ int end_group(pid_t pid, std::chrono::milliseconds grace) {
 // Whether the exec failed; `reason` gets why.
 bool exec_failed(run_pipes& p, std::string& reason) {
   run_pipes::close_end(p.report[1]);
-  int code = 0;
-  auto n = ::read(p.report[0], &code, sizeof(code));
+  child_report report;
+  auto n = ::read(p.report[0], &report, sizeof(report));
   run_pipes::close_end(p.report[0]);
-  if (n != static_cast<ssize_t>(sizeof(code)))
+  if (n != static_cast<ssize_t>(sizeof(report)))
     return false;
-  reason = std::strerror(code);
+  reason = std::strerror(report.code);
+  if (report.step > 0 && report.step < static_cast<int>(std::size(child_steps)))
+    reason = std::string{child_steps[report.step]} + ": " + reason;
   return true;
 }
 
@@ -208,6 +267,8 @@ void supervise(pid_t pid, run_pipes& p, const process_spec& spec,
     ::kill(-pid, SIGKILL); // Whatever it left running in its group.
   else
     status = end_group(pid, spec.grace);
+  run_children::remove(pid);
+  end_process_tree(0); // What escaped the group and was orphaned.
   result.exit_code = exit_code_of(status);
   // The group is gone: what is left in the pipes is all there is.
   for (int i = 0; i < 100 && (p.out[0] >= 0 || p.err[0] >= 0); ++i)
@@ -247,6 +308,7 @@ caf::expected<process_result> run_process(const process_spec& spec,
   if (exec_failed(p, reason)) {
     int status = 0;
     ::waitpid(pid, &status, 0);
+    run_children::remove(pid);
     return caf::make_error(ec::unavailable,
                            "cannot start " + spec.argv.front() + ": " + reason);
   }

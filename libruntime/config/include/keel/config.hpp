@@ -222,6 +222,22 @@ struct pool_config {
   std::vector<std::string> tools;
 };
 
+/// Resource limits of a tool's process (`tools[].limits`), set before it
+/// starts and inherited by everything it starts; 0: not limited here (the
+/// node's own limit applies).
+struct tool_limits {
+  /// Address space in bytes (RLIMIT_AS).
+  uint64_t memory = uint64_t{4} << 30;
+  /// CPU time, in whole seconds (RLIMIT_CPU).
+  std::chrono::seconds cpu_time{600};
+  /// Open files (RLIMIT_NOFILE).
+  uint64_t open_files = 1024;
+  /// Processes of the tool's user (RLIMIT_NPROC; root is exempt).
+  uint64_t processes = 1024;
+  /// Largest file it may write, in bytes (RLIMIT_FSIZE).
+  uint64_t file_size = uint64_t{1} << 30;
+};
+
 /// One tool the model may call (`tools[]`): a program run as a
 /// subprocess with the model's arguments.
 struct tool_config {
@@ -249,6 +265,7 @@ struct tool_config {
   std::chrono::milliseconds grace{2000};
   /// Bytes of stdout and of stderr each kept for the model (size units).
   size_t output_cap = 16 * 1024;
+  tool_limits limits;
 };
 
 /// Limits of agent trees (`threads.agents:`).
@@ -300,6 +317,9 @@ struct thread_defaults {
   guard_limits guard;
   /// A tool failing this many times in one thread is disabled there.
   uint32_t disable_tool_after = 3;
+  /// Tool processes running at once on the node; further calls wait their
+  /// turn (in order, holding no thread).
+  size_t max_concurrent_tools = 8;
   /// When to warn about and compact a full context (`compaction:`).
   compaction_settings compaction;
   /// Whether contexts are compacted at all (`compaction.enabled`).

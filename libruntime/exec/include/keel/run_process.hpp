@@ -1,13 +1,14 @@
 #pragma once
 
 // Runs a program to completion as a child process, in a process group of
-// its own so that everything it starts ends with it. Blocking: call it
-// from a thread of its own (e.g. one of `job_threads`), never on a CAF
-// worker.
+// its own, under resource limits; everything it starts ends with it, also
+// what left its group (see process_tree.hpp). Blocking: call it from a
+// thread of its own (e.g. one of `job_threads`), never on a CAF worker.
 
 #include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <limits>
 #include <optional>
 #include <string>
@@ -17,6 +18,22 @@
 #include "keel/error.hpp"
 
 namespace keel {
+
+/// Resource limits of the child (`setrlimit` before the exec, soft and
+/// hard alike); 0 leaves a limit as the parent has it.
+struct process_limits {
+  /// Address space in bytes (RLIMIT_AS).
+  uint64_t memory = 0;
+  /// CPU seconds (RLIMIT_CPU): SIGXCPU, then SIGKILL a second later.
+  uint64_t cpu_seconds = 0;
+  /// Open file descriptors (RLIMIT_NOFILE).
+  uint64_t open_files = 0;
+  /// Processes of the child's real user (RLIMIT_NPROC; not enforced for
+  /// root).
+  uint64_t processes = 0;
+  /// Bytes of the largest file it may write (RLIMIT_FSIZE).
+  uint64_t file_size = 0;
+};
 
 /// What to run and how.
 struct process_spec {
@@ -34,6 +51,7 @@ struct process_spec {
   /// Bytes kept of stdout and of stderr each; the rest is read and
   /// counted, never left to block the child.
   size_t output_cap = std::numeric_limits<size_t>::max();
+  process_limits limits;
 };
 
 /// How a run ended.
@@ -61,8 +79,8 @@ int exit_code_of(int wait_status);
 /// running in its group is killed too. When `cancel` becomes true the run
 /// ends as on a timeout. Fails with `ec::config_invalid` for an empty argv
 /// and with `ec::unavailable`, naming the program and the reason, when it
-/// cannot be started (not found, not executable, no such folder, vfork
-/// failed).
+/// cannot be started (not found, not executable, no such folder, a limit
+/// refused, vfork failed).
 caf::expected<process_result>
 run_process(const process_spec& spec,
             const std::atomic<bool>* cancel = nullptr);
