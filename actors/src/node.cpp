@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <sys/stat.h>
 #include <thread>
 
 #include <caf/all.hpp>
@@ -445,7 +446,11 @@ caf::error wait_for_database(const node_config& cfg, bool& stopped) {
 caf::expected<std::unique_ptr<node>> node::start(caf::actor_system& sys,
                                                  const node_config& cfg) {
   std::error_code fs_err;
-  std::filesystem::create_directories(cfg.data_dir, fs_err);
+  // The owner's only (RocksDB's files, the stored messages): made 0700
+  // whatever the umask of whoever starts the node.
+  if (std::filesystem::create_directories(cfg.data_dir, fs_err))
+    std::filesystem::permissions(cfg.data_dir,
+                                 std::filesystem::perms::owner_all, fs_err);
   if (fs_err)
     return caf::make_error(ec::storage_open_failed,
                            "cannot create data folder '" + cfg.data_dir
@@ -597,6 +602,9 @@ void contain_tools(const node_config& cfg) {
 } // namespace
 
 int run_node(const node_config& cfg) {
+  // Everything the node creates (data, logs, sockets; also what its tools
+  // write) is its user's only: files 0600, folders 0700.
+  ::umask(S_IRWXG | S_IRWXO);
   if (auto err = init_logging(cfg.logging, cfg.name, configured_secrets(cfg))) {
     std::cerr << "keel-node: " << cfg.source << ": " << render(err) << '\n';
     return 2;

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <vector>
@@ -292,4 +293,39 @@ CAF_TEST(no answer or log line contains a secret) {
     CAF_CHECK_EQUAL(answers.find(secret), std::string::npos);
     CAF_CHECK_EQUAL(log.find(secret), std::string::npos);
   }
+}
+
+// The node's files are its user's only, whatever the umask it was started
+// with (this test runner's is usually 022): the data folder, RocksDB's
+// files in it and the log file and its folder have no group or other bits.
+CAF_TEST(the data folder and the log file are for the owner only) {
+  namespace fs = std::filesystem;
+  temp_dir dir{"keel-sec-modes"};
+  auto log_file = dir.str() + "/logs/node.log";
+  auto yaml = node_yaml(dir) + "  file: " + log_file + "\n";
+  node_process node{dir.str(), yaml};
+  auto client = connect_client(node.address());
+  CAF_REQUIRE(!client->send_text(protocol::send_frame("t1", "m1", "hello")));
+  auto reply = receive_until(
+    client.operator*(), [](auto& j) { return j["type"] == "reply"; }, 30s);
+  CAF_CHECK(reply);
+  CAF_CHECK_EQUAL(node.stop(), 0);
+  auto exposed = [](const fs::path& path) {
+    auto mode = fs::status(path).permissions();
+    return (mode & (fs::perms::group_all | fs::perms::others_all))
+           != fs::perms::none;
+  };
+  std::vector<fs::path> paths{dir.path() / "data", dir.path() / "logs",
+                              log_file};
+  for (auto& entry : fs::recursive_directory_iterator{dir.path() / "data"})
+    paths.push_back(entry.path());
+  CAF_MESSAGE(paths.size() << " paths");
+  CAF_CHECK_GREATER(paths.size(), 5u);
+  size_t open = 0;
+  for (auto& path : paths)
+    if (exposed(path)) {
+      ++open;
+      CAF_MESSAGE("open to group or others: " << path);
+    }
+  CAF_CHECK_EQUAL(open, 0u);
 }

@@ -1,6 +1,7 @@
 #define CAF_SUITE config
 
 #include "keel/config.hpp"
+#include "keel/file_modes.hpp"
 
 #include "temp_dir.hpp"
 
@@ -1842,6 +1843,8 @@ CAF_TEST(an enabled cluster needs mutual tls unless on loopback) {
   // With TLS there is nothing to warn about.
   temp_dir tmp;
   auto pem = write_file(tmp, "x.pem", "pem");
+  std::filesystem::permissions(pem, std::filesystem::perms::owner_read
+                                      | std::filesystem::perms::owner_write);
   auto tls = parse(plain + "  tls:\n    cert: " + pem + "\n    key: " + pem
                    + "\n    ca: " + pem + "\n");
   CAF_REQUIRE_EQUAL(outcome(tls), "none");
@@ -2394,4 +2397,69 @@ CAF_TEST(a loopback client token without an admin token is warned about) {
     CAF_REQUIRE_EQUAL(outcome(cfg), "none");
     CAF_CHECK(cfg->warnings.empty());
   }
+}
+
+CAF_TEST(secret files readable beyond their owner are warned about) {
+  using std::filesystem::perms;
+  const std::pair<mode_t, const char*> modes[] = {
+    {0600, nullptr},
+    {0400, nullptr},
+    {0700, nullptr},
+    {0610, nullptr}, // Group may only run it: it cannot read it.
+    {0640, "open to its group (mode 0640)"},
+    {0620, "open to its group (mode 0620)"},
+    {0644, "open to every local user (mode 0644)"},
+    {0604, "open to every local user (mode 0604)"},
+  };
+  for (auto [mode, expected] : modes) {
+    CAF_MESSAGE("mode " << std::oct << mode);
+    auto w = exposed_mode_warning("gateway.token_file /t", mode);
+    CAF_CHECK_EQUAL(w.has_value(), expected != nullptr);
+    if (w && expected) {
+      KEEL_CHECK_CONTAINS(*w, "gateway.token_file /t is ");
+      KEEL_CHECK_CONTAINS(*w, expected);
+      KEEL_CHECK_CONTAINS(*w, "chmod 600");
+    }
+  }
+  temp_dir tmp;
+  auto token = write_file(tmp, "token", "file-token-1\n");
+  auto key = write_file(tmp, "node.key", "key");
+  auto cert = write_file(tmp, "node.crt", "cert");
+  auto warnings = [&](const std::string& extra) {
+    auto yaml = "gateway:\n  token_file: " + token + "\n" + extra;
+    auto path = write_file(tmp, "node.yaml", yaml);
+    auto cfg = load_config_file(path, [](auto&) { return std::nullopt; });
+    CAF_REQUIRE(cfg);
+    std::string all; // The file mode warnings only (not the admin API's).
+    for (auto& w : cfg->warnings)
+      if (w.find(" is open to ") != std::string::npos)
+        all += w + "\n";
+    return all;
+  };
+  std::filesystem::permissions(token, perms::owner_read | perms::group_read);
+  KEEL_CHECK_CONTAINS(warnings(""), "gateway.token_file " + token
+                                      + " is open to its group (mode 0440)");
+  std::filesystem::permissions(token, perms::owner_read | perms::owner_write);
+  CAF_CHECK_EQUAL(warnings(""), "");
+  // A config file with a secret written in it, readable by all.
+  auto inline_secret = "  admin_token: admin-inline-1\n";
+  auto path = (tmp.path() / "node.yaml").string();
+  auto text = warnings(inline_secret);
+  KEEL_CHECK_CONTAINS(text, "the configuration file " + path
+                              + " is open to every local user");
+  // The same file without a secret in it: nothing to protect.
+  CAF_CHECK_EQUAL(warnings(""), "");
+  // The cluster's TLS key.
+  std::filesystem::permissions(key, perms::owner_read | perms::others_read);
+  auto cluster = std::string{postgres_storage}
+                 + "cluster:\n  enabled: true\n  token: " + good_token
+                 + "\n  tls:\n    cert: " + cert + "\n    key: " + key
+                 + "\n    ca: " + cert + "\n";
+  auto cfg = parse(cluster);
+  CAF_REQUIRE(cfg);
+  std::string all;
+  for (auto& w : cfg->warnings)
+    all += w + "\n";
+  KEEL_CHECK_CONTAINS(all, "cluster.tls.key " + key
+                             + " is open to every local user (mode 0404)");
 }

@@ -14,6 +14,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "keel/config_secrets.hpp"
+#include "keel/file_modes.hpp"
 #include "keel/strict_yaml.hpp"
 
 namespace keel {
@@ -467,6 +469,9 @@ private:
   bool pools_written_ = false;
   /// The file set `threads.pool`.
   bool thread_pool_written_ = false;
+  /// The token files read: key path and file path (their modes are
+  /// warned about).
+  std::vector<std::pair<std::string, std::string>> secret_files_;
 };
 
 node_config parser::run(const YAML::Node& root) {
@@ -619,6 +624,7 @@ std::string parser::read_secret(const map_reader& m, const std::string& key,
       fail(m.line(key_file), m.path(key_file),
            "cannot read " + quote(path) + ": " + std::strerror(errno));
     std::getline(in, result);
+    secret_files_.emplace_back(m.path(key_file), path);
     if (!result.empty() && result.back() == '\r')
       result.pop_back();
     if (result.empty())
@@ -1749,6 +1755,14 @@ void parser::collect_warnings(node_config& cfg) const {
       "process that reaches "
       + render_host_port(cfg.cluster.listen_host, cfg.cluster.listen_port)
       + " can send the node's peers actor messages");
+  for (auto& [key, path] : secret_files_)
+    if (auto w = exposed_file_warning(key, path))
+      out.push_back(*w);
+  if (auto w = exposed_file_warning("gateway.tls.key_file",
+                                    cfg.gateway.tls.key_file))
+    out.push_back(*w);
+  if (auto w = exposed_file_warning("cluster.tls.key", cfg.cluster.tls.key))
+    out.push_back(*w);
   if (cfg.chaos.kill)
     out.push_back("chaos.kill is true: admin clients can kill any actor");
   if (cfg.chaos.disk)
@@ -1980,12 +1994,29 @@ caf::expected<node_config> parse_config(const std::string& yaml,
   }
 }
 
+namespace {
+
+// Whether the text of a configuration file holds one of the secrets it
+// configures as it is (not as a `${VAR}` or a token file).
+bool holds_secret(const std::string& text, const node_config& cfg) {
+  auto secrets = configured_secrets(cfg);
+  return std::any_of(secrets.begin(), secrets.end(), [&](auto& x) {
+    return text.find(x) != std::string::npos;
+  });
+}
+
+} // namespace
+
 caf::expected<node_config> load_config_file(const std::string& path,
                                             const env_lookup& env) {
   auto text = strict_yaml::read_file(path);
   if (!text)
     return std::move(text.error());
-  return parse_config(*text, path, env);
+  auto cfg = parse_config(*text, path, env);
+  if (cfg && holds_secret(*text, *cfg))
+    if (auto w = exposed_file_warning("the configuration file", path))
+      cfg->warnings.push_back(*w);
+  return cfg;
 }
 
 } // namespace keel

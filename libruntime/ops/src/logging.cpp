@@ -4,6 +4,7 @@
 #include <chrono>
 #include <csignal>
 #include <ctime>
+#include <filesystem>
 #include <limits>
 #include <utility>
 
@@ -310,6 +311,16 @@ void start_flusher() {
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
 }
 
+// Makes the folder of log file `file` (if it has one and it is missing)
+// its owner's only, 0700; a failure is left to the sink to report.
+void make_private_folder(const std::string& file) {
+  namespace fs = std::filesystem;
+  auto dir = fs::path{file}.parent_path();
+  std::error_code err;
+  if (!dir.empty() && fs::create_directories(dir, err))
+    fs::permissions(dir, fs::perms::owner_all, err);
+}
+
 } // namespace
 
 caf::error init_logging(const logging_config& cfg, const std::string& node,
@@ -326,6 +337,7 @@ caf::error init_logging(const logging_config& cfg, const std::string& node,
   // Made here rather than by spdlog's registry, which refuses a second
   // logger of the same name: init_logging may run again (tests do).
   std::shared_ptr<spdlog::logger> logger;
+  make_private_folder(cfg.file);
   try {
     spdlog::sink_ptr sink;
     if (cfg.file.empty())
