@@ -50,6 +50,21 @@ CAF_TEST(check - config accepts the shipped example and names bad keys) {
   }
 }
 
+CAF_TEST(check - config prints the warnings a start would log) {
+  temp_dir dir{"keel-cli"};
+  auto file = dir.str() + "/warned.yaml";
+  std::ofstream{file} << "gateway:\n  token: cli-secret-1\n"
+                      << "  allow_query_token: true\n";
+  auto res = run_command({node_binary(), "--check-config", file});
+  CAF_CHECK_EQUAL(res.exit_code, 0);
+  CAF_CHECK(contains(res.out, "configuration is valid"));
+  CAF_CHECK(contains(res.err, "warned.yaml: warning: "));
+  CAF_CHECK(contains(res.err, "allow_query_token"));
+  CAF_CHECK(contains(res.err, "gateway.admin_token is not set"));
+  CAF_CHECK(!contains(res.out + res.err, "cli-secret-1"));
+  CAF_MESSAGE("stderr: " << res.err);
+}
+
 CAF_TEST(keelctl sends and reads history and status) {
   temp_dir dir{"keel-cli"};
   node_process node{dir.str(), node_yaml(dir)};
