@@ -36,6 +36,8 @@ caf::expected<tool_run> make_tool_run(const tool_config& tool,
   run.open_files_limit = limits.open_files;
   run.processes_limit = limits.processes;
   run.file_size_limit = limits.file_size;
+  run.uid = tool.uid;
+  run.gid = tool.gid;
   return run;
 }
 
@@ -67,6 +69,7 @@ process_spec make_spec(const tool_run& run) {
   spec.output_cap = run.output_cap;
   spec.limits = {run.memory_limit, run.cpu_seconds_limit, run.open_files_limit,
                  run.processes_limit, run.file_size_limit};
+  spec.identity = {run.uid, run.gid};
   return spec;
 }
 

@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "keel/accounts.hpp"
 #include "keel/strict_yaml.hpp"
 
 namespace keel {
@@ -107,8 +108,9 @@ constexpr const char* failure_classes[]
      "format",     "unknown"};
 
 constexpr const char* tool_keys[]
-  = {"name",    "description", "parameters", "command", "cwd",
-     "env",     "timeout",     "grace",      "output_cap", "limits"};
+  = {"name",       "description", "parameters", "command",
+     "cwd",        "env",         "timeout",    "grace",
+     "output_cap", "limits",      "user",       "group"};
 
 constexpr const char* tool_limit_keys[]
   = {"memory", "cpu_time", "open_files", "processes", "file_size"};
@@ -354,6 +356,7 @@ private:
                          const nlohmann::ordered_json& parameters);
   void read_tool_limits(const map_reader& m, tool_config& cfg);
   void read_tool_rlimits(const map_reader& m, tool_limits& cfg);
+  void read_tool_account(const map_reader& m, tool_config& cfg);
   /// Reads the JSON schema at `parameters` (a mapping with type: object).
   nlohmann::ordered_json read_parameters(const map_reader& m);
   /// Converts YAML to JSON: scalars by their plain YAML type (quoted ones
@@ -1158,6 +1161,28 @@ void parser::read_tool_limits(const map_reader& m, tool_config& cfg) {
     cfg.output_cap = read_size(*x, m.path("output_cap"), 1);
   if (auto l = section(m, "limits", strings(tool_limit_keys)))
     read_tool_rlimits(*l, cfg.limits);
+  read_tool_account(m, cfg);
+}
+
+void parser::read_tool_account(const map_reader& m, tool_config& cfg) {
+  auto user = m.get("user");
+  auto group = m.get("group");
+  if (group && !user)
+    fail(line_of(*group), m.path("group"),
+         "a group needs a user (set user: as well)");
+  if (!user)
+    return;
+  cfg.user = read_string(*user, m.path("user"));
+  if (group)
+    cfg.group = read_string(*group, m.path("group"));
+  auto account = resolve_account(cfg.user, cfg.group);
+  if (!account.error.empty()) {
+    auto& at = account.group_error ? *group : *user;
+    fail(line_of(at), m.path(account.group_error ? "group" : "user"),
+         account.error);
+  }
+  cfg.uid = account.uid;
+  cfg.gid = account.gid;
 }
 
 void parser::read_tool_rlimits(const map_reader& m, tool_limits& cfg) {
