@@ -12,6 +12,8 @@ namespace keel {
 
 caf::expected<tool_run> make_tool_run(const tool_config& tool,
                                       const tool_call& call) {
+  if (auto err = check_arguments(tool.parameters, call.arguments))
+    return err;
   auto argv = expand_command(tool.command, call.arguments);
   if (!argv)
     return std::move(argv.error());

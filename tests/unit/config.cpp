@@ -2169,6 +2169,30 @@ CAF_TEST(the account of a tool is looked up when the file is read) {
                   "well");
 }
 
+CAF_TEST(a placeholder that may be read as an option is warned about) {
+  auto tool = [](const std::string& command) {
+    return parse("tools:\n  - name: a\n    description: d\n"
+                 "    parameters:\n      type: object\n      properties:\n"
+                 "        p: {type: string}\n    command: "
+                 + command + "\n");
+  };
+  auto cfg = tool("[rm, \"{p}\"]");
+  CAF_REQUIRE_EQUAL(outcome(cfg), "none");
+  CAF_REQUIRE_EQUAL(cfg->warnings.size(), 1u);
+  CAF_CHECK_EQUAL(cfg->warnings[0],
+                  "tools[0].command[1]: \"{p}\" starts with an argument of "
+                  "the model's choosing and no \"--\" comes before it, so a "
+                  "value starting with '-' is read as an option (put \"--\" "
+                  "before it, or a fixed prefix such as --name={name})");
+  // After "--", behind a fixed prefix, or a literal brace: no warning.
+  for (auto safe : {"[rm, \"--\", \"{p}\"]", "[grep, \"--regexp={p}\"]",
+                    "[echo, \"{{p}}\"]", "[echo, \"x{p}\"]"}) {
+    cfg = tool(safe);
+    CAF_REQUIRE_EQUAL(outcome(cfg), "none");
+    CAF_CHECK_EQUAL(cfg->warnings.size(), 0u);
+  }
+}
+
 CAF_TEST(tool concurrency is bounded node-wide) {
   CAF_CHECK_EQUAL(default_config().threads.max_concurrent_tools, 8u);
   auto cfg = parse("threads:\n  max_concurrent_tools: 2\n");

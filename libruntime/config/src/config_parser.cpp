@@ -423,6 +423,9 @@ private:
   void check_gateway_auth(const gateway_config& cfg) const;
   void check_header_values(const std::vector<provider_config>& providers) const;
   void collect_warnings(node_config& cfg) const;
+  /// Warns of argv placeholders a value starting with '-' turns into an
+  /// option (no "--" before them).
+  void collect_tool_warnings(node_config& cfg) const;
   void check_backoff_bounds(const supervision_config& cfg) const;
   void check_providers(const std::vector<provider_config>& providers) const;
   void check_pools(const node_config& cfg) const;
@@ -1774,6 +1777,26 @@ void parser::collect_warnings(node_config& cfg) const {
   if (cfg.chaos.disk)
     out.push_back("chaos.disk is true: admin clients can make every disk "
                   "write fail");
+  collect_tool_warnings(cfg);
+}
+
+void parser::collect_tool_warnings(node_config& cfg) const {
+  for (size_t i = 0; i < cfg.tools.size(); ++i) {
+    auto& command = cfg.tools[i].command;
+    for (size_t j = 1; j < command.size(); ++j) {
+      if (command[j] == "--")
+        break; // What follows is never read as an option.
+      auto& element = command[j];
+      if (element.size() < 2 || element[0] != '{' || element[1] == '{')
+        continue;
+      cfg.warnings.push_back(
+        indexed(indexed("tools", i) + ".command", j) + ": " + quote(element)
+        + " starts with an argument of the model's choosing and no \"--\" "
+          "comes before it, so a value starting with '-' is read as an "
+          "option (put \"--\" before it, or a fixed prefix such as "
+          "--name={name})");
+    }
+  }
 }
 
 void parser::check_backoff_bounds(const supervision_config& cfg) const {
