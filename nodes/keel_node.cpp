@@ -66,6 +66,9 @@ int main(int argc, char** argv) {
       std::cerr << "keel-node: " << keel::error_message(cfg.error()) << '\n';
       return exit_config_error;
     }
+    for (auto& warning : cfg->warnings)
+      std::cerr << "keel-node: " << check_file << ": warning: " << warning
+                << '\n';
     std::cout << "keel-node: " << check_file << ": configuration is valid\n";
     return 0;
   }

@@ -1,13 +1,15 @@
 #include "keel/node.hpp"
 
-#include <csignal>
 #include <cerrno>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <sys/stat.h>
 #include <thread>
+
+#include <sys/prctl.h>
 
 #include <caf/all.hpp>
 #include <caf/io/middleman.hpp>
@@ -588,10 +590,15 @@ caf::error wait_for_stop(caf::scoped_actor& self, node& n,
 
 namespace {
 
-// The node's side of tool containment: orphans of tool runs come back to
-// it (to be killed), and tool processes run at most
-// `threads.max_concurrent_tools` at once.
+// The node's side of tool containment: its /proc files are root's, so a
+// tool running as the node's user cannot read its environment (API keys,
+// tokens) or memory; orphans of tool runs come back to it (to be killed);
+// and tool processes run at most `threads.max_concurrent_tools` at once.
 void contain_tools(const node_config& cfg) {
+  if (::prctl(PR_SET_DUMPABLE, 0) != 0)
+    spdlog::warn("cannot make the node non-dumpable ({}): tools running as "
+                 "its user can read its environment",
+                 std::strerror(errno));
   if (!become_child_subreaper())
     spdlog::warn("cannot become a child subreaper ({}): a tool's process "
                  "that leaves its process group may outlive its run",

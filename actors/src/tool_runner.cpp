@@ -12,6 +12,8 @@ namespace keel {
 
 caf::expected<tool_run> make_tool_run(const tool_config& tool,
                                       const tool_call& call) {
+  if (auto err = check_arguments(tool.parameters, call.arguments))
+    return err;
   auto argv = expand_command(tool.command, call.arguments);
   if (!argv)
     return std::move(argv.error());
@@ -36,6 +38,8 @@ caf::expected<tool_run> make_tool_run(const tool_config& tool,
   run.open_files_limit = limits.open_files;
   run.processes_limit = limits.processes;
   run.file_size_limit = limits.file_size;
+  run.uid = tool.uid;
+  run.gid = tool.gid;
   return run;
 }
 
@@ -67,6 +71,7 @@ process_spec make_spec(const tool_run& run) {
   spec.output_cap = run.output_cap;
   spec.limits = {run.memory_limit, run.cpu_seconds_limit, run.open_files_limit,
                  run.processes_limit, run.file_size_limit};
+  spec.identity = {run.uid, run.gid};
   return spec;
 }
 

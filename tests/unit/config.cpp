@@ -2002,7 +2002,7 @@ CAF_TEST(tool mistakes are named) {
   CAF_CHECK_EQUAL(tool_error("name: a\n" + ok_rest + "    colour: red\n"),
                   "node.yaml:5: tools[0].colour: unknown key (expected name, "
                   "description, parameters, command, cwd, env, timeout, grace, "
-                  "output_cap or limits)");
+                  "output_cap, limits, user or group)");
   CAF_CHECK_EQUAL(error_of("tools:\n  name: a\n"),
                   "node.yaml:2: tools: expected a list of tools, got a "
                   "mapping");
@@ -2132,6 +2132,68 @@ CAF_TEST(tool resource limits have defaults and can be set or lifted) {
   CAF_CHECK_EQUAL(tool("64"),
                   "node.yaml:5: tools[0].limits: expected a mapping, got "
                   "\"64\"");
+}
+
+CAF_TEST(the account of a tool is looked up when the file is read) {
+  auto tool = [](const std::string& account) {
+    return parse("tools:\n  - name: a\n    description: d\n"
+                 "    command: [x]\n"
+                 + account);
+  };
+  auto cfg = tool("");
+  CAF_REQUIRE_EQUAL(outcome(cfg), "none");
+  CAF_CHECK_EQUAL(cfg->tools[0].uid, -1); // The node's own.
+  CAF_CHECK_EQUAL(cfg->tools[0].gid, -1);
+  cfg = tool("    user: nobody\n");
+  CAF_REQUIRE_EQUAL(outcome(cfg), "none");
+  CAF_CHECK_EQUAL(cfg->tools[0].user, "nobody");
+  CAF_CHECK_EQUAL(cfg->tools[0].uid, 65534);
+  CAF_CHECK_EQUAL(cfg->tools[0].gid, 65534); // Its primary group.
+  cfg = tool("    user: \"65534\"\n    group: \"0\"\n");
+  CAF_REQUIRE_EQUAL(outcome(cfg), "none");
+  CAF_CHECK_EQUAL(cfg->tools[0].uid, 65534);
+  CAF_CHECK_EQUAL(cfg->tools[0].gid, 0);
+  auto error = [&](const std::string& account) {
+    return tool_error("name: a\n    description: d\n    command: [x]\n"
+                      + account);
+  };
+  CAF_CHECK_EQUAL(error("    user: keel-no-such-user\n"),
+                  "node.yaml:5: tools[0].user: no user named "
+                  "\"keel-no-such-user\" on this machine");
+  CAF_CHECK_EQUAL(error("    user: nobody\n    group: keel-no-such-group\n"),
+                  "node.yaml:6: tools[0].group: no group named "
+                  "\"keel-no-such-group\" on this machine");
+  CAF_CHECK_EQUAL(error("    group: nogroup\n"),
+                  "node.yaml:5: tools[0].group: a group needs a user (set "
+                  "user: as well)");
+  CAF_CHECK_EQUAL(error("    user: \"4000000\"\n"),
+                  "node.yaml:5: tools[0].user: user 4000000 has no entry in "
+                  "the user database, so no primary group: set group: as "
+                  "well");
+}
+
+CAF_TEST(a placeholder that may be read as an option is warned about) {
+  auto tool = [](const std::string& command) {
+    return parse("tools:\n  - name: a\n    description: d\n"
+                 "    parameters:\n      type: object\n      properties:\n"
+                 "        p: {type: string}\n    command: "
+                 + command + "\n");
+  };
+  auto cfg = tool("[rm, \"{p}\"]");
+  CAF_REQUIRE_EQUAL(outcome(cfg), "none");
+  CAF_REQUIRE_EQUAL(cfg->warnings.size(), 1u);
+  CAF_CHECK_EQUAL(cfg->warnings[0],
+                  "tools[0].command[1]: \"{p}\" starts with an argument of "
+                  "the model's choosing and no \"--\" comes before it, so a "
+                  "value starting with '-' is read as an option (put \"--\" "
+                  "before it, or a fixed prefix such as --name={name})");
+  // After "--", behind a fixed prefix, or a literal brace: no warning.
+  for (auto safe : {"[rm, \"--\", \"{p}\"]", "[grep, \"--regexp={p}\"]",
+                    "[echo, \"{{p}}\"]", "[echo, \"x{p}\"]"}) {
+    cfg = tool(safe);
+    CAF_REQUIRE_EQUAL(outcome(cfg), "none");
+    CAF_CHECK_EQUAL(cfg->warnings.size(), 0u);
+  }
 }
 
 CAF_TEST(tool concurrency is bounded node-wide) {

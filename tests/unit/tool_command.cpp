@@ -83,3 +83,55 @@ CAF_TEST(the result text says what the model needs to know) {
   CAF_CHECK_EQUAL(tool_result_text("touch", quiet),
                   "[touch finished with no output]\n");
 }
+
+CAF_TEST(an argument holding a NUL character is refused) {
+  // "a\u0000b" would reach the program as "a": refused, not cut short.
+  CAF_CHECK_EQUAL(
+    outcome(expand_command({"rm", "--", "{path}"}, R"({"path":"a\u0000b"})")),
+    "tool call: argument 'path' contains a NUL character, which no "
+    "command-line argument can hold");
+  // Inside an object or list it is written as JSON escapes it: \u0000.
+  CAF_CHECK_EQUAL(outcome(expand_command({"echo", "{x}"},
+                                         R"({"x":{"k":"a\u0000"}})")),
+                  R"(<echo><{"k":"a\u0000"}>)");
+}
+
+CAF_TEST(arguments are checked against the declared types) {
+  auto schema = std::string{R"({"type":"object","properties":{
+    "path": {"type": "string"}, "max": {"type": "integer"},
+    "ratio": {"type": "number"}, "exact": {"type": "boolean"},
+    "tags": {"type": "array"}, "opts": {"type": "object"},
+    "either": {"type": ["string", "null"]}, "any": {}},
+    "required": ["path"]})"};
+  auto check = [&](const std::string& args) {
+    auto err = check_arguments(schema, args);
+    return err ? error_message(err) : std::string{"ok"};
+  };
+  CAF_CHECK_EQUAL(check(R"({"path":"a","max":3,"ratio":0.5,"exact":true,)"
+                        R"("tags":[1],"opts":{},"either":null,"any":[{}],)"
+                        R"("extra":1})"),
+                  "ok");
+  CAF_CHECK_EQUAL(check(R"({"path":"a","max":3.0,"ratio":2})"), "ok");
+  CAF_CHECK_EQUAL(check(R"({"max":3})"),
+                  "tool call: missing required argument 'path'");
+  CAF_CHECK_EQUAL(check(R"({"path":["-rf","/"]})"),
+                  "tool call: argument 'path' must be of type string (the "
+                  "tool's parameters say so), got [\"-rf\",\"/\"]");
+  CAF_CHECK_EQUAL(check(R"({"path":"a","max":"3"})"),
+                  "tool call: argument 'max' must be of type integer (the "
+                  "tool's parameters say so), got \"3\"");
+  CAF_CHECK_EQUAL(check(R"({"path":"a","max":2.5})"),
+                  "tool call: argument 'max' must be of type integer (the "
+                  "tool's parameters say so), got 2.5");
+  CAF_CHECK_EQUAL(check(R"({"path":"a","either":1})"),
+                  "tool call: argument 'either' must be of type string or "
+                  "null (the tool's parameters say so), got 1");
+  CAF_CHECK_EQUAL(check(R"({"path":"a","exact":"yes"})").rfind(
+                    "tool call: argument 'exact' must be of type boolean", 0),
+                  0u);
+  CAF_CHECK_EQUAL(check("[1]"), "tool call: the arguments are not a JSON "
+                                "object");
+  CAF_CHECK_EQUAL(check_arguments(schema, "{}"), ec::provider_bad_answer);
+  // No schema to speak of: anything that is an object.
+  CAF_CHECK(!check_arguments(R"({"type":"object"})", R"({"a":1})"));
+}

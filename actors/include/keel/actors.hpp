@@ -155,6 +155,9 @@ struct tool_run {
   uint64_t open_files_limit = 0;
   uint64_t processes_limit = 0;
   uint64_t file_size_limit = 0;
+  /// The account it runs as (`tools[].user`/`group`); -1: the node's.
+  int64_t uid = -1;
+  int64_t gid = -1;
 };
 
 template <class Inspector>
@@ -162,7 +165,7 @@ typename Inspector::result_type inspect(Inspector& f, tool_run& x) {
   return f(caf::meta::type_name("keel::tool_run"), x.tool, x.argv, x.cwd, x.env,
            x.timeout, x.grace, x.output_cap, x.memory_limit,
            x.cpu_seconds_limit, x.open_files_limit, x.processes_limit,
-           x.file_size_limit);
+           x.file_size_limit, x.uid, x.gid);
 }
 
 /// How a tool's run ended, as the model and the thread see it.

@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "keel/accounts.hpp"
 #include "keel/config_secrets.hpp"
 #include "keel/file_modes.hpp"
 #include "keel/strict_yaml.hpp"
@@ -109,8 +110,9 @@ constexpr const char* failure_classes[]
      "format",     "unknown"};
 
 constexpr const char* tool_keys[]
-  = {"name",    "description", "parameters", "command", "cwd",
-     "env",     "timeout",     "grace",      "output_cap", "limits"};
+  = {"name",       "description", "parameters", "command",
+     "cwd",        "env",         "timeout",    "grace",
+     "output_cap", "limits",      "user",       "group"};
 
 constexpr const char* tool_limit_keys[]
   = {"memory", "cpu_time", "open_files", "processes", "file_size"};
@@ -356,6 +358,7 @@ private:
                          const nlohmann::ordered_json& parameters);
   void read_tool_limits(const map_reader& m, tool_config& cfg);
   void read_tool_rlimits(const map_reader& m, tool_limits& cfg);
+  void read_tool_account(const map_reader& m, tool_config& cfg);
   /// Reads the JSON schema at `parameters` (a mapping with type: object).
   nlohmann::ordered_json read_parameters(const map_reader& m);
   /// Converts YAML to JSON: scalars by their plain YAML type (quoted ones
@@ -422,6 +425,9 @@ private:
   void check_gateway_auth(const gateway_config& cfg) const;
   void check_header_values(const std::vector<provider_config>& providers) const;
   void collect_warnings(node_config& cfg) const;
+  /// Warns of argv placeholders a value starting with '-' turns into an
+  /// option (no "--" before them).
+  void collect_tool_warnings(node_config& cfg) const;
   void check_backoff_bounds(const supervision_config& cfg) const;
   void check_providers(const std::vector<provider_config>& providers) const;
   void check_pools(const node_config& cfg) const;
@@ -1164,6 +1170,28 @@ void parser::read_tool_limits(const map_reader& m, tool_config& cfg) {
     cfg.output_cap = read_size(*x, m.path("output_cap"), 1);
   if (auto l = section(m, "limits", strings(tool_limit_keys)))
     read_tool_rlimits(*l, cfg.limits);
+  read_tool_account(m, cfg);
+}
+
+void parser::read_tool_account(const map_reader& m, tool_config& cfg) {
+  auto user = m.get("user");
+  auto group = m.get("group");
+  if (group && !user)
+    fail(line_of(*group), m.path("group"),
+         "a group needs a user (set user: as well)");
+  if (!user)
+    return;
+  cfg.user = read_string(*user, m.path("user"));
+  if (group)
+    cfg.group = read_string(*group, m.path("group"));
+  auto account = resolve_account(cfg.user, cfg.group);
+  if (!account.error.empty()) {
+    auto& at = account.group_error ? *group : *user;
+    fail(line_of(at), m.path(account.group_error ? "group" : "user"),
+         account.error);
+  }
+  cfg.uid = account.uid;
+  cfg.gid = account.gid;
 }
 
 void parser::read_tool_rlimits(const map_reader& m, tool_limits& cfg) {
@@ -1768,6 +1796,26 @@ void parser::collect_warnings(node_config& cfg) const {
   if (cfg.chaos.disk)
     out.push_back("chaos.disk is true: admin clients can make every disk "
                   "write fail");
+  collect_tool_warnings(cfg);
+}
+
+void parser::collect_tool_warnings(node_config& cfg) const {
+  for (size_t i = 0; i < cfg.tools.size(); ++i) {
+    auto& command = cfg.tools[i].command;
+    for (size_t j = 1; j < command.size(); ++j) {
+      if (command[j] == "--")
+        break; // What follows is never read as an option.
+      auto& element = command[j];
+      if (element.size() < 2 || element[0] != '{' || element[1] == '{')
+        continue;
+      cfg.warnings.push_back(
+        indexed(indexed("tools", i) + ".command", j) + ": " + quote(element)
+        + " starts with an argument of the model's choosing and no \"--\" "
+          "comes before it, so a value starting with '-' is read as an "
+          "option (put \"--\" before it, or a fixed prefix such as "
+          "--name={name})");
+    }
+  }
 }
 
 void parser::check_backoff_bounds(const supervision_config& cfg) const {

@@ -66,6 +66,8 @@ struct exec_args {
     }
     cwd = spec.cwd.empty() ? nullptr : spec.cwd.c_str();
     auto& l = spec.limits;
+    uid = spec.identity.uid;
+    gid = spec.identity.gid;
     limits = {{{RLIMIT_AS, l.memory},
                {RLIMIT_CPU, l.cpu_seconds},
                {RLIMIT_NOFILE, l.open_files},
@@ -79,6 +81,9 @@ struct exec_args {
   const char* cwd = nullptr;
   /// Each resource and its limit (0: left as it is).
   std::array<std::pair<int, uint64_t>, 5> limits;
+  /// The account to switch to; uid < 0: none.
+  int64_t uid = -1;
+  int64_t gid = -1;
 };
 
 // What the child reports when it could not exec: the step that failed
@@ -90,7 +95,7 @@ struct child_report {
 
 constexpr const char* child_steps[]
   = {"exec", "chdir", "memory limit", "cpu_time limit", "open_files limit",
-     "processes limit", "file_size limit"};
+     "processes limit", "file_size limit", "setgroups", "setgid", "setuid"};
 
 // In the child: reports `step` failed with errno and exits.
 [[noreturn]] void child_failed(const run_pipes& p, int step) {
@@ -109,6 +114,23 @@ void apply_limits(const exec_args& args, const run_pipes& p) {
     if (::setrlimit(resource, &rl) != 0)
       child_failed(p, static_cast<int>(2 + i));
   }
+}
+
+// In the child: drops to the account of `args`, if any. Raw system calls:
+// glibc's setuid and friends signal every thread of the process to change
+// them all, and this vforked child shares the node's memory (and its
+// list of threads).
+void switch_account(const exec_args& args, const run_pipes& p) {
+  if (args.uid < 0)
+    return;
+  auto gid = static_cast<gid_t>(args.gid);
+  auto uid = static_cast<uid_t>(args.uid);
+  if (::syscall(SYS_setgroups, 1, &gid) != 0)
+    child_failed(p, 7);
+  if (::syscall(SYS_setresgid, gid, gid, gid) != 0)
+    child_failed(p, 8);
+  if (::syscall(SYS_setresuid, uid, uid, uid) != 0)
+    child_failed(p, 9);
 }
 
 // In the vforked child, every signal blocked: never returns. Gives every
@@ -136,6 +158,7 @@ void apply_limits(const exec_args& args, const run_pipes& p) {
   if (args.cwd != nullptr && ::chdir(args.cwd) != 0)
     child_failed(p, 1);
   apply_limits(args, p);
+  switch_account(args, p);
   if (args.envp.empty())
     ::execvp(args.argv[0], args.argv.data());
   else

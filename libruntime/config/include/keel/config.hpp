@@ -266,6 +266,13 @@ struct tool_config {
   /// Bytes of stdout and of stderr each kept for the model (size units).
   size_t output_cap = 16 * 1024;
   tool_limits limits;
+  /// The account the tool runs as (`user:`, a name or a number; empty:
+  /// the node's), and its group (`group:`; empty: the user's primary
+  /// group). Resolved when the file is read: `uid`/`gid` -1 for none.
+  std::string user;
+  std::string group;
+  int64_t uid = -1;
+  int64_t gid = -1;
 };
 
 /// Limits of agent trees (`threads.agents:`).

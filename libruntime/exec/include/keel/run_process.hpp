@@ -35,6 +35,12 @@ struct process_limits {
   uint64_t file_size = 0;
 };
 
+/// The account the child runs as; `uid < 0`: ours.
+struct process_identity {
+  int64_t uid = -1;
+  int64_t gid = -1;
+};
+
 /// What to run and how.
 struct process_spec {
   /// The command; argv[0] is looked up in $PATH unless it has a '/'. No
@@ -52,6 +58,9 @@ struct process_spec {
   /// counted, never left to block the child.
   size_t output_cap = std::numeric_limits<size_t>::max();
   process_limits limits;
+  /// Set: the child drops to this account (its group alone as the
+  /// supplementary groups, then the group, then the user) before the exec.
+  process_identity identity;
 };
 
 /// How a run ended.
@@ -80,7 +89,7 @@ int exit_code_of(int wait_status);
 /// ends as on a timeout. Fails with `ec::config_invalid` for an empty argv
 /// and with `ec::unavailable`, naming the program and the reason, when it
 /// cannot be started (not found, not executable, no such folder, a limit
-/// refused, vfork failed).
+/// or the account refused, vfork failed).
 caf::expected<process_result>
 run_process(const process_spec& spec,
             const std::atomic<bool>* cancel = nullptr);

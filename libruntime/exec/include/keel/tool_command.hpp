@@ -23,10 +23,19 @@ constexpr const char* tool_timeout_text
 /// JSON text; an object or array as compact JSON), `{{` and `}}` are
 /// literal braces. Fails with `ec::provider_bad_answer` naming what is
 /// wrong: arguments that are not a JSON object, an argument the template
-/// names but the call lacks, an unclosed `{`.
+/// names but the call lacks, an argument holding a NUL character (which
+/// would cut the argv element short), an unclosed `{`.
 caf::expected<std::vector<std::string>>
 expand_command(const std::vector<std::string>& argv_template,
                const std::string& arguments);
+
+/// Checks the model's arguments (a JSON object) against the tool's
+/// `parameters` schema (JSON text): every `required` name present, and
+/// each argument of a declared property of its declared `type` (a name or
+/// a list of names; "integer" takes 3 and 3.0). Other schema keywords are
+/// not checked. Fails with `ec::provider_bad_answer` naming the argument.
+caf::error check_arguments(const std::string& parameters,
+                           const std::string& arguments);
 
 /// What the model gets as the result of a run of tool `tool`: its stdout,
 /// then its stderr (marked), then a line for each of: output cut at the
