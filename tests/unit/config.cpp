@@ -557,7 +557,7 @@ CAF_TEST(integers out of range or malformed are errors) {
 CAF_TEST(per connection request and subscription caps are read and checked) {
   auto defaults = parse("");
   CAF_REQUIRE_EQUAL(outcome(defaults), "none");
-  CAF_CHECK_EQUAL(defaults->gateway.max_requests_in_flight, 32u);
+  CAF_CHECK_EQUAL(defaults->gateway.max_requests_in_flight, 128u);
   CAF_CHECK_EQUAL(defaults->gateway.max_subscriptions_per_connection, 1000u);
   auto cfg = parse("gateway:\n  max_requests_in_flight: 4\n"
                    "  max_subscriptions_per_connection: 10\n");

@@ -57,7 +57,7 @@ struct gateway_bridge_config {
   std::shared_ptr<fault_injection> disk_faults;
   /// Requests one connection may have under way
   /// (`gateway.max_requests_in_flight`).
-  size_t max_requests_in_flight = 32;
+  size_t max_requests_in_flight = 128;
   /// Threads one connection may follow
   /// (`gateway.max_subscriptions_per_connection`).
   size_t max_subscriptions = 1000;

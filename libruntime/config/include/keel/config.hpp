@@ -100,7 +100,7 @@ struct gateway_config {
   size_t max_history_bytes = 1 << 20;
   /// Requests (frames but `ping`) one connection may have under way, not
   /// yet answered; more are refused with the error `busy`.
-  size_t max_requests_in_flight = 32;
+  size_t max_requests_in_flight = 128;
   /// Threads one connection may follow (by `subscribe` or by sending);
   /// more are refused with the error `subscription_limit`.
   size_t max_subscriptions_per_connection = 1000;

@@ -23,7 +23,7 @@ class request_budget {
 public:
   /// At most `max_requests` requests per connection, of which at most
   /// `max_history` history requests.
-  explicit request_budget(size_t max_requests = 32,
+  explicit request_budget(size_t max_requests = 128,
                           size_t max_history = max_history_in_flight);
 
   /// Takes a slot for a request of `conn` (`history`: a history request);
