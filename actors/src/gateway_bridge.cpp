@@ -26,6 +26,14 @@ void subscription_table::subscribe(connection_id conn,
     subscriptions[conn].insert(thread);
 }
 
+bool subscription_table::may_subscribe(connection_id conn,
+                                       const std::string& thread,
+                                       size_t max) const {
+  auto i = subscriptions.find(conn);
+  return i == subscriptions.end() || i->second.size() < max
+         || i->second.count(thread) > 0;
+}
+
 void subscription_table::unsubscribe(connection_id conn,
                                      const std::string& thread) {
   if (auto i = subscribers.find(thread); i != subscribers.end()) {
@@ -62,11 +70,39 @@ memory_usage own_memory() {
   return mem ? *mem : memory_usage{};
 }
 
+// Sends the answer to a request of `conn` and gives its slot back.
+void answer(self_ptr self, connection_id conn, std::string frame,
+            bool history = false) {
+  self->state.budget.release(conn, history);
+  if (history)
+    self->state.cfg.server->send_answer(conn, std::move(frame));
+  else
+    self->state.cfg.server->send(conn, std::move(frame));
+}
+
 void send_error(self_ptr self, connection_id conn, const caf::error& err,
-                const std::string& id, const std::string& thread) {
-  self->state.cfg.server->send(
-    conn, protocol::error_frame(error_code_name(err), readable_message(err), id,
-                                thread));
+                const std::string& id, const std::string& thread,
+                bool history = false) {
+  answer(self, conn,
+         protocol::error_frame(error_code_name(err), readable_message(err), id,
+                               thread),
+         history);
+}
+
+// Refuses a frame that would make `conn` follow one thread too many.
+bool refuse_subscription(self_ptr self, connection_id conn,
+                         const protocol::client_frame& f) {
+  auto max = self->state.cfg.max_subscriptions;
+  if (self->state.subs().may_subscribe(conn, f.thread, max))
+    return false;
+  answer(self, conn,
+         protocol::error_frame(
+           "subscription_limit",
+           "this connection follows " + std::to_string(max)
+             + " threads, the most gateway.max_subscriptions_per_connection "
+               "allows; unsubscribe from one first",
+           f.id, f.thread));
+  return true;
 }
 
 // In a cluster, asks the owner of `thread` (if another node) to send this
@@ -99,14 +135,16 @@ void count_ack(caf::actor_system& sys,
 void on_send(self_ptr self, connection_id conn, protocol::client_frame& f) {
   // Sending to a thread subscribes the connection to it, so the sender sees
   // its reply.
+  if (refuse_subscription(self, conn, f))
+    return;
   self->state.subs().subscribe(conn, f.thread);
   auto taken = std::chrono::steady_clock::now();
   request_component(self, names::orchestrator, self->state.cfg.route_timeout,
                     atom::route_v, f.thread, f.id, std::move(f.text))
     .then(
       [self, conn, thread = f.thread, id = f.id, taken](accept_result& res) {
-        self->state.cfg.server->send(
-          conn, protocol::ack_frame(thread, id, res.seq, res.duplicate));
+        answer(self, conn,
+               protocol::ack_frame(thread, id, res.seq, res.duplicate));
         count_ack(self->system(), taken, res);
       },
       [self, conn, thread = f.thread, id = f.id](caf::error& err) {
@@ -120,7 +158,7 @@ void on_spawn(self_ptr self, connection_id conn,
                     atom::spawn_v, f.thread, f.child)
     .then(
       [self, conn, id = f.id](spawn_result& res) {
-        self->state.cfg.server->send(conn, protocol::spawned_frame(res, id));
+        answer(self, conn, protocol::spawned_frame(res, id));
       },
       [self, conn, thread = f.thread, id = f.id](caf::error& err) {
         send_error(self, conn, err, id, thread);
@@ -134,8 +172,7 @@ void on_cancel(self_ptr self, connection_id conn,
     .then(
       [self, conn, thread = f.thread,
        id = f.id](std::vector<std::string>& threads) {
-        self->state.cfg.server->send(
-          conn, protocol::cancelled_frame(thread, threads, id));
+        answer(self, conn, protocol::cancelled_frame(thread, threads, id));
       },
       [self, conn, thread = f.thread, id = f.id](caf::error& err) {
         send_error(self, conn, err, id, thread);
@@ -146,8 +183,7 @@ void on_cancel(self_ptr self, connection_id conn,
 void on_subscribe(self_ptr self, connection_id conn,
                   const protocol::client_frame& f, bool subscribe) {
   auto confirm = [self, conn, thread = f.thread, id = f.id, subscribe] {
-    self->state.cfg.server->send(
-      conn, protocol::subscribed_frame(thread, subscribe, id));
+    answer(self, conn, protocol::subscribed_frame(thread, subscribe, id));
   };
   if (!subscribe) {
     self->state.subs().unsubscribe(conn, f.thread);
@@ -156,21 +192,34 @@ void on_subscribe(self_ptr self, connection_id conn,
   }
   // Confirmed once the thread's owner sends us its events: they flow from
   // the `subscribed` frame on, as the protocol says, on any node.
+  if (refuse_subscription(self, conn, f))
+    return;
   self->state.subs().subscribe(conn, f.thread);
   follow_remote(self, f.thread, confirm);
 }
 
+// A page is read and rendered only for a connection still there to take
+// it, and charged to its rate limit by its bytes (`send_answer`).
 void on_history(self_ptr self, connection_id conn,
                 const protocol::client_frame& f) {
+  auto& server = *self->state.cfg.server;
+  if (!server.connected(conn)) {
+    self->state.budget.release(conn, true);
+    return;
+  }
   request_component(self, names::persistence, std::chrono::seconds{30},
                     atom::history_v, f.thread, f.after,
                     static_cast<uint64_t>(f.limit))
     .then(
       [self, conn, id = f.id](history_page& page) {
-        self->state.cfg.server->send(conn, protocol::history_frame(id, page));
+        if (!self->state.cfg.server->connected(conn)) {
+          self->state.budget.release(conn, true);
+          return;
+        }
+        answer(self, conn, protocol::history_frame(id, page), true);
       },
       [self, conn, thread = f.thread, id = f.id](caf::error& err) {
-        send_error(self, conn, err, id, thread);
+        send_error(self, conn, err, id, thread, true);
       });
 }
 
@@ -920,9 +969,23 @@ void on_http(self_ptr self, uint64_t request, const std::string& method,
                 "no endpoint " + method + " " + path);
 }
 
+// Takes a slot for a request of `conn`, or refuses it with `busy`.
+bool admit(self_ptr self, connection_id conn, const protocol::client_frame& f) {
+  auto history = f.type == protocol::client_frame_type::history;
+  auto& budget = self->state.budget;
+  if (budget.admit(conn, history))
+    return true;
+  self->state.cfg.server->send(
+    conn,
+    protocol::error_frame("busy", budget.refusal(history), f.id, f.thread));
+  return false;
+}
+
 // Handles a client frame from connection `conn`.
 void on_frame(self_ptr self, connection_id conn, protocol::client_frame& f) {
   using type = protocol::client_frame_type;
+  if (f.type != type::ping && !admit(self, conn, f))
+    return;
   switch (f.type) {
     case type::send: on_send(self, conn, f); break;
     case type::subscribe: on_subscribe(self, conn, f, true); break;
@@ -951,6 +1014,7 @@ void on_publish(self_ptr self, const thread_event& ev) {
 gateway_bridge_actor::behavior_type gateway_bridge(self_ptr self,
                                                    gateway_bridge_config cfg) {
   self->state.cfg = std::move(cfg);
+  self->state.budget = request_budget{self->state.cfg.max_requests_in_flight};
   // A restarted bridge follows its connections' threads again.
   for (auto& entry : self->state.subs().subscribers)
     follow_remote(self, entry.first);
@@ -961,7 +1025,10 @@ gateway_bridge_actor::behavior_type gateway_bridge(self_ptr self,
     [self](atom::frame, connection_id conn, protocol::client_frame& f) {
       on_frame(self, conn, f);
     },
-    [self](atom::closed, connection_id conn) { self->state.subs().drop(conn); },
+    [self](atom::closed, connection_id conn) {
+      self->state.subs().drop(conn);
+      self->state.budget.drop(conn);
+    },
     [self](atom::http, uint64_t request, const std::string& method,
            const std::string& target, const std::string& body) {
       on_http(self, request, method, target, body);

@@ -129,6 +129,8 @@ child_spec gateway_child(const node_config& cfg,
   gcfg.data_dir = cfg.data_dir;
   gcfg.disk_faults = std::move(disk_faults);
   gcfg.chaos = cfg.chaos;
+  gcfg.max_requests_in_flight = cfg.gateway.max_requests_in_flight;
+  gcfg.max_subscriptions = cfg.gateway.max_subscriptions_per_connection;
   gcfg.started = std::chrono::steady_clock::now();
   for (auto& pool : cfg.pools)
     gcfg.pools.push_back(pool.name);

@@ -420,9 +420,11 @@ struct watch {
 
 // Reads the history of every watched thread over one WebSocket, in rounds
 // of requests with `window` in flight, until each has gained its outcomes.
+// The gateway refuses (`busy`) more history requests under way on one
+// connection than `max_history_in_flight`, 2.
 class outcome_watcher {
 public:
-  static constexpr size_t window = 64;
+  static constexpr size_t window = 2;
 
   outcome_watcher(ws_client& ws, const std::vector<expected_outcomes>& expected)
     : ws_(ws), watches_(expected.size()), open_(expected.size()) {

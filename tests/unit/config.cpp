@@ -555,6 +555,25 @@ CAF_TEST(integers out of range or malformed are errors) {
                   "1..100, got \"0\"");
 }
 
+CAF_TEST(per connection request and subscription caps are read and checked) {
+  auto defaults = parse("");
+  CAF_REQUIRE_EQUAL(outcome(defaults), "none");
+  CAF_CHECK_EQUAL(defaults->gateway.max_requests_in_flight, 128u);
+  CAF_CHECK_EQUAL(defaults->gateway.max_subscriptions_per_connection, 1000u);
+  auto cfg = parse("gateway:\n  max_requests_in_flight: 4\n"
+                   "  max_subscriptions_per_connection: 10\n");
+  CAF_REQUIRE_EQUAL(outcome(cfg), "none");
+  CAF_CHECK_EQUAL(cfg->gateway.max_requests_in_flight, 4u);
+  CAF_CHECK_EQUAL(cfg->gateway.max_subscriptions_per_connection, 10u);
+  CAF_CHECK_EQUAL(error_of("gateway:\n  max_requests_in_flight: 0\n"),
+                  "node.yaml:2: gateway.max_requests_in_flight: expected an "
+                  "integer in 1..100000, got \"0\"");
+  CAF_CHECK_EQUAL(
+    error_of("gateway:\n  max_subscriptions_per_connection: 0\n"),
+    "node.yaml:2: gateway.max_subscriptions_per_connection: expected an "
+    "integer in 1..1000000, got \"0\"");
+}
+
 CAF_TEST(sizes take KiB MiB and GiB and have lower bounds) {
   CAF_CHECK_EQUAL(error_of("gateway:\n  max_frame_bytes: 512\n"),
                   "node.yaml:2: gateway.max_frame_bytes: expected a size in "

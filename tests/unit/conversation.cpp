@@ -6,6 +6,7 @@
 #include "store_fixture.hpp"
 
 #include "keel/conversation.hpp"
+#include "keel/json_codec.hpp"
 #include "keel/orchestrator.hpp"
 #include "keel/provider_pool.hpp"
 #include "keel/supervisor.hpp"
@@ -847,13 +848,19 @@ CAF_TEST(a long reply and a long tool result are cut before the context) {
 }
 
 CAF_TEST(history pages stop at max_history_bytes) {
-  config.gateway.max_history_bytes = 19;
-  stop();
-  start();
   CAF_REQUIRE(send("t", "1", "one"));
   CAF_REQUIRE(send("t", "2", "two"));
-  // Texts: "one" (3), "re: one" (7), "two" (3), "re: two" (7): 19 bytes
-  // hold the first three, the fourth starts the next page.
+  // Entries "one", "re: one", "two", "re: two", measured as the frame
+  // encodes them: a budget for the first three, the fourth starts the next
+  // page.
+  auto all = page("t", 0);
+  CAF_REQUIRE_EQUAL(all.entries.size(), 4u);
+  size_t budget = 0;
+  for (size_t i = 0; i < 3; ++i)
+    budget += json_size(all.entries[i]) + 1;
+  config.gateway.max_history_bytes = budget;
+  stop();
+  start();
   auto first = page("t", 0);
   CAF_CHECK_EQUAL(first.entries.size(), 3u);
   CAF_CHECK(first.more);

@@ -11,6 +11,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "keel/json_codec.hpp"
+#include "keel/protocol.hpp"
 #include "keel/stored_form.hpp"
 #include "keel/text.hpp"
 
@@ -316,14 +318,20 @@ CAF_TEST(history pages stop before the entry that passes the byte cap) {
       result.push_back(e.seq);
     return result;
   };
-  auto page = db->history("t", 0, 100, 10);
-  CAF_REQUIRE_EQUAL(outcome(page), "none");
+  // Entries are measured as the frame encodes them, with their comma.
+  auto all = db->history("t", 0, 100);
+  CAF_REQUIRE_EQUAL(outcome(all), "none");
+  CAF_REQUIRE_EQUAL(all->entries.size(), 4u);
+  std::vector<size_t> size;
+  for (auto& e : all->entries)
+    size.push_back(json_size(e) + 1);
+  auto page = db->history("t", 0, 100, size[0] + size[1] - 1);
   CAF_CHECK_EQUAL(seqs(page), std::vector<seq_t>{1});
   CAF_CHECK(page->more);
-  page = db->history("t", 1, 100, 10);
+  page = db->history("t", 1, 100, size[1]);
   CAF_CHECK_EQUAL(seqs(page), std::vector<seq_t>{2});
   CAF_CHECK(page->more);
-  page = db->history("t", 2, 100, 10);
+  page = db->history("t", 2, 100, size[2] + size[3]);
   CAF_CHECK_EQUAL(seqs(page), (std::vector<seq_t>{3, 4}));
   CAF_CHECK(!page->more);
   // One entry larger than the cap still makes a page: paging progresses.
@@ -333,9 +341,27 @@ CAF_TEST(history pages stop before the entry that passes the byte cap) {
   page = db->history("t", 1, 100, 3);
   CAF_CHECK_EQUAL(seqs(page), std::vector<seq_t>{2});
   // The entry count still applies under the cap.
-  page = db->history("t", 2, 1, 100);
+  page = db->history("t", 2, 1, 100000);
   CAF_CHECK_EQUAL(seqs(page), std::vector<seq_t>{3});
   CAF_CHECK(page->more);
+}
+
+CAF_TEST(history pages of control characters stay within the byte cap) {
+  // JSON writes each of these as `\u0001`: six bytes per byte of text.
+  std::string text(4000, '\x01');
+  for (seq_t seq = 1; seq <= 10; ++seq)
+    accept(make_accept("ctl", seq, "c" + std::to_string(seq), text, seq == 1));
+  flush();
+  const size_t cap = 64 * 1024;
+  auto page = db->history("ctl", 0, 100, cap);
+  CAF_REQUIRE_EQUAL(outcome(page), "none");
+  CAF_CHECK(page->more);
+  // Two entries of 24 KB and a bit fit, a third would not.
+  CAF_CHECK_EQUAL(page->entries.size(), 2u);
+  auto frame = protocol::history_frame("h", *page);
+  // The frame is the cap plus its header (type, thread, id, more).
+  CAF_CHECK_LESS_OR_EQUAL(frame.size(), cap + 64);
+  CAF_CHECK_GREATER(frame.size(), 2 * 6 * text.size());
 }
 
 CAF_TEST(threads with an inbox are listed once each in key order) {

@@ -10,6 +10,7 @@
 
 #include "keel/actors.hpp"
 #include "keel/deadline_set.hpp"
+#include "keel/request_budget.hpp"
 #include "keel/store.hpp"
 #include "keel/ws_server.hpp"
 
@@ -27,6 +28,9 @@ struct subscription_table {
     subscriptions;
 
   void subscribe(connection_id conn, const std::string& thread);
+  /// True when `conn` follows `thread` already or fewer than `max` threads.
+  bool may_subscribe(connection_id conn, const std::string& thread,
+                     size_t max) const;
   void unsubscribe(connection_id conn, const std::string& thread);
   void drop(connection_id conn);
 };
@@ -51,6 +55,12 @@ struct gateway_bridge_config {
   /// The store's fault switches when `chaos.disk` is on (for
   /// `POST /api/v1/chaos/disk`); null otherwise.
   std::shared_ptr<fault_injection> disk_faults;
+  /// Requests one connection may have under way
+  /// (`gateway.max_requests_in_flight`).
+  size_t max_requests_in_flight = 128;
+  /// Threads one connection may follow
+  /// (`gateway.max_subscriptions_per_connection`).
+  size_t max_subscriptions = 1000;
   /// Timeout for a routed message to become durable.
   caf::timespan route_timeout = std::chrono::seconds{60};
 };
@@ -62,6 +72,8 @@ struct gateway_bridge_state {
   gateway_bridge_config cfg;
   /// The deadlines of the requests in flight, under one timer.
   deadline_set deadlines;
+  /// The client requests under way, per connection.
+  request_budget budget;
 
   /// The node's subscription table.
   subscription_table& subs() {

@@ -58,6 +58,8 @@ constexpr const char* gateway_keys[] = {"host",
                                         "write_timeout",
                                         "socket_send_buffer",
                                         "max_history_bytes",
+                                        "max_requests_in_flight",
+                                        "max_subscriptions_per_connection",
                                         "rate_limit",
                                         "io_threads",
                                         "tls"};
@@ -610,6 +612,12 @@ void parser::read_gateway_limits(const map_reader& m, gateway_config& cfg) {
     cfg.socket_send_buffer = read_size(*x, m.path("socket_send_buffer"), 0);
   if (auto x = m.get("max_history_bytes"))
     cfg.max_history_bytes = read_size(*x, m.path("max_history_bytes"), 1024);
+  if (auto x = m.get("max_requests_in_flight"))
+    cfg.max_requests_in_flight = static_cast<size_t>(
+      read_int(*x, m.path("max_requests_in_flight"), 1, 100'000));
+  if (auto x = m.get("max_subscriptions_per_connection"))
+    cfg.max_subscriptions_per_connection = static_cast<size_t>(
+      read_int(*x, m.path("max_subscriptions_per_connection"), 1, 1'000'000));
   if (auto r = section(m, "rate_limit", {"per_second", "burst"}))
     read_rate_limit(*r, cfg.rate_limit);
 }

@@ -92,6 +92,34 @@ json to_json(const log_entry& x) {
   return detail::write_record(x);
 }
 
+size_t json_string_size(std::string_view str) {
+  const bool well_formed = valid_utf8(str);
+  size_t n = 2;
+  for (auto c : str) {
+    auto byte = static_cast<unsigned char>(c);
+    if (byte == '"' || byte == '\\' || byte == '\b' || byte == '\f'
+        || byte == '\n' || byte == '\r' || byte == '\t')
+      n += 2;
+    else if (byte < 0x20)
+      n += 6;
+    else if (byte >= 0x80 && !well_formed)
+      n += 3;
+    else
+      n += 1;
+  }
+  return n;
+}
+
+size_t json_size(const log_entry& x) {
+  // The record without its text, which is the only field of any length
+  // the client chose, and the text measured on its own.
+  auto rest = x;
+  rest.text.clear();
+  auto frame = to_json(rest).dump(-1, ' ', false,
+                                  json::error_handler_t::replace);
+  return frame.size() - 2 + json_string_size(x.text);
+}
+
 json to_json(const context_entry& x) {
   return detail::write_record(x);
 }

@@ -305,25 +305,42 @@ void server_impl::refuse_connection(tcp::socket socket) {
 
 // -- sending and answering ----------------------------------------------------
 
+std::shared_ptr<ws_link> server_impl::find_ws(connection_id conn) const {
+  std::lock_guard<std::mutex> guard{mtx_};
+  auto i = ws_.find(conn);
+  return i != ws_.end() ? i->second.lock() : nullptr;
+}
+
 void server_impl::send(connection_id conn, std::string frame) {
+  forward(conn, std::move(frame), false);
+}
+
+void server_impl::send_answer(connection_id conn, std::string frame) {
+  forward(conn, std::move(frame), true);
+}
+
+bool server_impl::connected(connection_id conn) const {
+  auto session = find_ws(conn);
+  return !stopping() && session && session->accepting();
+}
+
+/// Hands a frame to its connection's strand, counted against the
+/// connection's queue from here on: frames on their way take memory too.
+void server_impl::forward(connection_id conn, std::string frame, bool answer) {
   if (stopping())
     return;
-  std::shared_ptr<ws_link> session;
-  {
-    std::lock_guard<std::mutex> guard{mtx_};
-    auto i = ws_.find(conn);
-    if (i == ws_.end())
-      return;
-    session = i->second.lock();
-  }
-  if (!session)
+  auto session = find_ws(conn);
+  if (!session || !session->accepting())
     return;
   // Runs inline when called from this connection's own strand (the handler
   // answering a frame), otherwise queues a small task on it.
   auto ex = session->executor();
-  net::dispatch(ex, [s = std::move(session), f = std::move(frame)]() mutable {
-    s->enqueue(std::move(f));
-  });
+  if (!session->reserve(frame.size())) {
+    net::dispatch(ex, [s = std::move(session)] { s->overflow(); });
+    return;
+  }
+  net::dispatch(ex, [s = std::move(session), f = std::move(frame),
+                     answer]() mutable { s->deliver(std::move(f), answer); });
 }
 
 void server_impl::respond(uint64_t request, unsigned status,

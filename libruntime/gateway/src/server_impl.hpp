@@ -44,6 +44,18 @@ public:
   virtual const executor_type& executor() const = 0;
   /// Queues a frame. Runs on the strand.
   virtual void enqueue(std::string frame) = 0;
+  /// True while the connection is open and not closing. Any thread.
+  virtual bool accepting() const = 0;
+  /// Counts `bytes` on their way to the queue. Any thread. False, counting
+  /// nothing, when they would take what is queued and on its way past
+  /// `max_queued_bytes` (a lone frame always fits).
+  virtual bool reserve(size_t bytes) = 0;
+  /// Queues a frame `reserve` counted; an answer (`ws_server::send_answer`)
+  /// also takes its tokens from the rate limit. Runs on the strand.
+  virtual void deliver(std::string frame, bool answer) = 0;
+  /// Closes the connection as too slow: a frame did not fit. Runs on the
+  /// strand.
+  virtual void overflow() = 0;
   /// Closes politely, then hard after a grace period. Runs on the strand.
   virtual void start_close(websocket::close_code code, const char* reason) = 0;
   /// Unregisters and tells the handler, once.
@@ -93,6 +105,10 @@ public:
   }
 
   void send(connection_id conn, std::string frame) override;
+
+  void send_answer(connection_id conn, std::string frame) override;
+
+  bool connected(connection_id conn) const override;
 
   void respond(uint64_t request, unsigned status, std::string content_type,
                std::string body) override;
@@ -185,6 +201,10 @@ private:
 
   std::vector<std::shared_ptr<ws_link>> live_ws();
 
+  std::shared_ptr<ws_link> find_ws(connection_id conn) const;
+
+  void forward(connection_id conn, std::string frame, bool answer);
+
   gateway_config cfg_;
   protocol::decode_limits limits_;
   std::shared_ptr<gateway_handler> handler_;
@@ -202,7 +222,7 @@ private:
   std::unique_ptr<ssl::context> tls_;
 
   // Guards the three maps below. Never held while calling the handler.
-  std::mutex mtx_;
+  mutable std::mutex mtx_;
   std::unordered_map<connection_id, std::weak_ptr<ws_link>> ws_;
   std::unordered_map<connection_id, std::weak_ptr<http_link>> http_;
   std::unordered_map<uint64_t, std::weak_ptr<http_link>> requests_;

@@ -48,6 +48,11 @@ bool token_bucket::take(std::chrono::steady_clock::time_point now) {
   return true;
 }
 
+void token_bucket::charge(double n) {
+  if (per_second_ > 0)
+    tokens_ -= n;
+}
+
 // -- ws_session: lifetime -----------------------------------------------------
 
 template <class Stream>
@@ -100,6 +105,7 @@ void ws_session<Stream>::start_close(websocket::close_code code,
   if (closing_ || finished_)
     return;
   closing_ = true;
+  accepting_ = false;
   if (!opened_) {
     // Still in the handshake: there is no WebSocket to close yet.
     beast::get_lowest_layer(ws_).socket().close(ignored_);
@@ -124,6 +130,7 @@ void ws_session<Stream>::finish() {
   if (finished_)
     return;
   finished_ = true;
+  accepting_ = false;
   drop_queue();
   if (guard_)
     guard_->cancel();
@@ -144,9 +151,9 @@ void ws_session<Stream>::finish() {
 /// Keeps the server's total of queued bytes in step with this queue.
 template <class Stream>
 void ws_session<Stream>::set_queued(size_t bytes) {
-  srv_->ctr().queued_bytes.fetch_add(static_cast<int64_t>(bytes)
-                                       - static_cast<int64_t>(queued_bytes_),
-                                     std::memory_order_relaxed);
+  srv_->ctr().queued_bytes.fetch_add(
+    static_cast<int64_t>(bytes) - static_cast<int64_t>(queued_bytes_.load()),
+    std::memory_order_relaxed);
   queued_bytes_ = bytes;
 }
 
@@ -159,7 +166,7 @@ void ws_session<Stream>::close_hard() {
 /// use until the write completes (with an error once the socket is closed).
 template <class Stream>
 void ws_session<Stream>::drop_queue() {
-  auto before = queued_bytes_;
+  auto before = queued_bytes_.load();
   auto keep = writing_ && !queue_.empty() ? 1 : 0;
   queue_.erase(queue_.begin() + keep, queue_.end());
   set_queued(keep != 0 ? queue_.front().size() : 0);
@@ -176,6 +183,7 @@ void ws_session<Stream>::on_accept(error_code err) {
     return;
   }
   opened_ = true;
+  accepting_ = true;
   srv_->ws_opened();
   enqueue(protocol::hello_frame(srv_->node()));
   try {
@@ -292,13 +300,39 @@ void ws_session<Stream>::enqueue(std::string frame) {
   // One frame alone never counts as slow (a history page may be larger
   // than the cap); frames piling up behind it do.
   if (queued_bytes_ > srv_->cfg().max_queued_bytes && queue_.size() > 1) {
-    srv_->ctr().slow_client_disconnects.fetch_add(1, std::memory_order_relaxed);
-    drop_queue();
-    start_close(websocket::close_code::policy_error, "client too slow");
+    overflow();
     return;
   }
   if (!writing_)
     do_write();
+}
+
+template <class Stream>
+bool ws_session<Stream>::reserve(size_t bytes) {
+  auto backlog = in_transit_.fetch_add(bytes) + queued_bytes_.load();
+  if (backlog > 0 && backlog + bytes > srv_->cfg().max_queued_bytes) {
+    in_transit_.fetch_sub(bytes);
+    return false;
+  }
+  return true;
+}
+
+template <class Stream>
+void ws_session<Stream>::deliver(std::string frame, bool answer) {
+  in_transit_.fetch_sub(frame.size());
+  if (answer)
+    bucket_.charge(static_cast<double>(frame.size())
+                   / static_cast<double>(answer_bytes_per_token));
+  enqueue(std::move(frame));
+}
+
+template <class Stream>
+void ws_session<Stream>::overflow() {
+  if (closing_ || finished_)
+    return;
+  srv_->ctr().slow_client_disconnects.fetch_add(1, std::memory_order_relaxed);
+  drop_queue();
+  start_close(websocket::close_code::policy_error, "client too slow");
 }
 
 template <class Stream>
@@ -325,6 +359,7 @@ void ws_session<Stream>::arm_write_timer() {
     self->srv_->ctr().slow_client_disconnects.fetch_add(
       1, std::memory_order_relaxed);
     self->closing_ = true;
+    self->accepting_ = false;
     self->drop_queue();
     self->close_hard();
   });
@@ -338,7 +373,7 @@ void ws_session<Stream>::on_write(error_code err, size_t) {
   if (err) {
     // The pending read fails too once the socket is closed.
     close_hard();
-    auto freed = queued_bytes_;
+    auto freed = queued_bytes_.load();
     queue_.clear();
     queue_.shrink_to_fit();
     set_queued(0);

@@ -4,6 +4,7 @@
 // read loop with its rate limit, the bounded send queue with its write
 // timeout, and the close.
 
+#include <atomic>
 #include <deque>
 #include <memory>
 #include <optional>
@@ -30,6 +31,11 @@ public:
   /// limit is off).
   bool take(std::chrono::steady_clock::time_point now);
 
+  /// Takes `n` tokens at once, below zero if need be: frames are refused
+  /// until the bucket has refilled past one (nothing when the limit is
+  /// off).
+  void charge(double n);
+
 private:
   double per_second_;
   double burst_;
@@ -53,6 +59,16 @@ public:
   void run(request req);
 
   void enqueue(std::string frame) override;
+
+  bool accepting() const override {
+    return accepting_.load();
+  }
+
+  bool reserve(size_t bytes) override;
+
+  void deliver(std::string frame, bool answer) override;
+
+  void overflow() override;
 
   void start_close(websocket::close_code code, const char* reason) override;
 
@@ -78,8 +94,13 @@ private:
   beast::flat_buffer buf_;
   std::optional<request> req_;
   std::deque<std::string> queue_;
-  /// Bytes of the frames in `queue_` (changed only through `set_queued`).
-  size_t queued_bytes_ = 0;
+  /// Bytes of the frames in `queue_` (changed only through `set_queued`,
+  /// on the strand; `reserve` reads it from other threads).
+  std::atomic<size_t> queued_bytes_{0};
+  /// Bytes of frames `reserve` counted on their way to the queue.
+  std::atomic<size_t> in_transit_{0};
+  /// Open and not closing: frames for it are taken.
+  std::atomic<bool> accepting_{false};
   token_bucket bucket_;
   std::unique_ptr<net::steady_timer> guard_;
   std::unique_ptr<net::steady_timer> write_timer_;

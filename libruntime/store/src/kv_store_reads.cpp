@@ -4,6 +4,7 @@
 #include <limits>
 #include <string_view>
 
+#include "keel/json_codec.hpp"
 #include "records.hpp"
 
 namespace keel::store_backend {
@@ -142,13 +143,15 @@ caf::expected<history_page> kv_store::history(const std::string& thread,
                     auto x = decode_at<log_entry>(cf_log, key, val);
                     if (!x)
                       return scan_result{std::move(x.error())};
-                    // Never an empty page: the first entry goes in whole.
-                    if (!result.entries.empty()
-                        && x->text.size() > max_bytes - bytes) {
+                    // Measured as the page's frame carries it (with its
+                    // comma). Never an empty page: the first entry goes in
+                    // whole.
+                    auto size = json_size(*x) + 1;
+                    if (!result.entries.empty() && size > max_bytes - bytes) {
                       result.more = true;
                       return scan_result{scan_result::stop};
                     }
-                    bytes += std::min(x->text.size(), max_bytes);
+                    bytes += std::min(size, max_bytes);
                     result.entries.emplace_back(std::move(*x));
                     return scan_result{};
                   });

@@ -94,9 +94,16 @@ struct gateway_config {
   /// to net.ipv4.tcp_wmem's maximum, 4 MiB on Debian 12). Bounds the kernel
   /// memory a stalled reader holds before its queue starts to grow.
   size_t socket_send_buffer = 0;
-  /// Bytes of message texts in one `history` page; a page stops early
-  /// (with `more: true`) when the next message would pass this.
+  /// Bytes of one `history` page's entries as the frame encodes them; a
+  /// page stops early (with `more: true`) when the next entry would pass
+  /// this.
   size_t max_history_bytes = 1 << 20;
+  /// Requests (frames but `ping`) one connection may have under way, not
+  /// yet answered; more are refused with the error `busy`.
+  size_t max_requests_in_flight = 128;
+  /// Threads one connection may follow (by `subscribe` or by sending);
+  /// more are refused with the error `subscription_limit`.
+  size_t max_subscriptions_per_connection = 1000;
   /// Frames per connection per second.
   rate_limit_config rate_limit;
   /// Threads running the network I/O.

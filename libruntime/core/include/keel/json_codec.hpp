@@ -35,6 +35,18 @@ nlohmann::json to_json(const recovery_report& x);
 /// One element of GET /api/v1/agents' `agents`.
 nlohmann::json to_json(const agent_info& x);
 
+/// Bytes `str` takes as a JSON string, quotes included, as the wire writes
+/// it (nlohmann's dump, UTF-8 kept): `"` and `\\` and the control
+/// characters with a short escape take 2 bytes, the other control
+/// characters 6 (`\u0001`). An ill-formed `str` is counted 3 bytes per
+/// byte at or above 0x80 (each may become U+FFFD), an upper bound.
+size_t json_string_size(std::string_view str);
+
+/// Bytes of `to_json(x)` as the wire writes it (`history` pages are cut
+/// by this, not by the texts' bytes, which a control character multiplies
+/// by six).
+size_t json_size(const log_entry& x);
+
 caf::expected<session_record> session_record_from_json(const nlohmann::json& j);
 caf::expected<inbox_entry> inbox_entry_from_json(const nlohmann::json& j);
 caf::expected<log_entry> log_entry_from_json(const nlohmann::json& j);

@@ -61,6 +61,10 @@ struct ws_server_stats {
   uint64_t queued_bytes = 0;
 };
 
+/// Bytes of an answer frame (`ws_server::send_answer`) that cost one token
+/// of its connection's rate limit.
+constexpr size_t answer_bytes_per_token = 64 * 1024;
+
 /// A file the server serves itself to any `GET` of its path (the
 /// dashboard's page and scripts, built into the node).
 struct static_file {
@@ -89,9 +93,23 @@ public:
   virtual uint16_t port() const = 0;
 
   /// Queues a text frame for a connection. Thread-safe, never blocks; frames
-  /// for a closed connection are dropped. A connection whose queued frames
-  /// exceed `max_queued_bytes` is closed (1008, "client too slow").
+  /// for a closed connection are dropped. A connection whose queued frames,
+  /// those on their way to its queue counted too, exceed
+  /// `max_queued_bytes` is closed (1008, "client too slow") and the frame
+  /// dropped.
   virtual void send(connection_id conn, std::string frame) = 0;
+
+  /// Like `send`, for the answer to one of the connection's own requests
+  /// whose size the client chose (a `history` page): the frame also takes
+  /// a token of the connection's rate limit per `answer_bytes_per_token`
+  /// bytes, so that a client within its frames per second cannot make the
+  /// node write more than `rate_limit.per_second` x 64 KiB a second.
+  virtual void send_answer(connection_id conn, std::string frame) = 0;
+
+  /// True while the connection is open and not closing: a frame for it
+  /// would be queued. Lets the handler skip rendering an answer nobody
+  /// will read. Thread-safe.
+  virtual bool connected(connection_id conn) const = 0;
 
   /// Answers an HTTP request handed to `on_http`. Thread-safe.
   virtual void respond(uint64_t request, unsigned status,

@@ -141,9 +141,10 @@ public:
     = 0;
 
   /// Returns log entries with `seq > after`, at most `limit`, and no more
-  /// than `max_bytes` of entry texts: the page stops early (with `more`)
-  /// before an entry whose text would pass it. The first entry is always
-  /// returned, however long, so paging progresses.
+  /// than `max_bytes` of entries as the wire encodes them (`json_size`, a
+  /// comma each): the page stops early (with `more`) before an entry that
+  /// would pass it. The first entry is always returned, however long, so
+  /// paging progresses.
   virtual caf::expected<history_page>
   history(const std::string& thread, seq_t after, size_t limit,
           size_t max_bytes = std::numeric_limits<size_t>::max())
