@@ -620,7 +620,8 @@ int run_node(const node_config& cfg) {
   }
   for (auto& warning : cfg.warnings)
     spdlog::warn("{}: {}", cfg.source, warning);
-  if (auto err = ensure_fd_limit(cfg.gateway.max_connections,
+  if (auto err = ensure_fd_limit(cfg.gateway.max_connections
+                                   + cfg.gateway.max_unauthenticated,
                                  store_max_open_files)) {
     spdlog::error("cannot start node '{}': {}", cfg.name, render(err));
     std::cerr << "keel-node: cannot start: " << error_message(err) << '\n';

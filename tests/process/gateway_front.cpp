@@ -160,3 +160,115 @@ CAF_TEST(websocket pings beyond the rate limit close the connection) {
                     0u);
   CAF_CHECK_EQUAL(node.stop(), 0);
 }
+
+namespace {
+
+/// Sends `GET /healthz` on `sock` (kept open) and returns the status, 0
+/// when the node closed the connection instead.
+unsigned probe_on(tcp::socket& sock, const endpoint& ep) {
+  auto req = "GET /healthz HTTP/1.1\r\nHost: " + to_string(ep) + "\r\n\r\n";
+  beast::error_code err;
+  boost::asio::write(sock, boost::asio::buffer(req), err);
+  beast::flat_buffer buf;
+  http::response<http::string_body> res;
+  http::read(sock, buf, res, err);
+  return err ? 0 : res.result_int();
+}
+
+/// How many of `socks` the node closed within `timeout` (each).
+size_t count_closed(std::vector<std::unique_ptr<tcp::socket>>& socks,
+                    std::chrono::milliseconds timeout) {
+  size_t n = 0;
+  for (auto& sock : socks)
+    n += closed_by_peer(*sock, timeout) ? 1 : 0;
+  return n;
+}
+
+} // namespace
+
+// Only keys 951794d knows, so the same test runs against its node.
+CAF_TEST(idle sockets and keep alive probes do not hold every slot) {
+  temp_dir dir{"keel-front-slots"};
+  node_process node{dir.str(), node_yaml(dir, "  max_connections: 50\n")};
+  auto ep = node.address();
+  boost::asio::io_context ioc;
+  // Keep-alive probes beyond max_connections are answered, and stay open.
+  std::vector<std::unique_ptr<tcp::socket>> probes;
+  size_t answered = 0;
+  for (int i = 0; i < 60; ++i) {
+    probes.push_back(idle_socket(ioc, ep));
+    answered += probe_on(*probes.back(), ep) == 200 ? 1 : 0;
+  }
+  CAF_MESSAGE(answered << " of 60 keep-alive probes answered");
+  CAF_CHECK_EQUAL(answered, 60u);
+  // 150 idle sockets from this address: the oldest beyond 100 are closed.
+  std::vector<std::unique_ptr<tcp::socket>> idle;
+  for (int i = 0; i < 150; ++i)
+    idle.push_back(idle_socket(ioc, ep));
+  // A client and a probe from the same address are still answered.
+  std::unique_ptr<ws_client> client;
+  try {
+    client = connect_client(ep);
+  } catch (const std::exception& e) {
+    CAF_MESSAGE("the client was refused: " << e.what());
+  }
+  CAF_CHECK(client != nullptr);
+  auto health = raw_request(ep, "GET", "/healthz", api_headers(ep));
+  CAF_MESSAGE("/healthz: " << health.status);
+  CAF_CHECK_EQUAL(health.status, 200u);
+  auto closed = count_closed(probes, 200ms) + count_closed(idle, 200ms);
+  CAF_MESSAGE(closed << " of 210 probe and idle sockets closed by the node");
+  CAF_CHECK_GREATER_OR_EQUAL(closed, 110u);
+  if (client) {
+    CAF_REQUIRE(!client->send_text(protocol::ping_frame("p")));
+    CAF_CHECK(receive_until(*client, [](auto& j) {
+      return j["type"] == "pong" && j["id"] == "p";
+    }));
+  }
+  CAF_CHECK_EQUAL(node.stop(), 0);
+}
+
+CAF_TEST(the unauthenticated budget closes the oldest and idle ones expire) {
+  temp_dir dir{"keel-front-budget"};
+  node_process node{dir.str(),
+                    node_yaml(dir, "  max_unauthenticated: 20\n"
+                                   "  max_unauthenticated_per_address: 10\n"
+                                   "  header_timeout: 2s\n")};
+  auto ep = node.address();
+  boost::asio::io_context ioc;
+  auto start = std::chrono::steady_clock::now();
+  std::vector<std::unique_ptr<tcp::socket>> a;
+  std::vector<std::unique_ptr<tcp::socket>> b;
+  for (int i = 0; i < 10; ++i)
+    a.push_back(idle_socket(ioc, ep, "127.0.0.2"));
+  for (int i = 0; i < 10; ++i)
+    b.push_back(idle_socket(ioc, ep, "127.0.0.3"));
+  // The budget is full: one more closes the oldest of all.
+  auto c = idle_socket(ioc, ep, "127.0.0.4");
+  CAF_CHECK(closed_by_peer(*a[0], 500ms));
+  // An address at its cap: one more closes that address's oldest.
+  b.push_back(idle_socket(ioc, ep, "127.0.0.3"));
+  CAF_CHECK(closed_by_peer(*b[0], 500ms));
+  CAF_CHECK(!closed_by_peer(*a[1], 50ms));
+  CAF_CHECK(!closed_by_peer(*b[1], 50ms));
+  // An authenticated client leaves the budget and keeps its connection.
+  auto client = connect_client(ep);
+  // Sockets that send nothing go after header_timeout.
+  std::vector<std::unique_ptr<tcp::socket>> rest;
+  for (size_t i = 2; i < a.size(); ++i)
+    rest.push_back(std::move(a[i]));
+  for (size_t i = 2; i < b.size(); ++i)
+    rest.push_back(std::move(b[i]));
+  rest.push_back(std::move(c));
+  auto expired = count_closed(rest, 5s);
+  std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+  CAF_MESSAGE(expired << " of " << rest.size() << " idle sockets closed after "
+                      << took.count() << " s");
+  CAF_CHECK_EQUAL(expired, rest.size());
+  CAF_CHECK_GREATER(took.count(), 1.5);
+  CAF_REQUIRE(!client->send_text(protocol::ping_frame("p")));
+  CAF_CHECK(receive_until(*client, [](auto& j) {
+    return j["type"] == "pong" && j["id"] == "p";
+  }));
+  CAF_CHECK_EQUAL(node.stop(), 0);
+}

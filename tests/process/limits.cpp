@@ -135,12 +135,14 @@ CAF_TEST(a hard open files limit below max_connections refuses the start) {
   temp_dir dir{"keel-limits"};
   auto cfg_path = dir.str() + "/node.yaml";
   std::ofstream{cfg_path} << node_yaml(dir, "");
-  // The default gateway.max_connections (10000) needs 10000 + 384 files.
+  // The default gateway.max_connections (10000) and max_unauthenticated
+  // (1000) need 11000 + 384 files.
   auto res = run_command({low_nofile_wrapper(dir), "--config", cfg_path});
   CAF_CHECK_EQUAL(res.exit_code, 2);
   auto err = res.err + res.out;
-  CAF_CHECK(contains(err, "gateway.max_connections is 10000"));
-  CAF_CHECK(contains(err, "needs 10384 open files"));
+  CAF_CHECK(contains(err, "gateway.max_connections plus "
+                          "gateway.max_unauthenticated is 11000"));
+  CAF_CHECK(contains(err, "needs 11384 open files"));
   CAF_CHECK(contains(err, "hard limit of open files is 512"));
   CAF_CHECK(contains(err, "ulimit -Hn"));
   CAF_CHECK(contains(err, "at most 128"));
@@ -149,11 +151,14 @@ CAF_TEST(a hard open files limit below max_connections refuses the start) {
 
 CAF_TEST(max_connections within the hard limit starts with a raised soft one) {
   temp_dir dir{"keel-limits"};
-  node_process node{dir.str(), node_yaml(dir, "  max_connections: 100\n"),
+  node_process node{dir.str(),
+                    node_yaml(dir, "  max_connections: 100\n"
+                                   "  max_unauthenticated: 16\n"),
                     low_nofile_wrapper(dir)};
-  // Soft 256 raised to what 100 connections need (100 + 384), hard kept.
+  // Soft 256 raised to what 100 + 16 connections need (116 + 384), hard
+  // kept.
   auto limits = nofile_limits(node.pid());
-  CAF_CHECK(contains(limits, "484"));
+  CAF_CHECK(contains(limits, "500"));
   CAF_CHECK(contains(limits, "512"));
   auto ws = connect_client(node.address());
   auto ack = send(*ws, "t", "m1");

@@ -2544,3 +2544,30 @@ CAF_TEST(secret files readable beyond their owner are warned about) {
   KEEL_CHECK_CONTAINS(all, "cluster.tls.key " + key
                              + " is open to every local user (mode 0404)");
 }
+
+CAF_TEST(the unauthenticated budget and the header timeout are read) {
+  auto cfg = parse("gateway:\n  max_unauthenticated: 50\n"
+                   "  max_unauthenticated_per_address: 5\n"
+                   "  header_timeout: 3s\n");
+  CAF_REQUIRE_EQUAL(outcome(cfg), "none");
+  CAF_CHECK_EQUAL(cfg->gateway.max_unauthenticated, 50u);
+  CAF_CHECK_EQUAL(cfg->gateway.max_unauthenticated_per_address, 5u);
+  CAF_CHECK_EQUAL(cfg->gateway.header_timeout, 3s);
+  auto defaults = default_config().gateway;
+  CAF_CHECK_EQUAL(defaults.max_unauthenticated, 1000u);
+  CAF_CHECK_EQUAL(defaults.max_unauthenticated_per_address, 100u);
+  CAF_CHECK_EQUAL(defaults.header_timeout, 10s);
+  // A smaller budget alone shrinks the per-address default with it.
+  auto small = parse("gateway:\n  max_unauthenticated: 40\n");
+  CAF_REQUIRE_EQUAL(outcome(small), "none");
+  CAF_CHECK_EQUAL(small->gateway.max_unauthenticated_per_address, 40u);
+  CAF_CHECK_EQUAL(
+    error_of("gateway:\n  max_unauthenticated: 40\n"
+             "  max_unauthenticated_per_address: 41\n"),
+    "node.yaml:3: gateway.max_unauthenticated_per_address: expected at most "
+    "gateway.max_unauthenticated (40), got 41");
+  KEEL_CHECK_CONTAINS(error_of("gateway:\n  max_unauthenticated: 0\n"),
+                      "gateway.max_unauthenticated");
+  KEEL_CHECK_CONTAINS(error_of("gateway:\n  header_timeout: 0s\n"),
+                      "gateway.header_timeout");
+}

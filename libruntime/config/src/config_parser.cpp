@@ -54,6 +54,9 @@ constexpr const char* gateway_keys[] = {"host",
                                         "max_frame_bytes",
                                         "max_text_bytes",
                                         "max_connections",
+                                        "max_unauthenticated",
+                                        "max_unauthenticated_per_address",
+                                        "header_timeout",
                                         "max_queued_bytes",
                                         "write_timeout",
                                         "socket_send_buffer",
@@ -423,7 +426,7 @@ private:
   // -- checks across fields ---------------------------------------------------
 
   void validate(const node_config& cfg) const;
-  void check_frame_sizes(const gateway_config& cfg) const;
+  void check_gateway_limits(const gateway_config& cfg) const;
   void check_gateway_auth(const gateway_config& cfg) const;
   void check_header_values(const std::vector<provider_config>& providers) const;
   void collect_warnings(node_config& cfg) const;
@@ -604,6 +607,17 @@ void parser::read_gateway_limits(const map_reader& m, gateway_config& cfg) {
   if (auto x = m.get("max_connections"))
     cfg.max_connections = static_cast<size_t>(
       read_int(*x, m.path("max_connections"), 1, 1'000'000));
+  if (auto x = m.get("max_unauthenticated"))
+    cfg.max_unauthenticated = static_cast<size_t>(
+      read_int(*x, m.path("max_unauthenticated"), 1, 1'000'000));
+  if (auto x = m.get("max_unauthenticated_per_address"))
+    cfg.max_unauthenticated_per_address = static_cast<size_t>(
+      read_int(*x, m.path("max_unauthenticated_per_address"), 1, 1'000'000));
+  if (!m.has("max_unauthenticated_per_address"))
+    cfg.max_unauthenticated_per_address
+      = std::min(cfg.max_unauthenticated_per_address, cfg.max_unauthenticated);
+  if (auto x = m.get("header_timeout"))
+    cfg.header_timeout = read_duration(*x, m.path("header_timeout"), true);
   if (auto x = m.get("max_queued_bytes"))
     cfg.max_queued_bytes = read_size(*x, m.path("max_queued_bytes"), 1024);
   if (auto x = m.get("write_timeout"))
@@ -1686,7 +1700,7 @@ void parser::read_chaos(const map_reader& m, chaos_config& cfg) {
 // -- checks across fields -----------------------------------------------------
 
 void parser::validate(const node_config& cfg) const {
-  check_frame_sizes(cfg.gateway);
+  check_gateway_limits(cfg.gateway);
   check_gateway_auth(cfg.gateway);
   check_header_values(cfg.providers);
   check_backoff_bounds(cfg.supervision);
@@ -1707,13 +1721,20 @@ void parser::fail_below(int line, const std::string& path,
          + "), got " + render_duration(value));
 }
 
-void parser::check_frame_sizes(const gateway_config& cfg) const {
+void parser::check_gateway_limits(const gateway_config& cfg) const {
   if (cfg.max_text_bytes > cfg.max_frame_bytes)
     fail(line("gateway.max_text_bytes", "gateway.max_frame_bytes"),
          "gateway.max_text_bytes",
          "expected at most gateway.max_frame_bytes ("
            + std::to_string(cfg.max_frame_bytes) + "), got "
            + std::to_string(cfg.max_text_bytes));
+  if (cfg.max_unauthenticated_per_address > cfg.max_unauthenticated)
+    fail(line("gateway.max_unauthenticated_per_address",
+              "gateway.max_unauthenticated"),
+         "gateway.max_unauthenticated_per_address",
+         "expected at most gateway.max_unauthenticated ("
+           + std::to_string(cfg.max_unauthenticated) + "), got "
+           + std::to_string(cfg.max_unauthenticated_per_address));
 }
 
 void parser::check_gateway_auth(const gateway_config& cfg) const {

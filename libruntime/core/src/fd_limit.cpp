@@ -11,12 +11,12 @@
 
 namespace keel {
 
-size_t fds_needed(size_t max_connections, size_t store_files) {
-  return max_connections + store_files + fd_reserve;
+size_t fds_needed(size_t connections, size_t store_files) {
+  return connections + store_files + fd_reserve;
 }
 
-caf::error ensure_fd_limit(size_t max_connections, size_t store_files) {
-  auto needed = fds_needed(max_connections, store_files);
+caf::error ensure_fd_limit(size_t connections, size_t store_files) {
+  auto needed = fds_needed(connections, store_files);
   rlimit rl{};
   if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
     return caf::make_error(ec::config_invalid,
@@ -29,15 +29,16 @@ caf::error ensure_fd_limit(size_t max_connections, size_t store_files) {
     auto fits = rl.rlim_max > reserved ? rl.rlim_max - reserved : 0;
     return caf::make_error(
       ec::config_invalid,
-      "gateway.max_connections is " + std::to_string(max_connections)
-        + ", which needs " + std::to_string(needed)
-        + " open files (the connections plus " + std::to_string(reserved)
+      "gateway.max_connections plus gateway.max_unauthenticated is "
+        + std::to_string(connections) + ", which needs "
+        + std::to_string(needed) + " open files (the connections plus "
+        + std::to_string(reserved)
         + " for the store, logs and providers), but the hard limit of open "
           "files is "
         + std::to_string(rl.rlim_max)
         + ": raise it (ulimit -Hn, LimitNOFILE= in a systemd unit) or lower "
-          "gateway.max_connections to at most "
-        + std::to_string(fits));
+          "the two to at most "
+        + std::to_string(fits) + " together");
   }
   auto before = rl.rlim_cur;
   rl.rlim_cur = needed;
@@ -45,10 +46,11 @@ caf::error ensure_fd_limit(size_t max_connections, size_t store_files) {
     return caf::make_error(
       ec::config_invalid,
       "cannot raise the open files limit to " + std::to_string(needed)
-        + " for gateway.max_connections: " + std::strerror(errno));
-  spdlog::info("raised the open files limit from {} to {} for "
-               "gateway.max_connections {}",
-               before, needed, max_connections);
+        + " for the gateway's connections: " + std::strerror(errno));
+  spdlog::info("raised the open files limit from {} to {} for {} "
+               "gateway connections (max_connections plus "
+               "max_unauthenticated)",
+               before, needed, connections);
   return caf::none;
 }
 

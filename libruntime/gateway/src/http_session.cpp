@@ -8,8 +8,9 @@ namespace keel::gateway {
 
 namespace {
 
-/// Time allowed to read one HTTP request (headers and body), and for the TLS
-/// handshake.
+/// Time allowed to read one HTTP request (headers and body) on an
+/// authenticated connection, and to write an answer. Before the token
+/// check `gateway.header_timeout` applies instead.
 constexpr auto http_read_timeout = 30s;
 
 /// Time the `/api/` handler has to answer before the client gets a 504.
@@ -57,15 +58,19 @@ http_session<Stream>::~http_session() {
   srv_->remove_http(id_);
   if (pending_ != 0)
     srv_->remove_request(pending_);
-  if (!handed_off_)
+  if (handed_off_)
+    return;
+  if (authenticated_)
     srv_->release_slot();
+  else
+    srv_->leave_unauthenticated(id_);
 }
 
 template <class Stream>
 void http_session<Stream>::run() {
   srv_->add(id_, std::weak_ptr<http_link>{this->shared_from_this()});
   if constexpr (is_tls<Stream>) {
-    beast::get_lowest_layer(stream_).expires_after(http_read_timeout);
+    expire_read();
     stream_.async_handshake(ssl::stream_base::server,
                             [self = this->shared_from_this()](error_code err) {
                               // A failed handshake (plain HTTP, an old
@@ -116,10 +121,20 @@ void http_session<Stream>::do_read() {
   parser_.emplace();
   parser_->header_limit(16 * 1024);
   parser_->body_limit(srv_->cfg().max_frame_bytes);
-  beast::get_lowest_layer(stream_).expires_after(http_read_timeout);
+  expire_read();
   http::async_read(stream_, buf_, *parser_,
                    beast::bind_front_handler(&http_session::on_read,
                                              this->shared_from_this()));
+}
+
+/// Arms the read timeout: short until the connection authenticated.
+template <class Stream>
+void http_session<Stream>::expire_read() {
+  auto& stream = beast::get_lowest_layer(stream_);
+  if (authenticated_)
+    stream.expires_after(http_read_timeout);
+  else
+    stream.expires_after(srv_->cfg().header_timeout);
 }
 
 template <class Stream>
@@ -167,6 +182,11 @@ void http_session<Stream>::route(request req) {
   auto decision = check_request(facts, srv_->cfg());
   if (!decision.allowed)
     return refuse(decision);
+  if (!authenticated_) {
+    authenticated_ = srv_->promote(id_);
+    if (!authenticated_)
+      return overloaded();
+  }
   if (websocket::is_upgrade(req))
     return upgrade(req, path);
   if (path == ws_ticket_path) {
@@ -292,6 +312,15 @@ void http_session<Stream>::refuse(const request_decision& decision) {
     res_.set(http::field::www_authenticate, "Bearer");
   reply(static_cast<http::status>(decision.status), "application/json",
         json_error(decision.code, decision.message), false);
+}
+
+/// A request that passed the token check finds every slot of
+/// `max_connections` taken (or its connection was closed to make room).
+template <class Stream>
+void http_session<Stream>::overloaded() {
+  keep_alive_ = false;
+  reply(http::status::service_unavailable, "application/json",
+        json_error("overloaded", "too many connections; try again later"));
 }
 
 template <class Stream>

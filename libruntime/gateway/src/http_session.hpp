@@ -49,6 +49,8 @@ private:
   void start_api_timer();
   void not_found(std::string_view path);
   void refuse(const request_decision& decision);
+  void overloaded();
+  void expire_read();
   void reply(http::status status, std::string content_type, std::string body,
              bool fresh = true);
   void on_write(error_code err, size_t);
@@ -66,8 +68,11 @@ private:
   unsigned version_ = 11;
   bool keep_alive_ = false;
   bool shut_down_ = false;
-  // The stream moved to a ws_session (which took over the slot too): never
-  // touch it again.
+  // Passed the token check: holds a slot of `max_connections` instead of
+  // a place in the unauthenticated budget.
+  bool authenticated_ = false;
+  // The stream moved to a ws_session (which took over the slot too, the
+  // connection being authenticated): never touch it again.
   bool handed_off_ = false;
   error_code ignored_;
 };

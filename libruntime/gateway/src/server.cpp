@@ -40,17 +40,6 @@ constexpr auto stop_deadline = 5s;
 /// Freed queues at least this big are handed back to the OS at once.
 constexpr size_t trim_threshold = 1 << 20;
 
-/// The answer to a connection beyond `max_connections`, written before
-/// anything is read from it.
-std::string refused_answer() {
-  auto body = protocol::error_frame("overloaded",
-                                    "too many connections; try again later");
-  return "HTTP/1.1 503 Service Unavailable\r\nServer: keel\r\n"
-         "Content-Type: application/json\r\nConnection: close\r\n"
-         "Content-Length: "
-         + std::to_string(body.size()) + "\r\n\r\n" + body;
-}
-
 } // namespace
 
 ws_link::~ws_link() {
@@ -78,6 +67,8 @@ server_impl::server_impl(const gateway_config& cfg,
     handler_(std::move(handler)),
     node_(std::move(node)),
     files_(std::move(files)),
+    unauthenticated_(cfg.max_unauthenticated,
+                     cfg.max_unauthenticated_per_address),
     acceptor_(net::make_strand(ioc_)),
     accept_retry_(acceptor_.get_executor()),
     work_(net::make_work_guard(ioc_)) {
@@ -118,7 +109,28 @@ const static_file* server_impl::file(std::string_view path) const {
 
 // -- connections and requests -------------------------------------------------
 
-bool server_impl::reserve_slot() {
+void server_impl::admit(connection_id id, const tcp::socket& socket) {
+  error_code err;
+  auto address = socket.remote_endpoint(err).address().to_string();
+  std::shared_ptr<http_link> leaving;
+  {
+    std::lock_guard<std::mutex> guard{mtx_};
+    auto oldest = unauthenticated_.admit(id, err ? std::string{} : address);
+    if (!oldest)
+      return;
+    if (auto i = http_.find(*oldest); i != http_.end())
+      leaving = i->second.lock();
+  }
+  if (leaving)
+    net::post(leaving->executor(), [leaving] { leaving->shutdown(); });
+}
+
+bool server_impl::promote(connection_id id) {
+  {
+    std::lock_guard<std::mutex> guard{mtx_};
+    if (!unauthenticated_.remove(id))
+      return false;
+  }
   auto n = slots_.fetch_add(1);
   if (n >= cfg_.max_connections) {
     slots_.fetch_sub(1);
@@ -129,6 +141,11 @@ bool server_impl::reserve_slot() {
 
 void server_impl::release_slot() {
   slots_.fetch_sub(1);
+}
+
+void server_impl::leave_unauthenticated(connection_id id) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  unauthenticated_.remove(id);
 }
 
 void server_impl::ws_opened() {
@@ -274,33 +291,13 @@ void server_impl::on_accept(error_code err, tcp::socket socket) {
     socket.set_option(net::socket_base::send_buffer_size(
                         static_cast<int>(std::min<size_t>(bytes, INT_MAX))),
                       ignored);
-  if (!reserve_slot()) {
-    refuse_connection(std::move(socket));
-  } else {
-    auto id = next_id_.fetch_add(1) + 1;
-    if (tls_)
-      start_https(this, id, std::move(socket), *tls_);
-    else
-      start_http(this, id, std::move(socket));
-  }
+  auto id = next_id_.fetch_add(1) + 1;
+  admit(id, socket);
+  if (tls_)
+    start_https(this, id, std::move(socket), *tls_);
+  else
+    start_http(this, id, std::move(socket));
   do_accept();
-}
-
-/// Answers a connection beyond `max_connections` with 503 (plain HTTP only:
-/// a TLS client would not understand it) and closes it.
-void server_impl::refuse_connection(tcp::socket socket) {
-  auto sock = std::make_shared<tcp::socket>(std::move(socket));
-  if (tls_) {
-    error_code ignored;
-    sock->close(ignored);
-    return;
-  }
-  static const std::string answer = refused_answer();
-  net::async_write(*sock, net::buffer(answer), [sock](error_code, size_t) {
-    error_code ignored;
-    sock->shutdown(tcp::socket::shutdown_send, ignored);
-    sock->close(ignored);
-  });
 }
 
 // -- sending and answering ----------------------------------------------------

@@ -21,6 +21,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/websocket.hpp>
 
+#include "keel/connection_budget.hpp"
 #include "keel/ws_server.hpp"
 #include "keel/ws_ticket.hpp"
 
@@ -167,12 +168,17 @@ public:
   /// The static file at `path`, or null.
   const static_file* file(std::string_view path) const;
 
-  /// Takes a connection slot (WebSocket or HTTP); false when
-  /// `max_connections` are taken.
-  bool reserve_slot();
+  /// Moves connection `id` from the unauthenticated budget to a slot of
+  /// `max_connections`, once it passed the token check. False when it left
+  /// the budget already (closed to make room) or every slot is taken.
+  bool promote(connection_id id);
 
-  /// Gives a slot back.
+  /// Gives a slot of `max_connections` back.
   void release_slot();
+
+  /// Takes a connection that closed before it authenticated out of the
+  /// unauthenticated budget.
+  void leave_unauthenticated(connection_id id);
 
   /// Marks a WebSocket connection as open (for the stats).
   void ws_opened();
@@ -197,7 +203,9 @@ private:
 
   void on_accept(error_code err, tcp::socket socket);
 
-  void refuse_connection(tcp::socket socket);
+  /// Puts a fresh connection into the unauthenticated budget and closes
+  /// the one that makes room for it, if any.
+  void admit(connection_id id, const tcp::socket& socket);
 
   std::vector<std::shared_ptr<ws_link>> live_ws();
 
@@ -221,8 +229,10 @@ private:
   uint16_t port_ = 0;
   std::unique_ptr<ssl::context> tls_;
 
-  // Guards the three maps below. Never held while calling the handler.
+  // Guards the three maps and the budget below. Never held while calling
+  // the handler.
   mutable std::mutex mtx_;
+  connection_budget unauthenticated_;
   std::unordered_map<connection_id, std::weak_ptr<ws_link>> ws_;
   std::unordered_map<connection_id, std::weak_ptr<http_link>> http_;
   std::unordered_map<uint64_t, std::weak_ptr<http_link>> requests_;
@@ -248,7 +258,7 @@ private:
 void release_memory(size_t freed);
 
 /// An HTTP session on a plain socket, started on a fresh connection that
-/// holds a slot.
+/// is in the unauthenticated budget.
 void start_http(server_impl* srv, connection_id id, tcp::socket socket);
 
 /// An HTTP session behind TLS: the handshake first (its failure closes this

@@ -82,9 +82,22 @@ struct gateway_config {
   size_t max_frame_bytes = 1 << 20;
   /// Longest message text accepted in a `send` frame (bytes of UTF-8).
   size_t max_text_bytes = 64 * 1024;
-  /// WebSocket and HTTP connections together; above this new ones are
-  /// refused with 503. The node raises RLIMIT_NOFILE to fit it at start.
+  /// Connections that passed the token check (WebSockets, HTTP connections
+  /// that made an allowed request); above this a request that passes it is
+  /// refused with 503. The node raises RLIMIT_NOFILE to fit this plus
+  /// `max_unauthenticated` at start.
   size_t max_connections = 10000;
+  /// Connections that have not yet passed the token check (a fresh
+  /// connection, probes, refused requests), counted apart from
+  /// `max_connections`: one beyond it closes the oldest of them.
+  size_t max_unauthenticated = 1000;
+  /// Of those, from one client address: one beyond it closes that
+  /// address's oldest.
+  size_t max_unauthenticated_per_address = 100;
+  /// Time a connection that has not passed the token check gets for its
+  /// TLS handshake and for each request's headers (and, while idle between
+  /// requests, for the next one).
+  caf::timespan header_timeout = std::chrono::seconds{10};
   /// Bytes of outgoing frames queued for one client; a client whose queue
   /// grows past this is disconnected (1008, "client too slow").
   size_t max_queued_bytes = 4 << 20;
