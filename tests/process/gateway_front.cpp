@@ -272,3 +272,44 @@ CAF_TEST(the unauthenticated budget closes the oldest and idle ones expire) {
   }));
   CAF_CHECK_EQUAL(node.stop(), 0);
 }
+
+CAF_TEST(the http parser refuses what a proxy could read otherwise) {
+  temp_dir dir{"keel-front-parser"};
+  node_process node{dir.str(), node_yaml(dir)};
+  auto ep = node.address();
+  auto head = "GET /healthz HTTP/1.1\r\nHost: " + to_string(ep) + "\r\n";
+  auto post = [&](const std::string& coding) {
+    return "POST /healthz HTTP/1.1\r\nHost: " + to_string(ep)
+           + "\r\nTransfer-Encoding: " + coding + "\r\n\r\n0\r\n\r\n";
+  };
+  struct refusal {
+    const char* what;
+    std::string bytes;
+    unsigned status;
+    const char* named;
+  };
+  std::vector<refusal> refusals{
+    {"obs-fold", head + "X-A: 1\r\n 2\r\n\r\n", 400, "line folding"},
+    {"bare LF", "GET /healthz HTTP/1.1\nHost: " + to_string(ep) + "\n\n", 400,
+     "LF without CR"},
+    {"chunked, gzip", post("chunked, gzip"), 400, "Transfer-Encoding"},
+    {"chunked, chunked", post("chunked, chunked"), 400, "Transfer-Encoding"},
+    {"17 KiB head", head + "X-A: " + std::string(17 * 1024, 'a') + "\r\n\r\n",
+     431, "16384 bytes"},
+  };
+  for (auto& r : refusals) {
+    auto res = raw_exchange(ep, r.bytes, 5s);
+    CAF_MESSAGE(r.what << ": " << res.status << " " << res.body);
+    CAF_CHECK_EQUAL(res.status, r.status);
+    KEEL_CHECK_CONTAINS(message_of(res), r.named);
+  }
+  // What stays valid: a head just under the limit, a chunked body, the
+  // WebSocket upgrade.
+  auto big = head + "X-A: " + std::string(15 * 1024, 'a') + "\r\n\r\n";
+  CAF_CHECK_EQUAL(raw_exchange(ep, big, 5s).status, 200u);
+  CAF_CHECK_EQUAL(raw_exchange(ep, post("gzip, chunked"), 5s).status, 405u);
+  CAF_CHECK_EQUAL(
+    raw_request(ep, "GET", "/ws", upgrade_headers(ep, client_token)).status,
+    101u);
+  CAF_CHECK_EQUAL(node.stop(), 0);
+}

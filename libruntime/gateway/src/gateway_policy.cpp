@@ -6,6 +6,8 @@
 #include <openssl/crypto.h>
 #include <openssl/sha.h>
 
+#include "field_text.hpp"
+
 namespace keel {
 
 request_decision request_decision::allow(request_role role) {
@@ -27,21 +29,8 @@ request_decision request_decision::refuse(unsigned status, std::string code,
 
 namespace {
 
-bool iequal(std::string_view x, std::string_view y) {
-  return x.size() == y.size()
-         && std::equal(x.begin(), x.end(), y.begin(), [](char a, char b) {
-              return std::tolower(static_cast<unsigned char>(a))
-                     == std::tolower(static_cast<unsigned char>(b));
-            });
-}
-
-std::string_view trim(std::string_view x) {
-  while (!x.empty() && (x.front() == ' ' || x.front() == '\t'))
-    x.remove_prefix(1);
-  while (!x.empty() && (x.back() == ' ' || x.back() == '\t'))
-    x.remove_suffix(1);
-  return x;
-}
+using field_text::iequal;
+using field_text::trim;
 
 int hex_value(char c) {
   if (c >= '0' && c <= '9')

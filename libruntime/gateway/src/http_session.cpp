@@ -1,5 +1,7 @@
 #include "http_session.hpp"
 
+#include "keel/http_head.hpp"
+
 #include <type_traits>
 
 #include <boost/asio/dispatch.hpp>
@@ -13,6 +15,13 @@ namespace {
 /// check `gateway.header_timeout` applies instead.
 constexpr auto http_read_timeout = 30s;
 
+/// Bytes of a request's head (request line and header fields) accepted;
+/// more get 431.
+constexpr size_t header_limit = 16 * 1024;
+
+/// Bytes asked of the stream at a time while reading a head.
+constexpr size_t head_read_bytes = 4096;
+
 /// Time the `/api/` handler has to answer before the client gets a 504.
 constexpr auto api_timeout = 10s;
 
@@ -22,6 +31,15 @@ std::string json_error(const std::string& code, const std::string& message) {
 
 std::string_view view(beast::string_view x) {
   return {x.data(), x.size()};
+}
+
+/// Whether Beast refused what it read (a bad request line, field or
+/// chunk), rather than the peer going away mid-request.
+bool refused_by_parser(error_code err) {
+  return err.category()
+           == http::make_error_code(http::error::bad_target).category()
+         && err != http::error::end_of_stream
+         && err != http::error::partial_message;
 }
 
 template <class Stream>
@@ -119,12 +137,38 @@ void http_session<Stream>::do_read() {
   if (shut_down_ || srv_->stopping())
     return;
   parser_.emplace();
-  parser_->header_limit(16 * 1024);
+  parser_->header_limit(header_limit);
   parser_->body_limit(srv_->cfg().max_frame_bytes);
   expire_read();
-  http::async_read(stream_, buf_, *parser_,
-                   beast::bind_front_handler(&http_session::on_read,
-                                             this->shared_from_this()));
+  read_head();
+}
+
+/// Reads until the head is complete and checked (keel/http_head.hpp), then
+/// lets Beast parse it, from the buffer, and the body.
+template <class Stream>
+void http_session<Stream>::read_head() {
+  auto data = buf_.data();
+  auto head = check_request_head(
+    {static_cast<const char*>(data.data()), data.size()}, header_limit);
+  if (head.outcome == head_check::verdict::refused)
+    return malformed(head.status, std::move(head.message));
+  if (head.outcome == head_check::verdict::complete)
+    return http::async_read(
+      stream_, buf_, *parser_,
+      beast::bind_front_handler(&http_session::on_read,
+                                this->shared_from_this()));
+  stream_.async_read_some(
+    buf_.prepare(head_read_bytes),
+    beast::bind_front_handler(&http_session::on_head_bytes,
+                              this->shared_from_this()));
+}
+
+template <class Stream>
+void http_session<Stream>::on_head_bytes(error_code err, size_t n) {
+  if (err || shut_down_)
+    return close_socket();
+  buf_.commit(n);
+  read_head();
 }
 
 /// Arms the read timeout: short until the connection authenticated.
@@ -148,6 +192,11 @@ void http_session<Stream>::on_read(error_code err, size_t) {
                        + " bytes"));
     return;
   }
+  if (err == http::error::header_limit)
+    return malformed(431, "the request's header fields exceed "
+                            + std::to_string(header_limit) + " bytes");
+  if (refused_by_parser(err))
+    return malformed(400, "malformed HTTP request: " + err.message());
   if (err) {
     close_socket();
     return;
@@ -321,6 +370,16 @@ void http_session<Stream>::overloaded() {
   keep_alive_ = false;
   reply(http::status::service_unavailable, "application/json",
         json_error("overloaded", "too many connections; try again later"));
+}
+
+/// A request the gateway cannot read safely: answered, then closed (what
+/// follows it on the connection cannot be trusted to be a request).
+template <class Stream>
+void http_session<Stream>::malformed(unsigned status, std::string message) {
+  keep_alive_ = false;
+  reply(static_cast<http::status>(status), "application/json",
+        json_error(status == 431 ? "too_large" : "bad_request",
+                   std::move(message)));
 }
 
 template <class Stream>

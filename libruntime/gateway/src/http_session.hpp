@@ -38,6 +38,8 @@ public:
 
 private:
   void do_read();
+  void read_head();
+  void on_head_bytes(error_code err, size_t n);
   void on_read(error_code err, size_t);
   void route(request req);
   void upgrade(request& req, std::string_view path);
@@ -50,6 +52,7 @@ private:
   void not_found(std::string_view path);
   void refuse(const request_decision& decision);
   void overloaded();
+  void malformed(unsigned status, std::string message);
   void expire_read();
   void reply(http::status status, std::string content_type, std::string body,
              bool fresh = true);
