@@ -52,12 +52,14 @@ std::string accounts_yaml(const temp_dir& dir) {
            "tools:\n"
            "  - name: peek\n"
            "    description: Reads the node's environment.\n"
-           "    command: [sh, -c, 'id -u; id -g; id -G; cat /proc/$$PPID/environ "
+           "    command: [sh, -c, 'id -u; id -g; id -G; cat "
+           "/proc/$$PPID/environ "
            "|| echo refused']\n"
            "    user: nobody\n"
            "  - name: peek_as_root\n"
            "    description: Reads the node's environment as the node.\n"
-           "    command: [sh, -c, 'grep -ac OPENAI_API_KEY /proc/$$PPID/environ']\n"
+           "    command: [sh, -c, 'grep -ac OPENAI_API_KEY "
+           "/proc/$$PPID/environ']\n"
            "  - name: show_env\n"
            "    description: Prints its environment.\n"
            "    command: [env]\n"
@@ -148,8 +150,8 @@ CAF_TEST(the own user of the node cannot read its environment) {
   auto launcher = nobody_launcher(dir);
   node_process node{dir.str(), accounts_yaml(dir), launcher};
   CAF_REQUIRE(node.pid() > 0);
-  auto status = read_text_file("/proc/" + std::to_string(node.pid())
-                               + "/status");
+  auto status
+    = read_text_file("/proc/" + std::to_string(node.pid()) + "/status");
   KEEL_CHECK_CONTAINS(status, "Uid:\t65534\t65534\t65534\t65534");
   auto read = read_environ_as_nobody(node.pid());
   CAF_CHECK_NOT_EQUAL(read.exit_code, 0);

@@ -9,8 +9,8 @@
 
 #include "node_client.hpp"
 #include "temp_dir.hpp"
-#include "text_checks.hpp"
 #include "test_store.hpp"
+#include "text_checks.hpp"
 
 #include "keel/protocol.hpp"
 

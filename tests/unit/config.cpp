@@ -2215,7 +2215,7 @@ CAF_TEST(a placeholder that may be read as an option is warned about) {
   }
 }
 
-CAF_TEST(tool concurrency is bounded node-wide) {
+CAF_TEST(tool concurrency is bounded node - wide) {
   CAF_CHECK_EQUAL(default_config().threads.max_concurrent_tools, 8u);
   auto cfg = parse("threads:\n  max_concurrent_tools: 2\n");
   CAF_REQUIRE_EQUAL(outcome(cfg), "none");

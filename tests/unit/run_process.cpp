@@ -153,7 +153,7 @@ CAF_TEST(a program that cannot be started is an error naming it) {
   CAF_CHECK_EQUAL(run_process(process_spec{}).error(), ec::config_invalid);
 }
 
-CAF_TEST(a descendant that left the group ends with a timed-out run) {
+CAF_TEST(a descendant that left the group ends with a timed - out run) {
   // setsid puts the sleeper in a session (and group) of its own, out of
   // reach of the group kill; it is still a descendant of the run.
   auto spec = shell("setsid sleep 30 & echo $!; wait");
@@ -196,7 +196,7 @@ CAF_TEST(a limit the kernel refuses is an error naming the limit) {
   auto refused = run_process(spec);
   CAF_REQUIRE(!refused);
   CAF_CHECK_EQUAL(refused.error(), ec::unavailable);
-  CAF_CHECK_EQUAL(error_message(refused.error()).rfind(
-                    "cannot start /bin/sh: open_files limit: ", 0),
+  CAF_CHECK_EQUAL(error_message(refused.error())
+                    .rfind("cannot start /bin/sh: open_files limit: ", 0),
                   0u);
 }

@@ -6,8 +6,8 @@
 #include <caf/test/unit_test.hpp>
 
 #include <algorithm>
-#include <condition_variable>
 #include <atomic>
+#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <thread>

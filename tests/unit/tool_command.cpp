@@ -91,9 +91,9 @@ CAF_TEST(an argument holding a NUL character is refused) {
     "tool call: argument 'path' contains a NUL character, which no "
     "command-line argument can hold");
   // Inside an object or list it is written as JSON escapes it: \u0000.
-  CAF_CHECK_EQUAL(outcome(expand_command({"echo", "{x}"},
-                                         R"({"x":{"k":"a\u0000"}})")),
-                  R"(<echo><{"k":"a\u0000"}>)");
+  CAF_CHECK_EQUAL(
+    outcome(expand_command({"echo", "{x}"}, R"({"x":{"k":"a\u0000"}})")),
+    R"(<echo><{"k":"a\u0000"}>)");
 }
 
 CAF_TEST(arguments are checked against the declared types) {
@@ -126,9 +126,10 @@ CAF_TEST(arguments are checked against the declared types) {
   CAF_CHECK_EQUAL(check(R"({"path":"a","either":1})"),
                   "tool call: argument 'either' must be of type string or "
                   "null (the tool's parameters say so), got 1");
-  CAF_CHECK_EQUAL(check(R"({"path":"a","exact":"yes"})").rfind(
-                    "tool call: argument 'exact' must be of type boolean", 0),
-                  0u);
+  CAF_CHECK_EQUAL(
+    check(R"({"path":"a","exact":"yes"})")
+      .rfind("tool call: argument 'exact' must be of type boolean", 0),
+    0u);
   CAF_CHECK_EQUAL(check("[1]"), "tool call: the arguments are not a JSON "
                                 "object");
   CAF_CHECK_EQUAL(check_arguments(schema, "{}"), ec::provider_bad_answer);

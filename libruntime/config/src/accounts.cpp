@@ -80,11 +80,11 @@ account_lookup resolve_account(const std::string& user,
                      ? "user " + user
                          + " has no entry in the user database, so no "
                            "primary group: set group: as well"
-                     : "no group named " + account_quoted(group) + " on this machine";
+                     : "no group named " + account_quoted(group)
+                         + " on this machine";
     return result;
   }
-  if (!may_switch()
-      && (result.uid != ::geteuid() || result.gid != ::getegid()))
+  if (!may_switch() && (result.uid != ::geteuid() || result.gid != ::getegid()))
     result.error = "the node runs as uid " + std::to_string(::geteuid())
                    + " without CAP_SETUID and CAP_SETGID, so it cannot run "
                      "tools as "

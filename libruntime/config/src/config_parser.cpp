@@ -115,12 +115,11 @@ constexpr const char* failure_classes[]
      "format",     "unknown"};
 
 constexpr const char* tool_keys[]
-  = {"name",       "description", "parameters", "command",
-     "cwd",        "env",         "timeout",    "grace",
-     "output_cap", "limits",      "user",       "group"};
+  = {"name",    "description", "parameters", "command", "cwd",  "env",
+     "timeout", "grace",       "output_cap", "limits",  "user", "group"};
 
-constexpr const char* tool_limit_keys[]
-  = {"memory", "cpu_time", "open_files", "processes", "file_size"};
+constexpr const char* tool_limit_keys[] = {"memory", "cpu_time", "open_files",
+                                           "processes", "file_size"};
 
 /// Tools the runtime itself gives threads; `tools[]` cannot take their names.
 constexpr const char* builtin_tools[] = {"spawn_agent", "message_agent"};

@@ -29,7 +29,7 @@ std::set<pid_t>& registered() {
 
 // What /proc/PID/stat says of a process.
 struct stat_line {
-  pid_t parent = -1; // -1: gone.
+  pid_t parent = -1;            // -1: gone.
   unsigned long long start = 0; // Clock ticks after boot.
 };
 

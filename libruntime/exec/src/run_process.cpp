@@ -2,10 +2,10 @@
 
 #include "keel/process_tree.hpp"
 
+#include <array>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
-#include <array>
 #include <iterator>
 #include <mutex>
 #include <thread>
@@ -93,9 +93,16 @@ struct child_report {
   int code = 0;
 };
 
-constexpr const char* child_steps[]
-  = {"exec", "chdir", "memory limit", "cpu_time limit", "open_files limit",
-     "processes limit", "file_size limit", "setgroups", "setgid", "setuid"};
+constexpr const char* child_steps[] = {"exec",
+                                       "chdir",
+                                       "memory limit",
+                                       "cpu_time limit",
+                                       "open_files limit",
+                                       "processes limit",
+                                       "file_size limit",
+                                       "setgroups",
+                                       "setgid",
+                                       "setuid"};
 
 // In the child: reports `step` failed with errno and exits.
 [[noreturn]] void child_failed(const run_pipes& p, int step) {

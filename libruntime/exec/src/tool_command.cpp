@@ -59,8 +59,9 @@ bool has_type(const nlohmann::json& value, const std::string& type) {
   if (type == "integer")
     return value.is_number_integer()
            || (value.is_number_float()
-               && value.get<double>() == static_cast<double>(
-                    static_cast<long long>(value.get<double>())));
+               && value.get<double>()
+                    == static_cast<double>(
+                      static_cast<long long>(value.get<double>())));
   if (type == "number")
     return value.is_number();
   if (type == "boolean")
@@ -94,9 +95,9 @@ std::vector<std::string> declared_types(const nlohmann::json& schema) {
 caf::error check_argument(const std::string& name, const nlohmann::json& value,
                           const nlohmann::json& schema) {
   auto types = declared_types(schema);
-  if (types.empty()
-      || std::any_of(types.begin(), types.end(),
-                     [&](auto& t) { return has_type(value, t); }))
+  if (types.empty() || std::any_of(types.begin(), types.end(), [&](auto& t) {
+        return has_type(value, t);
+      }))
     return {};
   std::string expected;
   for (auto& t : types)
@@ -123,8 +124,8 @@ caf::error check_arguments(const std::string& parameters,
       required != schema.end() && required->is_array())
     for (auto& name : *required)
       if (name.is_string() && !args.contains(name.get<std::string>()))
-        return bad_call("missing required argument '"
-                        + name.get<std::string>() + "'");
+        return bad_call("missing required argument '" + name.get<std::string>()
+                        + "'");
   auto props = schema.find("properties");
   if (props == schema.end() || !props->is_object())
     return {};

@@ -54,9 +54,9 @@ public:
 };
 
 /// SIGKILLs every descendant of `root` (if it still lives: before it is
-/// reaped; 0 for none) and, if this process is a child subreaper, every child of ours
-/// that is no registered run's (an orphan of a run that escaped its group)
-/// with all its descendants, reaping those orphans (by their pids only:
+/// reaped; 0 for none) and, if this process is a child subreaper, every child
+/// of ours that is no registered run's (an orphan of a run that escaped its
+/// group) with all its descendants, reaping those orphans (by their pids only:
 /// never a registered run's child). Repeats while it finds any, at most a
 /// few rounds. Returns the processes killed.
 size_t end_process_tree(pid_t root);
