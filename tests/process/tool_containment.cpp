@@ -196,10 +196,11 @@ CAF_TEST(tool calls past max_concurrent_tools wait their turn) {
     CAF_REQUIRE(!clients.back()->send_text(
       protocol::send_frame(thread, "m1", "run hold")));
   }
-  // Two run, two wait (bounded: each call reaches the runner in ms).
+  // Two run, two wait (bounded: each call reaches the runner in ms). A
+  // slot is counted before its process writes its mark, so wait for both.
   auto deadline = std::chrono::steady_clock::now() + 20s;
   auto tools = status()["tools"];
-  while ((tools["running"] != 2 || tools["waiting"] != 2)
+  while ((tools["running"] != 2 || tools["waiting"] != 2 || started_holds() < 2)
          && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(20ms);
     tools = status()["tools"];
