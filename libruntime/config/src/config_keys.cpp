@@ -156,7 +156,8 @@ const key_table<provider_config>& provider_keys() {
                      + strict_yaml::quote(std::to_string(value)));
           out.context_window = static_cast<uint64_t>(value);
         },
-        "`0`", "The model's context window in tokens; 0: from the table.");
+        [](auto& x) { return std::to_string(x.context_window); },
+        "The model's context window in tokens; 0: from the table.");
     return t;
   }();
   return table;
@@ -333,7 +334,11 @@ const key_table<tool_limits>& tool_limit_keys() {
           auto ms = r.read_millis(x, m.path(k), false).count();
           out.cpu_time = std::chrono::seconds{(ms + 999) / 1000};
         },
-        "`10m`", "CPU time (RLIMIT_CPU), in whole seconds.")
+        [](auto& x) {
+          return render_duration(
+            std::chrono::duration_cast<caf::timespan>(x.cpu_time));
+        },
+        "CPU time (RLIMIT_CPU), in whole seconds.")
       .integer("open_files", 0, unbounded, &tool_limits::open_files,
                "Open file descriptors (RLIMIT_NOFILE).")
       .integer("processes", 0, unbounded, &tool_limits::processes,

@@ -289,12 +289,17 @@ public:
   }
 
   /// A key read by `read` (a function of the reader, the mapping, the key
-  /// name, the value and the owner) with a default no single field holds.
-  template <class Read>
-  self custom(const char* name, const char* type, Read read,
-              const char* fixed_default, const char* text) {
-    add(name, type, text, read, {});
-    keys_.back().fixed_default = fixed_default;
+  /// name, the value and the owner). `fallback` renders the default from
+  /// the owner or, as a string, says what it is.
+  template <class Read, class Fallback>
+  self custom(const char* name, const char* type, Read read, Fallback fallback,
+              const char* text) {
+    if constexpr (std::is_invocable_v<Fallback, const Owner&>) {
+      add(name, type, text, read, fallback);
+    } else {
+      add(name, type, text, read, {});
+      keys_.back().fixed_default = fallback;
+    }
     return *this;
   }
 
