@@ -241,3 +241,86 @@ CAF_TEST(key paths are unique) {
   for (auto& key : config_keys())
     CAF_CHECK(seen.insert(key.path).second);
 }
+
+namespace {
+
+/// A document setting the key at `path` (dots only, a NAME placeholder as
+/// `root`) to `value`.
+std::string document_setting(const std::string& path,
+                             const std::string& value) {
+  std::string result;
+  std::string indent;
+  size_t begin = 0;
+  for (auto end = path.find('.');; end = path.find('.', begin)) {
+    auto part = path.substr(begin, end - begin);
+    if (part == "NAME")
+      part = "root";
+    if (end == std::string::npos)
+      return result + indent + part + ": " + value + "\n";
+    result += indent + part + ":\n";
+    indent += "  ";
+    begin = end + 1;
+  }
+}
+
+/// Values just outside the bounds the type `type` (as the table writes it)
+/// states, e.g. "-1" and "65536" for "integer 0..65535".
+std::vector<std::string> out_of_bounds(const std::string& type) {
+  std::smatch m;
+  auto bytes = [](const std::string& x) {
+    return x.size() > 3 && x.compare(x.size() - 3, 3, "MiB") == 0
+             ? std::stoll(x.substr(0, x.size() - 3)) << 20
+             : std::stoll(x);
+  };
+  if (std::regex_match(type, m, std::regex{R"(integer (-?\d+)\.\.(\d+))"}))
+    return {std::to_string(std::stoll(m[1]) - 1),
+            std::to_string(std::stoll(m[2]) + 1)};
+  if (std::regex_match(type, m, std::regex{R"(integer >= (-?\d+))"}))
+    return {std::to_string(std::stoll(m[1]) - 1)};
+  if (std::regex_match(type, m, std::regex{R"(size >= (\w+))"}))
+    return {std::to_string(bytes(m[1]) - 1)};
+  if (std::regex_match(type, m, std::regex{R"(number ([\d.]+)\.\.(\d+))"}))
+    return {"-0.5", std::to_string(std::stoll(m[2]) + 1)};
+  if (std::regex_match(type, m, std::regex{R"(number >= (\d+))"}))
+    return {std::to_string(std::stoll(m[1]) - 1)};
+  if (type == "number above 0, at most 1")
+    return {"0", "1.5"};
+  if (type == "duration > 0")
+    return {"0s", "5"};
+  if (std::regex_match(type, m, std::regex{R"(duration >= (\d+)ms)"}))
+    return {std::to_string(std::stoll(m[1]) - 1) + "us"};
+  if (type == "duration 0..1h")
+    return {"61m"};
+  if (type == "boolean")
+    return {"maybe"};
+  if (!type.empty() && type.front() == '`')
+    return {"nonsense"};
+  return {};
+}
+
+} // namespace
+
+CAF_TEST(the parser refuses values outside the bounds the table states) {
+  size_t checked = 0;
+  for (auto& key : config_keys()) {
+    if (key.path.find("[]") != std::string::npos)
+      continue; // Items of lists need their required keys too.
+    for (auto& value : out_of_bounds(key.type)) {
+      auto doc = document_setting(key.path, value);
+      auto path = std::regex_replace(key.path, std::regex{"NAME"}, "root");
+      auto result = parse_config(doc, "node.yaml", [](const std::string&) {
+        return std::optional<std::string>{};
+      });
+      if (result) {
+        CAF_ERROR(key.path << ": " << value << " accepted (type " << key.type
+                           << ")");
+        continue;
+      }
+      auto msg = error_message(result.error());
+      if (msg.find(": " + path + ": ") == std::string::npos)
+        CAF_ERROR(key.path << ": " << value << " refused as: " << msg);
+      ++checked;
+    }
+  }
+  CAF_CHECK_GREATER(checked, 100u);
+}
