@@ -15,6 +15,8 @@
 //
 // Header-only (the test binaries are the only users).
 
+#include "source_dir.hpp"
+
 #include <algorithm>
 #include <cctype>
 #include <chrono>
@@ -47,19 +49,6 @@ namespace keel::test {
 
 /// HTTP header fields, in the order received.
 using http_fields = std::vector<std::pair<std::string, std::string>>;
-
-/// The Keel source tree: $KEEL_SOURCE_DIR (CTest sets it), else the folder
-/// two levels above this header.
-inline std::string keel_source_dir() {
-  if (auto dir = std::getenv("KEEL_SOURCE_DIR"); dir != nullptr && *dir)
-    return dir;
-  return std::filesystem::path{__FILE__}
-    .parent_path()
-    .parent_path()
-    .parent_path()
-    .lexically_normal()
-    .string();
-}
 
 /// tests/npm/node_modules/.bin/NAME; throws std::runtime_error (pointing at
 /// scripts/setup) when it is not installed.

@@ -5,6 +5,8 @@
 
 #include "temp_dir.hpp"
 
+#include "source_dir.hpp"
+
 #include <caf/test/unit_test.hpp>
 
 #include <cstdlib>
@@ -54,15 +56,9 @@ std::string outcome(const caf::expected<T>& x) {
   return x ? std::string{"none"} : render(x.error());
 }
 
-/// The repository's root: CTest sets KEEL_SOURCE_DIR; when run by hand, the
-/// folder three levels above this file.
+/// The repository's root (see `keel::test::keel_source_dir`).
 std::filesystem::path source_dir() {
-  if (auto dir = std::getenv("KEEL_SOURCE_DIR"))
-    return dir;
-  return std::filesystem::path{__FILE__}
-    .parent_path()
-    .parent_path()
-    .parent_path();
+  return keel::test::keel_source_dir();
 }
 
 using keel::test::temp_dir;

@@ -9,6 +9,8 @@
 
 #include "keel/config.hpp"
 
+#include "source_dir.hpp"
+
 #include <caf/test/unit_test.hpp>
 
 #include <cstdlib>
@@ -25,15 +27,9 @@ using namespace keel;
 
 namespace {
 
-/// The repository's root: CTest sets KEEL_SOURCE_DIR; when run by hand, the
-/// folder three levels above this file.
+/// The repository's root (see `keel::test::keel_source_dir`).
 std::filesystem::path source_dir() {
-  if (auto dir = std::getenv("KEEL_SOURCE_DIR"))
-    return dir;
-  return std::filesystem::path{__FILE__}
-    .parent_path()
-    .parent_path()
-    .parent_path();
+  return keel::test::keel_source_dir();
 }
 
 std::string read_text(const std::filesystem::path& path) {
