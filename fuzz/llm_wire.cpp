@@ -15,11 +15,12 @@
 #include <vector>
 
 #include "fuzz_check.hpp"
+#include "keel/http_response.hpp"
 #include "keel/llm_wire.hpp"
 #include "keel/text.hpp"
 
 using namespace keel;
-using namespace keel::wire;
+using namespace keel::llm_wire;
 using keel::fuzz::require;
 
 namespace {

@@ -22,7 +22,7 @@
 #include "test_store.hpp"
 #include "text_checks.hpp"
 
-#include "keel/channel_wire.hpp"
+#include "keel/channel_format.hpp"
 #include "keel/protocol.hpp"
 #include "keel/tools/channel_sink_server.hpp"
 

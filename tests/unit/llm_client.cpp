@@ -178,14 +178,14 @@ const std::string tool_args = R"({"city":"Paris"})";
 CAF_TEST(base urls resolve to host port and target) {
   struct row {
     const char* url;
-    wire::api kind;
+    llm_wire::api kind;
     bool tls;
     const char* host;
     uint16_t port;
     const char* target;
     const char* host_header;
   };
-  using wire::api;
+  using llm_wire::api;
   row rows[] = {
     {"https://api.openai.com", api::openai, true, "api.openai.com", 443,
      "/v1/chat/completions", "api.openai.com"},
@@ -204,7 +204,7 @@ CAF_TEST(base urls resolve to host port and target) {
   };
   for (auto& r : rows) {
     CAF_MESSAGE("url " << r.url);
-    auto url = wire::parse_base_url(r.url, r.kind);
+    auto url = llm_wire::parse_base_url(r.url, r.kind);
     CAF_REQUIRE(url);
     CAF_CHECK_EQUAL(url->tls, r.tls);
     CAF_CHECK_EQUAL(url->host, r.host);
@@ -215,7 +215,7 @@ CAF_TEST(base urls resolve to host port and target) {
   for (auto bad : {"ftp://x", "http://", "http://:80", "http://h:99999",
                    "http://u@h", "http://h/p?q=1", "127.0.0.1:80"}) {
     CAF_MESSAGE("bad url " << bad);
-    auto url = wire::parse_base_url(bad, api::openai);
+    auto url = llm_wire::parse_base_url(bad, api::openai);
     CAF_CHECK(!url);
     if (!url)
       CAF_CHECK(contains(error_message(url.error()), bad));
@@ -230,8 +230,8 @@ CAF_TEST(openai request bodies carry system prompt and context roles) {
                  {3, "", "provider failed"},
                  {4, "system", "note"},
                  {5, "user", "q2"}};
-  auto body
-    = json::parse(wire::request_body(wire::api::openai, "gpt", req, 77, true));
+  auto body = json::parse(
+    llm_wire::request_body(llm_wire::api::openai, "gpt", req, 77, true));
   CAF_CHECK_EQUAL(body["model"], "gpt");
   CAF_CHECK_EQUAL(body["max_tokens"], 77);
   CAF_CHECK_EQUAL(body["stream"], true);
@@ -258,7 +258,7 @@ CAF_TEST(anthropic request bodies move system text and merge turns) {
                  {3, "user", "q2"},     {4, "assistant", ""},
                  {5, "system", "note"}, {6, "assistant", "a2"}};
   auto body = json::parse(
-    wire::request_body(wire::api::anthropic, "claude", req, 5, false));
+    llm_wire::request_body(llm_wire::api::anthropic, "claude", req, 5, false));
   CAF_CHECK_EQUAL(body["model"], "claude");
   CAF_CHECK_EQUAL(body["max_tokens"], 5);
   CAF_CHECK_EQUAL(body["stream"], false);
@@ -274,7 +274,7 @@ CAF_TEST(anthropic request bodies move system text and merge turns) {
   req.system_prompt.clear();
   req.context = {req.context[0]};
   body = json::parse(
-    wire::request_body(wire::api::anthropic, "claude", req, 5, false));
+    llm_wire::request_body(llm_wire::api::anthropic, "claude", req, 5, false));
   CAF_CHECK(body.find("system") == body.end());
 }
 
@@ -400,11 +400,11 @@ CAF_TEST(request bodies carry tool calls and tool results in both apis) {
     CAF_MESSAGE(row.what);
     completion_request req;
     req.context = row.context;
-    auto openai
-      = json::parse(wire::request_body(wire::api::openai, "m", req, 9, false));
+    auto openai = json::parse(
+      llm_wire::request_body(llm_wire::api::openai, "m", req, 9, false));
     CAF_CHECK_EQUAL(openai["messages"].dump(), row.openai.dump());
     auto anthropic = json::parse(
-      wire::request_body(wire::api::anthropic, "m", req, 9, false));
+      llm_wire::request_body(llm_wire::api::anthropic, "m", req, 9, false));
     CAF_CHECK_EQUAL(anthropic["messages"].dump(), row.anthropic.dump());
     CAF_CHECK(anthropic.find("system") == anthropic.end());
   }
@@ -420,8 +420,8 @@ CAF_TEST(request bodies advertise the configured tools after the agent tools) {
                {"scalar", "Not an object.", "42"},
                {"run", "listed twice", "{}"}};
   auto empty_schema = json{{"type", "object"}, {"properties", json::object()}};
-  auto openai
-    = json::parse(wire::request_body(wire::api::openai, "m", req, 9, false));
+  auto openai = json::parse(
+    llm_wire::request_body(llm_wire::api::openai, "m", req, 9, false));
   auto& ot = openai["tools"];
   CAF_REQUIRE_EQUAL(ot.size(), 5u);
   CAF_CHECK_EQUAL(ot[0]["function"]["name"], "spawn_agent");
@@ -438,8 +438,8 @@ CAF_TEST(request bodies advertise the configured tools after the agent tools) {
   CAF_CHECK_EQUAL(ot[3]["function"]["parameters"], empty_schema);
   CAF_CHECK_EQUAL(ot[4]["function"]["name"], "scalar");
   CAF_CHECK_EQUAL(ot[4]["function"]["parameters"], empty_schema);
-  auto anthropic
-    = json::parse(wire::request_body(wire::api::anthropic, "m", req, 9, false));
+  auto anthropic = json::parse(
+    llm_wire::request_body(llm_wire::api::anthropic, "m", req, 9, false));
   auto& at = anthropic["tools"];
   CAF_REQUIRE_EQUAL(at.size(), 5u);
   CAF_CHECK_EQUAL(at[0]["name"], "spawn_agent");
@@ -545,7 +545,7 @@ CAF_TEST(plain answers parse into text tool calls and finish reason) {
     "content":null,"tool_calls":[{"id":"call_9","type":"function",
     "function":{"name":"f","arguments":"{\"a\":1}"}}]},
     "finish_reason":"tool_calls"}]})";
-  CAF_REQUIRE(wire::parse_answer(wire::api::openai, openai, c, err));
+  CAF_REQUIRE(llm_wire::parse_answer(llm_wire::api::openai, openai, c, err));
   CAF_CHECK_EQUAL(c.text, "");
   CAF_CHECK_EQUAL(c.model, "gpt-x");
   CAF_CHECK_EQUAL(c.finish_reason, "tool_calls");
@@ -558,7 +558,8 @@ CAF_TEST(plain answers parse into text tool calls and finish reason) {
     {"type":"thinking","thinking":"hm"},{"type":"text","text":"lo"},
     {"type":"tool_use","id":"toolu_2","name":"g","input":{"b":[1,2]}}],
     "stop_reason":"max_tokens"})";
-  CAF_REQUIRE(wire::parse_answer(wire::api::anthropic, anthropic, c, err));
+  CAF_REQUIRE(
+    llm_wire::parse_answer(llm_wire::api::anthropic, anthropic, c, err));
   CAF_CHECK_EQUAL(c.text, "Hello");
   CAF_CHECK_EQUAL(c.finish_reason, "length");
   CAF_REQUIRE_EQUAL(c.tool_calls.size(), 1u);
@@ -568,11 +569,11 @@ CAF_TEST(plain answers parse into text tool calls and finish reason) {
 
 CAF_TEST(unusable plain answers say what was wrong) {
   struct row {
-    wire::api kind;
+    llm_wire::api kind;
     const char* body;
     const char* says;
   };
-  using wire::api;
+  using llm_wire::api;
   row rows[] = {
     {api::openai, R"({"choices":[)", "not valid JSON"},
     {api::openai, "[1]", "not a JSON object"},
@@ -591,32 +592,32 @@ CAF_TEST(unusable plain answers say what was wrong) {
     CAF_MESSAGE("body " << r.body);
     completion c;
     std::string err;
-    CAF_CHECK(!wire::parse_answer(r.kind, r.body, c, err));
+    CAF_CHECK(!llm_wire::parse_answer(r.kind, r.body, c, err));
     CAF_CHECK(contains(err, r.says));
   }
 }
 
 CAF_TEST(error summaries take the provider message) {
   CAF_CHECK_EQUAL(
-    wire::error_summary(R"({"error":{"message":"Rate limit","type":"x"}})"),
+    error_summary(R"({"error":{"message":"Rate limit","type":"x"}})"),
     "Rate limit");
-  CAF_CHECK_EQUAL(wire::error_summary(
+  CAF_CHECK_EQUAL(error_summary(
                     R"({"type":"error","error":{"type":"overloaded_error",)"
                     R"("message":"Overloaded"}})"),
                   "Overloaded");
-  CAF_CHECK_EQUAL(wire::error_summary("<html>\nBad Gateway\n</html>"),
+  CAF_CHECK_EQUAL(error_summary("<html>\nBad Gateway\n</html>"),
                   "<html> Bad Gateway </html>");
-  CAF_CHECK_EQUAL(wire::error_summary(std::string(300, 'x')).size(), 203u);
+  CAF_CHECK_EQUAL(error_summary(std::string(300, 'x')).size(), 203u);
 }
 
 CAF_TEST(error summaries are well formed utf8 whatever the provider sent) {
   // 199 ASCII bytes, then a 3-byte character across the 200-byte mark.
   auto euro = std::string(199, 'x') + "\xe2\x82\xac" + std::string(10, 'y');
-  auto cut = wire::error_summary(euro);
+  auto cut = error_summary(euro);
   CAF_CHECK(valid_utf8(cut));
   CAF_CHECK_EQUAL(cut, std::string(199, 'x') + "\xe2\x82\xac...");
   // A body that is not JSON and not UTF-8 either.
-  auto raw = wire::error_summary("Bad \xff\xfe Gateway");
+  auto raw = error_summary("Bad \xff\xfe Gateway");
   CAF_CHECK(valid_utf8(raw));
   CAF_CHECK_EQUAL(raw, "Bad \xef\xbf\xbd\xef\xbf\xbd Gateway");
   // A long JSON message of 2-byte characters keeps 200 whole characters.
@@ -624,7 +625,7 @@ CAF_TEST(error summaries are well formed utf8 whatever the provider sent) {
   for (int i = 0; i < 250; ++i)
     accents += "\xc3\xa9";
   accents += "\"}}";
-  auto msg = wire::error_summary(accents);
+  auto msg = error_summary(accents);
   CAF_CHECK(valid_utf8(msg));
   CAF_CHECK_EQUAL(msg.size(), 200u * 2 + 3);
 }
@@ -637,7 +638,7 @@ using event_list = std::vector<std::pair<std::string, std::string>>;
 
 event_list parse_sse(const std::vector<std::string_view>& chunks) {
   event_list result;
-  wire::sse_parser parser;
+  llm_wire::sse_parser parser;
   auto on_event = [&](std::string_view event, std::string_view data) {
     result.emplace_back(std::string{event}, std::string{data});
   };
@@ -695,8 +696,8 @@ CAF_TEST(sse parsing survives any split of the stream) {
 }
 
 CAF_TEST(openai streams decode into deltas and accumulated tool calls) {
-  using step = wire::stream_decoder::step;
-  wire::stream_decoder dec{wire::api::openai};
+  using step = llm_wire::stream_decoder::step;
+  llm_wire::stream_decoder dec{llm_wire::api::openai};
   std::string delta;
   std::vector<std::string> deltas;
   auto feed = [&](const std::string& data) {
@@ -741,8 +742,8 @@ CAF_TEST(openai streams decode into deltas and accumulated tool calls) {
 }
 
 CAF_TEST(anthropic streams decode into deltas and tool input) {
-  using step = wire::stream_decoder::step;
-  wire::stream_decoder dec{wire::api::anthropic};
+  using step = llm_wire::stream_decoder::step;
+  llm_wire::stream_decoder dec{llm_wire::api::anthropic};
   std::string delta;
   std::string text;
   auto feed = [&](const char* event, const std::string& data) {
@@ -800,10 +801,10 @@ CAF_TEST(anthropic streams decode into deltas and tool input) {
 }
 
 CAF_TEST(stream errors and garbage fail the decoder) {
-  using step = wire::stream_decoder::step;
+  using step = llm_wire::stream_decoder::step;
   std::string delta;
   {
-    wire::stream_decoder dec{wire::api::anthropic};
+    llm_wire::stream_decoder dec{llm_wire::api::anthropic};
     auto body = R"({"type":"error","error":{"type":"overloaded_error",)"
                 R"("message":"Overloaded"}})";
     CAF_CHECK(dec.on_event("error", body, delta) == step::failed);
@@ -814,7 +815,7 @@ CAF_TEST(stream errors and garbage fail the decoder) {
     CAF_CHECK_EQUAL(classify(f), error_class::overloaded);
   }
   {
-    wire::stream_decoder dec{wire::api::openai};
+    llm_wire::stream_decoder dec{llm_wire::api::openai};
     CAF_CHECK(dec.on_event("",
                            R"({"error":{"message":"Rate limit reached",)"
                            R"("type":"rate_limit_exceeded"}})",
@@ -823,25 +824,26 @@ CAF_TEST(stream errors and garbage fail the decoder) {
     CAF_CHECK(dec.provider_error());
   }
   struct row {
-    wire::api kind;
+    llm_wire::api kind;
     const char* event;
     const char* data;
     const char* says;
   };
   row rows[] = {
-    {wire::api::openai, "", "{\"choices\":[{\"delta\":", "not valid JSON"},
-    {wire::api::openai, "", "42", "not a JSON object"},
-    {wire::api::anthropic, "content_block_delta", "{\"type\":", "valid JSON"},
-    {wire::api::anthropic, "content_block_delta",
+    {llm_wire::api::openai, "", "{\"choices\":[{\"delta\":", "not valid JSON"},
+    {llm_wire::api::openai, "", "42", "not a JSON object"},
+    {llm_wire::api::anthropic, "content_block_delta",
+     "{\"type\":", "valid JSON"},
+    {llm_wire::api::anthropic, "content_block_delta",
      R"({"type":"content_block_delta","index":0,"delta":{"type":"text_delta"}})",
      "text_delta without text"},
-    {wire::api::anthropic, "content_block_start",
+    {llm_wire::api::anthropic, "content_block_start",
      R"({"type":"content_block_start","index":0,"content_block":{}})",
      "content_block.type"},
   };
   for (auto& r : rows) {
     CAF_MESSAGE("event data " << r.data);
-    wire::stream_decoder dec{r.kind};
+    llm_wire::stream_decoder dec{r.kind};
     CAF_CHECK(dec.on_event(r.event, r.data, delta) == step::failed);
     CAF_CHECK(!dec.provider_error());
     CAF_CHECK(contains(dec.error(), r.says));

@@ -5,42 +5,19 @@
 #include <nlohmann/json.hpp>
 
 #include "keel/agent_tools.hpp"
-#include "keel/endpoint.hpp"
 #include "keel/error.hpp"
+#include "keel/http_response.hpp"
 #include "keel/text.hpp"
 
-namespace keel::wire {
+namespace keel::llm_wire {
 
 namespace {
 
 using json = nlohmann::json;
 
-/// Longest excerpt of a body that goes into a message.
-constexpr size_t excerpt_chars = 200;
-
-bool starts_with(std::string_view str, std::string_view prefix) {
-  return str.size() >= prefix.size()
-         && str.compare(0, prefix.size(), prefix) == 0;
-}
-
 bool ends_with(std::string_view str, std::string_view suffix) {
   return str.size() >= suffix.size()
          && str.compare(str.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-/// The start of `text` on one line, for messages: at most `excerpt_chars`
-/// whole characters, well-formed UTF-8 whatever the provider sent.
-std::string excerpt(std::string_view text) {
-  auto result = sanitize_utf8(text, excerpt_chars);
-  auto cut = sanitize_utf8(text, excerpt_chars + 1).size() != result.size();
-  for (auto& c : result)
-    if (c == '\n' || c == '\r' || c == '\t')
-      c = ' ';
-  while (!result.empty() && result.back() == ' ')
-    result.pop_back();
-  if (cut)
-    result += "...";
-  return result;
 }
 
 /// Parses `text`, keeping nlohmann's description of a syntax error.
@@ -197,13 +174,9 @@ bool parse_anthropic(const json& j, completion& out, std::string& error) {
 
 namespace {
 
-/// The request target of an endpoint of `kind` whose URL has `path`: an LLM
-/// API's path below it ("/v1" added unless there), a JSON POST's path as it
-/// is ("/" if none).
+/// The request target of an endpoint of `kind` whose URL has `path`: the
+/// API's path below it ("/v1" added unless there).
 std::string request_target(std::string_view path, api kind) {
-  if (kind == api::json)
-    return path.empty() || path.front() == '?' ? "/" + std::string{path}
-                                               : std::string{path};
   while (!path.empty() && path.back() == '/')
     path.remove_suffix(1);
   auto result = std::string{path};
@@ -216,60 +189,14 @@ std::string request_target(std::string_view path, api kind) {
 } // namespace
 
 caf::expected<base_url> parse_base_url(std::string_view url, api kind) {
-  auto bad = [&](const std::string& why) {
+  auto result = parse_http_url(url, "base_url");
+  if (!result)
+    return std::move(result.error());
+  if (result->target.find('?') != std::string::npos)
     return caf::make_error(ec::config_invalid,
-                           "base_url '" + std::string{url} + "': " + why);
-  };
-  base_url result;
-  std::string_view rest;
-  if (starts_with(url, "https://")) {
-    result.tls = true;
-    rest = url.substr(8);
-  } else if (starts_with(url, "http://")) {
-    rest = url.substr(7);
-  } else {
-    return bad("expected an http:// or https:// URL");
-  }
-  // A JSON POST's URL may carry a query (webhooks often hold their key
-  // there); an LLM API's may not.
-  auto json = kind == api::json;
-  auto slash = rest.find_first_of(json ? "/?" : "/");
-  auto authority = rest.substr(0, slash);
-  auto path = slash == std::string_view::npos ? std::string_view{}
-                                              : rest.substr(slash);
-  if (authority.empty())
-    return bad("missing host");
-  if (authority.find('@') != std::string_view::npos)
-    return bad("user info in the URL is not supported (use api_key)");
-  if (path.find_first_of(json ? "#" : "?#") != std::string_view::npos)
-    return bad(json ? "a fragment is not supported"
-                    : "query and fragment are not supported");
-  uint16_t default_port = result.tls ? 443 : 80;
-  bool has_port = authority.back() != ']'
-                  && authority.find(':') != std::string_view::npos;
-  if (has_port) {
-    auto ep = parse_endpoint(std::string{authority});
-    if (!ep)
-      return bad(error_message(ep.error()));
-    if (authority.front() == ':')
-      return bad("missing host");
-    result.host = std::move(ep->host);
-    result.port = ep->port;
-  } else {
-    if (authority.front() == '[')
-      authority = authority.substr(1, authority.size() - 2);
-    if (authority.empty())
-      return bad("missing host");
-    result.host = std::string{authority};
-    result.port = default_port;
-  }
-  auto bracketed = result.host.find(':') != std::string::npos
-                     ? "[" + result.host + "]"
-                     : result.host;
-  result.authority = bracketed + ":" + std::to_string(result.port);
-  result.host_header = result.port == default_port ? bracketed
-                                                   : result.authority;
-  result.target = request_target(path, kind);
+                           "base_url '" + std::string{url}
+                             + "': query and fragment are not supported");
+  result->target = request_target(result->target, kind);
   return result;
 }
 
@@ -461,10 +388,6 @@ std::string request_body(api kind, const std::string& model,
 
 bool parse_answer(api kind, std::string_view body, completion& out,
                   std::string& error) {
-  if (kind == api::json) {
-    out.text = std::string{body};
-    return true;
-  }
   json j;
   std::string why;
   if (!parse_json(body, j, why)) {
@@ -477,21 +400,6 @@ bool parse_answer(api kind, std::string_view body, completion& out,
   }
   return kind == api::openai ? parse_openai(j, out, error)
                              : parse_anthropic(j, out, error);
-}
-
-std::string error_summary(std::string_view body) {
-  auto j = json::parse(body.begin(), body.end(), nullptr, false);
-  if (j.is_object()) {
-    if (auto err = member(j, "error")) {
-      if (auto msg = string_member(*err, "message"))
-        return excerpt(*msg);
-      if (err->is_string())
-        return excerpt(err->get<std::string>());
-    }
-    if (auto msg = string_member(j, "message"))
-      return excerpt(*msg);
-  }
-  return excerpt(body);
 }
 
 std::string normalize_stop_reason(std::string_view reason) {
@@ -553,9 +461,10 @@ stream_decoder::step stream_decoder::on_event(std::string_view event,
   std::string why;
   if (!parse_json(data, j, why))
     return fail_parse("a stream event is not valid JSON (" + why
-                      + "): " + excerpt(data));
+                      + "): " + body_excerpt(data));
   if (!j.is_object())
-    return fail_parse("a stream event is not a JSON object: " + excerpt(data));
+    return fail_parse("a stream event is not a JSON object: "
+                      + body_excerpt(data));
   try {
     return kind_ == api::openai ? openai_event(j, data, delta)
                                 : anthropic_event(event, j, data, delta);
@@ -729,4 +638,4 @@ void stream_decoder::finish_tool_calls() {
   }
 }
 
-} // namespace keel::wire
+} // namespace keel::llm_wire

@@ -1,7 +1,8 @@
 #pragma once
 
 // Sends messages to one configured outbound channel (see
-// `keel/channel_wire.hpp` for the wire format) over the node's HTTP client.
+// `keel/channel_format.hpp` for what goes out and what answers mean) over
+// the node's HTTP client (`keel/http_client.hpp`).
 // One attempt per call: the retry schedule is the caller's
 // (`after_failed_send`), so it runs on the caller's clock.
 
@@ -11,7 +12,8 @@
 
 #include <caf/expected.hpp>
 
-#include "keel/channel_wire.hpp"
+#include "keel/channel_format.hpp"
+#include "keel/http_client.hpp"
 
 namespace keel {
 
@@ -38,10 +40,10 @@ public:
   }
 
 private:
-  channel_client(channel_config cfg, std::shared_ptr<post_endpoint> endpoint);
+  channel_client(channel_config cfg, std::shared_ptr<http_endpoint> endpoint);
 
   channel_config cfg_;
-  std::shared_ptr<post_endpoint> endpoint_;
+  std::shared_ptr<http_endpoint> endpoint_;
 };
 
 } // namespace keel

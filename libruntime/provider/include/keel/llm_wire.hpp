@@ -38,8 +38,9 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "keel/completion.hpp"
+#include "keel/http_url.hpp"
 
-namespace keel::wire {
+namespace keel::llm_wire {
 
 /// Which HTTP API a provider speaks.
 enum class api : uint8_t {
@@ -47,29 +48,15 @@ enum class api : uint8_t {
   openai,
   /// Anthropic Messages.
   anthropic,
-  /// Any JSON POST (outbound channels): the URL's path is the target as it
-  /// is, the request body is the caller's, and a 2xx answer's body is the
-  /// completion's text, unparsed.
-  json,
 };
 
 /// Where an endpoint's requests go, parsed from `base_url`.
-struct base_url {
-  bool tls = false;
-  /// Host name or address (IPv6 without brackets).
-  std::string host;
-  uint16_t port = 0;
-  /// Request target, e.g. "/v1/chat/completions".
-  std::string target;
-  /// `Host` header value: host, plus ":port" unless it is the default.
-  std::string host_header;
-  /// "host:port" (IPv6 bracketed), for messages.
-  std::string authority;
-};
+using base_url = http_url;
 
-/// Parses "http[s]://HOST[:PORT][/PREFIX]" and appends the API's path:
-/// "/v1/chat/completions" or "/v1/messages", without the "/v1" if PREFIX
-/// already ends in it. Fails with `ec::config_invalid` saying what is wrong.
+/// Parses "http[s]://HOST[:PORT][/PREFIX]" (`parse_http_url`, no query)
+/// and appends the API's path: "/v1/chat/completions" or "/v1/messages",
+/// without the "/v1" if PREFIX already ends in it. Fails with
+/// `ec::config_invalid` saying what is wrong.
 caf::expected<base_url> parse_base_url(std::string_view url, api kind);
 
 /// Builds the JSON request body (see the top of this file for the roles and
@@ -82,10 +69,6 @@ std::string request_body(api kind, const std::string& model,
 /// false and sets `error` to what was wrong.
 bool parse_answer(api kind, std::string_view body, completion& out,
                   std::string& error);
-
-/// The human-readable part of an error body: `error.message` (both APIs),
-/// else `message`, else the start of the body on one line.
-std::string error_summary(std::string_view body);
 
 /// Normalizes an Anthropic `stop_reason` to the OpenAI words `completion`
 /// uses: end_turn and stop_sequence -> stop, max_tokens -> length, tool_use
@@ -244,4 +227,4 @@ private:
   std::vector<std::pair<int64_t, size_t>> tool_indexes_;
 };
 
-} // namespace keel::wire
+} // namespace keel::llm_wire

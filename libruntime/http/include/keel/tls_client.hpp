@@ -1,6 +1,6 @@
 #pragma once
 
-// The TLS client setup shared by the provider client and the tools: TLS 1.2
+// The TLS client setup shared by the HTTP client and the tools: TLS 1.2
 // or newer, the peer's certificate verified against a CA file or the
 // system's store, and its name checked against the host that was dialled.
 

@@ -1,4 +1,4 @@
-#define CAF_SUITE channel_wire
+#define CAF_SUITE channel_format
 
 // What Keel sends to outbound channels and how it reads their answers: the
 // webhook's signed event, Telegram's sendMessage with and without markup,
@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "keel/channel_wire.hpp"
+#include "keel/channel_format.hpp"
 
 #include "text_checks.hpp"
 
@@ -55,20 +55,24 @@ std::string header(const channel_send& x, const std::string& name) {
   return {};
 }
 
-call_failure http_error(int status, std::string body,
-                        std::optional<std::chrono::milliseconds> after = {}) {
-  call_failure f;
-  f.failure.status = status;
-  f.failure.body = std::move(body);
-  f.retry_after = after;
-  f.message = "HTTP " + std::to_string(status) + " from 127.0.0.1:9";
-  return f;
+/// Where the answers come from.
+constexpr std::string_view peer = "127.0.0.1:9";
+
+http_client_response refused(unsigned status, std::string body,
+                             std::optional<std::chrono::seconds> after = {}) {
+  http_client_response res;
+  res.status = status;
+  res.body = std::move(body);
+  if (after)
+    res.headers.emplace_back("Retry-After", std::to_string(after->count()));
+  return res;
 }
 
-completion answered(std::string body) {
-  completion c;
-  c.text = std::move(body);
-  return c;
+http_client_response answered(std::string body) {
+  http_client_response res;
+  res.status = 200;
+  res.body = std::move(body);
+  return res;
 }
 
 } // namespace
@@ -143,41 +147,47 @@ CAF_TEST(a notice goes to a webhook as an event and to telegram as text) {
 CAF_TEST(answers are delivered or classified for the retry policy) {
   auto tg = channel_kind::telegram;
   auto hook = channel_kind::webhook;
-  CAF_CHECK(read_send_answer(hook, answered("")).delivered);
-  CAF_CHECK(
-    read_send_answer(tg, answered(R"({"ok":true,"result":{}})")).delivered);
-  auto odd = read_send_answer(tg, answered(R"({"ok":false})"));
+  CAF_CHECK(read_send_answer(hook, answered(""), peer).delivered);
+  CAF_CHECK(read_send_answer(tg, answered(R"({"ok":true,"result":{}})"), peer)
+              .delivered);
+  auto odd = read_send_answer(tg, answered(R"({"ok":false})"), peer);
   CAF_CHECK(!odd.delivered);
   CAF_CHECK(odd.failure.kind == send_failure_kind::rejected);
   // Telegram's 429 carries its wait in the body.
   auto limited = read_send_answer(
-    tg, http_error(429, R"({"ok":false,"error_code":429,"description":"Too )"
-                        R"(Many Requests: retry after 3","parameters":)"
-                        R"({"retry_after":3}})"));
+    tg,
+    refused(429, R"({"ok":false,"error_code":429,"description":"Too )"
+                 R"(Many Requests: retry after 3","parameters":)"
+                 R"({"retry_after":3}})"),
+    peer);
   CAF_CHECK(limited.failure.kind == send_failure_kind::transient);
   CAF_CHECK(limited.failure.retry_after == std::chrono::milliseconds{3000});
   KEEL_CHECK_CONTAINS(limited.description, "retry after 3");
   auto markup = read_send_answer(
-    tg, http_error(400, R"({"ok":false,"error_code":400,"description":"Bad )"
-                        R"(Request: can't parse entities: Can't find end"})"));
+    tg,
+    refused(400, R"({"ok":false,"error_code":400,"description":"Bad )"
+                 R"(Request: can't parse entities: Can't find end"})"),
+    peer);
   CAF_CHECK(markup.failure.kind == send_failure_kind::parse_error);
   auto chat = read_send_answer(
-    tg, http_error(400, R"({"ok":false,"error_code":400,"description":"Bad )"
-                        R"(Request: chat not found"})"));
+    tg,
+    refused(400, R"({"ok":false,"error_code":400,"description":"Bad )"
+                 R"(Request: chat not found"})"),
+    peer);
   CAF_CHECK(chat.failure.kind == send_failure_kind::rejected);
   // A webhook's Retry-After header, 5xx, 408 and a cut connection are worth
   // another try; another 4xx is not.
-  auto busy = read_send_answer(hook, http_error(503, "", 2s));
+  auto busy = read_send_answer(hook, refused(503, "", 2s), peer);
   CAF_CHECK(busy.failure.kind == send_failure_kind::transient);
   CAF_CHECK(busy.failure.retry_after == std::chrono::milliseconds{2000});
-  CAF_CHECK(read_send_answer(hook, http_error(408, "")).failure.kind
+  CAF_CHECK(read_send_answer(hook, refused(408, ""), peer).failure.kind
             == send_failure_kind::transient);
-  CAF_CHECK(read_send_answer(hook, http_error(404, "")).failure.kind
+  CAF_CHECK(read_send_answer(hook, refused(404, ""), peer).failure.kind
             == send_failure_kind::rejected);
-  call_failure cut;
-  cut.failure.transport = transport_error::reset;
+  http_failure cut;
+  cut.error = http_error::reset;
   cut.message = "127.0.0.1:9 closed the connection without answering";
-  auto reset = read_send_answer(hook, cut);
+  auto reset = read_send_answer(hook, cut, peer);
   CAF_CHECK(reset.failure.kind == send_failure_kind::transient);
   CAF_CHECK_EQUAL(reset.description, cut.message);
 }

@@ -1,4 +1,4 @@
-#include "keel/channel_wire.hpp"
+#include "keel/channel_format.hpp"
 
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
@@ -90,13 +90,13 @@ send_result failed(send_failure_kind kind, std::string description) {
 }
 
 /// Reads a 2xx answer.
-send_result read_delivered(channel_kind kind, const completion& answer) {
+send_result read_delivered(channel_kind kind, const std::string& body) {
   if (kind != channel_kind::telegram) {
     send_result result;
     result.delivered = true;
     return result;
   }
-  auto j = telegram_body(answer.text);
+  auto j = telegram_body(body);
   if (j.value("ok", false) == true) {
     send_result result;
     result.delivered = true;
@@ -104,22 +104,48 @@ send_result read_delivered(channel_kind kind, const completion& answer) {
   }
   return failed(send_failure_kind::rejected,
                 "the Bot API answered 2xx without \"ok\": true: "
-                  + answer.text.substr(0, 200));
+                  + body.substr(0, 200));
 }
 
 bool transient_status(int status) {
   return status == 408 || status == 425 || status == 429 || status >= 500;
 }
 
+/// A send that did not deliver, as the retry policy reads it.
+struct refusal {
+  /// The answer's status; none when there was no answer.
+  std::optional<unsigned> status;
+  std::string body;
+  std::optional<milliseconds> retry_after;
+  std::string description;
+};
+
+/// What `answer`, not a delivery, says.
+refusal refusal_of(const http_result& answer, std::string_view peer) {
+  auto now = std::chrono::system_clock::now();
+  auto answered = [&](const http_client_response& res) {
+    return refusal{res.status, res.body, retry_after(res, now),
+                   status_text(res, peer)};
+  };
+  if (auto res = std::get_if<http_client_response>(&answer))
+    return answered(*res);
+  auto& f = std::get<http_failure>(answer);
+  if (f.error == http_error::too_large && f.partial)
+    return refusal{f.partial->status, {}, std::nullopt, f.message};
+  if (f.partial && !f.partial->ok())
+    return answered(*f.partial); // Cut short, it still says why.
+  return refusal{std::nullopt, {}, std::nullopt, f.message};
+}
+
 /// Reads a failed send: an HTTP error answer or a transport failure.
-send_result read_failure(channel_kind kind, const call_failure& f) {
-  auto result = failed(send_failure_kind::transient, f.message);
+send_result read_failure(channel_kind kind, const refusal& f) {
+  auto result = failed(send_failure_kind::transient, f.description);
   result.failure.retry_after = f.retry_after;
-  if (!f.failure.status)
+  if (!f.status)
     return result; // Connection refused or cut, a timeout: try again.
-  auto status = *f.failure.status;
+  auto status = static_cast<int>(*f.status);
   if (kind == channel_kind::telegram) {
-    auto j = telegram_body(f.failure.body);
+    auto j = telegram_body(f.body);
     auto description = j.value("description", std::string{});
     if (!description.empty()
         && result.description.find(description) == std::string::npos)
@@ -176,10 +202,12 @@ std::string send_url(const channel_config& cfg) {
   return base + "/bot" + cfg.token + "/sendMessage";
 }
 
-send_result read_send_answer(channel_kind kind, const call_result& answer) {
-  if (auto done = std::get_if<completion>(&answer))
-    return read_delivered(kind, *done);
-  return read_failure(kind, std::get<call_failure>(answer));
+send_result read_send_answer(channel_kind kind, const http_result& answer,
+                             std::string_view peer) {
+  if (auto done = std::get_if<http_client_response>(&answer);
+      done && done->ok())
+    return read_delivered(kind, done->body);
+  return read_failure(kind, refusal_of(answer, peer));
 }
 
 std::string hmac_sha256_hex(std::string_view key, std::string_view data) {

@@ -1,6 +1,7 @@
 #pragma once
 
-// What Keel sends through an outbound channel and what the answer means.
+// The outbound channels' formats: what Keel sends through a channel and
+// what the answer means. Pure: the sending is `keel/channel_client.hpp`'s.
 //
 // webhook: `POST url` with a JSON event, a reply
 //   {"event":"reply","id":KEY,"thread":T,"seq":N,"reply_to":M,"text":...,
@@ -30,7 +31,7 @@
 
 #include "keel/config.hpp"
 #include "keel/delivery_policy.hpp"
-#include "keel/llm_client.hpp"
+#include "keel/http_response.hpp"
 #include "keel/types.hpp"
 
 namespace keel {
@@ -88,12 +89,14 @@ struct send_result {
   std::string description;
 };
 
-/// Reads the answer of a send to a channel of `kind`: a 2xx (Telegram: with
-/// `"ok": true`) delivers; 429, 408, 5xx, timeouts and cut connections are
-/// transient (Retry-After from the header, or Telegram's
-/// `parameters.retry_after`); Telegram's 400 "can't parse entities" is a
-/// parse error; any other answer is a rejection.
-send_result read_send_answer(channel_kind kind, const call_result& answer);
+/// Reads the answer of a send to a channel of `kind` at `peer` ("host:port",
+/// named in the description): a 2xx (Telegram: with `"ok": true`)
+/// delivers; 429, 408, 5xx, timeouts and cut connections are transient
+/// (Retry-After from the header, or Telegram's `parameters.retry_after`);
+/// Telegram's 400 "can't parse entities" is a parse error; any other answer
+/// is a rejection (an answer cut short still counts by its status).
+send_result read_send_answer(channel_kind kind, const http_result& answer,
+                             std::string_view peer);
 
 /// Lowercase hex HMAC-SHA256 of `data` under `key`.
 std::string hmac_sha256_hex(std::string_view key, std::string_view data);
