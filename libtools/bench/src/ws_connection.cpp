@@ -3,7 +3,7 @@
 
 #include "keel/protocol.hpp"
 #include "keel/tools/json_fields.hpp"
-#include "ws_identity.hpp"
+#include "keel/tools/ws_identity.hpp"
 #include "ws_load_run.hpp"
 
 namespace keel::bench::detail {

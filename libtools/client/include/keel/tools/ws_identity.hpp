@@ -1,7 +1,7 @@
 #pragma once
 
-// What the tools' WebSocket clients send with their upgrade request. Private
-// to libtools.
+// What the tools' WebSocket clients (the client's and the load generators')
+// send with their upgrade request.
 
 #include <string>
 

@@ -23,8 +23,8 @@
 #include "keel/tools/bench_memory.hpp"
 #include "keel/tools/json_fields.hpp"
 #include "keel/tools/ws_client.hpp"
+#include "keel/tools/ws_identity.hpp"
 #include "memory_probe.hpp"
-#include "ws_identity.hpp"
 
 namespace keel::bench {
 

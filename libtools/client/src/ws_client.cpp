@@ -15,7 +15,7 @@
 
 #include "keel/text.hpp"
 #include "keel/tls_client.hpp"
-#include "ws_identity.hpp"
+#include "keel/tools/ws_identity.hpp"
 
 namespace keel {
 
