@@ -239,6 +239,60 @@ CAF_TEST(an outcome seen live that the history lacks is UNEXPECTED) {
              "seq 2 answers seq 1 and the message is not stored"}));
 }
 
+CAF_TEST(an outcome seen with its content must show it in the history) {
+  // What the crash fuzzer records: kind, reply_to, a reply's text, a code.
+  auto seen = reply(2, "m1", 1);
+  seen.text = "answer to m1";
+  histories["t1"][1].text = "answer to m1";
+  rec.outcome("t1", "m1", seen);
+  CAF_CHECK_EQUAL(texts(), strings{});
+  seen.text = "another answer";
+  rec.threads()["t1"]["m1"].outcomes_seen_as.clear();
+  rec.outcome("t1", "m1", seen);
+  auto err = failure(8, "m3", 7);
+  err.code = "cancelled";
+  rec.outcome("t1", "m3", err);
+  CAF_CHECK_EQUAL(
+    texts(),
+    (strings{"UNEXPECTED: t1/m1 was answered live at seq 2, but the history "
+             "holds reply to seq 1 \"answer to m1\", the frame showed reply "
+             "to seq 1 \"another answer\"",
+             "UNEXPECTED: t1/m3 was answered live at seq 8, but the history "
+             "holds error to seq 7, the frame showed error to seq 7 "
+             "[cancelled]"}));
+}
+
+CAF_TEST(what later entries could mend is marked beyond the history) {
+  // m4's answer and an outcome after the history's end: a history read
+  // only so far. An outcome missing inside the history is not.
+  erase("t1", 10);
+  rec.outcome("t1", "m1", 11);
+  rec.outcome("t1", "m2", 4);
+  std::vector<std::string> marked;
+  for (auto& v : check(rec, histories))
+    marked.push_back(v.rule + (v.beyond_history ? " beyond" : " within"));
+  CAF_CHECK_EQUAL(marked, (strings{"UNEXPECTED beyond", "UNEXPECTED within",
+                                   "UNANSWERED beyond"}));
+}
+
+CAF_TEST(adopted messages are checked but need not keep ORDER) {
+  // The node's own messages, adopted, answered out of order: no
+  // violation; answered twice: a DUPLICATE.
+  rec.adopt("t1", "agent:p:9");
+  rec.adopt("t1", "m1"); // known already: kept as it is
+  CAF_CHECK(!rec.threads().at("t1").at("m1").own);
+  CAF_CHECK(rec.threads().at("t1").at("agent:p:9").own);
+  rec.adopt("t5", "agent:q:1");
+  rec.adopt("t5", "agent:q:2");
+  histories["t5"] = {user(1, "agent:q:1"), user(2, "agent:q:2"),
+                     reply(3, "agent:q:2", 2), reply(4, "agent:q:1", 1)};
+  CAF_CHECK_EQUAL(texts(), strings{});
+  histories["t5"].push_back(reply(5, "agent:q:1", 1));
+  CAF_CHECK_EQUAL(single(),
+                  "DUPLICATE: t5/agent:q:1 stored at seq 1 has 2 outcomes, "
+                  "at seqs 4 and 5");
+}
+
 CAF_TEST(a message of unknown outcome that was never stored is fine) {
   record fresh;
   fresh.sent("t", "m");

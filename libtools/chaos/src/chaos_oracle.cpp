@@ -81,9 +81,15 @@ void absorb(sent_message& into, const sent_message& from) {
   for (auto seq : from.outcomes_seen)
     if (!contains(into.outcomes_seen, seq))
       into.outcomes_seen.push_back(seq);
+  into.outcomes_seen_as.insert(from.outcomes_seen_as.begin(),
+                               from.outcomes_seen_as.end());
 }
 
 } // namespace
+
+bool is_outcome(const history_entry& e) {
+  return is_outcome_kind(e.kind);
+}
 
 bool from_json(const json& j, history_entry& out) {
   if (!j.is_object())
@@ -109,6 +115,15 @@ void record::sent(const std::string& thread, const std::string& id) {
   msg.id = id;
 }
 
+void record::adopt(const std::string& thread, const std::string& id) {
+  auto [i, added] = threads_[thread].try_emplace(id);
+  if (!added)
+    return;
+  i->second.thread = thread;
+  i->second.id = id;
+  i->second.own = true;
+}
+
 bool record::acked(const std::string& thread, const std::string& id,
                    uint64_t seq) {
   auto msg = find_message(*this, thread, id);
@@ -130,6 +145,14 @@ void record::outcome(const std::string& thread, const std::string& id,
                      uint64_t seq) {
   if (auto msg = find_message(*this, thread, id))
     msg->outcomes_seen.push_back(seq);
+}
+
+void record::outcome(const std::string& thread, const std::string& id,
+                     const history_entry& seen) {
+  if (auto msg = find_message(*this, thread, id)) {
+    msg->outcomes_seen.push_back(seen.seq);
+    msg->outcomes_seen_as.emplace(seen.seq, seen);
+  }
 }
 
 void record::merge(const record& other) {
@@ -180,6 +203,8 @@ struct history_index {
   std::map<uint64_t, seq_list> outcomes;
   // Seq -> its entry (the first one, should a seq appear twice).
   std::map<uint64_t, const history_entry*> at;
+  // The highest seq in the history (0 for none).
+  uint64_t last = 0;
 };
 
 // Indexes `entries`, which must outlive the result.
@@ -187,6 +212,7 @@ history_index index_history(const std::vector<history_entry>& entries) {
   history_index x;
   for (auto& e : entries) {
     x.at.emplace(e.seq, &e);
+    x.last = std::max(x.last, e.seq);
     if (e.kind == "user")
       x.stored[e.client_id].push_back(e.seq);
     else if (is_outcome_kind(e.kind))
@@ -237,9 +263,9 @@ std::string seq_words(const seq_list& xs) {
   return result;
 }
 
-void add(std::vector<violation>& out, const char* rule,
-         const std::string& what) {
-  out.push_back(violation{rule, what});
+void add(std::vector<violation>& out, const char* rule, const std::string& what,
+         bool beyond_history = false) {
+  out.push_back(violation{rule, what, beyond_history});
 }
 
 // LOST and MISPLACED: an acknowledged message is stored, first at the seq its
@@ -277,7 +303,8 @@ void check_stored(std::vector<violation>& out, const placement& p) {
         p.name + " stored" + at + " has " + str(p.outcomes.size())
           + " outcomes, at seqs " + seq_words(p.outcomes));
   else if (p.outcomes.empty() && (m.acked || m.refusal.empty()))
-    add(out, "UNANSWERED", p.name + " is stored" + at + " and has no outcome");
+    add(out, "UNANSWERED", p.name + " is stored" + at + " and has no outcome",
+        true);
 }
 
 // Why the entry at `seq` is not an outcome of `p`'s message; "" when it is.
@@ -298,17 +325,46 @@ std::string why_not_outcome(const placement& p, const history_index& h,
   return answers + ", not seq " + str(p.stored[0]);
 }
 
+// An outcome entry in one line: `reply to seq 5 "answer to m1"`, `error to
+// seq 5 [cancelled]`.
+std::string outcome_words(const history_entry& e) {
+  auto result = e.kind + " to seq " + str(e.reply_to);
+  if (!e.code.empty())
+    result += " [" + e.code + "]";
+  if (e.kind == "reply")
+    result += " \"" + e.text + "\"";
+  return result;
+}
+
+// Why the outcome `stored` does not show what the frame `seen` showed (its
+// kind, reply_to, code, and a reply's text); "" when it does.
+std::string why_not_as_seen(const history_entry& seen,
+                            const history_entry& stored) {
+  if (seen.kind == stored.kind && seen.reply_to == stored.reply_to
+      && seen.code == stored.code
+      && (seen.kind != "reply" || seen.text == stored.text))
+    return {};
+  return "the history holds " + outcome_words(stored) + ", the frame showed "
+         + outcome_words(seen);
+}
+
 // UNEXPECTED: every outcome seen live (each distinct seq once) is in the
-// history, answering this message.
+// history, answering this message, and shows what its frame showed when
+// that was recorded.
 void check_seen(std::vector<violation>& out, const placement& p,
                 const history_index& h) {
   std::set<uint64_t> done;
   for (auto seq : p.msg->outcomes_seen) {
     if (!done.insert(seq).second)
       continue;
-    if (auto why = why_not_outcome(p, h, seq); !why.empty())
+    auto why = why_not_outcome(p, h, seq);
+    auto seen = p.msg->outcomes_seen_as.find(seq);
+    if (why.empty() && seen != p.msg->outcomes_seen_as.end())
+      why = why_not_as_seen(seen->second, *h.at.at(seq));
+    if (!why.empty())
       add(out, "UNEXPECTED",
-          p.name + " was answered live at seq " + str(seq) + ", but " + why);
+          p.name + " was answered live at seq " + str(seq) + ", but " + why,
+          seq > h.last);
   }
 }
 
@@ -319,7 +375,7 @@ void check_order(std::vector<violation>& out,
                  const std::vector<placement>& placed) {
   std::vector<const placement*> answered;
   for (auto& p : placed)
-    if (!p.stored.empty() && !p.outcomes.empty())
+    if (!p.stored.empty() && !p.outcomes.empty() && !p.msg->own)
       answered.push_back(&p);
   std::sort(answered.begin(), answered.end(),
             [](auto x, auto y) { return x->stored[0] < y->stored[0]; });

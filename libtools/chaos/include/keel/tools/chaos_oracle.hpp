@@ -1,10 +1,11 @@
 #pragma once
 
-// keel-chaos's record of what the clients were told, kept outside the nodes,
-// and the checks run against the threads' histories once the traffic is
-// quiet. The record is filled from the frames the clients receive; the check
-// reads only the record and the histories, so tests can tamper with either
-// and see the violation named.
+// The outside record of what the clients were told, kept outside the nodes,
+// and the checks run against the threads' histories: the one oracle of
+// keel-chaos (once the traffic is quiet) and of the crash fuzzer (after each
+// crash and while it waits for answers). The record is filled from the
+// frames the clients receive; the check reads only the record and the
+// histories, so tests can tamper with either and see the violation named.
 
 #include <cstdint>
 #include <map>
@@ -18,13 +19,22 @@ namespace keel::chaos {
 /// One entry of a thread's history as the `history` frame carries it.
 struct history_entry {
   uint64_t seq = 0;
-  /// "user", "reply" or "error".
+  /// "user", "reply" or "error" (the crash fuzzer's logs also hold "tool"
+  /// steps, which the check passes over).
   std::string kind;
   /// The message's client id (for outcomes: the answered message's).
   std::string client_id;
   /// Outcomes: the seq of the answered message; 0 for user messages.
   uint64_t reply_to = 0;
+  /// What the entry says, and an error's code. Compared only with outcome
+  /// frames recorded with their content (see `record::outcome`).
+  std::string text;
+  std::string code;
 };
+
+/// A "reply" or an "error": an outcome, answering the user message at
+/// `reply_to`.
+bool is_outcome(const history_entry& e);
 
 /// Reads one entry of a `history` frame's `entries` (the node's stored
 /// encoding of a log entry; fields the check does not use, such as `text`,
@@ -53,6 +63,11 @@ struct sent_message {
   /// as their seqs, in the order they arrived (a frame received twice is
   /// listed twice).
   std::vector<uint64_t> outcomes_seen;
+  /// What the outcome frames recorded with their content showed, by seq
+  /// (the first of each seq): the history's entry there must show the same.
+  std::map<uint64_t, history_entry> outcomes_seen_as;
+  /// A message the node added itself (`record::adopt`), not a client's.
+  bool own = false;
 };
 
 /// The record of every message sent. Not thread-safe: each traffic client
@@ -64,6 +79,12 @@ public:
   /// entry is kept as it is); its outcome is unknown until an ack or a
   /// refusal arrives.
   void sent(const std::string& thread, const std::string& id);
+
+  /// A message the node added itself (such as a child's outcome forwarded
+  /// to its parent), found in a history or answered live: recorded like a
+  /// send of unknown outcome (an id known already is kept as it is), but
+  /// not held to ORDER, which the node's own messages need not keep.
+  void adopt(const std::string& thread, const std::string& id);
 
   /// An ack for `id` at `seq`. Returns false (and records nothing) for an
   /// ack of an id never sent. A repeated ack (a resend's) at the same seq
@@ -83,6 +104,12 @@ public:
   /// answering client id `id`. Ignored for an id never sent (another
   /// client's message, or one the node added itself).
   void outcome(const std::string& thread, const std::string& id, uint64_t seq);
+
+  /// An outcome frame as `seen` shows it (at `seen.seq`: its kind,
+  /// `reply_to`, a reply's text, an error's code), recorded as the other
+  /// overload does; `check` also compares it with the history's entry.
+  void outcome(const std::string& thread, const std::string& id,
+               const history_entry& seen);
 
   /// Adds every message of `other`. A message both records know is
   /// combined as if this record had also received the other's frames: its
@@ -121,6 +148,11 @@ struct violation {
   /// rule, which goes in front of it when shown: `LOST: ` + `t3/m17 was
   /// acknowledged at seq 12 and is not in the history`.
   std::string text;
+  /// Entries after the end of the history could still mend it (UNANSWERED;
+  /// UNEXPECTED of an outcome after the history's last entry): a check of
+  /// histories read only so far, such as the crash fuzzer's while it waits
+  /// for answers, holds these back.
+  bool beyond_history = false;
 };
 
 /// Checks the record against the full histories of its threads (thread ->
@@ -139,10 +171,11 @@ struct violation {
 ///   no outcome;
 /// - ORDER: a thread's outcomes answer its messages out of order (the first
 ///   outcome seqs must increase with the seqs they answer; the first
-///   inversion of each thread is reported);
+///   inversion of each thread is reported; adopted messages aside);
 /// - STORED_REFUSED: a refused message is stored;
 /// - UNEXPECTED: an outcome frame seen live is not in the history at its
-///   seq, answering that message.
+///   seq, answering that message (and showing what the frame showed, for
+///   one recorded with its content).
 /// Messages of unknown outcome that were never stored are fine: the client
 /// never learned they were accepted. Violations come thread by thread (in
 /// the record's order), message by message, ORDER last in each thread.
