@@ -30,8 +30,10 @@
 
 #include <CLI/CLI.hpp>
 
-#include "crash_fuzz.hpp"
+#include "keel/tools/crash_fuzz.hpp"
 #include "keel/tools/process.hpp"
+#include "raw_records.hpp"
+#include "test_store.hpp"
 
 namespace {
 
@@ -143,6 +145,29 @@ bool complete(keel::fuzz::fuzz_options& opts) {
   return true;
 }
 
+/// The nodes' store as the test support sets it up for `backend`: on
+/// PostgreSQL a database per data folder on this process's own server.
+keel::fuzz::store_access test_store_access(const std::string& backend) {
+  namespace test = keel::test;
+  // test_store.hpp's helpers follow this.
+  ::setenv("KEEL_STORE_BACKEND", backend.c_str(), 1);
+  keel::fuzz::store_access result;
+  result.postgres = test::store_on_postgres();
+  result.storage_yaml = [](const std::string& dir, const std::string& extra) {
+    return test::storage_yaml(dir, extra);
+  };
+  result.data_args = test::data_args;
+  result.write_context_record = [](const std::string& dir,
+                                   const std::string& thread, uint64_t seq,
+                                   const std::string& value) {
+    return test::write_node_record(dir, "context", test::seq_key(thread, seq),
+                                   value);
+  };
+  result.database_url = test::test_pg_url_for;
+  result.database = test::test_pg_server;
+  return result;
+}
+
 /// The figures as JSON on stdout (with --json), and the summary line.
 void report(const keel::fuzz::fuzz_options& opts,
             const keel::fuzz::fuzz_stats& stats, int rc) {
@@ -191,6 +216,7 @@ int main(int argc, char** argv) {
   opts.settle_timeout = std::chrono::seconds{settle};
   if (!complete(opts))
     return 2;
+  opts.store = test_store_access(opts.backend);
   std::cerr << "keel-crash-fuzz: seed " << opts.seed << '\n';
   keel::fuzz::fuzz_stats stats;
   auto rc = keel::fuzz::run(opts, stats, argv[0]);

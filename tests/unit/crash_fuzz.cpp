@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "crash_fuzz.hpp"
+#include "keel/tools/crash_fuzz.hpp"
 
-// The crash fuzzer's generator (tests/support/crash_fuzz.hpp): a seed alone
+// The crash fuzzer's generator (keel/tools/crash_fuzz.hpp): a seed alone
 // decides every plan, so a failing seed replays the same operations.
 
 using namespace keel;

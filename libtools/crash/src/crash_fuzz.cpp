@@ -1,6 +1,6 @@
 // The runner of the seeded crash fuzzer (see crash_fuzz.hpp).
 
-#include "crash_fuzz.hpp"
+#include "keel/tools/crash_fuzz.hpp"
 
 #include <algorithm>
 #include <cstdlib>
@@ -11,14 +11,14 @@
 #include <memory>
 #include <set>
 #include <sstream>
+#include <stdexcept>
 #include <thread>
 
-#include "keel/tools/json_fields.hpp"
-#include "keel/tools/process.hpp"
-#include "node_client.hpp"
-#include "raw_records.hpp"
-
 #include "keel/protocol.hpp"
+#include "keel/tools/chaos_oracle.hpp"
+#include "keel/tools/json_fields.hpp"
+#include "keel/tools/node_process.hpp"
+#include "keel/tools/process.hpp"
 #include "keel/tools/ws_client.hpp"
 
 namespace keel::fuzz {
@@ -38,25 +38,28 @@ bool transient(const std::string& code) {
          || code == "internal" || code == "timeout";
 }
 
-/// One log entry as history (and reply/error) frames show it.
-struct entry {
-  uint64_t seq = 0;
-  std::string kind;
-  std::string client_id;
-  uint64_t reply_to = 0;
-  std::string text;
-  std::string code;
+/// Opens a WebSocket client to the node and consumes its hello frame;
+/// throws when either fails.
+std::unique_ptr<ws_client> connect_client(const endpoint& ep) {
+  auto client = ws_client::connect(ep);
+  if (!client)
+    throw std::runtime_error("cannot connect: " + render(client.error()));
+  auto hello = (*client)->receive();
+  if (!hello)
+    throw std::runtime_error("no hello: " + render(hello.error()));
+  return std::move(*client);
+}
 
-  bool is_outcome() const {
-    return kind == "reply" || kind == "error";
-  }
+/// One log entry as history (and reply/error) frames show it: the outside
+/// record's, whose checks (`chaos::check`) the fuzzer shares with keel-chaos.
+using entry = chaos::history_entry;
+using chaos::is_outcome;
 
-  bool same_as(const entry& other) const {
-    return seq == other.seq && kind == other.kind
-           && client_id == other.client_id && reply_to == other.reply_to
-           && text == other.text && code == other.code;
-  }
-};
+/// Whether `x` and `y` are the same entry, field by field.
+bool same_entry(const entry& x, const entry& y) {
+  return x.seq == y.seq && x.kind == y.kind && x.client_id == y.client_id
+         && x.reply_to == y.reply_to && x.text == y.text && x.code == y.code;
+}
 
 entry entry_from_history(const json& j) {
   return entry{json_number(j, {"seq"}),     json_string(j, "kind"),
@@ -133,9 +136,8 @@ std::string tools_yaml(const std::string& marks) {
 /// "answer to {input}" after `delay` (the last user message or tool
 /// result), and, `with_tools`, calling `mark` for a message holding
 /// `tool_trigger`, with a context window of 1,024 tokens, and answering a
-/// summary request with "they talked"; `extra` is appended as is,
-/// `storage` holds more
-/// `storage:` keys, indented (as in `test::slow_echo_yaml`).
+/// summary request with "they talked"; `extra` is appended as is, and so
+/// is `storage`, the `storage:` section (`store_access::storage_yaml`).
 std::string node_yaml(const std::string& name, const std::string& dir,
                       const std::string& delay, bool with_tools,
                       const std::string& extra, const std::string& storage) {
@@ -159,18 +161,15 @@ std::string node_yaml(const std::string& name, const std::string& dir,
            "providers:\n  - name: fuzz-model\n    kind: scripted\n"
          + loop_steps + "      - reply: \"answer to {input}\"\n        delay: "
          + delay + "\npools:\n  - name: default\n    chain: [fuzz-model]\n"
-         + (with_tools ? tools_yaml(marks_dir(dir)) : std::string{})
-         + test::storage_yaml(dir + "/data", storage) + extra;
+         + (with_tools ? tools_yaml(marks_dir(dir)) : std::string{}) + storage
+         + extra;
 }
 
-/// What the fuzzer knows of one thread, kept outside the node.
+/// What the fuzzer knows of one thread's log and frames, beside the outside
+/// record (acknowledgements, refusals, outcomes seen: `chaos::record`).
 struct thread_record {
   /// The log as last read from the node (history frames).
   std::vector<entry> log;
-  /// Acknowledged client ids and their seq.
-  std::map<std::string, uint64_t> acked;
-  /// Client ids refused with `thread_closed`: never stored.
-  std::set<std::string> refused;
   /// Outcome frames (reply, error with reply_to) seen live, by seq.
   std::map<uint64_t, entry> observed;
   /// reply_to -> seq of the outcome frames seen live.
@@ -280,7 +279,7 @@ private:
     }
     out << "replay: " << replay_command() << "\n";
     if (opts_.sabotage.empty() || !remove_work_dir_) {
-      if (test::store_on_postgres() && !gen_dir_.empty())
+      if (opts_.store.postgres && !gen_dir_.empty())
         out << dump_database() << "\n";
       out << "work dir kept: " << work_dir_ << "\n";
     }
@@ -294,7 +293,7 @@ private:
     auto file = gen_dir_ + "/database.sql";
     try {
       auto res = run_command({pg_server::bin_dir() + "/pg_dump", "--file", file,
-                              test::test_pg_url_for(gen_dir_ + "/data")},
+                              opts_.store.database_url(gen_dir_ + "/data")},
                              120s);
       if (res.exit_code == 0)
         return "the generation's database dumped to " + file;
@@ -363,15 +362,12 @@ private:
       std::filesystem::create_directories(work_dir_);
     }
     ::unsetenv("KEEL_KILL_AT");
-    // test_store.hpp's helpers (a node's storage settings, keelctl's data
-    // arguments, a database per data folder) follow this.
-    ::setenv("KEEL_STORE_BACKEND", opts_.backend.c_str(), 1);
-    stats_.used.database_server = test::store_on_postgres();
+    stats_.used.database_server = opts_.store.postgres;
     auto help = run_command({opts_.node_binary, "--help"}, 30s);
     stats_.kill_points_available = help.out.find("--kill-at")
                                    != std::string::npos;
     auto verify = run_command({opts_.keelctl_binary, "verify", "--help"}, 30s);
-    auto data_flag = test::store_on_postgres() ? "--pg" : "--data-dir";
+    auto data_flag = opts_.store.postgres ? "--pg" : "--data-dir";
     stats_.verify_available = verify.exit_code == 0
                               && verify.out.find(data_flag)
                                    != std::string::npos;
@@ -411,6 +407,7 @@ private:
   /// Starts `plan`'s generation: a fresh node on an empty data folder.
   bool new_generation(const iteration_plan& plan) {
     records_.clear();
+    outside_ = chaos::record{};
     corrupted_.clear();
     ++stats_.generations;
     auto g = std::to_string(plan.generation);
@@ -435,7 +432,7 @@ private:
                      ? std::string{}
                      : "  request_timeout: " + storage_timeout + "\n";
     return node_yaml(name, dir, opts_.provider_delay, with_tools, settings,
-                     storage);
+                     opts_.store.storage_yaml(dir + "/data", storage));
   }
 
   /// Whether the node runs configured tools: it takes a config with one
@@ -539,8 +536,8 @@ private:
   /// the thread must be in quarantine at the next `keelctl verify`.
   bool corrupt_context(const std::string& thread, uint64_t seq) {
     context_corrupted_ = true;
-    auto result = test::write_node_record(
-      gen_dir_ + "/data", "context", test::seq_key(thread, seq), "garbage{");
+    auto result = opts_.store.write_context_record(gen_dir_ + "/data", thread,
+                                                   seq, "garbage{");
     if (result != "OK") {
       violation("cannot corrupt " + thread + "'s context record #"
                 + std::to_string(seq) + ": " + result);
@@ -558,12 +555,14 @@ private:
     for (auto& [thread, rec] : records_) {
       if (rec.log.empty())
         continue;
-      if (sabotage_ == "lost")
-        rec.acked.emplace("sabotage", rec.log.back().seq + 1);
-      else if (sabotage_ == "prefix")
+      if (sabotage_ == "lost") {
+        outside_.sent(thread, "sabotage");
+        outside_.acked(thread, "sabotage", rec.log.back().seq + 1);
+      } else if (sabotage_ == "prefix") {
         rec.log.front().text += " (sabotaged)";
-      else
+      } else {
         return;
+      }
       say("sabotage: corrupted the record of " + thread + " (" + sabotage_
           + ")");
       sabotage_.clear();
@@ -577,7 +576,7 @@ private:
       return;
     for (auto& [thread, rec] : records_) {
       for (auto& e : rec.log) {
-        if (!e.is_outcome())
+        if (!is_outcome(e))
           continue;
         auto copy = e;
         copy.seq = rec.log.back().seq + 1;
@@ -680,7 +679,7 @@ private:
       return true; // Nothing changed since the last verify.
     std::vector<std::string> argv{opts_.keelctl_binary, "verify", "--json"};
     std::string where;
-    for (auto& arg : test::data_args(gen_dir_ + "/data")) {
+    for (auto& arg : opts_.store.data_args(gen_dir_ + "/data")) {
       argv.push_back(arg);
       where += " " + arg;
     }
@@ -733,7 +732,7 @@ private:
 
   bool connect() {
     try {
-      ws_ = test::connect_client(node_->address());
+      ws_ = connect_client(node_->address());
     } catch (const std::exception& e) {
       ws_.reset();
       // An armed node may die right after it printed its address.
@@ -796,8 +795,9 @@ private:
     }
   }
 
-  /// Records a live outcome frame; two different outcomes of one message
-  /// are a duplicate reply the client saw.
+  /// Records a live outcome frame, in the outside record too (a message
+  /// of the node's own is adopted first, see `adopt_own_messages`); two
+  /// different outcomes of one message are a duplicate reply the client saw.
   void observe(const json& frame) {
     count_storage_timeout(frame);
     auto type = json_string(frame, "type");
@@ -820,6 +820,8 @@ private:
                 + to_string(rec.observed[i->second]) + " and " + to_string(e));
     }
     rec.observed[e.seq] = e;
+    outside_.adopt(thread, e.client_id);
+    outside_.outcome(thread, e.client_id, e);
   }
 
   /// Counts a storage request that timed out as the client sees it: an
@@ -926,7 +928,7 @@ private:
                     + to_string(old[i]));
           return status::failed;
         }
-        if (!old[i].same_as(fresh[i])) {
+        if (!same_entry(old[i], fresh[i])) {
           violation("PREFIX: " + thread + "'s log changed at entry "
                     + std::to_string(i) + ": was " + to_string(old[i])
                     + ", now " + to_string(fresh[i]));
@@ -951,19 +953,20 @@ private:
 
   // -- the checks -------------------------------------------------------------
 
-  /// Checks every thread against the record. Definite violations are
-  /// recorded at once; returns whether something is still pending (not
-  /// answered, not forwarded yet), which `final` turns into violations.
+  /// Checks every thread's log (its shape, tool steps, forwards) and the
+  /// outside record against the logs. Definite violations are recorded at
+  /// once; returns whether something is still pending (not answered, not
+  /// forwarded, not read yet), which `final` turns into violations.
   bool check_all(bool final) {
     bool pending = false;
     for (auto& [thread, model] : gen_threads())
       pending |= check_thread(thread, model, final);
-    return pending;
+    return check_outside_record(final) || pending;
   }
 
   /// A thread's log, indexed for the checks.
   struct log_index {
-    /// Client id -> seq of the user messages.
+    /// Client id -> seq of the user messages (the first, if stored twice).
     std::map<std::string, uint64_t> user_seq;
     /// User message seq -> seqs of its outcomes.
     std::map<uint64_t, std::vector<uint64_t>> outcomes;
@@ -978,16 +981,12 @@ private:
     auto index = index_log(thread, rec.log);
     check_outcomes(thread, index);
     check_steps(thread, index);
-    bool pending = check_answered(thread, index, final);
-    check_acked(thread, rec, index);
-    check_refused(thread, rec, index);
-    pending |= check_observed(thread, rec, index, final);
     if (!model.parent.empty())
-      pending |= check_forwards(thread, model, rec.log, final);
-    return pending;
+      return check_forwards(thread, model, rec.log, final);
+    return false;
   }
 
-  /// Indexes `log`; seqs must increase, and a client id is stored once.
+  /// Indexes `log`; seqs must increase, and every entry is of a known kind.
   log_index index_log(const std::string& thread,
                       const std::vector<entry>& log) {
     log_index result;
@@ -997,26 +996,20 @@ private:
         violation(thread + ": log seqs not increasing: " + to_string(log[i - 1])
                   + " then " + to_string(e));
       result.by_seq[e.seq] = &e;
-      if (e.kind == "user") {
-        auto [it, added] = result.user_seq.emplace(e.client_id, e.seq);
-        if (!added) {
-          ++stats_.duplicates;
-          violation("DUPLICATE: " + thread + " stored client id " + e.client_id
-                    + " twice: #" + std::to_string(it->second) + " and #"
-                    + std::to_string(e.seq));
-        }
-      } else if (e.is_outcome()) {
+      if (e.kind == "user")
+        result.user_seq.emplace(e.client_id, e.seq);
+      else if (is_outcome(e))
         result.outcomes[e.reply_to].push_back(e.seq);
-      } else if (e.kind == "tool") {
+      else if (e.kind == "tool")
         result.steps[e.reply_to].push_back(&e);
-      } else {
+      else
         violation(thread + ": unknown log entry kind: " + to_string(e));
-      }
     }
     return result;
   }
 
-  /// Every outcome answers a user message of the thread, and only one does.
+  /// Every outcome answers a user message of the thread (that it answers
+  /// it once is the outside record's check).
   void check_outcomes(const std::string& thread, const log_index& index) {
     for (auto& [reply_to, seqs] : index.outcomes) {
       auto u = index.by_seq.find(reply_to);
@@ -1024,13 +1017,6 @@ private:
         violation(thread + ": outcome #" + std::to_string(seqs.front())
                   + " answers #" + std::to_string(reply_to)
                   + ", which is no user message of the thread");
-      if (seqs.size() > 1) {
-        ++stats_.duplicates;
-        violation(
-          "DUPLICATE: " + thread + " message #" + std::to_string(reply_to)
-          + " has " + std::to_string(seqs.size()) + " outcomes (#"
-          + std::to_string(seqs[0]) + ", #" + std::to_string(seqs[1]) + ")");
-      }
     }
   }
 
@@ -1100,77 +1086,40 @@ private:
                 + " does not answer its tool result " + to_string(*step));
   }
 
-  /// Returns whether a stored user message has no outcome yet (a violation
-  /// when `final`).
-  bool check_answered(const std::string& thread, const log_index& index,
-                      bool final) {
+  /// The outside record against the logs read so far (`chaos::check`:
+  /// nothing acknowledged lost or misplaced, nothing stored or answered
+  /// twice, nothing refused stored, every stored message answered, in
+  /// order, and every outcome seen live in the log as it was seen). What
+  /// entries after a log's end could mend is pending unless `final`.
+  /// Returns whether something is pending.
+  bool check_outside_record(bool final) {
+    std::map<std::string, std::vector<entry>> logs;
+    for (auto& [thread, rec] : records_) {
+      adopt_own_messages(thread, rec.log);
+      logs.emplace(thread, rec.log);
+    }
     bool pending = false;
-    for (auto& [client_id, seq] : index.user_seq) {
-      if (index.outcomes.count(seq) == 0) {
+    for (auto& v : chaos::check(outside_, logs)) {
+      if (v.beyond_history && !final) {
         pending = true;
-        if (final)
-          violation("UNANSWERED: " + thread + " message #" + std::to_string(seq)
-                    + " (" + client_id + ") has no outcome after "
-                    + std::to_string(opts_.settle_timeout.count()) + " s");
-      }
-    }
-    return pending;
-  }
-
-  /// Every acknowledged message is stored, at the seq of its ack.
-  void check_acked(const std::string& thread, const thread_record& rec,
-                   const log_index& index) {
-    for (auto& [id, seq] : rec.acked) {
-      auto u = index.user_seq.find(id);
-      if (u == index.user_seq.end()) {
-        ++stats_.lost;
-        violation("LOST: " + thread + "/" + id + " was acknowledged (seq "
-                  + std::to_string(seq) + ") and is not in the thread's log");
-      } else if (u->second != seq) {
-        violation(thread + "/" + id + " was acknowledged with seq "
-                  + std::to_string(seq) + " but is stored at #"
-                  + std::to_string(u->second));
-      }
-    }
-  }
-
-  /// No refused message is stored.
-  void check_refused(const std::string& thread, const thread_record& rec,
-                     const log_index& index) {
-    for (auto& id : rec.refused)
-      if (index.user_seq.count(id) != 0)
-        violation(thread + "/" + id
-                  + " was refused (thread_closed) but is in the log");
-  }
-
-  /// Every outcome frame seen live is in the log as seen. Returns whether
-  /// one is beyond the log read so far (a violation when `final`).
-  bool check_observed(const std::string& thread, const thread_record& rec,
-                      const log_index& index, bool final) {
-    bool pending = false;
-    auto& log = rec.log;
-    for (auto& [seq, seen] : rec.observed) {
-      auto e = index.by_seq.find(seq);
-      if (e == index.by_seq.end()) {
-        if (log.empty() || seq > log.back().seq) {
-          pending = true; // Not read yet.
-          if (final)
-            violation(thread + ": outcome " + to_string(seen)
-                      + " was sent to the client but is not in the log");
-        } else {
-          violation(thread + ": outcome " + to_string(seen)
-                    + " was sent to the client but is not in the log");
-        }
         continue;
       }
-      auto stored = *e->second;
-      if (seen.kind == "error")
-        stored.text.clear();
-      if (!stored.same_as(seen))
-        violation(thread + ": the client saw " + to_string(seen)
-                  + " but the log has " + to_string(*e->second));
+      stats_.lost += v.rule == "LOST" ? 1 : 0;
+      stats_.duplicates += v.rule == "DUPLICATE" ? 1 : 0;
+      violation(v.rule + ": " + v.text);
     }
     return pending;
+  }
+
+  /// Adopts the node's own messages in `log` (a child's outcomes forwarded
+  /// to its parent: user entries of client ids the fuzzer never sent) into
+  /// the outside record, so that its checks hold them to the rules of the
+  /// fuzzer's own (but ORDER).
+  void adopt_own_messages(const std::string& thread,
+                          const std::vector<entry>& log) {
+    for (auto& e : log)
+      if (e.kind == "user")
+        outside_.adopt(thread, e.client_id);
   }
 
   /// A child's outcomes reach its parent's inbox once each, as
@@ -1232,7 +1181,7 @@ private:
                   + std::to_string(reserved));
       return true;
     }
-    if (!out->is_outcome()) {
+    if (!is_outcome(*out)) {
       violation(parent + ": forwarded message " + to_string(fwd)
                 + " is followed in " + child + "'s log by " + to_string(*out)
                 + ", not by an outcome");
@@ -1258,7 +1207,7 @@ private:
     bool pending = false;
     auto parent_closed = gen_threads().at(parent).closed;
     for (auto& e : log) {
-      if (!e.is_outcome() || forwarded.count(e.seq) != 0)
+      if (!is_outcome(e) || forwarded.count(e.seq) != 0)
         continue;
       // Not owed: the parent is closed (delivery is refused), or the
       // outcome is the child's own cancellation.
@@ -1291,7 +1240,7 @@ private:
         continue;
       if (e.kind == "tool")
         m->second.step = &e;
-      else if (e.is_outcome())
+      else if (is_outcome(e))
         m->second.answered = true;
     }
     return result;
@@ -1445,6 +1394,8 @@ private:
     auto started = clock_type::now();
     for (int attempt = 0;; ++attempt) {
       auto first = attempted_.insert(key).second;
+      if (x.kind != op_kind::spawn && x.kind != op_kind::cancel)
+        outside_.sent(x.thread, x.id);
       if (ws_->send_text(request(x)))
         return op_status::died;
       json frame;
@@ -1475,13 +1426,12 @@ private:
   }
 
   /// Checks the answer `frame` to `x` (`first`: its first attempt) against
-  /// the record, and records it.
+  /// the outside record, and records it.
   bool check_answer(const op& x, const json& frame, bool first) {
-    auto& rec = records_[x.thread];
     switch (x.kind) {
-      case op_kind::send: return check_send(x, frame, first, rec);
-      case op_kind::resend: return check_resend(x, frame, rec);
-      case op_kind::send_closed: return check_send_closed(x, frame, rec);
+      case op_kind::send: return check_send(x, frame, first);
+      case op_kind::resend: return check_resend(x, frame);
+      case op_kind::send_closed: return check_send_closed(x, frame);
       case op_kind::spawn: return check_spawn(x, frame, first);
       case op_kind::cancel: return check_cancel(x, frame, first);
     }
@@ -1494,31 +1444,36 @@ private:
     return false;
   }
 
-  bool check_send(const op& x, const json& frame, bool first,
-                  thread_record& rec) {
+  /// What the outside record knows of the message `x` sends (sent, so
+  /// known).
+  const chaos::sent_message& recorded(const op& x) const {
+    return outside_.threads().at(x.thread).at(x.id);
+  }
+
+  bool check_send(const op& x, const json& frame, bool first) {
     if (json_string(frame, "type") != "ack")
       return refused(x, frame, "was refused");
     auto seq = json_number(frame, {"seq"});
     if (frame.value("duplicate", false) && first)
       return refused(x, frame, "is new but was acknowledged as a duplicate");
-    auto [it, added] = rec.acked.emplace(x.id, seq);
-    if (added)
-      ++stats_.acked;
-    else if (it->second != seq)
+    auto& msg = recorded(x);
+    if (msg.acked && msg.seq != seq)
       return refused(x, frame,
                      "was acknowledged again with another seq (first "
-                       + std::to_string(it->second) + ")");
+                       + std::to_string(msg.seq) + ")");
+    stats_.acked += msg.acked ? 0 : 1;
+    outside_.acked(x.thread, x.id, seq);
     ++stats_.sends;
     ++acks_;
     return true;
   }
 
-  bool check_resend(const op& x, const json& frame, thread_record& rec) {
+  bool check_resend(const op& x, const json& frame) {
     if (json_string(frame, "type") != "ack")
       return refused(x, frame, "was refused");
     auto seq = json_number(frame, {"seq"});
-    auto it = rec.acked.find(x.id);
-    if (it == rec.acked.end())
+    auto& msg = recorded(x);
+    if (!msg.acked)
       return refused(x, frame,
                      "resends a message that was never acknowledged "
                      "(fuzzer bug)");
@@ -1526,27 +1481,27 @@ private:
       ++stats_.lost;
       return refused(x, frame,
                      "LOST: the acknowledged message (seq "
-                       + std::to_string(it->second)
+                       + std::to_string(msg.seq)
                        + ") was accepted again as new");
     }
-    if (seq != it->second)
+    if (seq != msg.seq)
       return refused(x, frame,
                      "names seq " + std::to_string(seq)
                        + " but the original was acknowledged with seq "
-                       + std::to_string(it->second));
+                       + std::to_string(msg.seq));
     ++stats_.resends;
     ++acks_;
     return true;
   }
 
-  bool check_send_closed(const op& x, const json& frame, thread_record& rec) {
+  bool check_send_closed(const op& x, const json& frame) {
     if (json_string(frame, "type") == "ack")
       return refused(x, frame, "to a cancelled thread was acknowledged");
     if (json_string(frame, "code") != "thread_closed")
       return refused(x, frame,
                      "to a cancelled thread was refused with the wrong "
                      "code");
-    rec.refused.insert(x.id);
+    outside_.refused(x.thread, x.id, "thread_closed");
     ++stats_.refused_sends;
     return true;
   }
@@ -1709,7 +1664,8 @@ private:
     if (st != status::ok)
       return st == status::died ? op_status::died : op_status::failed;
     auto outage = plan.kill.database_outage;
-    test::test_pg_server().kill9();
+    auto& database = opts_.store.database();
+    database.kill9();
     ++stats_.pg_kills;
     database_killed_ = true;
     crash_ += (crash_.empty() ? "" : "; ")
@@ -1718,10 +1674,10 @@ private:
               + "), down " + std::to_string(outage.count()) + " ms";
     // The restart's own thread touches only the server, which nothing
     // else uses until it is joined below.
-    auto restarted = std::async(std::launch::async, [outage] {
+    auto restarted = std::async(std::launch::async, [outage, &database] {
       std::this_thread::sleep_for(outage);
       try {
-        test::test_pg_server().start();
+        database.start();
         return std::string{};
       } catch (const std::exception& e) {
         return std::string{e.what()};
@@ -1773,9 +1729,10 @@ private:
       return false;
     if (stats_.kills > kills_before)
       stats_.kills_survived += stats_.kills - kills_before;
-    for (auto& [thread, rec] : records_)
-      for (auto& [id, seq] : rec.acked)
-        answered_.insert(thread + "/" + id);
+    for (auto& [thread, msgs] : outside_.threads())
+      for (auto& [id, msg] : msgs)
+        if (msg.acked)
+          answered_.insert(thread + "/" + id);
     stats_.answered = answered_.size();
     stats_.forwarded = forwarded_.size();
     auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -1813,6 +1770,9 @@ private:
   /// `gen-dir:thread` of every thread found in quarantine.
   std::set<std::string> quarantined_;
   std::map<std::string, thread_record> records_;
+  /// What the node told the client (acknowledgements, refusals, outcomes)
+  /// in this generation, checked against the logs by `chaos::check`.
+  chaos::record outside_;
   /// `thread/id` of every frame sent at least once (resends are expected
   /// to find a duplicate).
   std::set<std::string> attempted_;

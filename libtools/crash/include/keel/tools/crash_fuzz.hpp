@@ -19,8 +19,10 @@
 // threads are compacted (summaries by the same model), and kills land
 // between a compaction's summaries and its commit (`compaction_summarized`).
 //
-// The generator is header-only and needs no node (tests/unit checks that the
-// same seed gives the same plan); the runner is in crash_fuzz.cpp.
+// The generator is header-only and needs no node (a unit test checks that the
+// same seed gives the same plan); the runner is in crash_fuzz.cpp, and the
+// program that runs it (keel-crash-fuzz) gives it the nodes' store
+// (`store_access`).
 //
 // Determinism: the whole plan (every operation, its thread, tree shape,
 // cancels, resends, which messages call the tool, the kill mode, the kill
@@ -39,6 +41,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <optional>
 #include <random>
@@ -49,6 +52,7 @@
 #include <nlohmann/json.hpp>
 
 #include "keel/kill_point.hpp"
+#include "keel/tools/pg_server.hpp"
 
 namespace keel::fuzz {
 
@@ -677,6 +681,34 @@ private:
 
 // -- the runner ---------------------------------------------------------------
 
+/// How the runner reaches the store under its nodes, which the program
+/// that runs it sets up (a folder per node on RocksDB, or a database per
+/// node on a PostgreSQL server of its own).
+struct store_access {
+  /// The nodes' data is on `database` (else in RocksDB folders).
+  bool postgres = false;
+  /// The `storage:` section of a node on `data_dir`, with `extra` (more
+  /// `storage:` keys, indented) in it; empty for none.
+  std::function<std::string(const std::string& data_dir,
+                            const std::string& extra)>
+    storage_yaml;
+  /// The keelctl arguments that read the data of the node on `data_dir`.
+  std::function<std::vector<std::string>(const std::string& data_dir)>
+    data_args;
+  /// Writes `value` as context record `seq` of `thread` in the data of the
+  /// stopped node on `data_dir`, behind the store's back. Returns "OK" or
+  /// why not.
+  std::function<std::string(const std::string& data_dir,
+                            const std::string& thread, uint64_t seq,
+                            const std::string& value)>
+    write_context_record;
+  /// The URL of the database of the node on `data_dir` (`postgres` only).
+  std::function<std::string(const std::string& data_dir)> database_url;
+  /// The PostgreSQL server (`postgres` only; started on first use), which
+  /// plans kill and start again.
+  std::function<pg_server&()> database;
+};
+
 /// What a run does (keel-crash-fuzz's command line).
 struct fuzz_options {
   uint64_t seed = 0;
@@ -714,6 +746,8 @@ struct fuzz_options {
   /// run must fail with that violation.
   std::string sabotage;
   generator_options shape;
+  /// The nodes' store (set by the program, not by the command line).
+  store_access store;
 };
 
 /// The figures of a run (`--json`).
