@@ -1,7 +1,9 @@
 // The operator dashboard: polls the admin API every POLL_MS and draws the
 // panes; the chat pane speaks the WebSocket protocol; admin actions (kill,
 // dead letter retry and drop) go through the admin API. Every error the
-// node answers is shown, in its pane or as a notice.
+// node answers is shown, in its pane or as a notice. The lists (agents,
+// dead letters, notifications) are paged: a poll asks for the page on
+// screen only, PAGE_ROWS rows, however many the node stores.
 
 import { api, token, setToken } from "./api.js";
 import { h, morph } from "./dom.js";
@@ -9,6 +11,7 @@ import { Chat } from "./chat.js";
 import * as panes from "./panes.js";
 
 const POLL_MS = 1500;
+const PAGE_ROWS = 50;
 
 const $ = (id) => document.querySelector(`[data-testid="${id}"]`);
 
@@ -30,20 +33,59 @@ function notify(text, tone = "ok") {
 let treeFilter = "";
 const last = {}; // the last good answer per endpoint, redrawn on demand
 
+// The page on screen of each paged list: its cursor (`after`, "" for the
+// first page), the cursors of the pages before it (to go back) and the
+// `next` of its last answer (null on the last page).
+const pages = {};
+for (const name of ["agents", "dlq", "notifications"]) pages[name] = { after: "", back: [], next: null };
+
+/** The request for the page on screen of list `name` at `path`. */
+function paged(name, path) {
+  return () => {
+    const after = pages[name].after;
+    return `${path}?limit=${PAGE_ROWS}${after ? `&after=${encodeURIComponent(after)}` : ""}`;
+  };
+}
+
 const endpoints = [
   { name: "status", path: "/api/v1/status", draw: drawStatus },
   { name: "tree", path: "/api/v1/tree", draw: drawTree },
   { name: "providers", path: "/api/v1/providers", draw: (a) => morph($("providers"), panes.providers(a)) },
-  { name: "agents", path: "/api/v1/agents", draw: drawAgents },
-  { name: "dlq", path: "/api/v1/dlq", draw: drawDeadLetters },
-  { name: "notifications", path: "/api/v1/notifications", draw: (a) => morph($("notifications"), panes.notifications(a)) },
+  { name: "agents", path: paged("agents", "/api/v1/agents"), draw: drawAgents },
+  { name: "dlq", path: paged("dlq", "/api/v1/dlq"), draw: drawDeadLetters },
+  { name: "notifications", path: paged("notifications", "/api/v1/notifications"), draw: drawNotifications },
 ];
+
+const pathOf = (e) => (typeof e.path === "function" ? e.path() : e.path);
+
+/** Draws the pager of list `name` from its answer's `next`. */
+function drawPager(name, answer) {
+  const p = pages[name];
+  p.next = answer.next ?? null;
+  morph($(`${name}-pager`), panes.pager(p, () => turnPage(name, -1), () => turnPage(name, 1)));
+}
+
+/** Shows the page before (-1) or after (1) the one on screen of `name`. */
+function turnPage(name, direction) {
+  const p = pages[name];
+  if (direction > 0 && p.next !== null) {
+    p.back.push(p.after);
+    p.after = p.next;
+  } else if (direction < 0 && p.back.length) {
+    p.after = p.back.pop();
+  } else {
+    return;
+  }
+  poll();
+}
 
 function drawStatus(s) {
   $("node-name").textContent = s.node;
   $("node-version").textContent = `v${s.version}`;
   document.title = `Keel — ${s.node}`;
   morph($("status-tiles"), panes.statusTiles(s));
+  const n = s.threads?.stored ?? 0;
+  $("agents-count").textContent = `${n} thread${n === 1 ? "" : "s"} stored`;
 }
 
 function drawTree(answer) {
@@ -51,14 +93,19 @@ function drawTree(answer) {
 }
 
 function drawAgents(answer) {
-  const n = answer.agents?.length ?? 0;
-  $("agents-count").textContent = `${n} thread${n === 1 ? "" : "s"}`;
   morph($("agents"), panes.agents(answer, openThread));
+  drawPager("agents", answer);
 }
 
 function drawDeadLetters(answer) {
   morph($("dlq-counts"), panes.dlqCounts(answer));
   morph($("dlq"), panes.deadLetters(answer, actOnLetter));
+  drawPager("dlq", answer);
+}
+
+function drawNotifications(answer) {
+  morph($("notifications"), panes.notifications(answer));
+  drawPager("notifications", answer);
 }
 
 function showError(name, err) {
@@ -69,17 +116,21 @@ function showError(name, err) {
     return;
   }
   box.hidden = false;
-  box.textContent = `${last[name] ? "showing the last answer; " : ""}GET ${endpoints.find((e) => e.name === name).path}: ${err}`;
+  box.textContent = `${last[name] ? "showing the last answer; " : ""}GET ${pathOf(endpoints.find((e) => e.name === name))}: ${err}`;
   if (err.status === 401 || err.status === 403)
     box.append(h("div", { class: "small" }, "Enter the admin token (gateway.admin_token) at the top right."));
 }
 
 let polling = false;
+let pollAgain = false; // asked for while a poll was under way (a new page)
 
 async function poll() {
-  if (polling) return;
+  if (polling) {
+    pollAgain = true;
+    return;
+  }
   polling = true;
-  const results = await Promise.allSettled(endpoints.map((e) => api("GET", e.path)));
+  const results = await Promise.allSettled(endpoints.map((e) => api("GET", pathOf(e))));
   let failed = 0;
   results.forEach((r, i) => {
     const e = endpoints[i];
@@ -106,6 +157,10 @@ async function poll() {
     : unreachable ? `node unreachable · ${time}`
     : `${failed} of ${endpoints.length} requests failed · ${time}`;
   polling = false;
+  if (pollAgain) {
+    pollAgain = false;
+    poll();
+  }
 }
 
 // -- admin actions -----------------------------------------------------------

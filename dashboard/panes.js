@@ -1,5 +1,6 @@
 // The panes drawn from the admin API's answers (shapes: docs/protocol.md,
-// "HTTP endpoints"). Each takes the answer and the actions it may offer.
+// "HTTP endpoints"). Each takes the answer and the actions it may offer;
+// a list's answer is one page of it.
 
 import { h, badge, toneOf, duration, when, bytes, confirmButton } from "./dom.js";
 
@@ -97,8 +98,9 @@ function withSub(row, sub, span) {
 
 // -- agents ------------------------------------------------------------------
 
-/** The agent tree from GET /api/v1/agents; `open(thread)` shows a thread in
- *  the chat pane. */
+/** A page of the agent tree from GET /api/v1/agents; `open(thread)` shows a
+ *  thread in the chat pane. A child on another page is not drawn under its
+ *  parent: it is on its own page, as a root. */
 export function agents(answer, open) {
   const list = answer.agents ?? [];
   if (!list.length) return h("p", { class: "muted" }, "no threads yet: send a message in the chat pane");
@@ -168,6 +170,19 @@ export function notifications(answer) {
       h("div", { class: "text" }, n.text),
       n.error ? h("div", { class: "bad-text small" }, `not delivered: ${n.error}`) : null,
       n.suppressed ? h("div", { class: "muted small" }, `${n.suppressed} repeat${n.suppressed > 1 ? "s" : ""} suppressed, last `, when(n.last_suppressed_at)) : null)));
+}
+
+// -- paging ------------------------------------------------------------------
+
+/** The pager of a paged list: its page number and buttons to the page
+ *  before and after (`p`: the list's cursors, see app.js). */
+export function pager(p, before, after) {
+  if (!p.back.length && p.next === null) return null;
+  return [h("button", { type: "button", class: "quiet", "data-testid": "page-before", disabled: !p.back.length,
+                        title: "the page before", onclick: before }, "‹"),
+          h("span", { class: "muted small", "data-testid": "page-number" }, ` page ${p.back.length + 1} `),
+          h("button", { type: "button", class: "quiet", "data-testid": "page-after", disabled: p.next === null,
+                        title: "the page after", onclick: after }, "›")];
 }
 
 function table(heads, rows) {

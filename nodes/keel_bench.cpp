@@ -106,6 +106,7 @@ int main(int argc, char** argv) {
                "or per idle connection."};
   auto load = add_load_mode(app);
   auto recovery = add_recovery_command(app);
+  auto dashboard = add_dashboard_command(app);
   try {
     app.parse(argc, argv);
     load.check();
@@ -114,5 +115,7 @@ int main(int argc, char** argv) {
   }
   if (recovery.app->parsed())
     return recovery.run();
+  if (dashboard.app->parsed())
+    return dashboard.run();
   return load.run();
 }

@@ -92,5 +92,7 @@ struct command {
 };
 
 command add_recovery_command(CLI::App& app);
+/// `keel-bench dashboard` (keel_bench_dashboard.cpp).
+command add_dashboard_command(CLI::App& app);
 
 } // namespace keel_bench

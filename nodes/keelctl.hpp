@@ -102,6 +102,12 @@ using keel::json_string;
 std::chrono::milliseconds millis_at(const json& j,
                                     std::initializer_list<const char*> path);
 
+/// GET `path`, a paged list of the admin API (`?limit=`, `?after=`, the
+/// answer's `next`), page after page until the last: the first page's
+/// answer with the rows under `list` of every page and without `next`.
+caf::expected<json> api_list(const keel::endpoint& ep, const std::string& path,
+                             const char* list);
+
 /// Prints an error frame's code and message; returns `exit_failed`.
 int print_error_frame(const json& body);
 

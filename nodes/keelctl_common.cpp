@@ -1,6 +1,8 @@
 // The helpers every keelctl subcommand uses.
 
+#include <cctype>
 #include <iostream>
+#include <optional>
 
 #include "keel/tools/data_dir.hpp"
 #include "keel/tools/ws_client.hpp"
@@ -87,6 +89,53 @@ CLI::Option* add_data_options(CLI::App* cmd, keel::data_source& src,
   if (required)
     pg->envname("KEEL_PG_URL");
   return dir;
+}
+
+namespace {
+
+// `text` percent-encoded for a URL's query: unreserved characters stay.
+std::string query_encoded(const std::string& text) {
+  static constexpr char hex[] = "0123456789ABCDEF";
+  std::string result;
+  for (unsigned char c : text) {
+    if (std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~') {
+      result += static_cast<char>(c);
+    } else {
+      result += '%';
+      result += hex[c >> 4];
+      result += hex[c & 15];
+    }
+  }
+  return result;
+}
+
+} // namespace
+
+caf::expected<json> api_list(const keel::endpoint& ep, const std::string& path,
+                             const char* list) {
+  // The largest page the node answers: the fewest round trips.
+  constexpr const char* rows = "1000";
+  std::optional<json> result;
+  std::string after;
+  for (;;) {
+    auto target = path + "?limit=" + rows;
+    if (!after.empty())
+      target += "&after=" + query_encoded(after);
+    auto page = keel::api_call(ep, "GET", target);
+    if (!page)
+      return std::move(page.error());
+    auto next = page->value("next", json{});
+    page->erase("next");
+    if (!result) {
+      result = std::move(*page);
+    } else if (auto i = page->find(list); i != page->end() && i->is_array()) {
+      auto& all = (*result)[list];
+      all.insert(all.end(), i->begin(), i->end());
+    }
+    if (!next.is_string() || next.get<std::string>().empty())
+      return std::move(*result);
+    after = next.get<std::string>();
+  }
 }
 
 int with_data(const keel::data_source& src,

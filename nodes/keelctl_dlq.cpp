@@ -90,6 +90,20 @@ int call(const keel::endpoint& ep, const std::string& method,
   return exit_ok;
 }
 
+// Reads the list at `target` (its rows under `rows`) page by page and
+// prints it whole, as JSON or with `print`.
+int list(const keel::endpoint& ep, const std::string& target, const char* rows,
+         bool as_json, const std::function<int(const json&)>& print) {
+  auto res = api_list(ep, target, rows);
+  if (!res)
+    return fail(ep, res.error());
+  if (as_json)
+    std::cout << res->dump(2) << '\n';
+  else
+    print(*res);
+  return exit_ok;
+}
+
 struct dlq_args {
   std::string id;
   std::string status;
@@ -112,7 +126,7 @@ CLI::App* add_action(CLI::App* dlq, const std::string& name,
 int run_dlq(const keel::endpoint& ep, CLI::App* dlq, const dlq_args& args) {
   auto one = "/api/v1/dlq/" + args.id;
   if (dlq->got_subcommand("list"))
-    return call(ep, "GET", "/api/v1/dlq", {}, args.as_json,
+    return list(ep, "/api/v1/dlq", "dead_letters", args.as_json,
                 [&](const json& j) { return print_list(j, args.status); });
   if (dlq->got_subcommand("show"))
     return call(ep, "GET", one, {}, args.as_json, print_letter);
@@ -158,7 +172,7 @@ command add_notifications_command(CLI::App& app, const node_args& node) {
   return node_command(
     cmd, node,
     [as_json](const keel::endpoint& ep) {
-      return call(ep, "GET", "/api/v1/notifications", {}, *as_json,
+      return list(ep, "/api/v1/notifications", "notifications", *as_json,
                   print_notices);
     },
     true);

@@ -139,7 +139,7 @@ int run_agents(const keel::endpoint& ep, const keel::data_source& src,
         return fail(keel::error_message(agents.error()), exit_usage);
       return print_agents(*agents, as_json);
     });
-  auto res = keel::api_call(ep, "GET", "/api/v1/agents");
+  auto res = api_list(ep, "/api/v1/agents", "agents");
   if (!res)
     return fail(ep, res.error());
   if (as_json) {

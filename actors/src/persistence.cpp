@@ -6,6 +6,7 @@
 #include <caf/all.hpp>
 #include <spdlog/spdlog.h>
 
+#include "keel/agent_tree.hpp"
 #include "keel/kill_point.hpp"
 #include "keel/logging.hpp"
 #include "keel/recovery.hpp"
@@ -188,7 +189,7 @@ caf::result<T> persistence_state::after_flush(T result) {
 }
 
 caf::error persistence_state::count_threads() {
-  if (max_stored_threads == 0)
+  if (!counts_threads())
     return caf::none;
   auto n = db->count_sessions();
   if (!n) {
@@ -213,7 +214,7 @@ caf::expected<bool> persistence_state::admit_thread(const std::string& thread) {
     return false;
   if (rec.error() != ec::not_found)
     return std::move(rec.error());
-  if (stored_threads >= max_stored_threads)
+  if (max_stored_threads > 0 && stored_threads >= max_stored_threads)
     return caf::make_error(
       ec::thread_limit, "thread '" + thread
                           + "' cannot be created: the node stores "
@@ -240,7 +241,7 @@ caf::result<accept_result>
 persistence_state::accept(const accept_request& req) {
   if (auto err = check_tenure(req.thread, req.tenure))
     return err;
-  if (max_stored_threads > 0 && req.create_session) {
+  if (counts_threads() && req.create_session) {
     auto admitted = admit_thread(req.thread);
     if (!admitted)
       return std::move(admitted.error());
@@ -363,7 +364,7 @@ caf::result<spawn_result> persistence_state::spawn(const std::string& parent,
   if (parent_rec->state == session_state::closed)
     return caf::make_error(ec::thread_closed,
                            "thread '" + parent + "' was cancelled");
-  if (max_stored_threads > 0) {
+  if (counts_threads()) {
     auto admitted = admit_thread(child);
     if (!admitted)
       return std::move(admitted.error());
@@ -378,7 +379,8 @@ caf::result<spawn_result> persistence_state::spawn(const std::string& parent,
 }
 
 caf::result<persistence_stats> persistence_state::stats() {
-  auto sessions = db->count_sessions();
+  auto sessions = shards ? db->count_sessions()
+                         : caf::expected<uint64_t>{stored_threads};
   if (!sessions)
     return sessions.error();
   auto quarantined = db->quarantined();
@@ -457,6 +459,14 @@ persistence_state::agents() {
   if (!links)
     return links.error();
   return caf::make_result(std::move(*sessions), std::move(*links));
+}
+
+caf::result<std::vector<session_record>, std::vector<tree_link>>
+persistence_state::agents(const std::string& after, uint64_t limit) {
+  auto page = read_agent_page(*db, after, limit);
+  if (!page)
+    return page.error();
+  return caf::make_result(std::move(page->sessions), std::move(page->links));
 }
 
 caf::result<recovery_plan> persistence_state::recover() {
@@ -541,12 +551,9 @@ persistence(persistence_actor::stateful_pointer<persistence_state> self,
       return self->state.put(rec);
     },
     [self](atom::health) { return self->state.health(); },
-    [self](atom::load, const std::string& thread) {
-      return self->state.load(thread);
-    },
-    [self](atom::history, const std::string& thread, seq_t after,
-           uint64_t limit) {
-      return self->state.history(thread, after, limit);
+    [self](atom::load, const std::string& t) { return self->state.load(t); },
+    [self](atom::history, const std::string& t, seq_t after, uint64_t n) {
+      return self->state.history(t, after, n);
     },
     [self](atom::inboxes) { return self->state.inboxes(); },
     [self](atom::stats) { return self->state.stats(); },
@@ -571,6 +578,9 @@ persistence(persistence_actor::stateful_pointer<persistence_state> self,
       return self->state.subtree(thread);
     },
     [self](atom::agents) { return self->state.agents(); },
+    [self](atom::agents, const std::string& after, uint64_t limit) {
+      return self->state.agents(after, limit);
+    },
     [self](atom::recover) { return self->state.recover(); },
     [self](atom::recover, const std::vector<uint32_t>& gained) {
       return self->state.recover(gained);

@@ -17,8 +17,12 @@
 //      is there;
 //   4. the thread's conversation appears in the supervision tree; the UI's
 //      kill action kills it and the tree shows a higher restart count and
-//      the kill as its last exit.
-// Screenshots (01-load, 02-reply, 03-restart) and the node's log go to
+//      the kill as its last exit;
+//   5. a reply to a thread bound to a webhook nobody listens on becomes a
+//      dead letter, shown in the dead-letter pane (a page of the list) with
+//      its counts, and the owner's notice about the channel shows in the
+//      notification pane.
+// Screenshots (01-load, 02-reply, 03-restart, 04-dead-letter) and the node's log go to
 // $KEEL_ARTIFACTS (default: a temporary folder, printed). The node is always
 // stopped and the temporary folder removed. Exits 1 naming the failed step.
 
@@ -58,6 +62,9 @@ const clientToken = crypto.randomBytes(16).toString("hex");
 const nodeName = "keel-browser";
 const thread = `browser-${crypto.randomBytes(3).toString("hex")}`;
 const text = "hello from Chromium";
+const lostThread = `lost-${crypto.randomBytes(3).toString("hex")}`;
+// Nothing listens there: a TCP port of this host, bound and closed.
+const deadUrl = "http://127.0.0.1:9/hook";
 
 let node = null;      // the keel-node child process
 let nodeExited = null; // a promise of its exit
@@ -81,6 +88,22 @@ providers:
 pools:
   - name: default
     chain: [echo]
+owner:
+  contact: ops@example.com
+  channel: owner
+delivery:
+  channels:
+    - name: hook
+      kind: webhook
+      url: ${deadUrl}
+      threads: ["lost-*"]
+      retry: {max_attempts: 1, base_delay: 10ms, max_delay: 10ms}
+      timeout: 2s
+    - name: owner
+      kind: webhook
+      url: ${deadUrl}
+      retry: {max_attempts: 1, base_delay: 10ms, max_delay: 10ms}
+      timeout: 2s
 chaos:
   kill: true
 logging:
@@ -177,7 +200,7 @@ async function run() {
     fail(`cannot load playwright-core from tests/npm (run scripts/setup): ${err.message}`);
   }
   fs.mkdirSync(artifacts, { recursive: true });
-  for (const name of ["01-load.png", "02-reply.png", "03-restart.png", "failure.png", "keel-node.log"])
+  for (const name of ["01-load.png", "02-reply.png", "03-restart.png", "04-dead-letter.png", "failure.png", "keel-node.log"])
     fs.rmSync(path.join(artifacts, name), { force: true });
 
   const port = await step("start keel-node", () => startNode(writeConfig()));
@@ -293,6 +316,25 @@ async function run() {
   const after = Number(await page.locator(`${convNode} ${testid("restarts")}`).getAttribute("data-count"));
   log(`${convPath} has restarted ${after} times`);
   await screenshot(page, "03-restart");
+
+  await step(`a reply to ${lostThread} nobody takes shows as a dead letter and an owner notice`, async () => {
+    await page.fill(testid("chat-thread"), lostThread);
+    await page.fill(testid("chat-input"), "for a webhook that is down");
+    await page.click(testid("chat-send"));
+    await page.locator(`${testid("chat-reply")}[data-thread="${lostThread}"]`).waitFor();
+    const letter = page.locator(`${testid("dead-letter")}[data-id^="${lostThread}/"]`);
+    await letter.waitFor();
+    const row = await letter.innerText();
+    if (!row.includes(lostThread) || !/channels hook/.test(row))
+      fail(`the dead letter row does not name its thread and channel: ${JSON.stringify(row)}`);
+    await page.locator(testid("dlq-counts")).filter({ hasText: /\d+ (pending|abandoned)/ }).waitFor();
+    const notice = page.locator(testid("notification")).filter({ hasText: "channel_unhealthy" });
+    await notice.waitFor();
+    const noticeText = await notice.innerText();
+    if (!noticeText.includes("Channel hook did not take reply") || !noticeText.includes(lostThread))
+      fail(`the owner notice does not say what happened: ${JSON.stringify(noticeText)}`);
+  });
+  await screenshot(page, "04-dead-letter");
 
   if (await page.locator(testid("notice-error")).count())
     fail(`the page shows an error notice: ${await page.locator(testid("notice-error")).first().innerText()}`);

@@ -1074,6 +1074,37 @@ CAF_TEST(the listing reads return everything in key order) {
   CAF_CHECK(empty->log.empty() && empty->client_ids.empty());
 }
 
+CAF_TEST(a page of sessions starts right after its cursor) {
+  // '.' sorts before '/', '0' right after it: a cursor that is a prefix of
+  // the next thread id must not skip or repeat it.
+  for (auto thread : {"t1", "t1.x", "t10"})
+    accept(make_accept(thread, 1, "c1", "one", true));
+  spawn("t1", "t1.x.kid");
+  spawn("t1", "t1.a");
+  flush();
+  auto page = [&](const std::string& after, size_t limit) {
+    std::vector<std::string> threads;
+    auto xs = db->sessions_after(after, limit);
+    CAF_REQUIRE_EQUAL(outcome(xs), "none");
+    for (auto& x : *xs)
+      threads.push_back(x.thread);
+    return threads;
+  };
+  using list = std::vector<std::string>;
+  CAF_CHECK_EQUAL(page("", 2), (list{"t1", "t1.a"}));
+  CAF_CHECK_EQUAL(page("t1", 2), (list{"t1.a", "t1.x"}));
+  CAF_CHECK_EQUAL(page("t1.x", 2), (list{"t1.x.kid", "t10"}));
+  CAF_CHECK_EQUAL(page("t1.x.kid", 2), (list{"t10"}));
+  CAF_CHECK(page("t10", 2).empty());
+  // A cursor no longer stored (its thread gone) still says where to go on.
+  CAF_CHECK_EQUAL(page("t1.b", 1), (list{"t1.x"}));
+  CAF_CHECK(page("", 0).empty());
+  CAF_CHECK_EQUAL(page("", 100).size(), 5u);
+  auto first = db->sessions_after("", 1);
+  CAF_REQUIRE_EQUAL(outcome(first), "none");
+  CAF_CHECK_EQUAL(first->at(0).pool, "default");
+}
+
 CAF_TEST(lenient reads list corrupt records and return the rest) {
   accept(make_accept("t1", 1, "c1", "one", true));
   spawn("t1", "t1.a");

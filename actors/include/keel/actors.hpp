@@ -405,6 +405,10 @@ using persistence_actor = caf::typed_actor<
   // Reads every session record and tree link (the agent tree).
   caf::replies_to<atom::agents>::with<std::vector<session_record>,
                                       std::vector<tree_link>>,
+  // Reads a page of them: at most `limit` sessions after thread `after`
+  // ("": from the first), in key order, and their links to their children.
+  caf::replies_to<atom::agents, std::string, uint64_t>::with<
+    std::vector<session_record>, std::vector<tree_link>>,
   // The recovery plan: after boot the plan made before serving anything
   // (steps 1-4 of `plan_recovery` already done on disk); after a restart of
   // the orchestrator just the threads with pending work.

@@ -92,6 +92,14 @@ void respond_metrics(
   gateway_bridge_actor::stateful_pointer<gateway_bridge_state> self,
   uint64_t request);
 
+/// Answers `request`, a request of the admin API (`/api/v1/...`) or
+/// GET /metrics: the endpoint of its method and path, 404 if none
+/// (actors/src/admin_api.cpp).
+void respond_admin(
+  gateway_bridge_actor::stateful_pointer<gateway_bridge_state> self,
+  uint64_t request, const std::string& method, const std::string& target,
+  const std::string& body);
+
 /// The `gateway_handler` the server calls on its I/O threads: forwards
 /// everything to the current gateway bridge (found by name, so a restarted
 /// bridge is found again). While no bridge runs, frames get an

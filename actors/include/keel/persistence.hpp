@@ -104,10 +104,17 @@ struct persistence_state {
   std::shared_ptr<const shard_table> shards;
   /// See `persistence_config::agents`.
   agent_limits tree_limits;
-  /// Threads stored, staged ones included, while `max_stored_threads` is
-  /// set: counted from the store at start, and again after a failed flush
-  /// or a quarantine (either may leave fewer than counted).
+  /// Threads stored, staged ones included, while `counts_threads()`:
+  /// counted from the store at start, and again after a failed flush or a
+  /// quarantine (either may leave fewer than counted).
   uint64_t stored_threads = 0;
+
+  /// Whether `stored_threads` is kept: for `max_stored_threads`, and on a
+  /// single node for the status (which then costs no scan of the store;
+  /// in a cluster other nodes add threads, and the status counts them).
+  bool counts_threads() const {
+    return max_stored_threads > 0 || !shards;
+  }
   /// New threads counted in the pending group (a thread's second accept
   /// before the flush must not count it again).
   std::unordered_set<std::string> counted_new;
@@ -192,8 +199,8 @@ struct persistence_state {
   caf::error check_tenure(const std::string& thread, uint64_t tenure) const;
 
   /// Whether storing `thread` adds a thread the store does not hold yet;
-  /// `thread_limit` if it would and the store is full. Only asked while
-  /// `max_stored_threads` is set.
+  /// `thread_limit` if it would and the store is full (with
+  /// `max_stored_threads` set). Only asked while `counts_threads()`.
   caf::expected<bool> admit_thread(const std::string& thread);
 
   /// Counts the threads in the store again.
@@ -222,6 +229,10 @@ struct persistence_state {
   caf::result<std::vector<std::string>> subtree(const std::string& thread);
 
   caf::result<std::vector<session_record>, std::vector<tree_link>> agents();
+  /// A page of the agent tree: at most `limit` sessions after thread
+  /// `after` and their links to their children.
+  caf::result<std::vector<session_record>, std::vector<tree_link>>
+  agents(const std::string& after, uint64_t limit);
 
   /// The boot plan once, then a plan of the threads with pending work.
   caf::result<recovery_plan> recover();

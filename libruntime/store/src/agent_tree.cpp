@@ -38,4 +38,21 @@ caf::expected<std::vector<agent_info>> read_agents(store& db) {
   return make_agents(*sessions, *links);
 }
 
+caf::expected<agent_page> read_agent_page(store& db, const std::string& after,
+                                          size_t limit) {
+  auto sessions = db.sessions_after(after, limit);
+  if (!sessions)
+    return std::move(sessions.error());
+  agent_page result;
+  for (auto& rec : *sessions) {
+    auto children = db.children(rec.thread);
+    if (!children)
+      return std::move(children.error());
+    for (auto& child : *children)
+      result.links.push_back(tree_link{rec.thread, std::move(child), 0});
+  }
+  result.sessions = std::move(*sessions);
+  return result;
+}
+
 } // namespace keel

@@ -46,6 +46,8 @@ public:
   caf::expected<uint64_t> count_sessions() override;
 
   caf::expected<std::vector<session_record>> sessions() override;
+  caf::expected<std::vector<session_record>>
+  sessions_after(const std::string& after, size_t limit) override;
 
   caf::expected<std::vector<session_record>>
   sessions(std::vector<bad_record>& bad) override;

@@ -199,6 +199,30 @@ caf::expected<std::vector<session_record>> kv_store::sessions() {
 }
 
 caf::expected<std::vector<session_record>>
+kv_store::sessions_after(const std::string& after, size_t limit) {
+  if (auto err = ensure_readable())
+    return err;
+  std::vector<session_record> result;
+  if (limit == 0)
+    return result;
+  // Session keys are plain thread ids: the first key after `after` is
+  // `after` and a NUL byte, or above.
+  auto lower = after.empty() ? std::string{} : after + '\0';
+  auto err = scan(
+    cf_sessions, lower, {}, [&](std::string_view key, std::string_view val) {
+      session_record x;
+      if (auto why = read_record(key, val, x))
+        return scan_result{corrupt(cf_sessions, key, *why)};
+      result.push_back(std::move(x));
+      return scan_result{result.size() < limit ? scan_result::next
+                                               : scan_result::stop};
+    });
+  if (err)
+    return err;
+  return result;
+}
+
+caf::expected<std::vector<session_record>>
 kv_store::sessions(std::vector<bad_record>& bad) {
   return collect_all<session_record>(cf_sessions, &bad);
 }

@@ -163,6 +163,12 @@ public:
   /// decoded fails the call with `ec::storage_corrupt` naming its key.
   virtual caf::expected<std::vector<session_record>> sessions() = 0;
 
+  /// Returns a page of the session records: at most `limit`, the first
+  /// ones whose thread id sorts after `after` (from the first when empty),
+  /// in key order. A seek and `limit` reads, however many are stored.
+  virtual caf::expected<std::vector<session_record>>
+  sessions_after(const std::string& after, size_t limit) = 0;
+
   /// Returns every tree link, in key order (parent, then child).
   virtual caf::expected<std::vector<tree_link>> tree_links() = 0;
 
