@@ -30,14 +30,6 @@ completion reply_of(std::string text, std::vector<tool_call> calls = {}) {
   return reply;
 }
 
-// The action names of `plan`, space-separated.
-std::string names(const turn_plan& plan) {
-  std::string result;
-  for (auto& action : plan)
-    result += (result.empty() ? "" : " ") + std::string{action_name(action)};
-  return result;
-}
-
 template <class Action>
 const Action& last_as(const turn_plan& plan) {
   CAF_REQUIRE(!plan.empty());
@@ -107,7 +99,7 @@ CAF_TEST(a turn starts with a request unless its start fails it) {
   for (auto& x : rows) {
     CAF_MESSAGE(x.name);
     auto plan = decide(fresh(), x.event);
-    CAF_CHECK_EQUAL(names(plan), x.expected);
+    CAF_CHECK_EQUAL(action_names(plan), x.expected);
     if (!x.code.empty())
       CAF_CHECK_EQUAL(last_as<turn_actions::fail>(plan).code, x.code);
   }
@@ -146,7 +138,7 @@ CAF_TEST(the request goes out or waits for a compaction by its size) {
     CAF_MESSAGE(x.name);
     settings->compaction_enabled = x.enabled;
     auto plan = decide(fresh(), request_built{x.tokens});
-    CAF_CHECK_EQUAL(names(plan), x.expected);
+    CAF_CHECK_EQUAL(action_names(plan), x.expected);
   }
   settings->compaction_enabled = true;
   auto& turn = fresh();
@@ -156,10 +148,10 @@ CAF_TEST(the request goes out or waits for a compaction by its size) {
   CAF_CHECK_EQUAL(std::get<turn_actions::publish_status>(warned[1]).state,
                   "thinking");
   // Once a turn.
-  CAF_CHECK_EQUAL(names(decide(turn, request_built{8500})),
+  CAF_CHECK_EQUAL(action_names(decide(turn, request_built{8500})),
                   "publish_status call_model");
   auto compacts = decide(turn, request_built{9500});
-  CAF_CHECK_EQUAL(names(compacts), "plan_compaction");
+  CAF_CHECK_EQUAL(action_names(compacts), "plan_compaction");
   CAF_CHECK(!last_as<turn_actions::plan_compaction>(compacts).overflowed);
 }
 
@@ -179,8 +171,9 @@ CAF_TEST(the model answer ends the turn or becomes a call step) {
   };
   for (auto& x : rows) {
     CAF_MESSAGE(x.name);
-    CAF_CHECK_EQUAL(names(decide(fresh(), model_answered{x.reply, t0, false})),
-                    x.expected);
+    CAF_CHECK_EQUAL(
+      action_names(decide(fresh(), model_answered{x.reply, t0, false})),
+      x.expected);
   }
   auto late = decide(fresh(), model_answered{reply_of("done"), t0, true});
   CAF_CHECK_EQUAL(last_as<turn_actions::fail>(late).code, "cancelled");
@@ -192,11 +185,11 @@ CAF_TEST(the guard stops a looping turn and tells the owner) {
   auto& turn = fresh();
   auto loop = reply_of("again", {call("a", "ls", R"({"x":1})")});
   turn_plan plan;
-  for (int i = 0; i < 10 && (plan.empty() || names(plan) == "commit_calls");
-       ++i)
+  for (int i = 0;
+       i < 10 && (plan.empty() || action_names(plan) == "commit_calls"); ++i)
     plan = decide(turn,
                   model_answered{loop, t0 + std::chrono::seconds{i}, false});
-  CAF_CHECK_EQUAL(names(plan), "log_line notify_owner fail");
+  CAF_CHECK_EQUAL(action_names(plan), "log_line notify_owner fail");
   CAF_CHECK_EQUAL(last_as<turn_actions::fail>(plan).code,
                   turn_errors::guard_stopped_code);
   auto owner = find<turn_actions::notify_owner>(plan);
@@ -204,22 +197,23 @@ CAF_TEST(the guard stops a looping turn and tells the owner) {
   CAF_CHECK_EQUAL(owner->notice.kind, notice_kind::agent_stuck);
   CAF_CHECK_EQUAL(owner->notice.subject, "t");
   // The stop is final: the next durable step ends the turn as well.
-  CAF_CHECK_EQUAL(names(decide(turn, step_committed{{call("b", "ls")}, false})),
-                  "log_line notify_owner fail");
+  CAF_CHECK_EQUAL(
+    action_names(decide(turn, step_committed{{call("b", "ls")}, false})),
+    "log_line notify_owner fail");
 }
 
 CAF_TEST(the guard stops on repeated errors and on its duration) {
   auto& turn = fresh();
   for (int i = 0; i < 3; ++i)
     CAF_CHECK_EQUAL(
-      names(decide(
+      action_names(decide(
         turn, tool_finished{call("a", "ls"), {"[boom]", "boom"}, true, t0})),
       "commit_result");
-  CAF_CHECK_EQUAL(names(decide(turn, step_committed{{}, false})),
+  CAF_CHECK_EQUAL(action_names(decide(turn, step_committed{{}, false})),
                   "log_line notify_owner fail");
   auto& late = fresh();
   auto plan = decide(late, model_answered{reply_of("x"), t0 + 11min, false});
-  CAF_CHECK_EQUAL(names(plan), "log_line notify_owner fail");
+  CAF_CHECK_EQUAL(action_names(plan), "log_line notify_owner fail");
   KEEL_CHECK_CONTAINS(last_as<turn_actions::fail>(plan).text, "Elapsed");
 }
 
@@ -256,7 +250,7 @@ CAF_TEST(a durable step runs the next call or asks the model again) {
   };
   for (auto& x : rows) {
     CAF_MESSAGE(x.name);
-    CAF_CHECK_EQUAL(names(decide(fresh(), x.event)), x.expected);
+    CAF_CHECK_EQUAL(action_names(decide(fresh(), x.event)), x.expected);
   }
   auto plan = decide(
     fresh(), step_committed{{call("a", "ls"), call("b", "grep")}, false});
@@ -302,7 +296,7 @@ CAF_TEST(failover errors become the texts and notices of today) {
   row("rejected", {ec::provider_rejected, false, "400"}, "provider_rejected",
       "rephrasing", std::nullopt);
   auto cancelled = decide(fresh(), model_failed{{ec::provider_failed}, true});
-  CAF_CHECK_EQUAL(names(cancelled), "fail");
+  CAF_CHECK_EQUAL(action_names(cancelled), "fail");
 }
 
 CAF_TEST(an overflowing context is compacted once a turn) {
@@ -310,7 +304,7 @@ CAF_TEST(an overflowing context is compacted once a turn) {
   auto overflow = model_failed{{ec::context_overflow, false, "too long"},
                                false};
   auto plan = decide(turn, overflow);
-  CAF_CHECK_EQUAL(names(plan), "log_line plan_compaction");
+  CAF_CHECK_EQUAL(action_names(plan), "log_line plan_compaction");
   CAF_CHECK(last_as<turn_actions::plan_compaction>(plan).overflowed);
   CAF_CHECK(turn.overflow_compacted);
   // The compaction helped; the provider refuses again: the turn fails.
@@ -318,24 +312,25 @@ CAF_TEST(an overflowing context is compacted once a turn) {
   CAF_CHECK_EQUAL(last_as<turn_actions::fail>(plan).code, "context_overflow");
   settings->compaction_enabled = false;
   plan = decide(fresh(), overflow);
-  CAF_CHECK_EQUAL(names(plan), "log_line fail");
+  CAF_CHECK_EQUAL(action_names(plan), "log_line fail");
 }
 
 CAF_TEST(a compaction asks its summaries then commits its outcome) {
   auto& turn = fresh();
   auto plan = decide(turn, compaction_planned{summarizing()});
-  CAF_CHECK_EQUAL(names(plan), "publish_status ask_summary");
+  CAF_CHECK_EQUAL(action_names(plan), "publish_status ask_summary");
   CAF_CHECK_EQUAL(std::get<turn_actions::publish_status>(plan[0]).state,
                   "compacting");
   while (std::holds_alternative<turn_actions::ask_summary>(plan.back()))
     plan = decide(turn, summary_answered{"a summary", false});
-  CAF_CHECK_EQUAL(names(plan), "log_line publish_status commit_compaction");
+  CAF_CHECK_EQUAL(action_names(plan),
+                  "log_line publish_status commit_compaction");
   auto& stored = last_as<turn_actions::commit_compaction>(plan);
   CAF_CHECK(!stored.result.retired.empty());
   CAF_CHECK_GREATER_OR_EQUAL(stored.result.tier, 2);
   CAF_CHECK(turn.compaction == nullptr);
   // The call after a compaction goes out as it is.
-  CAF_CHECK_EQUAL(names(decide(turn, request_built{9999})),
+  CAF_CHECK_EQUAL(action_names(decide(turn, request_built{9999})),
                   "publish_status call_model");
 }
 
@@ -351,12 +346,13 @@ CAF_TEST(a failed summary compacts without the model) {
     plan = decide(turn, summary_failed{"overloaded", false});
   auto& stored = last_as<turn_actions::commit_compaction>(plan);
   CAF_CHECK_EQUAL(stored.result.tier, 4);
-  CAF_CHECK_EQUAL(names(decide(fresh(), summary_failed{"x", true})), "fail");
+  CAF_CHECK_EQUAL(action_names(decide(fresh(), summary_failed{"x", true})),
+                  "fail");
 }
 
 CAF_TEST(a compaction that changes nothing calls or fails by its cause) {
   auto plan = decide(fresh(), compaction_planned{unchanging()});
-  CAF_CHECK_EQUAL(names(plan), "publish_status log_line build_request");
+  CAF_CHECK_EQUAL(action_names(plan), "publish_status log_line build_request");
   auto& turn = fresh();
   decide(turn, model_failed{{ec::context_overflow, false, "long"}, false});
   plan = decide(turn, compaction_planned{unchanging()});

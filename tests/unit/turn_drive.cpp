@@ -26,14 +26,6 @@ tool_config tool(std::string name) {
   return result;
 }
 
-// The action names of `plan`, space-separated.
-std::string names_of(const turn_plan& plan) {
-  std::string result;
-  for (auto& action : plan)
-    result += (result.empty() ? "" : " ") + std::string{action_name(action)};
-  return result;
-}
-
 struct fixture {
   fixture() {
     st.cfg.thread = "t";
@@ -103,7 +95,7 @@ CAF_TEST(a tool failing three times is disabled and no longer offered) {
   CAF_CHECK_EQUAL(st.notices[0].state, "tool_disabled");
   CAF_CHECK_EQUAL(st.notices[0].detail, disabled_tool_text("ls", 3, "boom 3"));
   // The turn goes on; the model is no longer told about the tool.
-  CAF_CHECK_EQUAL(names_of(decide(*t, step_committed{{}, false})),
+  CAF_CHECK_EQUAL(action_names(decide(*t, step_committed{{}, false})),
                   "build_request");
   auto offered = st.make_request().tools;
   CAF_REQUIRE_EQUAL(offered.size(), 1u);
@@ -123,7 +115,7 @@ CAF_TEST(calls a restart interrupted are answered so and not run) {
   for (auto& entry : step.context)
     CAF_CHECK_EQUAL(entry.content, tool_texts::interrupted);
   CAF_CHECK(st.unanswered_calls().empty());
-  CAF_CHECK_EQUAL(names_of(decide(resumed, step_committed{{}, false})),
+  CAF_CHECK_EQUAL(action_names(decide(resumed, step_committed{{}, false})),
                   "build_request");
 }
 

@@ -117,9 +117,7 @@ struct run {
   // Checks the rules over `plan`; returns its action names for the
   // determinism check.
   std::string check(const turn_plan& plan, bool had_compaction) {
-    std::string names;
-    for (auto& action : plan)
-      names += std::string{action_name(action)} + " ";
+    auto names = action_names(plan) + " ";
     if (plan.empty()) {
       // Only a summary that no compaction waits for is not expected.
       CAF_CHECK(!had_compaction);

@@ -111,6 +111,13 @@ const char* action_name(const turn_action& action) {
     action);
 }
 
+std::string action_names(const turn_plan& plan) {
+  std::string result;
+  for (auto& action : plan)
+    result += (result.empty() ? "" : " ") + std::string{action_name(action)};
+  return result;
+}
+
 bool final_reply(const completion& reply, const std::string& thread) {
   return std::all_of(reply.tool_calls.begin(), reply.tool_calls.end(),
                      [&thread](const tool_call& call) {

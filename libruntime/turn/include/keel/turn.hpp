@@ -234,6 +234,10 @@ using turn_plan = std::vector<turn_action>;
 /// The action's name, as in `turn_actions` ("commit_result", ...).
 const char* action_name(const turn_action& action);
 
+/// The names of `plan`'s actions, space-separated ("publish_status
+/// call_model"), for logs and tests.
+std::string action_names(const turn_plan& plan);
+
 /// True if `reply` ends the turn: it calls no tools besides the agent tools
 /// of `thread` (which take effect with the answer).
 bool final_reply(const completion& reply, const std::string& thread);
