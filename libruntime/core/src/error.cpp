@@ -65,6 +65,14 @@ std::string error_message(const caf::error& err) {
 std::string error_code_name(const caf::error& err) {
   if (err.category() == error_category)
     return to_string(static_cast<ec>(err.code()));
+  // A request whose receiver died with it in its mailbox (a component
+  // killed or restarting), or that no one answered in time (a component
+  // stuck behind a database cut, a paused node), failed the way
+  // `ec::unavailable` says: nothing was acknowledged and the same request
+  // may be sent again.
+  if (err == caf::sec::request_receiver_down
+      || err == caf::sec::request_timeout)
+    return to_string(ec::unavailable);
   return "internal";
 }
 

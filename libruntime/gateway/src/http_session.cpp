@@ -1,5 +1,7 @@
 #include "http_session.hpp"
 
+#include "internal_errors.hpp"
+
 #include "keel/http_head.hpp"
 
 #include <type_traits>
@@ -126,6 +128,7 @@ void http_session<Stream>::deliver(uint64_t id, unsigned status,
   pending_ = 0;
   if (timer_)
     timer_->cancel();
+  log_if_internal("HTTP", id_, body);
   reply(static_cast<http::status>(status), std::move(content_type),
         std::move(body));
 }

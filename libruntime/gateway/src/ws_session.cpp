@@ -1,5 +1,7 @@
 #include "ws_session.hpp"
 
+#include "internal_errors.hpp"
+
 #include "keel/text.hpp"
 
 #include <iostream>
@@ -295,6 +297,7 @@ template <class Stream>
 void ws_session<Stream>::enqueue(std::string frame) {
   if (!opened_ || closing_ || finished_)
     return;
+  log_if_internal("WebSocket", id_, frame);
   set_queued(queued_bytes_ + frame.size());
   queue_.push_back(std::move(frame));
   // One frame alone never counts as slow (a history page may be larger

@@ -181,6 +181,7 @@ rocksdb::Options rocksdb_engine::db_options() {
   options.max_log_file_size = 1 << 20;
   options.stats_dump_period_sec = 0;
   options.stats_persist_period_sec = 0;
+  options.statistics = opts_.statistics;
   return options;
 }
 

@@ -44,6 +44,32 @@ nlohmann::json report_cluster(const cluster_report& c) {
           {"database_folder", c.database_folder}};
 }
 
+nlohmann::json report_internal(const std::vector<internal_error>& xs) {
+  auto result = nlohmann::json::array();
+  for (auto& x : xs)
+    result.push_back({{"at_ms", x.at.count()},
+                      {"client", x.client},
+                      {"node", x.node},
+                      {"thread", x.thread},
+                      {"id", x.id},
+                      {"outcome", x.outcome},
+                      {"message", x.message}});
+  return result;
+}
+
+/// Each `internal` frame on a line: when, who got it, about what, its text.
+void render_internal(std::ostream& out, const std::vector<internal_error>& xs) {
+  if (xs.empty())
+    return;
+  out << "  internal errors (" << xs.size()
+      << "; each a bug of the node, logged by it):\n";
+  for (auto& x : xs)
+    out << "    " << human_duration(x.at) << "  client " << x.client
+        << " on node " << x.node << ", " << (x.outcome ? "outcome of " : "")
+        << (x.thread.empty() ? "-" : x.thread) << '/'
+        << (x.id.empty() ? "-" : x.id) << ": " << x.message << '\n';
+}
+
 std::string report_ms(double x) {
   return fixed(x, 0) + " ms";
 }
@@ -119,6 +145,7 @@ nlohmann::json to_json(const run_report& x) {
           {"unplanned_exits", x.unplanned_exits},
           {"kill_point_deaths", x.kill_point_deaths},
           {"errors_by_code", x.errors_by_code},
+          {"internal_errors", report_internal(x.internal_errors)},
           {"recovery", report_figures(x.recovery)},
           {"throughput",
            {{"answered_per_s", x.answered_per_second},
@@ -157,6 +184,7 @@ std::string render_text(const run_report& x) {
       out << ' ' << code << ' ' << n;
     out << '\n';
   }
+  render_internal(out, x.internal_errors);
   out << "  steps (" << x.steps.size() << "):\n";
   for (auto& s : x.steps)
     out << "    " << human_duration(s.at) << "  " << s.what

@@ -451,7 +451,13 @@ private:
       report_.reconnects += r.reconnects;
       for (auto& [code, n] : r.errors_by_code)
         report_.errors_by_code[code] += n;
+      auto& internal = report_.internal_errors;
+      internal.insert(internal.end(), r.internal_errors.begin(),
+                      r.internal_errors.end());
     }
+    std::stable_sort(report_.internal_errors.begin(),
+                     report_.internal_errors.end(),
+                     [](auto& a, auto& b) { return a.at < b.at; });
     for (auto& [thread, msgs] : rec.threads())
       for (auto& [id, m] : msgs)
         report_.refused += m.refusal.empty() ? 0 : 1;

@@ -18,6 +18,7 @@ traffic_client::traffic_client(const scenario& sc, size_t index,
   : sc_(sc),
     nodes_(nodes),
     ctl_(ctl),
+    index_(index),
     home_(index % nodes.size()),
     node_(index % nodes.size()),
     shunned_until_(nodes.size()) {
@@ -204,6 +205,8 @@ void traffic_client::on_ack(const nlohmann::json& frame) {
 
 void traffic_client::on_error(const nlohmann::json& frame) {
   ++result_.errors_by_code[json_string(frame, "code")];
+  if (json_string(frame, "code") == "internal")
+    keep_internal(frame);
   if (frame.contains("reply_to")) {
     on_outcome(frame);
     return;
@@ -224,6 +227,18 @@ void traffic_client::on_error(const nlohmann::json& frame) {
   }
   result_.rec.refused(thread, id, code);
   settle(thread, id);
+}
+
+void traffic_client::keep_internal(const nlohmann::json& frame) {
+  internal_error x;
+  x.at = duration_cast<milliseconds>(clock_type::now() - ctl_.start);
+  x.client = index_;
+  x.node = node_;
+  x.thread = json_string(frame, "thread");
+  x.id = json_string(frame, "id");
+  x.outcome = frame.contains("reply_to");
+  x.message = json_string(frame, "message");
+  result_.internal_errors.push_back(std::move(x));
 }
 
 void traffic_client::on_outcome(const nlohmann::json& frame) {

@@ -19,6 +19,7 @@
 
 #include "chaos_nodes.hpp"
 #include "keel/tools/chaos_oracle.hpp"
+#include "keel/tools/chaos_run.hpp"
 #include "keel/tools/chaos_scenario.hpp"
 #include "keel/tools/ws_client.hpp"
 
@@ -42,6 +43,7 @@ struct client_result {
   uint64_t resends = 0;
   uint64_t reconnects = 0;
   std::map<std::string, uint64_t> errors_by_code;
+  std::vector<internal_error> internal_errors;
   std::vector<answer_sample> answers;
 };
 
@@ -114,6 +116,8 @@ private:
   void on_frame(const nlohmann::json& frame);
   void on_ack(const nlohmann::json& frame);
   void on_error(const nlohmann::json& frame);
+  /// Keeps an `internal` error frame whole (see `internal_error`).
+  void keep_internal(const nlohmann::json& frame);
   void on_outcome(const nlohmann::json& frame);
   void settle(const std::string& thread, const std::string& id);
   /// The slot of `thread`, or null for a thread of another client.
@@ -122,6 +126,7 @@ private:
   const scenario& sc_;
   const node_set& nodes_;
   traffic_control& ctl_;
+  size_t index_;
   /// The node this client belongs to (index % nodes), and the one it uses.
   size_t home_;
   std::atomic<size_t> node_;

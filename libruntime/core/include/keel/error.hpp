@@ -106,8 +106,10 @@ std::string error_message(const caf::error& err);
 /// rendered error when it has none.
 std::string readable_message(const caf::error& err);
 
-/// Returns the wire name of `err`'s code: Keel codes by name, CAF errors as
-/// `"internal"`.
+/// Returns the wire name of `err`'s code: Keel codes by name; CAF's
+/// `request_receiver_down` and `request_timeout` (the receiver stopped, or
+/// did not answer in time) as `"unavailable"`; every other CAF error as
+/// `"internal"`, which only a bug of the node sends.
 std::string error_code_name(const caf::error& err);
 
 } // namespace keel

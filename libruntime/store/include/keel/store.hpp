@@ -24,6 +24,10 @@
 #include "keel/fault_injection.hpp"
 #include "keel/types.hpp"
 
+namespace rocksdb {
+class Statistics;
+} // namespace rocksdb
+
 namespace keel {
 
 /// The column families: `sessions`, `tree`, `inbox`, `context`, `log`,
@@ -60,6 +64,9 @@ struct store_options {
   bool read_only = false;
   /// Test hook; null (the default) means the plain file system.
   std::shared_ptr<fault_injection> faults;
+  /// Test hook: RocksDB counts into it (`rocksdb::CreateDBStatistics()`),
+  /// e.g. the WAL syncs that make each flush durable; null: no counting.
+  std::shared_ptr<rocksdb::Statistics> statistics;
   /// RocksDB: all memtables together, and the shared block cache.
   size_t memtable_bytes = 64u << 20;
   size_t block_cache_bytes = 32u << 20;

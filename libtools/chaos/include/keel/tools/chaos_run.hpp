@@ -114,6 +114,24 @@ struct cluster_report {
   std::string database_folder;
 };
 
+/// An error frame of code `internal` that a client received. Every failure
+/// a fault brings about has a code of its own (`unavailable`, `storage_io`,
+/// ...), so an `internal` one is a bug of the node: it is kept whole, to be
+/// found in the node's log (which logs each one it sends).
+struct internal_error {
+  /// From the start of the traffic.
+  std::chrono::milliseconds at{0};
+  /// The client (its index) and the node it was connected to then.
+  size_t client = 0;
+  size_t node = 0;
+  std::string thread;
+  /// The id the frame names: the refused message's, or for an outcome
+  /// (`reply_to` set) the answered one's.
+  std::string id;
+  bool outcome = false;
+  std::string message;
+};
+
 /// Answers and their latency in one second of the run.
 struct second_figures {
   uint64_t answered = 0;
@@ -145,6 +163,8 @@ struct run_report {
   uint64_t kill_point_deaths = 0;
   /// Error frames by code (refusals and error outcomes).
   std::map<std::string, uint64_t> errors_by_code;
+  /// Every `internal` error frame, in time order.
+  std::vector<internal_error> internal_errors;
   std::vector<played_step> steps;
   recovery_figures recovery;
   /// Answers received while the traffic was sent, per second of it; and
