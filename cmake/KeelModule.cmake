@@ -4,7 +4,7 @@
 # the alias keel::NAME, built from the module folder's src/ and exporting
 # its include/ (headers as keel/HEADER.hpp). PUBLIC dependencies are what
 # the module's headers need; PRIVATE ones stay inside it (RocksDB in store,
-# Beast in gateway and provider), so a dependency cannot leak by accident.
+# Beast in gateway and http), so a dependency cannot leak by accident.
 function(keel_add_module name)
   cmake_parse_arguments(arg "" "" "SOURCES;PUBLIC;PRIVATE" ${ARGN})
   add_library(keel_${name} STATIC ${arg_SOURCES})

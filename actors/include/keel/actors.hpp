@@ -350,7 +350,8 @@ using supervisor_actor = caf::typed_actor<
   // to get the child's reply.
   caf::reacts_to<atom::forward, std::string, caf::message>>;
 
-/// The persistence actor: owns the RocksDB store; every durable mutation goes
+/// The persistence actor: owns the store (RocksDB or PostgreSQL, see
+/// keel/store.hpp and keel/pg_store.hpp); every durable mutation goes
 /// through it. Writes are group-committed: each write request joins the
 /// pending group, and one synced WriteBatch commits the group before any of
 /// its requests is answered.
