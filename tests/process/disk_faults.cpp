@@ -12,6 +12,8 @@ using namespace keel;
 using namespace keel::test;
 using namespace std::chrono_literals;
 using nlohmann::json;
+// CAF_CHECK_FAILED names caf::term unqualified.
+using caf::term;
 
 namespace {
 

@@ -14,6 +14,9 @@
 
 namespace keel::test {
 
+/// CAF_CHECK_FAILED names caf::term unqualified.
+using caf::term;
+
 /// Thrown by a failed KEEL_REQUIRE (after its failed check); caught by
 /// `run_steps`.
 struct test_stopped {};

@@ -37,9 +37,8 @@ public:
   void on_frame(connection_id conn, protocol::client_frame frame) override {
     server->send(conn, protocol::error_frame("unavailable", "restarting",
                                              frame.id, frame.thread));
-    server->send(conn,
-                 protocol::error_frame("internal", "unexpected_message",
-                                       frame.id, frame.thread));
+    server->send(conn, protocol::error_frame("internal", "unexpected_message",
+                                             frame.id, frame.thread));
   }
 
   void on_close(connection_id) override {
