@@ -3,7 +3,8 @@
 // dead letter retry and drop) go through the admin API. Every error the
 // node answers is shown, in its pane or as a notice. The lists (agents,
 // dead letters, notifications) are paged: a poll asks for the page on
-// screen only, PAGE_ROWS rows, however many the node stores.
+// screen only, PAGE_ROWS rows, however many the node stores; the tree asks
+// for each supervisor's first PAGE_ROWS children matching the filter.
 
 import { api, token, setToken } from "./api.js";
 import { h, morph } from "./dom.js";
@@ -47,9 +48,15 @@ function paged(name, path) {
   };
 }
 
+/** The tree request: each supervisor's first PAGE_ROWS children that match
+ *  the filter (the node filters, so a large tree costs a page). */
+function treePath() {
+  return `/api/v1/tree?limit=${PAGE_ROWS}${treeFilter ? `&filter=${encodeURIComponent(treeFilter)}` : ""}`;
+}
+
 const endpoints = [
   { name: "status", path: "/api/v1/status", draw: drawStatus },
-  { name: "tree", path: "/api/v1/tree", draw: drawTree },
+  { name: "tree", path: () => treePath(), draw: drawTree },
   { name: "providers", path: "/api/v1/providers", draw: (a) => morph($("providers"), panes.providers(a)) },
   { name: "agents", path: paged("agents", "/api/v1/agents"), draw: drawAgents },
   { name: "dlq", path: paged("dlq", "/api/v1/dlq"), draw: drawDeadLetters },
@@ -243,6 +250,7 @@ function start() {
   $("tree-filter").addEventListener("input", (ev) => {
     treeFilter = ev.target.value.trim();
     if (last.tree) drawTree(last.tree);
+    poll();
   });
 
   chat.connect();

@@ -40,8 +40,12 @@ export function statusTiles(s) {
 // -- supervision tree --------------------------------------------------------
 
 /** The tree from GET /api/v1/tree. `kill(path)` kills an actor. Nodes are
- *  shown if their path contains `filter` or a descendant's does. */
+ *  shown if their path contains `filter` or a descendant's does (the node
+ *  answered those for the filter it was asked; this one may be newer). A
+ *  supervisor's `children_total` counts the matches the node left out. */
 export function tree(answer, filter, kill) {
+  const more = (node, kids, shown) =>
+    Math.max(kids.length, node.children_total ?? 0) - shown.length;
   const root = answer.tree;
   const matches = (node, path) =>
     !filter || path.includes(filter) || (node.children ?? []).some((c) => matches(c, `${path}/${c.id}`));
@@ -60,7 +64,7 @@ export function tree(answer, filter, kill) {
         path ? confirmButton(`kill ${path}`, "Kill", "Kill?", { class: "kill danger", "data-testid": "kill", title: `kill ${path}; its supervisor restarts it` },
                              () => kill(path)) : null),
       shown.length ? h("ul", {}, shown.map((c) => item(c, `${path}/${c.id}`))) : null,
-      kids.length > shown.length ? h("div", { class: "muted small more" }, `and ${kids.length - shown.length} more: filter to find one`) : null);
+      more(node, kids, shown) ? h("div", { class: "muted small more" }, `and ${more(node, kids, shown)} more: filter to find one`) : null);
   };
   return h("ul", { class: "tree" }, item(root, ""));
 }

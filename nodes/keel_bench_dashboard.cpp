@@ -50,7 +50,7 @@ struct dashboard_args {
 /// The requests one poll of the dashboard page sends, all at once
 /// (dashboard/app.js, `endpoints`; a list asks for its first page).
 const std::vector<std::string> dashboard_requests = {
-  "/api/v1/status",       "/api/v1/tree",
+  "/api/v1/status",       "/api/v1/tree?limit=50",
   "/api/v1/providers",    "/api/v1/agents?limit=50",
   "/api/v1/dlq?limit=50", "/api/v1/notifications?limit=50",
 };

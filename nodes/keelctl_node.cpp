@@ -109,10 +109,15 @@ void print_tree(const json& node, const std::string& prefix, bool last,
   auto child_prefix = root ? "" : prefix + (last ? "    " : "|   ");
   for (size_t k = 0; k < i->size(); ++k)
     print_tree((*i)[k], child_prefix, k + 1 == i->size(), false);
+  // The node answers a page of a supervisor's children (GET /api/v1/tree).
+  auto total = static_cast<size_t>(json_number(node, {"children_total"}));
+  if (total > i->size())
+    std::cout << child_prefix << "    ... and " << total - i->size()
+              << " more\n";
 }
 
 int run_tree(const keel::endpoint& ep, bool as_json) {
-  auto tree = keel::api_call(ep, "GET", "/api/v1/tree");
+  auto tree = keel::api_call(ep, "GET", "/api/v1/tree?limit=1000");
   if (!tree)
     return fail(ep, tree.error());
   if (as_json)

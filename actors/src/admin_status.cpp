@@ -6,6 +6,7 @@
 
 #include <caf/all.hpp>
 
+#include "keel/gateway_policy.hpp"
 #include "keel/json_codec.hpp"
 #include "keel/lookup.hpp"
 #include "keel/proc.hpp"
@@ -96,10 +97,40 @@ void respond_status(self_ptr self, uint64_t request, nlohmann::json body) {
       });
 }
 
-nlohmann::json to_json(const child_info& x) {
-  nlohmann::json children = nlohmann::json::array();
+/// What a tree request asks for: below each supervisor, at most `limit`
+/// children whose path contains `filter` or has a descendant whose does.
+struct tree_request {
+  size_t limit = default_page_rows;
+  std::string filter;
+};
+
+/// True if `x`, at `path`, is shown for `filter`: its path or a
+/// descendant's contains it.
+bool tree_matches(const child_info& x, const std::string& path,
+                  const std::string& filter) {
+  if (filter.empty() || path.find(filter) != std::string::npos)
+    return true;
   for (auto& child : x.children)
-    children.push_back(to_json(child));
+    if (tree_matches(child, path + "/" + child.id, filter))
+      return true;
+  return false;
+}
+
+/// `x` at `path` as the API shows it: its matching children up to the
+/// limit, and `children_total`, how many match in all (the rest are left
+/// out, so a supervisor of 100,000 conversations costs a page, not them
+/// all).
+nlohmann::json to_json(const child_info& x, const std::string& path,
+                       const tree_request& req) {
+  nlohmann::json children = nlohmann::json::array();
+  size_t total = 0;
+  for (auto& child : x.children) {
+    auto child_path = path + "/" + child.id;
+    if (!tree_matches(child, child_path, req.filter))
+      continue;
+    if (++total <= req.limit)
+      children.push_back(to_json(child, child_path, req));
+  }
   return {
     {"id", x.id},
     {"state", x.state},
@@ -108,7 +139,8 @@ nlohmann::json to_json(const child_info& x) {
     {"last_exit", x.last_exit},
     {"uptime_ms",
      std::chrono::duration_cast<std::chrono::milliseconds>(x.uptime).count()},
-    {"children", std::move(children)}};
+    {"children", std::move(children)},
+    {"children_total", total}};
 }
 
 nlohmann::json health_json(const provider_health_record& x) {
@@ -154,8 +186,13 @@ void on_status(self_ptr self, const call& c) {
       });
 }
 
-// GET /api/v1/tree: the live supervision tree from the root down.
+// GET /api/v1/tree?limit=&filter=: the live supervision tree from the
+// root down, each supervisor's children paged (see `tree_request`).
 void on_tree(self_ptr self, const call& c) {
+  auto page = read_page(self, c);
+  if (!page)
+    return;
+  tree_request req{page->limit, query_param(c.target, "filter").value_or("")};
   auto request = c.request;
   auto root = lookup<supervisor_actor>(self->system(), names::root);
   if (!root) {
@@ -165,7 +202,7 @@ void on_tree(self_ptr self, const call& c) {
   }
   self->request(root, std::chrono::seconds{10}, atom::children_v)
     .then(
-      [self, request](std::vector<child_info>& children) {
+      [self, request, req](std::vector<child_info>& children) {
         child_info top;
         top.id = "root";
         top.state = "running";
@@ -174,7 +211,7 @@ void on_tree(self_ptr self, const call& c) {
         top.children = std::move(children);
         respond_json(self, request, 200,
                      {{"node", self->state.cfg.node_name},
-                      {"tree", to_json(top)}});
+                      {"tree", to_json(top, "", req)}});
       },
       [self, request](caf::error& err) {
         respond_unavailable(self, request, err);

@@ -4,7 +4,8 @@
 // the first page to the last gives every agent once, in thread order, with
 // its children; `limit` is capped and checked; a cursor no page gave is
 // refused; the dead letters and notifications answer pages of the same
-// shape; keelctl still prints whole lists.
+// shape; keelctl still prints whole lists; the supervision tree answers a
+// page of each supervisor's children, filtered by path when asked.
 
 #include <string>
 #include <vector>
@@ -29,15 +30,16 @@ const std::vector<std::string> threads = {"pg-a", "pg-b", "pg-c", "pg-d",
 
 struct fixture {
   temp_dir dir{"keel-admin-paging"};
-  node_process node{dir.str(), slow_echo_yaml("paging-test",
-                                              dir.str() + "/data", "1ms")};
+  node_process node{dir.str(),
+                    slow_echo_yaml("paging-test", dir.str() + "/data", "1ms")};
 
   fixture() {
     auto client = connect_client(node.address());
     for (auto& thread : threads) {
       CAF_REQUIRE(!client->send_text(protocol::send_frame(thread, "m1", "hi")));
       auto reply = receive_until(*client, [&](const json& j) {
-        return j.value("type", "") == "reply" && j.value("thread", "") == thread;
+        return j.value("type", "") == "reply"
+               && j.value("thread", "") == thread;
       });
       CAF_REQUIRE(reply);
     }
@@ -49,13 +51,26 @@ struct fixture {
                                    const std::string& child) {
     if (client.send_text(protocol::spawn_frame(parent, child, "s1")))
       return "send failed";
-    auto answer = receive_until(
-      client, [](const json& j) { return j.value("id", "") == "s1"; });
+    auto answer = receive_until(client, [](const json& j) {
+      return j.value("id", "") == "s1";
+    });
     return answer ? answer->value("type", "") : "no answer";
   }
 
   caf::expected<json> get(const std::string& target) {
     return api_call(node.address(), "GET", target);
+  }
+
+  /// The tree node below `parent` whose children include the thread
+  /// `thread` (the supervisor of the conversations), or null.
+  static const json* holder_of(const json& parent, const std::string& thread) {
+    for (auto& child : parent["children"]) {
+      if (child["id"] == thread)
+        return &parent;
+      if (auto found = holder_of(child, thread))
+        return found;
+    }
+    return nullptr;
   }
 };
 
@@ -131,6 +146,34 @@ CAF_TEST(the other lists answer pages of the same shape) {
   auto from_cursor = get("/api/v1/notifications?after=1%2Fall_models_failed");
   CAF_REQUIRE(from_cursor);
   CAF_CHECK((*from_cursor)["next"].is_null());
+}
+
+CAF_TEST(the tree answers a page of the children of each supervisor) {
+  auto whole = get("/api/v1/tree");
+  CAF_REQUIRE(whole);
+  auto holder = holder_of((*whole)["tree"], "pg-a");
+  CAF_REQUIRE(holder != nullptr);
+  auto live = (*holder)["children_total"].get<size_t>();
+  CAF_CHECK_EQUAL((*holder)["children"].size(), live);
+  CAF_CHECK_GREATER_OR_EQUAL(live, threads.size());
+  // The limit holds at every level: the filter leads to the threads.
+  auto page = get("/api/v1/tree?limit=2&filter=pg-");
+  CAF_REQUIRE(page);
+  auto paged = holder_of((*page)["tree"], "pg-a");
+  CAF_REQUIRE(paged != nullptr);
+  CAF_CHECK_EQUAL((*paged)["children"].size(), 2u);
+  CAF_CHECK_EQUAL((*paged)["children_total"], live);
+  // The filter keeps the matching path and its ancestors only.
+  auto one = get("/api/v1/tree?filter=pg-c");
+  CAF_REQUIRE(one);
+  auto found = holder_of((*one)["tree"], "pg-c");
+  CAF_REQUIRE(found != nullptr);
+  CAF_CHECK_EQUAL((*found)["children"].size(), 1u);
+  CAF_CHECK_EQUAL((*found)["children_total"], 1u);
+  CAF_CHECK_EQUAL((*one)["tree"]["children"].size(), 1u);
+  auto bad = get("/api/v1/tree?limit=0");
+  CAF_REQUIRE(!bad);
+  KEEL_CHECK_CONTAINS(error_message(bad.error()), "limit must be a whole");
 }
 
 CAF_TEST_FIXTURE_SCOPE_END()
