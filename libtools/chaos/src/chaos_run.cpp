@@ -97,18 +97,42 @@ public:
       clients_.push_back(std::make_unique<traffic_client>(sc, i, nodes_, ctl_));
   }
 
+  /// The clients' threads, stopped and joined when this goes out of scope,
+  /// also when a step throws: a joinable thread left to its destructor
+  /// would end keel-chaos in std::terminate instead of an error naming the
+  /// step.
+  class client_threads {
+  public:
+    explicit client_threads(traffic_control& ctl) : ctl_(ctl) {
+    }
+    client_threads(const client_threads&) = delete;
+    client_threads& operator=(const client_threads&) = delete;
+    ~client_threads() {
+      ctl_.stop = true;
+      for (auto& t : threads_)
+        t.join();
+    }
+    template <class F>
+    void start(F f) {
+      threads_.emplace_back(std::move(f));
+    }
+
+  private:
+    traffic_control& ctl_;
+    std::vector<std::thread> threads_;
+  };
+
   run_report run() {
     report_.scenario = sc_.name;
     report_.seed = sc_.seed;
     ctl_.start = clock_type::now();
-    std::vector<std::thread> threads;
-    for (auto& c : clients_)
-      threads.emplace_back([&c] { c->run(); });
-    play_steps();
-    settle();
-    ctl_.stop = true;
-    for (auto& t : threads)
-      t.join();
+    {
+      client_threads threads{ctl_};
+      for (auto& c : clients_)
+        threads.start([&c] { c->run(); });
+      play_steps();
+      settle();
+    }
     conclude();
     report_.seconds
       = std::chrono::duration<double>(clock_type::now() - ctl_.start).count();
