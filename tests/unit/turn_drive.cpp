@@ -10,21 +10,16 @@
 
 #include "keel/conversation.hpp"
 
+#include "tool_configs.hpp"
+
 using namespace keel;
+using keel::test::tool;
 
 namespace {
 
 using time_point = turn::time_point;
 
 const time_point t0 = time_point{} + std::chrono::hours{1};
-
-tool_config tool(std::string name) {
-  tool_config result;
-  result.name = std::move(name);
-  result.description = "does " + result.name;
-  result.command = {"true"};
-  return result;
-}
 
 struct fixture {
   fixture() {

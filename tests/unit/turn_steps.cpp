@@ -4,20 +4,15 @@
 
 #include "keel/conversation.hpp"
 
+#include "tool_configs.hpp"
+
 using namespace keel;
+using keel::test::tool;
 
 namespace {
 
 tool_call call(std::string id, std::string name, std::string args = "{}") {
   return tool_call{std::move(id), std::move(name), std::move(args)};
-}
-
-tool_config tool(std::string name) {
-  tool_config result;
-  result.name = std::move(name);
-  result.description = "does " + result.name;
-  result.command = {"true"};
-  return result;
 }
 
 // A conversation state of thread "t" with the user message 5 in its inbox
