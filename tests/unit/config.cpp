@@ -735,7 +735,7 @@ CAF_TEST(script steps are checked) {
                   "node.yaml:6: providers[0].script[1].fail: unknown value "
                   "\"nope\" (expected auth, rate_limit, billing, timeout, "
                   "overloaded, model_not_found, context_overflow, "
-                  "invalid_request, format or unknown)");
+                  "invalid_request, action_not_supported, format or unknown)");
   CAF_CHECK_EQUAL(step("      - match: x\n        delay: 1s\n"),
                   "node.yaml:6: providers[0].script[1]: a step needs one of "
                   "reply, fail or crash: true");

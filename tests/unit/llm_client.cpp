@@ -195,8 +195,23 @@ CAF_TEST(base urls resolve to host port and target) {
      "/v1/messages", "127.0.0.1:4010"},
     {"https://api.anthropic.com/", api::anthropic, true, "api.anthropic.com",
      443, "/v1/messages", "api.anthropic.com"},
-    {"http://gw.local/proxy/openai", api::openai, false, "gw.local", 80,
+    // A path is used as given, as the SDKs use theirs (Gemini, Azure,
+    // Ollama, vLLM); a query stays after the API's path.
+    {"http://gw.local/proxy/openai/v1", api::openai, false, "gw.local", 80,
      "/proxy/openai/v1/chat/completions", "gw.local"},
+    {"https://g.example/v1beta/openai/", api::openai, true, "g.example", 443,
+     "/v1beta/openai/chat/completions", "g.example"},
+    {"https://r.openai.azure.com/openai/deployments/"
+     "gpt4o?api-version=2024-10-21",
+     api::openai, true, "r.openai.azure.com", 443,
+     "/openai/deployments/gpt4o/chat/completions?api-version=2024-10-21",
+     "r.openai.azure.com"},
+    {"http://127.0.0.1:11434/v1", api::openai, false, "127.0.0.1", 11434,
+     "/v1/chat/completions", "127.0.0.1:11434"},
+    {"http://h:8000?key=1", api::openai, false, "h", 8000,
+     "/v1/chat/completions?key=1", "h:8000"},
+    {"http://h/anthropic", api::anthropic, false, "h", 80,
+     "/anthropic/messages", "h"},
     {"http://[::1]:8080", api::openai, false, "::1", 8080,
      "/v1/chat/completions", "[::1]:8080"},
     {"https://[::1]", api::anthropic, true, "::1", 443, "/v1/messages",
@@ -213,7 +228,7 @@ CAF_TEST(base urls resolve to host port and target) {
     CAF_CHECK_EQUAL(url->host_header, r.host_header);
   }
   for (auto bad : {"ftp://x", "http://", "http://:80", "http://h:99999",
-                   "http://u@h", "http://h/p?q=1", "127.0.0.1:80"}) {
+                   "http://u@h", "http://h/p#f", "127.0.0.1:80"}) {
     CAF_MESSAGE("bad url " << bad);
     auto url = llm_wire::parse_base_url(bad, api::openai);
     CAF_CHECK(!url);

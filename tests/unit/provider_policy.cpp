@@ -110,7 +110,7 @@ CAF_TEST(classification by table) {
     {"413", http(413), error_class::invalid_request},
     {"200 unparseable", unparseable(200, "{\"choices\": ["),
      error_class::format},
-    {"501", http(501), error_class::unknown},
+    {"501", http(501), error_class::action_not_supported},
     {"refused", transport(transport_error::connect_refused),
      error_class::unknown},
     {"reset", transport(transport_error::reset), error_class::unknown},
@@ -286,6 +286,7 @@ CAF_TEST(retryable classes and cooldowns) {
     {error_class::model_not_found, false, 1h},
     {error_class::context_overflow, false, 0ms},
     {error_class::invalid_request, false, 0ms},
+    {error_class::action_not_supported, false, 10min},
     {error_class::format, false, 0ms},
     {error_class::unknown, true, 30s},
   };

@@ -168,7 +168,7 @@ const key_table<provider_config>& http_provider_keys() {
     using p = provider_config;
     key_table<p> t;
     t.dedicated("base_url", "`http://` or `https://` URL, **required**", "—",
-                "Scheme, host, optional port and path prefix.")
+                "Scheme, host, optional port, path and query.")
       .string("api_key", &p::api_key, "The API key; empty: none is sent.")
       .dedicated("headers", "mapping of name to string", "none",
                  "Extra request headers.")
@@ -243,7 +243,8 @@ const key_table<pool_config>& pool_keys() {
       .container("breaker", "The per-provider circuit breaker.")
       .dedicated("cooldowns", "mapping of error class to duration >= 0",
                  "auth `10m`, rate_limit `1m`, billing `30m`, timeout `30s`, "
-                 "overloaded `2m`, model_not_found `1h`, unknown `30s`, "
+                 "overloaded `2m`, model_not_found `1h`, "
+                 "action_not_supported `10m`, unknown `30s`, "
                  "others `0s`",
                  "How long a provider stays skipped after a failure.")
       .number("timeout_max_tokens_factor", 0.01, 1.0,

@@ -39,10 +39,18 @@ inline constexpr const char* notice_kind_names[]
 inline constexpr const char* telegram_parse_modes[] = {"Markdown", "MarkdownV2",
                                                        "HTML", ""};
 
-inline constexpr const char* failure_classes[]
-  = {"auth",       "rate_limit",      "billing",          "timeout",
-     "overloaded", "model_not_found", "context_overflow", "invalid_request",
-     "format",     "unknown"};
+/// The names of `error_class` (keel/provider_policy.hpp), in its order.
+inline constexpr const char* failure_classes[] = {"auth",
+                                                  "rate_limit",
+                                                  "billing",
+                                                  "timeout",
+                                                  "overloaded",
+                                                  "model_not_found",
+                                                  "context_overflow",
+                                                  "invalid_request",
+                                                  "action_not_supported",
+                                                  "format",
+                                                  "unknown"};
 
 /// Tools the runtime itself gives threads; `tools[]` cannot take their names.
 inline constexpr const char* builtin_tools[] = {"spawn_agent", "message_agent"};

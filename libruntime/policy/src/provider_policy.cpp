@@ -10,9 +10,17 @@ namespace keel {
 namespace {
 
 constexpr const char* error_class_names[] = {
-  "auth",       "rate_limit",      "billing",          "timeout",
-  "overloaded", "model_not_found", "context_overflow", "invalid_request",
-  "format",     "unknown",
+  "auth",
+  "rate_limit",
+  "billing",
+  "timeout",
+  "overloaded",
+  "model_not_found",
+  "context_overflow",
+  "invalid_request",
+  "action_not_supported",
+  "format",
+  "unknown",
 };
 
 static_assert(sizeof(error_class_names) / sizeof(error_class_names[0])
@@ -67,6 +75,7 @@ std::optional<error_class> classify_status(int status) {
     case 503:
     case 529: // Anthropic's "overloaded_error"
       return error_class::overloaded;
+    case 501: return error_class::action_not_supported;
     case 504:
       // A timeout rather than an overload: both are retryable, and a
       // timeout's cooldown is the shorter.
@@ -325,7 +334,8 @@ bool counts_against_provider(error_class x) {
 
 bool fatal_for_provider(error_class x) {
   return x == error_class::auth || x == error_class::billing
-         || x == error_class::model_not_found;
+         || x == error_class::model_not_found
+         || x == error_class::action_not_supported;
 }
 
 std::chrono::milliseconds default_cooldown(error_class x) {
@@ -337,6 +347,7 @@ std::chrono::milliseconds default_cooldown(error_class x) {
     case error_class::timeout: return seconds{30};
     case error_class::overloaded: return minutes{2};
     case error_class::model_not_found: return hours{1};
+    case error_class::action_not_supported: return minutes{10};
     case error_class::unknown: return seconds{30};
     default: // format, context_overflow, invalid_request: no cooldown
       return milliseconds{0};

@@ -15,11 +15,6 @@ namespace {
 
 using json = nlohmann::json;
 
-bool ends_with(std::string_view str, std::string_view suffix) {
-  return str.size() >= suffix.size()
-         && str.compare(str.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 /// Parses `text`, keeping nlohmann's description of a syntax error.
 bool parse_json(std::string_view text, json& out, std::string& error) {
   try {
@@ -66,6 +61,42 @@ const std::string* typed_member(const json& obj, const char* key,
 int64_t int_member(const json& obj, const char* key, int64_t fallback) {
   auto x = member(obj, key);
   return x != nullptr && x->is_number_integer() ? x->get<int64_t>() : fallback;
+}
+
+/// A count of `usage` (a JSON object) named `key`; 0 if absent or not a
+/// whole number.
+uint64_t usage_count(const json& usage, const char* key) {
+  auto count = member(usage, key);
+  return count != nullptr && count->is_number_unsigned()
+           ? count->get<uint64_t>()
+           : 0;
+}
+
+/// Reads OpenAI's `usage` object of `j` into `out`, if `j` has one (a
+/// streamed chunk has `"usage": null` but for the usage chunk).
+void read_openai_usage(const json& j, token_usage& out) {
+  auto usage = member(j, "usage");
+  if (usage == nullptr || !usage->is_object())
+    return;
+  out.input_tokens = usage_count(*usage, "prompt_tokens");
+  out.output_tokens = usage_count(*usage, "completion_tokens");
+  out.reported = true;
+}
+
+/// Reads Anthropic's `usage` object into `out`: the input tokens of a
+/// message (with the cache's, counted apart) where given, the output
+/// tokens where given (`message_delta` carries the running output count
+/// only).
+void read_anthropic_usage(const json& usage, token_usage& out) {
+  if (!usage.is_object())
+    return;
+  if (member(usage, "input_tokens") != nullptr)
+    out.input_tokens = usage_count(usage, "input_tokens")
+                       + usage_count(usage, "cache_creation_input_tokens")
+                       + usage_count(usage, "cache_read_input_tokens");
+  if (member(usage, "output_tokens") != nullptr)
+    out.output_tokens = usage_count(usage, "output_tokens");
+  out.reported = true;
 }
 
 bool parse_openai(const json& j, completion& out, std::string& error) {
@@ -122,6 +153,7 @@ bool parse_openai(const json& j, completion& out, std::string& error) {
     out.finish_reason = *reason;
   if (auto model = string_member(j, "model"))
     out.model = *model;
+  read_openai_usage(j, out.usage);
   return true;
 }
 
@@ -165,6 +197,8 @@ bool parse_anthropic(const json& j, completion& out, std::string& error) {
     out.finish_reason = normalize_stop_reason(*reason);
   if (auto model = string_member(j, "model"))
     out.model = *model;
+  if (auto usage = member(j, "usage"))
+    read_anthropic_usage(*usage, out.usage);
   return true;
 }
 
@@ -174,15 +208,21 @@ bool parse_anthropic(const json& j, completion& out, std::string& error) {
 
 namespace {
 
-/// The request target of an endpoint of `kind` whose URL has `path`: the
-/// API's path below it ("/v1" added unless there).
-std::string request_target(std::string_view path, api kind) {
+/// The request target of an endpoint of `kind` whose URL has `target` (its
+/// path and query): the API's path below the URL's path as given (an
+/// OpenAI-style base URL ends in its version: "/v1", "/v1beta/openai",
+/// "/openai/deployments/NAME"), below "/v1" when the URL names no path, then
+/// the query if any (Azure's "?api-version=...").
+std::string request_target(std::string_view target, api kind) {
+  auto q = target.find('?');
+  auto path = target.substr(0, q);
+  auto query = q == std::string_view::npos ? std::string_view{}
+                                           : target.substr(q);
   while (!path.empty() && path.back() == '/')
     path.remove_suffix(1);
-  auto result = std::string{path};
-  if (!ends_with(path, "/v1"))
-    result += "/v1";
+  auto result = path.empty() ? std::string{"/v1"} : std::string{path};
   result += kind == api::openai ? "/chat/completions" : "/messages";
+  result.append(query.data(), query.size());
   return result;
 }
 
@@ -192,10 +232,6 @@ caf::expected<base_url> parse_base_url(std::string_view url, api kind) {
   auto result = parse_http_url(url, "base_url");
   if (!result)
     return std::move(result.error());
-  if (result->target.find('?') != std::string::npos)
-    return caf::make_error(ec::config_invalid,
-                           "base_url '" + std::string{url}
-                             + "': query and fragment are not supported");
   result->target = request_target(result->target, kind);
   return result;
 }
@@ -369,6 +405,9 @@ std::string request_body(api kind, const std::string& model,
   body["model"] = model;
   body["max_tokens"] = max_tokens;
   body["stream"] = stream;
+  // OpenAI streams the usage only when asked, in a chunk of its own.
+  if (stream && kind == api::openai)
+    body["stream_options"] = {{"include_usage", true}};
   auto& messages = body["messages"] = json::array();
   if (kind == api::openai) {
     openai_messages(req, messages);
@@ -494,6 +533,7 @@ stream_decoder::step stream_decoder::openai_event(const json& j,
   if (result_.model.empty())
     if (auto model = string_member(j, "model"))
       result_.model = *model;
+  read_openai_usage(j, result_.usage);
   auto choices = member(j, "choices");
   if (choices == nullptr || !choices->is_array() || choices->empty())
     return step::more; // e.g. the usage chunk
@@ -544,9 +584,12 @@ stream_decoder::anthropic_event(std::string_view event, const json& j,
   if (type == "error")
     return fail_provider(data);
   if (type == "message_start") {
-    if (auto msg = member(j, "message"))
+    if (auto msg = member(j, "message")) {
       if (auto model = string_member(*msg, "model"))
         result_.model = *model;
+      if (auto usage = member(*msg, "usage"))
+        read_anthropic_usage(*usage, result_.usage);
+    }
   } else if (type == "content_block_start") {
     return anthropic_block_start(j, delta);
   } else if (type == "content_block_delta") {
@@ -557,6 +600,8 @@ stream_decoder::anthropic_event(std::string_view event, const json& j,
     if (auto d = member(j, "delta"))
       if (auto reason = string_member(*d, "stop_reason"))
         result_.finish_reason = normalize_stop_reason(*reason);
+    if (auto usage = member(j, "usage"))
+      read_anthropic_usage(*usage, result_.usage);
   } else if (type == "message_stop") {
     finish_tool_calls();
     return step::done;

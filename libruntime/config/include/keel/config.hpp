@@ -155,7 +155,8 @@ struct scripted_step {
   caf::timespan delay{0};
   /// When non-empty, the step fails with this provider error class
   /// (auth, rate_limit, billing, timeout, overloaded, model_not_found,
-  /// context_overflow, invalid_request, format, unknown).
+  /// context_overflow, invalid_request, action_not_supported, format,
+  /// unknown).
   std::string fail;
   /// When true, the step throws inside the provider worker (tests crash
   /// isolation).

@@ -38,6 +38,9 @@ enum class error_class : uint8_t {
   context_overflow,
   /// Any other 4xx: the request itself is wrong.
   invalid_request,
+  /// The provider does not implement what was asked (501): asking again
+  /// will not help, another provider may.
+  action_not_supported,
   /// The answer could not be parsed.
   format,
   /// Anything else.
@@ -45,7 +48,7 @@ enum class error_class : uint8_t {
 };
 
 /// Number of `error_class` values.
-constexpr size_t error_class_count = 10;
+constexpr size_t error_class_count = 11;
 
 /// Returns the stable name of `x` (e.g. `"rate_limit"`).
 const char* to_string(error_class x);
@@ -144,7 +147,8 @@ bool retryable(error_class x);
 bool counts_against_provider(error_class x);
 
 /// Returns whether a single failure of class `x` already shows that the
-/// provider cannot serve us (auth, billing, model_not_found).
+/// provider cannot serve us (auth, billing, model_not_found,
+/// action_not_supported).
 bool fatal_for_provider(error_class x);
 
 /// Returns the default cooldown of a provider after a failure of class `x`

@@ -60,6 +60,26 @@ typename Inspector::result_type inspect(Inspector& f, completion_request& x) {
            x.tools, x.quiet);
 }
 
+/// The tokens one model call took, as its provider reported them: OpenAI's
+/// `usage.prompt_tokens` / `completion_tokens` (in a streamed answer, the
+/// usage chunk `stream_options.include_usage` asks for), Anthropic's
+/// `usage.input_tokens` (plus the cache's `cache_creation_input_tokens` and
+/// `cache_read_input_tokens`, which it counts apart) / `output_tokens`.
+struct token_usage {
+  uint64_t input_tokens = 0;
+  uint64_t output_tokens = 0;
+  /// True if the answer reported its usage; false for a provider that
+  /// reports none (the offline ones, a server that leaves it out, a stream
+  /// cut before its usage chunk), whose counts are then zero.
+  bool reported = false;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, token_usage& x) {
+  return f(caf::meta::type_name("keel::token_usage"), x.input_tokens,
+           x.output_tokens, x.reported);
+}
+
 /// A provider's answer.
 struct completion {
   std::string text;
@@ -71,12 +91,14 @@ struct completion {
   /// Why the model stopped, normalized: "stop", "length", "tool_calls",
   /// "content_filter", or the provider's own word; empty if not given.
   std::string finish_reason;
+  /// The tokens the call took, if the provider said.
+  token_usage usage;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, completion& x) {
   return f(caf::meta::type_name("keel::completion"), x.text, x.provider,
-           x.model, x.tool_calls, x.finish_reason);
+           x.model, x.tool_calls, x.finish_reason, x.usage);
 }
 
 /// One attempt of a pool at one provider.

@@ -53,10 +53,11 @@ enum class api : uint8_t {
 /// Where an endpoint's requests go, parsed from `base_url`.
 using base_url = http_url;
 
-/// Parses "http[s]://HOST[:PORT][/PREFIX]" (`parse_http_url`, no query)
-/// and appends the API's path: "/v1/chat/completions" or "/v1/messages",
-/// without the "/v1" if PREFIX already ends in it. Fails with
-/// `ec::config_invalid` saying what is wrong.
+/// Parses "http[s]://HOST[:PORT][/PATH][?QUERY]" (`parse_http_url`) and
+/// appends the API's path, "/chat/completions" or "/messages", to PATH as
+/// given (as the OpenAI and Anthropic SDKs do with their base URL), or to
+/// "/v1" when the URL has no PATH; QUERY (Azure's `api-version`) follows.
+/// Fails with `ec::config_invalid` saying what is wrong.
 caf::expected<base_url> parse_base_url(std::string_view url, api kind);
 
 /// Builds the JSON request body (see the top of this file for the roles and
