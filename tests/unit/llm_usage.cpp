@@ -30,9 +30,9 @@ completion plain(llm_wire::api kind, const std::string& body) {
 
 /// Feeds `events` (name, data) to a decoder of `kind` and returns what it
 /// made of them once the last one ended the stream.
-completion streamed(llm_wire::api kind,
-                    const std::vector<std::pair<std::string, std::string>>&
-                      events) {
+completion
+streamed(llm_wire::api kind,
+         const std::vector<std::pair<std::string, std::string>>& events) {
   llm_wire::stream_decoder dec{kind};
   std::string delta;
   auto last = step::more;
@@ -62,7 +62,8 @@ CAF_TEST(an answer without usage reports none) {
   auto c = plain(llm_wire::api::openai, openai_answer + "}");
   CAF_CHECK(!c.usage.reported);
   CAF_CHECK_EQUAL(c.usage.input_tokens, 0u);
-  auto nulled = plain(llm_wire::api::openai, openai_answer + R"(,"usage":null})");
+  auto nulled = plain(llm_wire::api::openai,
+                      openai_answer + R"(,"usage":null})");
   CAF_CHECK(!nulled.usage.reported);
   auto anthropic = plain(llm_wire::api::anthropic,
                          R"({"content":[{"type":"text","text":"hi"}],
@@ -71,9 +72,10 @@ CAF_TEST(an answer without usage reports none) {
 }
 
 CAF_TEST(counts that are not whole numbers count as zero) {
-  auto c = plain(llm_wire::api::openai,
-                 openai_answer
-                   + R"(,"usage":{"prompt_tokens":"12","completion_tokens":-3}})");
+  auto c
+    = plain(llm_wire::api::openai,
+            openai_answer
+              + R"(,"usage":{"prompt_tokens":"12","completion_tokens":-3}})");
   CAF_CHECK(c.usage.reported);
   CAF_CHECK_EQUAL(c.usage.input_tokens, 0u);
   CAF_CHECK_EQUAL(c.usage.output_tokens, 0u);
@@ -107,11 +109,11 @@ CAF_TEST(an openai stream reads its usage chunk) {
 }
 
 CAF_TEST(an openai stream without a usage chunk reports none) {
-  auto c = streamed(
-    llm_wire::api::openai,
-    {{"", R"({"choices":[{"delta":{"content":"hi"}}]})"},
-     {"", R"({"choices":[{"delta":{},"finish_reason":"stop"}]})"},
-     {"", "[DONE]"}});
+  auto c
+    = streamed(llm_wire::api::openai,
+               {{"", R"({"choices":[{"delta":{"content":"hi"}}]})"},
+                {"", R"({"choices":[{"delta":{},"finish_reason":"stop"}]})"},
+                {"", "[DONE]"}});
   CAF_CHECK(!c.usage.reported);
 }
 
