@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "keel/config.hpp"
+#include "keel/provider_policy.hpp"
 #include "key_table.hpp"
 
 namespace keel::config_detail {
@@ -39,18 +40,9 @@ inline constexpr const char* notice_kind_names[]
 inline constexpr const char* telegram_parse_modes[] = {"Markdown", "MarkdownV2",
                                                        "HTML", ""};
 
-/// The names of `error_class` (keel/provider_policy.hpp), in its order.
-inline constexpr const char* failure_classes[] = {"auth",
-                                                  "rate_limit",
-                                                  "billing",
-                                                  "timeout",
-                                                  "overloaded",
-                                                  "model_not_found",
-                                                  "context_overflow",
-                                                  "invalid_request",
-                                                  "action_not_supported",
-                                                  "format",
-                                                  "unknown"};
+/// The provider error classes a scripted step may fail with and a pool's
+/// cooldowns name: `error_class`'s own names.
+inline constexpr const auto& failure_classes = error_class_names;
 
 /// Tools the runtime itself gives threads; `tools[]` cannot take their names.
 inline constexpr const char* builtin_tools[] = {"spawn_agent", "message_agent"};

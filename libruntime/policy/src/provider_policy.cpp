@@ -9,24 +9,6 @@ namespace keel {
 
 namespace {
 
-constexpr const char* error_class_names[] = {
-  "auth",
-  "rate_limit",
-  "billing",
-  "timeout",
-  "overloaded",
-  "model_not_found",
-  "context_overflow",
-  "invalid_request",
-  "action_not_supported",
-  "format",
-  "unknown",
-};
-
-static_assert(sizeof(error_class_names) / sizeof(error_class_names[0])
-                == error_class_count,
-              "error_class_names out of sync with error_class");
-
 std::string lowercase(std::string_view str) {
   std::string result(str);
   for (auto& c : result)

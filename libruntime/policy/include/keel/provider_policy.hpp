@@ -50,6 +50,24 @@ enum class error_class : uint8_t {
 /// Number of `error_class` values.
 constexpr size_t error_class_count = 11;
 
+/// The stable name of each `error_class`, in its order (`to_string`; the
+/// configuration's class names).
+inline constexpr const char* error_class_names[error_class_count] = {
+  "auth",
+  "rate_limit",
+  "billing",
+  "timeout",
+  "overloaded",
+  "model_not_found",
+  "context_overflow",
+  "invalid_request",
+  "action_not_supported",
+  "format",
+  "unknown",
+};
+static_assert(error_class_names[error_class_count - 1] != nullptr,
+              "error_class_names lacks a name");
+
 /// Returns the stable name of `x` (e.g. `"rate_limit"`).
 const char* to_string(error_class x);
 
