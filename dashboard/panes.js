@@ -120,6 +120,7 @@ export function agents(answer, open) {
           depth ? h("span", { class: "muted" }, "└ ") : null,
           h("button", { type: "button", class: "link", title: "open in the chat pane", onclick: () => open(a.thread) }, a.thread)),
         h("td", {}, badge(a.state), a.paused_at ? [" ", badge("paused", "warn")] : null),
+        h("td", { "data-testid": "agent-name" }, a.agent || "default"),
         h("td", {}, a.pool, a.model ? h("span", { class: "muted" }, ` · ${a.model}`) : null),
         h("td", {}, a.provider || h("span", { class: "muted" }, "—")),
         h("td", {}, when(a.created_at))),
@@ -127,7 +128,7 @@ export function agents(answer, open) {
   };
   const seen = new Set();
   const body = roots.flatMap((r) => row(r, 0, seen));
-  return [table(["thread", "state", "pool · model", "provider", "created"], body),
+  return [table(["thread", "state", "agent", "pool · model", "provider", "created"], body),
           list.length > MAX_ROWS ? h("div", { class: "muted small more" }, `showing ${MAX_ROWS} of ${list.length}`) : null];
 }
 

@@ -7,7 +7,8 @@
 // `cluster` and `drain` show and change a cluster's membership; `dlq`
 // lists, shows, retries and drops dead letters; `notifications` lists what
 // the owner was told; `pause` and `resume` pause an agent; `task` shows
-// where a message stands.
+// where a message stands; `agents` lists the agents and sets their
+// status; `usage` shows the tokens their turns took.
 //
 // Exit codes: 0 success, 1 the request failed (error frame, timeout) or
 // `verify` found a violated invariant, 2 bad arguments (an unreadable
@@ -54,6 +55,8 @@ int main(int argc, char** argv) {
     add_pause_command(app, node, true),
     add_pause_command(app, node, false),
     add_task_command(app, node),
+    add_agents_command(app, node),
+    add_usage_command(app, node),
   };
   try {
     app.parse(argc, argv);

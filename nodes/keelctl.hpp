@@ -141,5 +141,7 @@ command add_notifications_command(CLI::App& app, const node_args& node);
 /// `pause THREAD` (`paused`) or `resume THREAD`.
 command add_pause_command(CLI::App& app, const node_args& node, bool paused);
 command add_task_command(CLI::App& app, const node_args& node);
+command add_agents_command(CLI::App& app, const node_args& node);
+command add_usage_command(CLI::App& app, const node_args& node);
 
 } // namespace keelctl

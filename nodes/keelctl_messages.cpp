@@ -97,6 +97,7 @@ struct send_args {
   std::string thread;
   std::string text;
   std::string id;
+  std::string agent;
   milliseconds timeout{30000};
 };
 
@@ -150,8 +151,8 @@ public:
   }
 
   int run() {
-    if (auto err = ws_.send_text(
-          keel::protocol::send_frame(args_.thread, id_, args_.text)))
+    if (auto err = ws_.send_text(keel::protocol::send_frame(
+          args_.thread, id_, args_.text, args_.agent)))
       return fail(ep_, err);
     frame_reader reader{ep_, ws_, args_.timeout};
     for (;;) {
@@ -416,6 +417,10 @@ command add_send_command(CLI::App& app, const node_args& node) {
                  "The message id (resending an id is not processed "
                  "twice; default: a random one)")
     ->check(check_client_id);
+  cmd->add_option("--agent", args->agent,
+                  "The agent a new thread binds to (default: "
+                  "threads.default_agent); a thread bound to another "
+                  "refuses the message");
   keel::cli::add_duration(*cmd, "--timeout", args->timeout,
                           "How long to wait for the reply", false)
     ->default_str("30s");

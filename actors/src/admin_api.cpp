@@ -109,6 +109,8 @@ constexpr route routes[] = {
   {"GET", "/api/v1/providers", on_providers},
   {"GET", "/api/v1/recovery", on_recovery},
   {"GET", "/api/v1/agents", on_agents},
+  {"GET", "/api/v1/agent-definitions", on_agent_definitions},
+  {"GET", "/api/v1/usage", on_usage},
   {"GET", "/api/v1/cluster", on_cluster},
   {"POST", "/api/v1/cluster/drain", on_drain},
   {"POST", "/api/v1/chaos/disk", on_disk_chaos},
@@ -131,6 +133,7 @@ struct prefixed_route {
 constexpr prefixed_route prefixed_routes[] = {
   {"/api/v1/dlq/", on_dead_letter},
   {"/api/v1/agents/", on_agent_action},
+  {"/api/v1/agent-definitions/", on_agent_definition},
   {"/api/v1/tasks/", on_task},
 };
 

@@ -2,7 +2,8 @@
 
 // The admin API (`/api/v1/...`), answered by the gateway bridge: the route
 // table (admin_api.cpp) and the endpoints by area (admin_status.cpp,
-// admin_agents.cpp, admin_cluster.cpp, admin_chaos.cpp, admin_dlq.cpp).
+// admin_agents.cpp, admin_definitions.cpp, admin_cluster.cpp,
+// admin_chaos.cpp, admin_dlq.cpp).
 // What the endpoints answer: docs/protocol.md, "HTTP endpoints".
 
 #include <cstdint>
@@ -105,6 +106,12 @@ void on_agents(self_ptr self, const call& c);
 void on_agent_action(self_ptr self, const call& c, const std::string& rest);
 /// GET /api/v1/tasks/THREAD/SEQ.
 void on_task(self_ptr self, const call& c, const std::string& rest);
+
+// admin_definitions.cpp
+void on_agent_definitions(self_ptr self, const call& c);
+/// POST /api/v1/agent-definitions/NAME/status.
+void on_agent_definition(self_ptr self, const call& c, const std::string& rest);
+void on_usage(self_ptr self, const call& c);
 
 // admin_cluster.cpp
 void on_cluster(self_ptr self, const call& c);

@@ -32,10 +32,12 @@ void on_exit(self_ptr self, const caf::exit_msg& msg) {
 }
 
 // A client's message, as the conversation takes every message.
-incoming_message client_message(std::string& client_id, std::string& text) {
+incoming_message client_message(std::string& client_id, std::string& text,
+                                std::string& agent) {
   incoming_message msg;
   msg.client_id = std::move(client_id);
   msg.text = std::move(text);
+  msg.agent = std::move(agent);
   return msg;
 }
 
@@ -54,8 +56,8 @@ conversation(conversation_actor::stateful_pointer<conversation_state> self,
   load(self);
   return {
     [self](atom::accept, std::string& client_id, std::string& text,
-           uint64_t route) -> caf::result<accept_result> {
-      return receive(self, client_message(client_id, text), route);
+           std::string& agent, uint64_t route) -> caf::result<accept_result> {
+      return receive(self, client_message(client_id, text, agent), route);
     },
     [self](atom::deliver, outbox_entry& msg,
            uint64_t route) -> caf::result<accept_result> {

@@ -2,7 +2,11 @@
 
 #include <algorithm>
 
+#include <spdlog/spdlog.h>
+
+#include "keel/agent_catalog.hpp"
 #include "keel/agent_tools.hpp"
+#include "keel/logging.hpp"
 #include "keel/recovery.hpp"
 #include "keel/text.hpp"
 
@@ -26,10 +30,22 @@ context_entry system_note(std::string text) {
 
 } // namespace
 
+std::string conversation_state::system_prompt() const {
+  if (!cfg->prompt)
+    return cfg->system_prompt;
+  return cfg->prompt->assemble(
+    cfg->system_prompt,
+    [this](const std::string& path, const std::string& why) {
+      log_scope scope{log_component::conversation, cfg.thread};
+      spdlog::warn("agent {}: prompt file {} is left out: {}", cfg->agent, path,
+                   why);
+    });
+}
+
 completion_request conversation_state::make_request() const {
   completion_request req;
   req.thread = cfg.thread;
-  req.system_prompt = cfg->system_prompt;
+  req.system_prompt = system_prompt();
   req.context = context;
   auto& msg = inbox.front();
   req.client_id = msg.client_id;
@@ -42,6 +58,8 @@ completion_request conversation_state::make_request() const {
   // The node died while this thread was live: say so once.
   if (session.recovered_at != 0)
     req.context.push_back(system_note(recovery_prompt));
+  if (!msg.asked_agent.empty())
+    req.context.push_back(system_note(unknown_agent_note(msg.asked_agent)));
   if (!turn_in_context())
     req.context.push_back(context_entry{msg.seq, "user", msg.text});
   if (nudge)
@@ -219,21 +237,31 @@ std::string apply_tool_calls(conversation_state& st, turn_commit& commit,
 
 } // namespace
 
-std::vector<std::string>
+std::vector<std::pair<std::string, std::string>>
 conversation_state::new_children(const completion& reply,
                                  spawn_outcomes& outcomes) {
-  std::vector<std::string> result;
+  std::vector<std::pair<std::string, std::string>> result;
   auto max = cfg->agents.max_spawns_per_reply;
   for (auto& call : reply.tool_calls) {
     auto action = parse_agent_tool_call(call, cfg.thread);
     if (!action || !*action || !(*action)->spawn)
       continue;
     auto& child = (*action)->child;
+    auto& agent = (*action)->agent;
+    auto listed = [&child](auto& x) { return x.first == child; };
     if (extras().children.count(child) > 0 || outcomes.refused.count(child) > 0
-        || std::find(result.begin(), result.end(), child) != result.end())
+        || std::any_of(result.begin(), result.end(), listed))
       continue;
+    if (!agent.empty() && agent != cfg->agent
+        && std::find(cfg->spawns.begin(), cfg->spawns.end(), agent)
+             == cfg->spawns.end()) {
+      outcomes.refused.emplace(child, "agent " + cfg->agent
+                                        + " may not spawn agents of kind "
+                                        + agent + " (agents[].spawns)");
+      continue;
+    }
     if (result.size() < max) {
-      result.push_back(child);
+      result.emplace_back(child, agent);
       continue;
     }
     auto why = "this answer spawns " + std::to_string(max)
@@ -279,6 +307,7 @@ conversation_state::make_reply_commit(const completion& reply, millis now,
   add_delivery(*this, commit, entry, now);
   commit.log.push_back(task_entry(task_state::succeeded, now));
   commit.log.push_back(std::move(entry));
+  count_usage(*this, commit, &reply, true);
   return commit;
 }
 
@@ -301,6 +330,7 @@ turn_commit conversation_state::make_error_commit(const std::string& code,
   add_delivery(*this, commit, entry, now);
   commit.log.push_back(task_entry(task_state::dead_lettered, now));
   commit.log.push_back(std::move(entry));
+  count_usage(*this, commit, nullptr, true);
   return commit;
 }
 

@@ -1,24 +1,31 @@
 #include "keel/conversation_config.hpp"
 
+#include "keel/agent_catalog.hpp"
+
 #include <algorithm>
 
-// The conversation's configuration, read once per node from its config.
+// The conversation's configuration, read once per node from its config:
+// the settings of each agent.
 
 namespace keel {
 
 namespace {
 
-// The tools named by `pool` and by `names`, each once, in declaration
-// order (the config checked that every name is declared).
-std::vector<tool_config> tools_named(const node_config& node,
-                                     const std::vector<std::string>& names) {
+// The tools of `names` and of `pool`, each once, in declaration order,
+// without those of `deny` (the config checked that every name is
+// declared).
+std::vector<tool_config>
+tools_named(const node_config& node, const std::vector<std::string>& names,
+            const std::string& pool, const std::vector<std::string>& deny) {
   std::vector<std::string> wanted = names;
-  for (auto& pool : node.pools)
-    if (pool.name == node.threads.pool)
-      wanted.insert(wanted.end(), pool.tools.begin(), pool.tools.end());
+  if (auto p = node.find_pool(pool))
+    wanted.insert(wanted.end(), p->tools.begin(), p->tools.end());
+  auto listed = [](const std::vector<std::string>& xs, const std::string& x) {
+    return std::find(xs.begin(), xs.end(), x) != xs.end();
+  };
   std::vector<tool_config> result;
   for (auto& tool : node.tools)
-    if (std::find(wanted.begin(), wanted.end(), tool.name) != wanted.end())
+    if (listed(wanted, tool.name) && !listed(deny, tool.name))
       result.push_back(tool);
   return result;
 }
@@ -26,12 +33,10 @@ std::vector<tool_config> tools_named(const node_config& node,
 // The context window of the first provider of `pool`: its own
 // `context_window`, else the model table's.
 uint64_t pool_window(const node_config& node, const std::string& pool) {
-  for (auto& p : node.pools)
-    if (p.name == pool && !p.chain.empty())
-      for (auto& provider : node.providers)
-        if (provider.name == p.chain.front())
-          return provider.context_window != 0 ? provider.context_window
-                                              : context_window(provider.model);
+  if (auto p = node.find_pool(pool); p != nullptr && !p->chain.empty())
+    if (auto provider = node.find_provider(p->chain.front()))
+      return provider->context_window != 0 ? provider->context_window
+                                           : context_window(provider->model);
   return default_context_window;
 }
 
@@ -43,39 +48,55 @@ std::shared_ptr<const conversation_settings> default_conversation_settings() {
 }
 
 std::shared_ptr<const conversation_settings>
-make_conversation_settings(const std::shared_ptr<const node_config>& shared) {
+make_conversation_settings(const std::shared_ptr<const node_config>& shared,
+                           const agent_config& agent) {
   auto& node = *shared;
   auto& defaults = node.threads;
   auto cfg = std::make_shared<conversation_settings>();
+  cfg->agent = agent.name;
   cfg->storage_timeout = node.storage.request_timeout;
-  cfg->pool = defaults.pool;
-  cfg->system_prompt = defaults.system_prompt;
+  cfg->pool = agent.pool;
+  cfg->system_prompt = agent.system_prompt;
+  if (!agent.prompt_files.empty())
+    cfg->prompt = std::make_shared<prompt_files>(agent.prompt_files);
+  cfg->spawns = agent.spawns;
   cfg->idle_timeout = defaults.idle_timeout;
-  cfg->turn_timeout = defaults.turn_timeout;
+  cfg->turn_timeout = agent.turn_timeout;
   cfg->max_inbox = defaults.max_inbox;
   cfg->max_reply_bytes = defaults.max_reply_bytes;
   cfg->max_tool_output_bytes = defaults.max_tool_output_bytes;
-  cfg->root_tools = tools_named(node, defaults.tools);
-  cfg->agent_tools = tools_named(node, defaults.agent_tools);
-  cfg->guard = std::shared_ptr<const guard_limits>(shared, &defaults.guard);
+  cfg->root_tools = tools_named(node, agent.tools, agent.pool, agent.deny);
+  cfg->agent_tools = tools_named(node, agent.agent_tools, agent.pool,
+                                 agent.deny);
+  cfg->guard = std::make_shared<const guard_limits>(agent.guard);
   cfg->disable_tool_after = defaults.disable_tool_after;
   cfg->compaction = defaults.compaction;
   cfg->compaction_enabled = defaults.compaction_enabled;
-  cfg->context_window = pool_window(node, defaults.pool);
-  cfg->agents = defaults.agents;
+  cfg->context_window = pool_window(node, agent.pool);
+  cfg->agents = agent.agents;
   cfg->owner_contact = node.owner.contact;
   return cfg;
 }
 
+std::shared_ptr<const conversation_settings>
+make_conversation_settings(const std::shared_ptr<const node_config>& node) {
+  for (auto& agent : agents_of(*node))
+    if (agent.name == node->threads.default_agent)
+      return make_conversation_settings(node, agent);
+  return make_conversation_settings(node, threads_agent(*node));
+}
+
 conversation_config
 make_conversation_config(const node_config& node,
-                         std::shared_ptr<const conversation_settings> settings,
+                         std::shared_ptr<const agent_catalog> agents,
                          std::string thread) {
   conversation_config cfg;
   cfg.channels = node.delivery.channels_of(thread);
   cfg.thread = std::move(thread);
-  if (settings)
-    cfg.settings = std::move(settings);
+  if (agents)
+    if (auto settings = agents->find(agents->default_agent()))
+      cfg.settings = std::move(settings);
+  cfg.agents = std::move(agents);
   return cfg;
 }
 

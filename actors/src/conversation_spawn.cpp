@@ -50,9 +50,10 @@ void spawn_then_commit(self_ptr self, completion reply, bool step) {
       commit(state->reply, state->outcomes);
   };
   auto& st = self->state;
-  for (auto& child : wanted)
+  for (auto& wish : wanted) {
+    auto& child = wish.first;
     request_component(self, names::orchestrator, st.cfg->storage_timeout,
-                      atom::spawn_v, st.cfg.thread, child)
+                      atom::spawn_v, st.cfg.thread, child, wish.second)
       .then(
         [self, state, child, finish](spawn_result&) {
           self->state.edit_extras().children.insert(child);
@@ -64,12 +65,13 @@ void spawn_then_commit(self_ptr self, completion reply, bool step) {
             self->state.notices.push_back({"agent_limit", error_message(err)});
           if (err == ec::conflict || err == ec::thread_closed
               || err == ec::not_found || err == ec::thread_limit
-              || err == ec::agent_limit)
+              || err == ec::agent_limit || err == ec::unknown_agent)
             state->outcomes.refused.emplace(child, error_message(err));
           else if (!state->retry)
             state->retry = std::move(err);
           finish();
         });
+  }
 }
 
 } // namespace keel::conversation_parts

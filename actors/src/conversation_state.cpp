@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "keel/agent_catalog.hpp"
 #include "keel/kill_point.hpp"
 #include "keel/text.hpp"
 
@@ -90,12 +91,60 @@ caf::error conversation_state::refusal(const incoming_message& msg) const {
                              + "' was cancelled; it takes no messages");
   if (!msg.from.empty() && !session_exists)
     return not_found();
+  if (auto err = agent_refusal(msg))
+    return err;
   if (inbox.size() + accepting.size() >= cfg->max_inbox)
     return caf::make_error(ec::overloaded, "thread '" + cfg.thread
                                              + "' already has "
                                              + std::to_string(cfg->max_inbox)
                                              + " unanswered messages");
   return caf::none;
+}
+
+caf::error
+conversation_state::agent_refusal(const incoming_message& msg) const {
+  if (msg.agent.empty())
+    return caf::none;
+  // Bound once stored, or once the first accept is under way.
+  if (session_exists || !session.agent.empty()) {
+    auto& bound = agent_of(session);
+    if (msg.agent == bound)
+      return caf::none;
+    return caf::make_error(ec::agent_mismatch,
+                           "thread '" + cfg.thread + "' is bound to agent '"
+                             + bound + "'; it takes no messages for agent '"
+                             + msg.agent + "' (use another thread)");
+  }
+  if (cfg.agents ? cfg.agents->find(msg.agent) != nullptr
+                     || !cfg.agents->system_agent().empty()
+                 : msg.agent == cfg->agent)
+    return caf::none;
+  return caf::make_error(ec::unknown_agent,
+                         "no agent '" + msg.agent + "' on this node");
+}
+
+void conversation_state::bind_agent(const std::string& agent) {
+  if (!cfg.agents)
+    return;
+  auto settings = cfg.agents->find(agent);
+  if (!settings)
+    settings = cfg.agents->find(cfg.agents->default_agent());
+  if (!settings)
+    return;
+  if (counted_live)
+    cfg.agents->leave(cfg->agent);
+  cfg.settings = std::move(settings);
+  cfg.agents->enter(cfg->agent);
+  counted_live = true;
+}
+
+conversation_state::~conversation_state() {
+  if (counted_live)
+    cfg.agents->leave(cfg->agent);
+}
+
+bool conversation_state::agent_offline() const {
+  return cfg.agents && cfg.agents->status(cfg->agent) != agent_status::active;
 }
 
 caf::error conversation_state::not_found() const {
@@ -117,6 +166,7 @@ accept_request conversation_state::make_accept_request(incoming_message msg) {
     // The first accept of an activation (re)writes the session as ACTIVE in
     // the same synced batch as the message.
     if (!session_exists) {
+      bind_new_thread(req.entry, msg.agent);
       session.thread = cfg.thread;
       session.pool = cfg->pool;
       session.created_at = req.entry.accepted_at;
@@ -127,6 +177,23 @@ accept_request conversation_state::make_accept_request(incoming_message msg) {
     req.session = session;
   }
   return req;
+}
+
+void conversation_state::bind_new_thread(inbox_entry& entry,
+                                         const std::string& asked) {
+  if (!session.agent.empty())
+    return; // The first accept, still under way, bound it.
+  auto agent = asked.empty() ? cfg->agent : asked;
+  if (cfg.agents) {
+    if (asked.empty())
+      agent = cfg.agents->default_agent();
+    else if (!cfg.agents->find(asked)) {
+      entry.asked_agent = asked;
+      agent = cfg.agents->system_agent();
+    }
+  }
+  session.agent = agent;
+  bind_agent(agent);
 }
 
 void conversation_state::answer_cancels(const caf::error& err) {
@@ -145,6 +212,8 @@ void conversation_state::answer_cancels(const caf::error& err) {
 void conversation_state::restore(thread_snapshot snapshot) {
   session_exists = snapshot.exists;
   session = std::move(snapshot.session);
+  if (session_exists)
+    bind_agent(agent_of(session));
   inbox.assign(std::make_move_iterator(snapshot.inbox.begin()),
                std::make_move_iterator(snapshot.inbox.end()));
   context = std::move(snapshot.context);
@@ -172,6 +241,9 @@ void conversation_state::resume_steps(const thread_snapshot& snapshot) {
   context = snapshot.context;
   context_tokens = estimate_tokens(context);
   session.tool_failures = snapshot.session.tool_failures;
+  // A step whose commit may have landed counted its call there.
+  session.usage = snapshot.session.usage;
+  session.turn_usage = snapshot.session.turn_usage;
   next_seq = std::max(next_seq, snapshot.next_seq);
   if (!context.empty())
     next_seq = std::max(next_seq, context.back().seq + 1);
@@ -210,6 +282,7 @@ log_entry conversation_state::task_entry(task_state state, millis now) const {
                  : state;
   entry.attempts = attempts;
   entry.task_at = now;
+  entry.usage = session.turn_usage;
   return entry;
 }
 

@@ -139,6 +139,7 @@ turn_commit conversation_state::make_call_step(const completion& reply,
     if (auto note = agent_call_note(*this, commit, call, now, spawns))
       commit.context.push_back(
         tool_result_entry(next_seq++, call, std::move(*note)));
+  count_usage(*this, commit, &reply, false);
   return commit;
 }
 

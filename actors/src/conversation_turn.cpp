@@ -4,10 +4,12 @@
 
 #include <spdlog/spdlog.h>
 
+#include "keel/call_usage.hpp"
 #include "keel/kill_point.hpp"
 #include "keel/logging.hpp"
 #include "keel/protocol.hpp"
 #include "keel/provider_pool.hpp"
+#include "keel/system_config.hpp"
 #include "keel/text.hpp"
 
 // The running turn: the drain starts it, every outcome (the model's answer
@@ -40,10 +42,20 @@ void cancel_call(self_ptr self) {
                    cancel_message(st.cfg.thread, msg.seq));
 }
 
+// Fills the tokens of `reply` (estimated, if its provider reported none)
+// and counts them for the node's metrics.
+void count_tokens(self_ptr self, completion& reply, uint64_t request_tokens) {
+  estimate_usage(reply, request_tokens);
+  metrics_of(self->system())
+    .tokens(self->state.cfg->agent, reply.provider, reply.usage.input_tokens,
+            reply.usage.output_tokens);
+}
+
 // Asks the thread's pool for the model's next answer.
 void call_model(self_ptr self, completion_request req) {
   if (self->state.context.empty())
     reach(kill_point::session_written); // The session's first call.
+  auto request_tokens = self->state.request_tokens(req);
   // Through the providers supervisor, which hands the request to the pool
   // (holding it while the pool restarts), or through the root while the
   // providers supervisor itself restarts: a restart costs latency, never a
@@ -55,8 +67,9 @@ void call_model(self_ptr self, completion_request req) {
                     atom::forward_v, self->state.cfg->pool,
                     complete_message(std::move(req)))
     .then(
-      [self](completion& reply) {
+      [self, request_tokens](completion& reply) {
         reach(kill_point::call_completed);
+        count_tokens(self, reply, request_tokens);
         feed(self,
              model_answered{std::move(reply), std::chrono::steady_clock::now(),
                             self->state.closing});
@@ -171,7 +184,7 @@ void run_turn(self_ptr self) {
   auto& st = self->state;
   auto& t = running_turn(self);
   auto steps_lost = std::exchange(st.steps_lost, false);
-  auto paused = st.session.paused_at != 0;
+  auto paused = st.session.paused_at != 0 || st.agent_offline();
   auto lost = steps_lost || paused ? std::vector<tool_call>{}
                                    : st.unanswered_calls();
   carry_out(self, decide(t, turn_started{steps_lost, paused, std::move(lost)}));

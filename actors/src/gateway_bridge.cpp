@@ -125,7 +125,8 @@ void on_send(self_ptr self, connection_id conn, protocol::client_frame& f) {
   self->state.subs().subscribe(conn, f.thread);
   auto taken = std::chrono::steady_clock::now();
   request_component(self, names::orchestrator, self->state.cfg.route_timeout,
-                    atom::route_v, f.thread, f.id, std::move(f.text))
+                    atom::route_v, f.thread, f.id, std::move(f.text),
+                    std::move(f.agent))
     .then(
       [self, conn, thread = f.thread, id = f.id, taken](accept_result& res) {
         answer(self, conn,
@@ -140,7 +141,7 @@ void on_send(self_ptr self, connection_id conn, protocol::client_frame& f) {
 void on_spawn(self_ptr self, connection_id conn,
               const protocol::client_frame& f) {
   request_component(self, names::orchestrator, self->state.cfg.route_timeout,
-                    atom::spawn_v, f.thread, f.child)
+                    atom::spawn_v, f.thread, f.child, f.agent)
     .then(
       [self, conn, id = f.id](spawn_result& res) {
         answer(self, conn, protocol::spawned_frame(res, id));

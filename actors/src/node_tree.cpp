@@ -13,6 +13,7 @@
 #include <caf/openssl/all.hpp>
 #include <spdlog/spdlog.h>
 
+#include "keel/agent_catalog.hpp"
 #include "keel/channel_delivery.hpp"
 #include "keel/config_secrets.hpp"
 #include "keel/conversation.hpp"
@@ -78,28 +79,30 @@ using node_impl::make_store_opener;
 // on the test coordinator run it scheduled.)
 child_spec persistence_child(const node_config& cfg, const store_options& opts,
                              bool detached,
-                             std::shared_ptr<const shard_table> shards) {
+                             std::shared_ptr<const shard_table> shards,
+                             std::shared_ptr<const agent_catalog> catalog) {
   // One recovery on boot per tree, by the first persistence incarnation.
   auto boot_recovery = std::make_shared<std::atomic<bool>>(true);
-  return {"persistence", names::persistence,
-          [open = make_store_opener(cfg, opts, shards), detached, boot_recovery,
-           max_threads = cfg.threads.max_stored_threads,
-           max_history = cfg.gateway.max_history_bytes, shards,
-           agents = cfg.threads.agents](caf::local_actor* parent) {
-            persistence_config pcfg{open,        boot_recovery, max_threads,
-                                    max_history, shards,        agents};
-            if (detached)
-              return caf::actor_cast<caf::actor>(
-                parent->spawn<caf::detached>(persistence, pcfg));
-            return caf::actor_cast<caf::actor>(
-              parent->spawn(persistence, pcfg));
-          }};
+  return {
+    "persistence", names::persistence,
+    [open = make_store_opener(cfg, opts, shards), detached, boot_recovery,
+     max_threads = cfg.threads.max_stored_threads,
+     max_history = cfg.gateway.max_history_bytes, shards,
+     agents = cfg.threads.agents, catalog](caf::local_actor* parent) {
+      persistence_config pcfg{open,   boot_recovery, max_threads, max_history,
+                              shards, agents,        catalog};
+      if (detached)
+        return caf::actor_cast<caf::actor>(
+          parent->spawn<caf::detached>(persistence, pcfg));
+      return caf::actor_cast<caf::actor>(parent->spawn(persistence, pcfg));
+    }};
 }
 
 // The dynamic supervisor of conversations, one per thread; in a cluster
 // each takes its tenure from `shards`.
 child_spec conversations_child(const node_config& cfg,
-                               std::shared_ptr<const shard_table> shards) {
+                               std::shared_ptr<const shard_table> shards,
+                               std::shared_ptr<const agent_catalog> catalog) {
   supervisor_config convs;
   convs.name = "conversations";
   convs.dynamic = true;
@@ -108,13 +111,12 @@ child_spec conversations_child(const node_config& cfg,
   convs.child_template.restart = restart_type::transient;
   // Every live conversation's child entry holds a copy of this function:
   // it shares the node's configuration rather than copying it, and every
-  // conversation shares the settings made from it.
+  // conversation of an agent shares the settings the catalog made for it.
   auto node = std::make_shared<const node_config>(cfg);
-  convs.dynamic_start = [node, settings = make_conversation_settings(node),
-                         shards](caf::local_actor* parent,
-                                 const std::string& thread,
-                                 const caf::message&) {
-    auto ccfg = make_conversation_config(*node, settings, thread);
+  convs.dynamic_start = [node, catalog, shards](caf::local_actor* parent,
+                                                const std::string& thread,
+                                                const caf::message&) {
+    auto ccfg = make_conversation_config(*node, catalog, thread);
     ccfg.shards = shards;
     return caf::actor_cast<caf::actor>(parent->spawn(conversation, ccfg));
   };
@@ -127,11 +129,25 @@ child_spec conversations_child(const node_config& cfg,
   return result;
 }
 
+// The orchestrator; in a cluster it routes by `shards`.
+child_spec orchestrator_child(const node_config& cfg,
+                              std::shared_ptr<shard_table> shards) {
+  orchestrator_config ocfg;
+  ocfg.max_live = cfg.threads.max_live;
+  ocfg.shards = std::move(shards);
+  return {
+    "orchestrator", names::orchestrator, [ocfg](caf::local_actor* parent) {
+      return caf::actor_cast<caf::actor>(parent->spawn(orchestrator, ocfg));
+    }};
+}
+
 // The gateway bridge answering through `server`.
 child_spec gateway_child(const node_config& cfg,
                          std::shared_ptr<ws_server> server,
-                         std::shared_ptr<fault_injection> disk_faults) {
+                         std::shared_ptr<fault_injection> disk_faults,
+                         std::shared_ptr<const agent_catalog> catalog) {
   gateway_bridge_config gcfg;
+  gcfg.agents = std::move(catalog);
   gcfg.server = std::move(server);
   gcfg.node_name = cfg.name;
   gcfg.data_dir = cfg.data_dir;
@@ -271,8 +287,10 @@ root_spec(const node_config& cfg, std::shared_ptr<ws_server> server,
   if (cfg.cluster.enabled && !shards)
     shards = std::make_shared<shard_table>(cfg.cluster.node_id,
                                            cfg.cluster.shards);
+  auto catalog = std::make_shared<const agent_catalog>(
+    std::make_shared<const node_config>(cfg));
   sup.children.push_back(
-    persistence_child(cfg, opts, detached_persistence, shards));
+    persistence_child(cfg, opts, detached_persistence, shards, catalog));
   child_spec providers_child{
     "providers", names::providers,
     [pcfg = std::move(*providers_sup)](caf::local_actor* parent) {
@@ -280,14 +298,8 @@ root_spec(const node_config& cfg, std::shared_ptr<ws_server> server,
     }};
   providers_child.supervisor = true;
   sup.children.push_back(std::move(providers_child));
-  sup.children.push_back(conversations_child(cfg, shards));
-  orchestrator_config ocfg;
-  ocfg.max_live = cfg.threads.max_live;
-  ocfg.shards = shards;
-  sup.children.push_back(
-    {"orchestrator", names::orchestrator, [ocfg](caf::local_actor* parent) {
-       return caf::actor_cast<caf::actor>(parent->spawn(orchestrator, ocfg));
-     }});
+  sup.children.push_back(conversations_child(cfg, shards, catalog));
+  sup.children.push_back(orchestrator_child(cfg, shards));
   dead_letter_queue_config dcfg;
   dcfg.schedule = cfg.delivery.dead_letters;
   dcfg.poll = cfg.cluster.enabled;
@@ -306,7 +318,8 @@ root_spec(const node_config& cfg, std::shared_ptr<ws_server> server,
   if (cfg.cluster.enabled)
     add_cluster_children(sup, cfg, shards);
   if (server)
-    sup.children.push_back(gateway_child(cfg, std::move(server), opts.faults));
+    sup.children.push_back(
+      gateway_child(cfg, std::move(server), opts.faults, catalog));
   apply_settings(sup, cfg.supervision.root);
   return sup;
 }

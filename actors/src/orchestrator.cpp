@@ -63,6 +63,16 @@ void set_handlers(self_ptr self) {
   });
 }
 
+// A client's message as the orchestrator routes every message.
+outbox_entry client_message(std::string& client_id, std::string& text,
+                            std::string& agent) {
+  outbox_entry msg;
+  msg.client_id = std::move(client_id);
+  msg.text = std::move(text);
+  msg.agent = std::move(agent);
+  return msg;
+}
+
 } // namespace
 
 } // namespace orchestrator_impl
@@ -80,18 +90,16 @@ orchestrator_actor::behavior_type orchestrator(self_ptr self,
   set_handlers(self);
   return {
     [self](atom::route, const std::string& thread, std::string& client_id,
-           std::string& text) {
-      outbox_entry msg;
-      msg.client_id = std::move(client_id);
-      msg.text = std::move(text);
-      return route(self, thread, std::move(msg));
+           std::string& text, std::string& agent) {
+      return route(self, thread, client_message(client_id, text, agent));
     },
     [self](atom::deliver, outbox_entry& msg) {
       auto target = msg.to;
       return route(self, target, std::move(msg));
     },
-    [self](atom::spawn, const std::string& parent, const std::string& child) {
-      return spawn(self, parent, child);
+    [self](atom::spawn, const std::string& parent, const std::string& child,
+           const std::string& agent) {
+      return spawn(self, parent, child, agent);
     },
     [self](atom::cancel, const std::string& thread) {
       return cancel(self, thread);

@@ -110,9 +110,11 @@ bool passivate(self_ptr self, const std::string& thread, uint64_t last_seen);
 void cancel_all(self_ptr self, std::vector<std::string> subtree,
                 cancel_callback done);
 
-/// Spawns `child` under `parent` durably.
+/// Spawns `child` under `parent` durably, bound to `agent` (empty: the
+/// parent's).
 caf::result<spawn_result> spawn(self_ptr self, const std::string& parent,
-                                const std::string& child);
+                                const std::string& child,
+                                const std::string& agent);
 
 /// Cancels `thread` and its descendants; answers every thread closed.
 caf::result<std::vector<std::string>> cancel(self_ptr self,

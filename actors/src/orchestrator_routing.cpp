@@ -163,7 +163,8 @@ void forward(self_ptr self, caf::response_promise& rp,
   if (msg.from.empty())
     rp.delegate(sup, atom::forward_v, thread,
                 caf::make_message(atom::accept_v, std::move(msg.client_id),
-                                  std::move(msg.text), seq));
+                                  std::move(msg.text), std::move(msg.agent),
+                                  seq));
   else
     rp.delegate(sup, atom::forward_v, thread,
                 caf::make_message(atom::deliver_v, std::move(msg), seq));
@@ -184,9 +185,10 @@ caf::result<accept_result> route(self_ptr self, const std::string& thread,
   if (elsewhere(self, thread))
     return to_owner<accept_result>(
       self, thread,
-      msg.from.empty() ? caf::make_message(
-        atom::route_v, thread, std::move(msg.client_id), std::move(msg.text))
-                       : caf::make_message(atom::deliver_v, std::move(msg)));
+      msg.from.empty()
+        ? caf::make_message(atom::route_v, thread, std::move(msg.client_id),
+                            std::move(msg.text), std::move(msg.agent))
+        : caf::make_message(atom::deliver_v, std::move(msg)));
   // While draining, clients' messages are refused; messages between threads
   // still flow, so that agents waiting on each other finish (the drain
   // waits for the conversations they start, too).

@@ -135,7 +135,8 @@ void cancel_tree(self_ptr self, const std::string& thread,
 // Spawns `child` under `parent` durably, then restarts a conversation of
 // the child that began before the spawn and tells the parent's one.
 caf::result<spawn_result> spawn(self_ptr self, const std::string& parent,
-                                const std::string& child) {
+                                const std::string& child,
+                                const std::string& agent) {
   // An agent tree lives in one shard, under one fence: a child of another
   // root would be written unfenced on its own shard.
   if (self->state.cfg.shards && thread_root(child) != thread_root(parent))
@@ -147,7 +148,7 @@ caf::result<spawn_result> spawn(self_ptr self, const std::string& parent,
   // Staged (and fenced) under the parent: its owner spawns.
   if (elsewhere(self, parent))
     return to_owner<spawn_result>(
-      self, parent, caf::make_message(atom::spawn_v, parent, child));
+      self, parent, caf::make_message(atom::spawn_v, parent, child, agent));
   if (self->state.draining)
     return refuse_draining();
   auto db = lookup<persistence_actor>(self->system(), names::persistence);
@@ -157,7 +158,7 @@ caf::result<spawn_result> spawn(self_ptr self, const std::string& parent,
   auto rp = self->make_response_promise<spawn_result>();
   auto id = self->state.hold(rp);
   timed_request(self, db, self->state.cfg.request_timeout, atom::spawn_v,
-                parent, child)
+                parent, child, agent)
     .then(
       [self, id](spawn_result& result) {
         // The link is durable; the spawn is not acknowledged yet.

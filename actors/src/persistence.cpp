@@ -16,29 +16,6 @@
 
 namespace keel {
 
-namespace {
-
-// The spawn of `child` under `parent` (whose session is `parent_rec`): a
-// suspended session in the parent's pool and model, and the tree link, both
-// stamped now.
-spawn_request
-make_spawn_request(const std::string& parent, const session_record& parent_rec,
-                   const std::string& child, const agent_limits& limits) {
-  spawn_request req;
-  req.max_children = limits.max_children;
-  req.max_depth = limits.max_depth;
-  req.child.thread = child;
-  req.child.parent = parent;
-  req.child.pool = parent_rec.pool;
-  req.child.model = parent_rec.model;
-  req.child.state = session_state::suspended;
-  req.child.created_at = wall_clock_millis();
-  req.link = tree_link{parent, child, req.child.created_at};
-  return req;
-}
-
-} // namespace
-
 persistence_state::persistence_state(self_ptr self) : self(self) {
   // nop
 }
@@ -52,7 +29,10 @@ caf::error persistence_state::init(const persistence_config& cfg) {
   max_history_bytes = cfg.max_history_bytes;
   shards = cfg.shards;
   tree_limits = cfg.agents;
+  catalog = cfg.catalog;
   if (auto err = count_threads())
+    return err;
+  if (auto err = restore_agent_statuses())
     return err;
   if (cfg.boot_recovery_pending && cfg.boot_recovery_pending->exchange(false)) {
     auto plan = plan_recovery(*db, true, served());
@@ -188,6 +168,10 @@ caf::result<T> persistence_state::after_flush(T result) {
   return rp;
 }
 
+// The answers of persistence_agents.cpp.
+template caf::result<spawn_result> persistence_state::after_flush(spawn_result);
+template caf::result<caf::ok_atom> persistence_state::after_flush(caf::ok_atom);
+
 caf::error persistence_state::count_threads() {
   if (!counts_threads())
     return caf::none;
@@ -227,15 +211,10 @@ caf::expected<bool> persistence_state::admit_thread(const std::string& thread) {
   return true;
 }
 
-namespace {
-
-// A thread admitted by `admit_thread` was not staged after all.
-void uncount(persistence_state& st, const std::string& thread) {
-  if (st.counted_new.erase(thread) > 0)
-    --st.stored_threads;
+void persistence_state::uncount(const std::string& thread) {
+  if (counted_new.erase(thread) > 0)
+    --stored_threads;
 }
-
-} // namespace
 
 caf::result<accept_result>
 persistence_state::accept(const accept_request& req) {
@@ -248,7 +227,7 @@ persistence_state::accept(const accept_request& req) {
   }
   auto result = db->stage_accept(req);
   if (!result || result->duplicate)
-    uncount(*this, req.thread);
+    uncount(req.thread);
   if (!result)
     return result.error();
   if (req.create_session && !result->duplicate)
@@ -348,34 +327,6 @@ caf::result<caf::ok_atom>
 persistence_state::put(const recovery_report& report) {
   db->stage_meta("last_recovery", encode(report));
   return after_flush(caf::ok_atom_v);
-}
-
-caf::result<spawn_result> persistence_state::spawn(const std::string& parent,
-                                                   const std::string& child) {
-  auto parent_rec = db->session(parent);
-  if (!parent_rec) {
-    if (parent_rec.error() == ec::not_found)
-      return caf::make_error(ec::not_found,
-                             "thread '" + parent
-                               + "' has no session yet: send it a "
-                                 "message before spawning children");
-    return parent_rec.error();
-  }
-  if (parent_rec->state == session_state::closed)
-    return caf::make_error(ec::thread_closed,
-                           "thread '" + parent + "' was cancelled");
-  if (counts_threads()) {
-    auto admitted = admit_thread(child);
-    if (!admitted)
-      return std::move(admitted.error());
-  }
-  auto result = db->stage_spawn(
-    make_spawn_request(parent, *parent_rec, child, tree_limits));
-  if (!result || !result->created)
-    uncount(*this, child);
-  if (!result)
-    return result.error();
-  return after_flush(std::move(*result));
 }
 
 caf::result<persistence_stats> persistence_state::stats() {
@@ -538,12 +489,8 @@ persistence(persistence_actor::stateful_pointer<persistence_state> self,
   if (!start(self, cfg))
     return persistence_actor::behavior_type::make_empty_behavior();
   return {
-    [self](atom::accept, accept_request& req) {
-      return self->state.accept(req);
-    },
-    [self](atom::commit, turn_commit& commit) {
-      return self->state.commit(commit);
-    },
+    [self](atom::accept, accept_request& r) { return self->state.accept(r); },
+    [self](atom::commit, turn_commit& c) { return self->state.commit(c); },
     [self](caf::put_atom, session_record& rec, uint64_t tenure) {
       return self->state.put(rec, tenure);
     },
@@ -559,8 +506,13 @@ persistence(persistence_actor::stateful_pointer<persistence_state> self,
     [self](atom::stats) { return self->state.stats(); },
     [self](atom::writable) { return self->state.check_writable(); },
     [self](atom::probe) { self->state.probe(); },
-    [self](atom::spawn, const std::string& parent, const std::string& child) {
-      return self->state.spawn(parent, child);
+    [self](atom::spawn, const std::string& parent, const std::string& child,
+           const std::string& agent) {
+      return self->state.spawn(parent, child, agent);
+    },
+    [self](atom::agent_status, const std::string& agent,
+           const std::string& status) {
+      return self->state.store_agent_status(agent, status);
     },
     [self](caf::put_atom, dead_letter& letter, uint64_t tenure) {
       return self->state.put(letter, tenure);

@@ -289,8 +289,12 @@ async function run() {
     const left = await page.locator(`${testid("chat-status")}[data-thread="${thread}"]`).allInnerTexts();
     if (left.length)
       fail(`status lines stay after the reply: ${JSON.stringify(left)}`);
-    // The thread shows up among the agents too.
-    await page.locator(`${testid("agent")}[data-thread="${thread}"]`).waitFor();
+    // The thread shows up among the agents too, bound to the default agent.
+    const row = page.locator(`${testid("agent")}[data-thread="${thread}"]`);
+    await row.waitFor();
+    const agent = await row.locator(testid("agent-name")).innerText();
+    if (agent !== "default")
+      fail(`the thread's agent shows as ${JSON.stringify(agent)}, not "default"`);
   });
   await screenshot(page, "02-reply");
 

@@ -117,7 +117,8 @@ CAF_TEST(a stranger on a plaintext cluster port reaches no component) {
   // A message the orchestrator would store and answer.
   auto route = caf::make_message(atom::route_v, std::string{"stranger"},
                                  std::string{"s1"},
-                                 std::string{"stored by a stranger"});
+                                 std::string{"stored by a stranger"},
+                                 std::string{});
   CAF_CHECK(
     refused(c.request(basp_client::named(names::orchestrator), route, 2s)));
   // The root supervisor's kill, four times (its restart intensity).

@@ -868,11 +868,11 @@ private:
       case op_kind::route:
       case op_kind::resend:
         issue<accept_result>(i, names::orchestrator, atom::route_v, x.thread,
-                             x.arg, x.text);
+                             x.arg, x.text, std::string{});
         break;
       case op_kind::spawn:
         issue<spawn_result>(i, names::orchestrator, atom::spawn_v, x.thread,
-                            x.arg);
+                            x.arg, std::string{});
         break;
       case op_kind::cancel:
         issue<std::vector<std::string>>(i, names::orchestrator, atom::cancel_v,

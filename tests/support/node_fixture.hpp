@@ -130,7 +130,7 @@ public:
                                     const std::string& id,
                                     const std::string& text) {
     auto hdl = self->request(orchestrator(), caf::infinite, atom::route_v,
-                             thread, id, text);
+                             thread, id, text, std::string{});
     consume_messages();
     caf::expected<accept_result> result{caf::error{}};
     hdl.receive([&](accept_result& res) { result = res; },

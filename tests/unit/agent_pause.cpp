@@ -123,7 +123,7 @@ CAF_TEST(a message arriving while the pause is written keeps the pause) {
     CAF_REQUIRE(sched.try_run_once());
   auto routed = self->request(orchestrator(), caf::infinite, atom::route_v,
                               std::string{"t1"}, std::string{"c2"},
-                              std::string{"during"});
+                              std::string{"during"}, std::string{});
   consume_messages();
   paused.receive([](caf::ok_atom) {},
                  [](caf::error& err) { CAF_FAIL(render(err)); });

@@ -434,13 +434,13 @@ CAF_TEST(the document must be a mapping) {
   CAF_CHECK_EQUAL(
     error_of("- a\n- b\n"),
     "node.yaml:1: expected a mapping of top-level keys (node, "
-    "gateway, providers, pools, tools, threads, supervision, "
+    "gateway, providers, pools, tools, threads, agents, supervision, "
     "logging, shutdown, storage, cluster, chaos, owner or delivery), got a "
     "list");
   CAF_CHECK_EQUAL(
     error_of("hello\n"),
     "node.yaml:1: expected a mapping of top-level keys (node, "
-    "gateway, providers, pools, tools, threads, supervision, "
+    "gateway, providers, pools, tools, threads, agents, supervision, "
     "logging, shutdown, storage, cluster, chaos, owner or delivery), got "
     "\"hello\"");
 }
@@ -1079,10 +1079,11 @@ CAF_TEST(env reference errors name the variable and the key) {
 }
 
 CAF_TEST(keys are not expanded) {
-  CAF_CHECK_EQUAL(error_of("${KEY}: 1\n", {{"KEY", "node"}}),
-                  "node.yaml:1: ${KEY}: unknown key (expected node, gateway, "
-                  "providers, pools, tools, threads, supervision, logging, "
-                  "shutdown, storage, cluster, chaos, owner or delivery)");
+  CAF_CHECK_EQUAL(
+    error_of("${KEY}: 1\n", {{"KEY", "node"}}),
+    "node.yaml:1: ${KEY}: unknown key (expected node, gateway, "
+    "providers, pools, tools, threads, agents, supervision, logging, "
+    "shutdown, storage, cluster, chaos, owner or delivery)");
 }
 
 CAF_TEST(process_env reads the real environment) {
@@ -1166,7 +1167,10 @@ CAF_TEST(config example yaml sets every section) {
   CAF_REQUIRE_EQUAL(outcome(cfg), "none");
   CAF_CHECK_EQUAL(cfg->gateway.token, "t0k");
   CAF_CHECK_EQUAL(cfg->providers.size(), 4u);
-  CAF_CHECK_EQUAL(cfg->pools.size(), 3u);
+  // Three pools, and the one made for the researcher's models.
+  CAF_CHECK_EQUAL(cfg->pools.size(), 4u);
+  CAF_CHECK(cfg->find_pool("agent:researcher") != nullptr);
+  CAF_CHECK_EQUAL(cfg->agents.size(), 2u);
   auto actor = cfg->find_provider("actor");
   CAF_REQUIRE(actor != nullptr);
   CAF_CHECK_EQUAL(actor->script.size(), 6u);

@@ -65,7 +65,7 @@ struct fixture : node_fixture {
   auto route_async(const std::string& thread, const std::string& id,
                    const std::string& text) {
     return self->request(orchestrator(), caf::infinite, atom::route_v, thread,
-                         id, text);
+                         id, text, std::string{});
   }
 
   /// Runs every job but persistence's: requests to it wait in its mailbox
@@ -216,7 +216,7 @@ struct limits_fixture : fixture {
   caf::expected<spawn_result> spawn(const std::string& parent,
                                     const std::string& child) {
     auto hdl = self->request(orchestrator(), caf::infinite, atom::spawn_v,
-                             parent, child);
+                             parent, child, std::string{});
     consume_messages();
     caf::expected<spawn_result> result{caf::error{}};
     hdl.receive([&](spawn_result& res) { result = res; },

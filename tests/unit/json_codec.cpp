@@ -195,67 +195,75 @@ void check_agents(const std::string& text, const std::string& message) {
 } // namespace
 
 CAF_TEST(every record encodes as before and reads back) {
-  check_pinned(full_session(),
-               R"({"created_at":1700000000123,"model":"gpt-x","parent":"p0",)"
-               R"("pool":"default","provider":"openai-1",)"
-               R"("provider_state":"opaque \"state\"\né",)"
-               R"("recovered_at":1700000000456,"state":"ACTIVE",)"
-               R"("thread":"t1"})",
-               R"(keel::session_record("t1", "p0", "default", "gpt-x",)"
-               R"( "openai-1", ACTIVE, 1700000000123, 1700000000456,)"
-               R"( "opaque \"state\"\né", [], 0))",
-               "0274310270300764656661756c74056770742d78086f70656e61692d3100"
-               "0000018bcfe5687b0000018bcfe569c8116f706171756520227374617465"
-               "220ac3a9000000000000000000");
+  check_pinned(
+    full_session(),
+    R"({"created_at":1700000000123,"model":"gpt-x","parent":"p0","poo)"
+    R"(l":"default","provider":"openai-1","provider_state":"opaque \")"
+    R"(state\"\né","recovered_at":1700000000456,"state":"ACTIVE","thr)"
+    R"(ead":"t1","turn_usage":{}})",
+    R"(keel::session_record("t1", "p0", "default", "gpt-x", "openai-1)"
+    R"(", ACTIVE, 1700000000123, 1700000000456, "opaque \"state\"\né")"
+    R"(, [], 0, "", keel::usage_count(0, 0, 0, 0), keel::usage_count()"
+    R"(0, 0, 0, 0)))",
+    "0274310270300764656661756c74056770742d78086f70656e61692d3100"
+    "0000018bcfe5687b0000018bcfe569c8116f706171756520227374617465"
+    "220ac3a90000000000000000000000000000000000000000000000000000"
+    "000000000000000000000000000000000000000000000000000000000000"
+    "0000");
   check_pinned(
     session_record{},
-    R"({"created_at":0,"model":"","parent":"","pool":"",)"
-    R"("provider":"","provider_state":"","recovered_at":0,)"
-    R"("state":"SUSPENDED","thread":""})",
-    R"(keel::session_record("", "", "", "", "", SUSPENDED, 0, 0,)"
-    R"( "", [], 0))",
-    "0000000000010000000000000000000000000000000000000000000000000000");
+    R"({"created_at":0,"model":"","parent":"","pool":"","provider":"")"
+    R"(,"provider_state":"","recovered_at":0,"state":"SUSPENDED","thr)"
+    R"(ead":"","turn_usage":{}})",
+    R"(keel::session_record("", "", "", "", "", SUSPENDED, 0, 0, "", )"
+    R"([], 0, "", keel::usage_count(0, 0, 0, 0), keel::usage_count(0,)"
+    R"( 0, 0, 0)))",
+    "000000000001000000000000000000000000000000000000000000000000"
+    "000000000000000000000000000000000000000000000000000000000000"
+    "000000000000000000000000000000000000000000");
   check_pinned(full_link(), R"({"child":"p.c","created_at":42,"parent":"p"})",
                R"(keel::tree_link("p", "p.c", 42))",
                "017003702e63000000000000002a");
-  check_pinned(full_outbox(),
-               R"({"client_id":"agent:p:7","created_at":1234,"from":"p",)"
-               R"("hops":2,"seq":7,"text":"hello \"child\"\t\\","to":"p.c"})",
-               R"(keel::outbox_entry("p", 7, "p.c", "agent:p:7",)"
-               R"( "hello \"child\"\t\\", 1234, 2))",
-               "0170000000000000000703702e63096167656e743a703a370f68656c6c6f"
-               "20226368696c6422095c00000000000004d200000002");
-  check_pinned(full_dead_letter(),
-               R"({"at":99,"client_id":"agent:p:7","created_at":1234,)"
-               R"("events":[{"action":"scheduled retry","at":300,)"
-               R"("outcome":"no session"}],"from":"p","hops":2,)"
-               R"("last_attempt_at":500,"reason":"target thread t9 has no )"
-               R"(session","retries":5,"seq":7,"status":"abandoned",)"
-               R"("text":"hello \"child\"\t\\","to":"p.c"})",
-               R"(keel::dead_letter(keel::outbox_entry("p", 7, "p.c",)"
-               R"( "agent:p:7", "hello \"child\"\t\\", 1234, 2),)"
-               R"( "target thread t9 has no session", 99, abandoned, 5, 500,)"
-               R"( 0, [keel::dead_letter_event(300, "scheduled retry",)"
-               R"( "no session")], [], 0))",
-               "0170000000000000000703702e63096167656e743a703a370f68656c6c6f"
-               "20226368696c6422095c00000000000004d2000000021f74617267657420"
-               "74687265616420743920686173206e6f2073657373696f6e000000000000"
-               "0063020000000500000000000001f4000000000000000001000000000000"
-               "012c0f7363686564756c65642072657472790a6e6f2073657373696f6e00"
-               "0000000000000000");
-  check_pinned(full_reply_letter(),
-               R"({"at":99,"channels":["crm","ops"],"client_id":"",)"
-               R"("created_at":1234,"from":"t","next_retry_at":400,)"
-               R"("reason":"channel crm: HTTP 500","reply_to":8,"seq":9,)"
-               R"("status":)"
-               R"("pending","text":"the reply","to":""})",
-               R"(keel::dead_letter(keel::outbox_entry("t", 9, "", "",)"
-               R"( "the reply", 1234, 0), "channel crm: HTTP 500", 99,)"
-               R"( pending, 0, 0, 400, [], ["crm", "ops"], 8))",
-               "01740000000000000009000009746865207265706c7900000000000004d2"
-               "00000000156368616e6e656c2063726d3a20485454502035303000000000"
-               "0000006300000000000000000000000000000000000000019000020363726d"
-               "036f70730000000000000008");
+  check_pinned(
+    full_outbox(),
+    R"({"client_id":"agent:p:7","created_at":1234,"from":"p",)"
+    R"("hops":2,"seq":7,"text":"hello \"child\"\t\\","to":"p.c"})",
+    R"(keel::outbox_entry("p", 7, "p.c", "agent:p:7", "hello \"child\)"
+    R"("\t\\", 1234, 2, ""))",
+    "0170000000000000000703702e63096167656e743a703a370f68656c6c6f"
+    "20226368696c6422095c00000000000004d20000000200");
+  check_pinned(
+    full_dead_letter(),
+    R"({"at":99,"client_id":"agent:p:7","created_at":1234,)"
+    R"("events":[{"action":"scheduled retry","at":300,)"
+    R"("outcome":"no session"}],"from":"p","hops":2,)"
+    R"("last_attempt_at":500,"reason":"target thread t9 has no )"
+    R"(session","retries":5,"seq":7,"status":"abandoned",)"
+    R"("text":"hello \"child\"\t\\","to":"p.c"})",
+    R"(keel::dead_letter(keel::outbox_entry("p", 7, "p.c", "agent:p:7)"
+    R"(", "hello \"child\"\t\\", 1234, 2, ""), "target thread t9 has )"
+    R"(no session", 99, abandoned, 5, 500, 0, [keel::dead_letter_even)"
+    R"(t(300, "scheduled retry", "no session")], [], 0))",
+    "0170000000000000000703702e63096167656e743a703a370f68656c6c6f"
+    "20226368696c6422095c00000000000004d200000002001f746172676574"
+    "2074687265616420743920686173206e6f2073657373696f6e0000000000"
+    "000063020000000500000000000001f40000000000000000010000000000"
+    "00012c0f7363686564756c65642072657472790a6e6f2073657373696f6e"
+    "000000000000000000");
+  check_pinned(
+    full_reply_letter(),
+    R"({"at":99,"channels":["crm","ops"],"client_id":"",)"
+    R"("created_at":1234,"from":"t","next_retry_at":400,)"
+    R"("reason":"channel crm: HTTP 500","reply_to":8,"seq":9,)"
+    R"("status":)"
+    R"("pending","text":"the reply","to":""})",
+    R"(keel::dead_letter(keel::outbox_entry("t", 9, "", "", "the repl)"
+    R"(y", 1234, 0, ""), "channel crm: HTTP 500", 99, pending, 0, 0, )"
+    R"(400, [], ["crm", "ops"], 8))",
+    "01740000000000000009000009746865207265706c7900000000000004d2"
+    "0000000000156368616e6e656c2063726d3a204854545020353030000000"
+    "000000006300000000000000000000000000000000000000019000020363"
+    "726d036f70730000000000000008");
   check_pinned(full_delivery(),
                R"({"at":1234,"channels":["crm","ops"],"reply_to":8,"seq":9,)"
                R"("text":"the reply","thread":"t"})",
@@ -266,39 +274,44 @@ CAF_TEST(every record encodes as before and reads back) {
   check_pinned(full_inbox(),
                R"({"accepted_at":55,"client_id":"c1","hops":2,"seq":3,)"
                R"("text":"hi there"})",
-               R"(keel::inbox_entry(3, "c1", "hi there", 55, 2))",
-               "0000000000000003026331086869207468657265000000000000003700"
-               "000002");
-  check_pinned(user_log(),
-               R"({"at":10,"client_id":"c0","kind":"user","seq":1,)"
-               R"("text":"hello"})",
-               R"(keel::log_entry(1, user, "c0", 0, "hello", "", "", 10, "",)"
-               R"( none, 0, 0))",
-               "00000000000000010002633000000000000000000568656c6c6f00000000"
-               "00000000000a0000000000000000000000000000");
+               R"(keel::inbox_entry(3, "c1", "hi there", 55, 2, ""))",
+               "000000000000000302633108686920746865726500000000000000370000"
+               "000200");
+  check_pinned(
+    user_log(),
+    R"({"at":10,"client_id":"c0","kind":"user","seq":1,)"
+    R"("text":"hello"})",
+    R"(keel::log_entry(1, user, "c0", 0, "hello", "", "", 10, "", non)"
+    R"(e, 0, 0, keel::usage_count(0, 0, 0, 0)))",
+    "00000000000000010002633000000000000000000568656c6c6f00000000"
+    "00000000000a000000000000000000000000000000000000000000000000"
+    "0000000000000000000000000000");
   check_pinned(
     reply_log(),
     R"({"at":77,"client_id":"c1","kind":"reply",)"
     R"("provider":"openai-1","reply_to":3,"seq":5,)"
     R"("text":"the answer"})",
-    R"(keel::log_entry(5, reply, "c1", 3, "the answer", "",)"
-    R"( "openai-1", 77, "", none, 0, 0))",
+    R"(keel::log_entry(5, reply, "c1", 3, "the answer", "", "openai-1)"
+    R"(", 77, "", none, 0, 0, keel::usage_count(0, 0, 0, 0)))",
     "00000000000000050102633100000000000000030a74686520616e737765"
-    "7200086f70656e61692d31000000000000004d0000000000000000000000000000");
+    "7200086f70656e61692d31000000000000004d0000000000000000000000"
+    "000000000000000000000000000000000000000000000000000000");
   check_pinned(
     error_log(),
     R"({"at":78,"client_id":"c2","code":"provider_down",)"
     R"("kind":"error","reply_to":4,"seq":6,"text":"failed"})",
-    R"(keel::log_entry(6, error, "c2", 4, "failed",)"
-    R"( "provider_down", "", 78, "", none, 0, 0))",
+    R"(keel::log_entry(6, error, "c2", 4, "failed", "provider_down", )"
+    R"("", 78, "", none, 0, 0, keel::usage_count(0, 0, 0, 0)))",
     "0000000000000006020263320000000000000004066661696c65640d7072"
-    "6f76696465725f646f776e00000000000000004e0000000000000000000000000000");
-  check_pinned(log_entry{},
-               R"({"at":0,"client_id":"","kind":"user","seq":0,"text":""})",
-               R"(keel::log_entry(0, user, "", 0, "", "", "", 0, "", none, 0,)"
-               R"( 0))",
-               "000000000000000000000000000000000000000000000000000000000000"
-               "00000000000000000000000000");
+    "6f76696465725f646f776e00000000000000004e00000000000000000000"
+    "00000000000000000000000000000000000000000000000000000000");
+  check_pinned(
+    log_entry{}, R"({"at":0,"client_id":"","kind":"user","seq":0,"text":""})",
+    R"(keel::log_entry(0, user, "", 0, "", "", "", 0, "", none, 0, 0,)"
+    R"( keel::usage_count(0, 0, 0, 0)))",
+    "000000000000000000000000000000000000000000000000000000000000"
+    "000000000000000000000000000000000000000000000000000000000000"
+    "00000000000000");
   check_pinned(full_context(),
                R"({"content":"text with\nnewline","role":"assistant","seq":3})",
                R"(keel::context_entry(3, "assistant", "text with\nnewline",)"
@@ -371,28 +384,35 @@ CAF_TEST(every record encodes as before and reads back) {
                "000000000000000000000000000000000000000000000000000000000000"
                "000000000000000000000000000000000000000000000000000000000000"
                "0000000000000000");
-  check_pinned(full_agent(),
-               R"({"children":["p.a.b","p.a.c"],"created_at":5,"model":"m1",)"
-               R"("parent":"p","pool":"default","provider":"pr1",)"
-               R"("state":"ACTIVE","thread":"p.a"})",
-               R"(keel::agent_info("p.a", "p", "ACTIVE", "default", "m1",)"
-               R"( "pr1", 5, ["p.a.b", "p.a.c"], [], 0))",
-               "03702e610170064143544956450764656661756c74026d31037072310000"
-               "0000000000050205702e612e6205702e612e63000000000000000000");
-  check_pinned(agent_info{},
-               R"({"children":[],"created_at":0,"model":"","parent":"",)"
-               R"("pool":"","provider":"","state":"","thread":""})",
-               R"(keel::agent_info("", "", "", "", "", "", 0, [], [], 0))",
-               "000000000000000000000000000000000000000000000000");
+  check_pinned(
+    full_agent(),
+    R"({"agent":"","children":["p.a.b","p.a.c"],"created_at":5,"model)"
+    R"(":"m1","parent":"p","pool":"default","provider":"pr1","state":)"
+    R"("ACTIVE","thread":"p.a"})",
+    R"(keel::agent_info("p.a", "p", "ACTIVE", "default", "m1", "pr1",)"
+    R"( 5, ["p.a.b", "p.a.c"], [], 0, "", keel::usage_count(0, 0, 0, )"
+    R"(0)))",
+    "03702e610170064143544956450764656661756c74026d31037072310000"
+    "0000000000050205702e612e6205702e612e630000000000000000000000"
+    "0000000000000000000000000000000000000000000000");
+  check_pinned(
+    agent_info{},
+    R"({"agent":"","children":[],"created_at":0,"model":"","parent":")"
+    R"(","pool":"","provider":"","state":"","thread":""})",
+    R"(keel::agent_info("", "", "", "", "", "", 0, [], [], 0, "", kee)"
+    R"(l::usage_count(0, 0, 0, 0)))",
+    "000000000000000000000000000000000000000000000000000000000000"
+    "00000000000000000000000000000000000000");
 }
 
 CAF_TEST(the agent list encodes as before and reads back) {
   auto agents = agents_to_json({full_agent(), agent_info{}});
   auto expected = std::string{
-    R"({"agents":[{"children":["p.a.b","p.a.c"],"created_at":5,"model":"m1",)"
-    R"("parent":"p","pool":"default","provider":"pr1","state":"ACTIVE",)"
-    R"("thread":"p.a"},{"children":[],"created_at":0,"model":"","parent":"",)"
-    R"("pool":"","provider":"","state":"","thread":""}]})"};
+    R"({"agents":[{"agent":"","children":["p.a.b","p.a.c"],"created_at":5,)"
+    R"("model":"m1","parent":"p","pool":"default","provider":"pr1",)"
+    R"("state":"ACTIVE","thread":"p.a"},{"agent":"","children":[],)"
+    R"("created_at":0,"model":"","parent":"","pool":"","provider":"",)"
+    R"("state":"","thread":""}]})"};
   CAF_CHECK_EQUAL(agents.dump(), expected);
   auto back = agents_from_json(agents);
   CAF_REQUIRE(back);
@@ -766,8 +786,8 @@ CAF_TEST(binary decode errors name the record and the field) {
   check_error<session_record>(stored(""),
                               "session record: record is cut short");
   check_error<session_record>(
-    stored("0c"),
-    "session record: record has 12 fields, this build reads 11 (written by a "
+    stored("0f"),
+    "session record: record has 15 fields, this build reads 14 (written by a "
     "newer build?)");
   check_error<session_record>(stored("090574"),
                               "session record: field 'thread' is cut short");

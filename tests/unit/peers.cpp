@@ -38,6 +38,7 @@ caf::behavior
 orchestrator_double(caf::stateful_actor<orchestrator_double_state>* self) {
   return {
     [self](atom::route, const std::string&, const std::string& id,
+           const std::string&,
            const std::string&) -> caf::result<accept_result> {
       auto& st = self->state;
       st.got.push_back(id);
@@ -58,7 +59,8 @@ caf::behavior asker(caf::event_based_actor* self, caf::actor peers,
                     std::shared_ptr<std::string> answer) {
   self
     ->request(peers, caf::infinite, atom::forward_v, thread,
-              caf::make_message(atom::route_v, thread, id, "text"))
+              caf::make_message(atom::route_v, thread, id, "text",
+                                std::string{}))
     .then(
       [self, answer](const accept_result& res) {
         *answer = "ack " + std::to_string(res.seq);
@@ -187,7 +189,8 @@ CAF_TEST(a peers request needs the token and gets the relayed answer) {
   table->hold(table->shard_of("t"), 1);
   auto route = [&](const std::string& token) {
     auto inner = caf::make_message(atom::route_v, std::string{"t"},
-                                   std::string{"m1"}, std::string{"text"});
+                                   std::string{"m1"}, std::string{"text"},
+                                   std::string{});
     auto rh = self->request(peers_actor, caf::infinite, atom::route_v, token,
                             std::string{"t"}, inner);
     consume_messages();

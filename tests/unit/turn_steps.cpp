@@ -272,7 +272,8 @@ CAF_TEST(spawns past the most one answer may are refused and said) {
                        spawn("d", "three")});
   spawn_outcomes outcomes;
   auto wanted = st.new_children(reply, outcomes);
-  CAF_CHECK_EQUAL(wanted, (std::vector<std::string>{"t.one", "t.two"}));
+  using wish = std::pair<std::string, std::string>;
+  CAF_CHECK_EQUAL(wanted, (std::vector<wish>{{"t.one", ""}, {"t.two", ""}}));
   CAF_REQUIRE_EQUAL(outcomes.refused.count("t.three"), 1u);
   CAF_CHECK_EQUAL(outcomes.refused["t.three"],
                   "this answer spawns 2 agents already, the most one answer "

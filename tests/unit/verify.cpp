@@ -324,10 +324,14 @@ CAF_TEST(the agent tree renders roots with their children) {
   CAF_CHECK_EQUAL((*agents)[0].children, strings{"p.a"});
   CAF_CHECK_EQUAL((*agents)[1].parent, "p");
   CAF_CHECK_EQUAL(render_agent_tree(*agents),
-                  "p                                SUSPENDED default\n"
-                  "`-- p.a                          SUSPENDED default\n"
-                  "    `-- p.a.b                    SUSPENDED default\n"
-                  "q                                SUSPENDED default\n"
+                  "p                                SUSPENDED agent=default "
+                  "pool=default\n"
+                  "`-- p.a                          SUSPENDED agent=default "
+                  "pool=default\n"
+                  "    `-- p.a.b                    SUSPENDED agent=default "
+                  "pool=default\n"
+                  "q                                SUSPENDED agent=default "
+                  "pool=default\n"
                   "4 agents, 2 roots\n");
   auto back = agents_from_json(agents_to_json(*agents));
   CAF_REQUIRE_EQUAL(outcome(back), "none");

@@ -25,7 +25,7 @@ namespace keel::protocol {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, client_frame& x) {
   return f(caf::meta::type_name("keel::protocol::client_frame"), x.type, x.id,
-           x.thread, x.text, x.after, x.limit, x.child);
+           x.thread, x.text, x.after, x.limit, x.child, x.agent);
 }
 
 } // namespace keel::protocol
@@ -288,6 +288,7 @@ CAF_ADD_TYPE_ID(keel, (std::vector<keel::owner_notice>) )
 CAF_ADD_ATOM(keel, keel::atom, wedge, "wedge")
 CAF_ADD_ATOM(keel, keel::atom, writable, "writable")
 CAF_ADD_ATOM(keel, keel::atom, expire, "expire")
+CAF_ADD_ATOM(keel, keel::atom, agent_status, "agentstat")
 
 CAF_END_TYPE_ID_BLOCK(keel)
 
@@ -380,9 +381,11 @@ using persistence_actor = caf::typed_actor<
                   uint64_t>::with<history_page>,
   // Lists threads with unanswered inbox entries.
   caf::replies_to<atom::inboxes>::with<std::vector<std::string>>,
-  // Spawns a child agent (parent, child): writes the child's session (the
-  // parent's pool) and its tree link; answers once synced.
-  caf::replies_to<atom::spawn, std::string, std::string>::with<spawn_result>,
+  // Spawns a child agent (parent, child, agent: empty for the parent's):
+  // writes the child's session (bound to the agent) and its tree link;
+  // answers once synced. `unknown_agent` if the node has no such agent.
+  caf::replies_to<atom::spawn, std::string, std::string,
+                  std::string>::with<spawn_result>,
   // Writes a dead letter (a new one leaves the outbox in the same write),
   // for a writer of a tenure (0 for the dead-letter queue's updates).
   caf::replies_to<caf::put_atom, dead_letter, uint64_t>::with<caf::ok_atom>,
@@ -401,6 +404,10 @@ using persistence_actor = caf::typed_actor<
   caf::replies_to<caf::put_atom, owner_notice>::with<caf::ok_atom>,
   // Reads every owner notice record.
   caf::replies_to<atom::notices>::with<std::vector<owner_notice>>,
+  // Stores the status (active, paused, archived) an operator gave an
+  // agent; answers once synced.
+  caf::replies_to<atom::agent_status, std::string,
+                  std::string>::with<caf::ok_atom>,
   // Lists a thread and its descendants, parents before children.
   caf::replies_to<atom::subtree, std::string>::with<std::vector<std::string>>,
   // Reads every session record and tree link (the agent tree).
@@ -523,9 +530,12 @@ using provider_worker_actor = caf::typed_actor<
 /// Holds the ordered inbox and drains it one turn at a time; every failure
 /// inside a turn becomes a descriptive error in the thread.
 using conversation_actor = caf::typed_actor<
-  // Accepts a message (client id, text, the orchestrator's route sequence
-  // number); answers once it is durable.
-  caf::replies_to<atom::accept, std::string, std::string,
+  // Accepts a client's message (client id, text, the agent it names or
+  // empty, the orchestrator's route sequence number); answers once it is
+  // durable. Refused before anything is written with `unknown_agent` (no
+  // such agent, no system agent) or `agent_mismatch` (the thread is bound
+  // to another).
+  caf::replies_to<atom::accept, std::string, std::string, std::string,
                   uint64_t>::with<accept_result>,
   // Accepts a message from another thread (its outbox entry, route
   // sequence number); the outbox entry is removed in the same write.
@@ -579,8 +589,9 @@ using tool_runner_actor = caf::typed_actor<
 /// The orchestrator: routes a thread to its conversation (through the
 /// conversations supervisor, starting it on demand); never waits on I/O.
 using orchestrator_actor = caf::typed_actor<
-  // Routes a message (thread, client id, text); answers once durable.
-  caf::replies_to<atom::route, std::string, std::string,
+  // Routes a client's message (thread, client id, text, the agent it
+  // names or empty); answers once durable.
+  caf::replies_to<atom::route, std::string, std::string, std::string,
                   std::string>::with<accept_result>,
   // A conversation asks to passivate, naming the route sequence number of
   // the last message it received; answers true if nothing was routed to it
@@ -607,8 +618,10 @@ using orchestrator_actor = caf::typed_actor<
   // Delivers a message between threads (an outbox entry) to its target;
   // answers once it is durable in the target's inbox.
   caf::replies_to<atom::deliver, outbox_entry>::with<accept_result>,
-  // Spawns a child agent (parent, child); answers once durable.
-  caf::replies_to<atom::spawn, std::string, std::string>::with<spawn_result>,
+  // Spawns a child agent (parent, child, agent: empty for the parent's);
+  // answers once durable.
+  caf::replies_to<atom::spawn, std::string, std::string,
+                  std::string>::with<spawn_result>,
   // Cancels a thread and its descendants; answers every thread closed.
   caf::replies_to<atom::cancel, std::string>::with<std::vector<std::string>>,
   // Pauses (true) or resumes a thread through its conversation (on the

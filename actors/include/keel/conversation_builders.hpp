@@ -34,4 +34,13 @@ size_t user_entry(const context_list& context, seq_t seq);
 /// A step commit of the inbox front's turn: the inbox entry stays.
 turn_commit step_commit(const conversation_state& st);
 
+/// Counts the model call that answered `reply` (null: none) into `commit`,
+/// a commit of the inbox front's turn (conversation_usage.cpp): the
+/// session's totals and the turn's part so far, written with the commit;
+/// the message's log entry (and, when the commit `ends_turn`, its answer)
+/// carries the turn's usage. The commit that ends the turn clears the
+/// turn's part.
+void count_usage(const conversation_state& st, turn_commit& commit,
+                 const completion* reply, bool ends_turn);
+
 } // namespace keel::conversation_builders

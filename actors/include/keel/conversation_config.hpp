@@ -12,6 +12,7 @@
 
 #include "keel/actors.hpp"
 #include "keel/config.hpp"
+#include "keel/prompt_files.hpp"
 #include "keel/shard_table.hpp"
 #include "keel/turn.hpp"
 
@@ -23,8 +24,15 @@ namespace keel {
 /// (`turn_settings`: the pool, the guard's limits, compaction, the window,
 /// the owner's contact) through the same copy.
 struct conversation_settings : turn_settings {
+  /// The agent these settings are of (`agents[].name`).
+  std::string agent = default_agent_name;
   /// Placed before the context in every completion request.
   std::string system_prompt;
+  /// The agent's prompt files, placed after the prompt as they are at each
+  /// turn; null when it has none.
+  std::shared_ptr<prompt_files> prompt;
+  /// Agents the thread may spawn children of, besides its own.
+  std::vector<std::string> spawns;
   /// Passivate after this long without work.
   caf::timespan idle_timeout;
   /// A provider call longer than this ends the turn with an error: the
@@ -56,6 +64,8 @@ struct conversation_settings : turn_settings {
 /// The settings of a conversation without a node's (one copy per process).
 std::shared_ptr<const conversation_settings> default_conversation_settings();
 
+class agent_catalog;
+
 /// Configuration of one conversation actor: its thread's own part, and the
 /// node's settings through `->`.
 struct conversation_config {
@@ -68,9 +78,14 @@ struct conversation_config {
   /// In a cluster, the node's shard table: the conversation takes its
   /// tenure from it before it loads the thread. Null on a single node.
   std::shared_ptr<const shard_table> shards;
-  /// Shared with every conversation of the node; never null.
+  /// The settings of the thread's agent, shared with every conversation of
+  /// that agent; never null. The default agent's until the thread's agent
+  /// is known (its session is loaded, or its first message names it).
   std::shared_ptr<const conversation_settings> settings
     = default_conversation_settings();
+  /// The node's agents; null where a test runs a conversation alone (it
+  /// then has only `settings`).
+  std::shared_ptr<const agent_catalog> agents;
 
   const conversation_settings* operator->() const {
     return settings.get();
@@ -81,17 +96,22 @@ struct conversation_config {
 /// which ends a call at the turn's deadline and answers then.
 constexpr caf::timespan turn_timeout_grace = std::chrono::seconds{5};
 
-/// The settings of every conversation of `node`: its thread defaults,
-/// storage settings and tools (the guard's limits shared with `node`).
+/// The settings of the conversations of `agent` on `node`: its prompt,
+/// pool, tools and limits, the node's storage settings (the guard's limits
+/// shared with `node`).
+std::shared_ptr<const conversation_settings>
+make_conversation_settings(const std::shared_ptr<const node_config>& node,
+                           const agent_config& agent);
+
+/// The settings of the conversations of `node`'s default agent.
 std::shared_ptr<const conversation_settings>
 make_conversation_settings(const std::shared_ptr<const node_config>& node);
 
-/// The configuration of the conversation of `thread` on `node`, whose
-/// settings are `settings` (see `make_conversation_settings`; null: the
-/// defaults).
+/// The configuration of the conversation of `thread` on `node`, starting
+/// with the settings of the default agent of `agents`.
 conversation_config
 make_conversation_config(const node_config& node,
-                         std::shared_ptr<const conversation_settings> settings,
+                         std::shared_ptr<const agent_catalog> agents,
                          std::string thread);
 
 /// What the thread's history and the model read when `tool` is disabled

@@ -164,9 +164,17 @@ struct conversation_state {
   /// The next request tells the model to try a different approach: the
   /// running turn's mark (`turn::nudge`), which `make_request` reads.
   bool nudge = false;
+  /// True once the thread's agent counts this conversation among its live
+  /// ones (`agent_catalog::enter`; it leaves when the actor ends).
+  bool counted_live = false;
   /// Runs of the inbox front's turn after its first (a failed commit, a
   /// restart while it was live).
   uint32_t attempts = 0;
+
+  conversation_state() = default;
+  ~conversation_state();
+  conversation_state(const conversation_state&) = delete;
+  conversation_state& operator=(const conversation_state&) = delete;
 
   /// True if nothing is pending: the actor may passivate.
   bool idle() const;
@@ -181,16 +189,21 @@ struct conversation_state {
   bool closed() const;
   /// The completion request answering the inbox front.
   completion_request make_request() const;
+  /// The agent's system prompt with its prompt files as they are now (one
+  /// that cannot be read is left out and logged once).
+  std::string system_prompt() const;
   /// The commit of a successful turn answering the inbox front; agent tool
   /// calls in the reply become outbox entries (to children spawned as
   /// `spawns` says) and notes in the answer.
   turn_commit make_reply_commit(const completion& reply, millis now,
                                 const spawn_outcomes& spawns = {});
   /// The children the reply's spawn_agent calls name that the thread does
-  /// not have yet, each once, at most `max_spawns_per_reply`: the ones past
-  /// it are refused in `outcomes` (and noticed).
-  std::vector<std::string> new_children(const completion& reply,
-                                        spawn_outcomes& outcomes);
+  /// not have yet, each once, at most `max_spawns_per_reply`, with the
+  /// agent each asks for (empty: the thread's own): the ones past it, and
+  /// those of an agent the thread's may not spawn (`agents[].spawns`), are
+  /// refused in `outcomes` (the former noticed).
+  std::vector<std::pair<std::string, std::string>>
+  new_children(const completion& reply, spawn_outcomes& outcomes);
   /// The commit of a failed turn: a descriptive error in the thread. If
   /// tool steps of the turn are in the context, the error closes them as
   /// the assistant's answer there.
@@ -262,6 +275,20 @@ struct conversation_state {
   /// Why `msg` is refused: the thread is closed, another thread writes to
   /// one that does not exist, or the inbox is full; none if it is taken.
   caf::error refusal(const incoming_message& msg) const;
+  /// Why `msg` is refused for the agent it names: the thread is bound to
+  /// another (`agent_mismatch`), or the node has no such agent and no
+  /// system agent (`unknown_agent`); none if it names none or may go on.
+  caf::error agent_refusal(const incoming_message& msg) const;
+  /// Takes the settings of `agent` (the default agent's if the node has no
+  /// such agent any more).
+  void bind_agent(const std::string& agent);
+  /// Binds a new thread to the agent its first message `entry` asks for:
+  /// the default one if none, the system agent if the node has no such
+  /// agent (`entry.asked_agent` then names the one asked for).
+  void bind_new_thread(inbox_entry& entry, const std::string& asked);
+  /// True if the thread's agent is paused or archived: it answers with the
+  /// offline text.
+  bool agent_offline() const;
   /// The `not_found` error naming this thread.
   caf::error not_found() const;
   /// The durable accept of `msg` under the next sequence number; the first

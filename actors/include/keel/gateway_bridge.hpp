@@ -9,6 +9,7 @@
 #include <caf/typed_event_based_actor.hpp>
 
 #include "keel/actors.hpp"
+#include "keel/agent_catalog.hpp"
 #include "keel/deadline_set.hpp"
 #include "keel/request_budget.hpp"
 #include "keel/store.hpp"
@@ -46,6 +47,9 @@ struct gateway_bridge_config {
   std::chrono::steady_clock::time_point started;
   /// The provider pools, for `GET /api/v1/providers`.
   std::vector<std::string> pools;
+  /// The node's agents, for `/api/v1/agent-definitions` (their statuses
+  /// change there); null: the node's one default agent.
+  std::shared_ptr<const agent_catalog> agents;
   /// Thread subscriptions (outlive the bridge actor).
   std::shared_ptr<subscription_table> subscriptions
     = std::make_shared<subscription_table>();

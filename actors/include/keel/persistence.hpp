@@ -17,6 +17,7 @@
 #include <caf/typed_response_promise.hpp>
 
 #include "keel/actors.hpp"
+#include "keel/agent_catalog.hpp"
 #include "keel/config.hpp"
 #include "keel/provider_policy.hpp"
 #include "keel/recovery.hpp"
@@ -47,8 +48,14 @@ struct persistence_config {
   /// the shards the node holds only. Null on a single node.
   std::shared_ptr<const shard_table> shards;
   /// A spawn past `max_children` or `max_depth` is refused with
-  /// `agent_limit`, whether a client or a model asked for it.
+  /// `agent_limit`, whether a client or a model asked for it: the limits
+  /// of the parent's agent, these where the node has no catalog.
   agent_limits agents;
+  /// The node's agents: a spawn binds its child to one of them (and takes
+  /// its pool), and the statuses operators stored are applied to them when
+  /// the store opens, before any thread loads. Null: no agents but the
+  /// one every thread has.
+  std::shared_ptr<const agent_catalog> catalog;
 };
 
 /// State of the persistence actor. Each message of `persistence_actor` has
@@ -104,6 +111,8 @@ struct persistence_state {
   std::shared_ptr<const shard_table> shards;
   /// See `persistence_config::agents`.
   agent_limits tree_limits;
+  /// See `persistence_config::catalog`.
+  std::shared_ptr<const agent_catalog> catalog;
   /// Threads stored, staged ones included, while `counts_threads()`:
   /// counted from the store at start, and again after a failed flush or a
   /// quarantine (either may leave fewer than counted).
@@ -202,15 +211,27 @@ struct persistence_state {
   /// `thread_limit` if it would and the store is full (with
   /// `max_stored_threads` set). Only asked while `counts_threads()`.
   caf::expected<bool> admit_thread(const std::string& thread);
+  /// A thread admitted by `admit_thread` was not staged after all.
+  void uncount(const std::string& thread);
 
   /// Counts the threads in the store again.
   caf::error count_threads();
 
-  /// Writes the child's session (the parent's pool and model) and its tree
-  /// link; not_found if the parent has no session, thread_closed if it was
-  /// cancelled.
+  /// Writes the child's session (bound to `agent`, the parent's if empty;
+  /// its pool, the parent's model) and its tree link; not_found if the
+  /// parent has no session, thread_closed if it was cancelled,
+  /// unknown_agent if the node has no such agent.
   caf::result<spawn_result> spawn(const std::string& parent,
-                                  const std::string& child);
+                                  const std::string& child,
+                                  const std::string& agent);
+
+  /// Stores the status an operator gave `agent` (a status name); answers
+  /// once synced.
+  caf::result<caf::ok_atom> store_agent_status(const std::string& agent,
+                                               const std::string& status);
+
+  /// Applies the stored agent statuses to the catalog.
+  caf::error restore_agent_statuses();
 
   // -- reads ------------------------------------------------------------------
 

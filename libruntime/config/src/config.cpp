@@ -32,6 +32,40 @@ const tool_config* node_config::find_tool(const std::string& x) const {
   return i != tools.end() ? &*i : nullptr;
 }
 
+const agent_config* node_config::find_agent(const std::string& x) const {
+  auto i = std::find_if(agents.begin(), agents.end(),
+                        [&](const agent_config& a) { return a.name == x; });
+  return i != agents.end() ? &*i : nullptr;
+}
+
+agent_config threads_agent(const node_config& node) {
+  auto& threads = node.threads;
+  agent_config result;
+  result.name = default_agent_name;
+  result.system_prompt = threads.system_prompt;
+  result.pool = threads.pool;
+  result.tools = threads.tools;
+  result.agent_tools = threads.agent_tools;
+  result.guard = threads.guard;
+  result.agents = threads.agents;
+  result.turn_timeout = threads.turn_timeout;
+  return result;
+}
+
+std::vector<agent_config> agents_of(const node_config& node) {
+  auto result = node.agents;
+  if (node.find_agent(default_agent_name) == nullptr)
+    result.push_back(threads_agent(node));
+  return result;
+}
+
+std::optional<agent_status> parse_agent_status(std::string_view str) {
+  for (size_t i = 0; i < std::size(agent_status_names); ++i)
+    if (str == agent_status_names[i])
+      return static_cast<agent_status>(i);
+  return std::nullopt;
+}
+
 bool channel_binds(const std::string& pattern, const std::string& thread) {
   if (!pattern.empty() && pattern.back() == '*')
     return thread.compare(0, pattern.size() - 1, pattern, 0, pattern.size() - 1)

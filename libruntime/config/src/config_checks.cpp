@@ -20,6 +20,7 @@ void parser::validate(const node_config& cfg) const {
   check_pools(cfg);
   check_thread_pool(cfg);
   check_tools(cfg);
+  check_agents(cfg);
   check_storage(cfg);
   check_cluster(cfg);
   check_channels(cfg);

@@ -48,7 +48,11 @@ const key_table<thread_defaults>& thread_keys() {
       .integer("max_inbox", 1, unbounded, &d::max_inbox,
                "Unanswered messages one thread may hold.")
       .duration("turn_timeout", positive_duration, &d::turn_timeout,
-                "A turn taking longer ends with an error.");
+                "A turn taking longer ends with an error.")
+      .name("default_agent", &d::default_agent,
+            "The agent of threads whose first message names none.")
+      .string("system_agent", &d::system_agent,
+              "Answers messages naming an unknown agent; empty: refused.");
     add_thread_limits(t);
     return t;
   }();

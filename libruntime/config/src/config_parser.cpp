@@ -41,6 +41,7 @@ node_config parser::run(const YAML::Node& root) {
   map_reader top{*this, root, "", line_of(root), strings(top_level_keys)};
   read_sections(top, cfg);
   validate(cfg);
+  add_agent_pools(cfg);
   fill_cluster_defaults(cfg);
   collect_warnings(cfg);
   return cfg;
@@ -56,6 +57,7 @@ void parser::read_sections(const map_reader& top, node_config& cfg) {
   read_tools(top, cfg);
   if (auto m = read_section(top, "threads", thread_keys(), cfg.threads))
     read_threads(*m, cfg.threads);
+  read_agents(top, cfg);
   if (auto m = section(top, "supervision", strings(supervisor_names)))
     read_supervision(*m, cfg.supervision);
   read_section(top, "logging", logging_keys(), cfg.logging);

@@ -6,7 +6,8 @@
 // providers, pools, tools and channels, maps, secrets) and check the fields
 // against each other. Split by subject over config_parser.cpp (the run and
 // the top-level sections), parse_providers.cpp, parse_tools.cpp,
-// parse_threads.cpp, config_checks.cpp and config_warnings.cpp.
+// parse_threads.cpp, parse_agents.cpp, config_checks.cpp and
+// config_warnings.cpp.
 
 #include <map>
 #include <string>
@@ -139,6 +140,29 @@ private:
                           const std::string& element,
                           const nlohmann::ordered_json& parameters) const;
 
+  // -- agents -----------------------------------------------------------------
+
+  /// Reads `agents` (after `threads`, `providers` and `pools`: an agent
+  /// starts from the `threads` defaults and may name providers and pools).
+  void read_agents(const map_reader& top, node_config& cfg);
+  agent_config read_agent(const YAML::Node& node, const std::string& path,
+                          const node_config& cfg);
+  /// Makes the agent's own pool when its `models` or `execution.retry` /
+  /// `execution.breaker` differ from its pool's (added by `add_agent_pools`
+  /// once the file is checked).
+  void read_agent_pool(const map_reader& m, agent_config& agent,
+                       const node_config& cfg);
+  std::vector<std::string> read_models(const YAML::Node& node,
+                                       const std::string& path,
+                                       const node_config& cfg);
+  void check_agents(const node_config& cfg) const;
+  /// Fails for `path` (at its line, else `line_path`'s) unless `name` is
+  /// one of `known` agents.
+  void check_agent_ref(const std::vector<std::string>& known,
+                       const std::string& path, const std::string& name,
+                       const std::string& line_path) const;
+  void add_agent_pools(node_config& cfg);
+
   // -- threads, supervision and channels --------------------------------------
 
   void read_threads(const map_reader& m, thread_defaults& cfg);
@@ -213,6 +237,8 @@ private:
   bool pools_written_ = false;
   /// The file set `threads.pool`.
   bool thread_pool_written_ = false;
+  /// The pools made for agents, added after the checks.
+  std::vector<pool_config> agent_pools_;
   /// The token files read: key path and file path (their modes are
   /// warned about).
   std::vector<std::pair<std::string, std::string>> secret_files_;

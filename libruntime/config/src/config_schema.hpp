@@ -20,9 +20,9 @@ namespace keel::config_detail {
 // -- names --------------------------------------------------------------------
 
 inline constexpr const char* top_level_keys[]
-  = {"node",    "gateway",     "providers", "pools",    "tools",
-     "threads", "supervision", "logging",   "shutdown", "storage",
-     "cluster", "chaos",       "owner",     "delivery"};
+  = {"node",    "gateway", "providers",   "pools",   "tools",
+     "threads", "agents",  "supervision", "logging", "shutdown",
+     "storage", "cluster", "chaos",       "owner",   "delivery"};
 
 inline constexpr const char* tls_versions[] = {"1.2", "1.3"};
 
@@ -171,6 +171,10 @@ const key_table<thread_defaults>& thread_keys();
 const key_table<guard_limits>& guard_keys();
 const key_table<thread_defaults>& compaction_keys();
 const key_table<agent_limits>& agent_keys();
+const key_table<agent_config>& agent_definition_keys();
+const key_table<agent_config>& agent_execution_keys();
+const key_table<pool_config>& agent_retry_keys();
+const key_table<breaker_config>& agent_breaker_keys();
 const key_table<supervisor_settings>& supervisor_keys();
 const key_table<backoff_config>& backoff_keys();
 const key_table<logging_config>& logging_keys();

@@ -86,6 +86,11 @@ void describe_runtime(std::vector<config_key>& out, const node_config& d) {
   guard_keys().describe(out, "threads.guard", d.threads.guard);
   compaction_keys().describe(out, "threads.compaction", d.threads);
   agent_keys().describe(out, "threads.agents", d.threads.agents);
+  agent_definition_keys().describe(out, "agents[]", threads_agent(d));
+  agent_execution_keys().describe(out, "agents[].execution", threads_agent(d));
+  agent_retry_keys().describe(out, "agents[].execution.retry", pool_config{});
+  agent_breaker_keys().describe(out, "agents[].execution.breaker",
+                                breaker_config{});
   supervisor_keys().describe(out, "supervision.NAME", supervisor_settings{});
   backoff_keys().describe(out, "supervision.NAME.backoff", backoff_config{});
   logging_keys().describe(out, "logging", d.logging);

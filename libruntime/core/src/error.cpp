@@ -25,6 +25,8 @@ const char* to_string(ec x) {
     case ec::provider_unauthorized: return "provider_unauthorized";
     case ec::credits_exhausted: return "credits_exhausted";
     case ec::draining: return "draining";
+    case ec::unknown_agent: return "unknown_agent";
+    case ec::agent_mismatch: return "agent_mismatch";
     case ec::context_overflow: return "context_overflow";
     case ec::turn_failed: return "turn_failed";
     case ec::unavailable: return "unavailable";

@@ -159,6 +159,11 @@ bool operator==(const context_entry& x, const context_entry& y) {
          && x.tools() == y.tools() && x.message_seq == y.message_seq;
 }
 
+const std::string& agent_of(const session_record& session) {
+  static const std::string fallback = "default";
+  return session.agent.empty() ? fallback : session.agent;
+}
+
 std::string agent_client_id(const std::string& from, seq_t seq) {
   return std::string{agent_client_id_prefix} + from + ":" + std::to_string(seq);
 }
@@ -198,6 +203,15 @@ bool valid_thread_id(const std::string& id) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
            || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == ':'
            || c == '-';
+  });
+}
+
+bool valid_agent_name(const std::string& name) {
+  if (name.empty() || name.size() > 64)
+    return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
+           || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
   });
 }
 

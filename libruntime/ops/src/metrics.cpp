@@ -83,6 +83,9 @@ node_metrics::node_metrics()
     restarts_(family(prometheus::BuildCounter(), *registry_,
                      "keel_supervisor_restarts_total",
                      "Children restarted, by supervisor path.")),
+    tokens_(family(prometheus::BuildCounter(), *registry_, "keel_tokens_total",
+                   "Tokens of model calls, by agent, provider and kind "
+                   "(input, output).")),
     live_conversations_(gauge(*registry_, "keel_conversations_live",
                               "Conversations running on this node.")),
     stored_threads_(
@@ -143,6 +146,16 @@ void node_metrics::provider_call(const std::string& provider,
           {"error_class", error_class},
           {"outcome", ok ? "ok" : "failed"}})
     .Increment();
+}
+
+void node_metrics::tokens(const std::string& agent, const std::string& provider,
+                          uint64_t input, uint64_t output) {
+  auto add = [&](const char* kind, uint64_t n) {
+    tokens_.Add({{"agent", agent}, {"provider", provider}, {"kind", kind}})
+      .Increment(static_cast<double>(n));
+  };
+  add("input", input);
+  add("output", output);
 }
 
 void node_metrics::restarted(const std::string& supervisor) {

@@ -92,6 +92,20 @@ public:
     return field(key, std::string_view{value});
   }
 
+  /// Adds `usage` (the tokens of a turn's model calls) unless it counts no
+  /// call: `{"input_tokens","output_tokens","estimated"}`, estimated when a
+  /// call of the turn reported none.
+  object_writer& usage(const usage_count& x) {
+    if (x.model_calls == 0)
+      return *this;
+    key_("usage");
+    out_ += R"({"input_tokens":)" + std::to_string(x.input_tokens)
+            + R"(,"output_tokens":)" + std::to_string(x.output_tokens)
+            + R"(,"estimated":)" + (x.estimated_calls > 0 ? "true" : "false")
+            + "}";
+    return *this;
+  }
+
   std::string done() {
     out_ += '}';
     return std::move(out_);
@@ -290,8 +304,25 @@ private:
 using field_reader = frame_check (*)(const frame_fields&, const decode_limits&,
                                      client_frame&);
 
+// Reads the optional `agent` of a send or spawn.
+frame_check read_agent(const frame_fields& fields, client_frame& out) {
+  auto val = fields.get("agent");
+  if (val == nullptr)
+    return std::nullopt;
+  std::string* agent = nullptr;
+  if (auto err = fields.string_field(val, "agent", agent))
+    return err;
+  if (!valid_agent_name(*agent))
+    return fields.fail("bad_value",
+                       std::string{"field 'agent' must be "} + agent_rule);
+  out.agent = std::move(*agent);
+  return std::nullopt;
+}
+
 frame_check read_send(const frame_fields& fields, const decode_limits& limits,
                       client_frame& out) {
+  if (auto err = read_agent(fields, out))
+    return err;
   std::string* text = nullptr;
   if (auto err = fields.string_field("text", text))
     return err;
@@ -316,6 +347,8 @@ frame_check read_spawn(const frame_fields& fields, const decode_limits&,
                        std::string{"field 'child' must be "} + thread_rule);
   if (*child == *fields.thread())
     return fields.fail("bad_value", "field 'child' must differ from 'thread'");
+  if (auto err = read_agent(fields, out))
+    return err;
   out.child = std::move(*child);
   return std::nullopt;
 }
@@ -485,6 +518,7 @@ std::string outcome_frame(const std::string& thread, const log_entry& entry) {
         .field("id", entry.client_id)
         .field("text", entry.text)
         .field("provider", entry.provider)
+        .usage(entry.usage)
         .done();
     case log_kind::error:
       return object_writer{"error", hint + entry.code.size()}
@@ -495,6 +529,7 @@ std::string outcome_frame(const std::string& thread, const log_entry& entry) {
         .field("seq", entry.seq)
         .field("reply_to", entry.reply_to)
         .field("id", entry.client_id)
+        .usage(entry.usage)
         .done();
     case log_kind::tool:
       return object_writer{"tool", hint + entry.tool.size()}
@@ -582,11 +617,13 @@ std::string pong_frame(const std::string& id) {
 // -- client frames (encoding) -------------------------------------------------
 
 std::string send_frame(const std::string& thread, const std::string& id,
-                       const std::string& text) {
-  return object_writer{"send", thread.size() + id.size() + text.size() + 32}
+                       const std::string& text, const std::string& agent) {
+  return object_writer{"send", thread.size() + id.size() + text.size()
+                                 + agent.size() + 48}
     .field("thread", thread)
     .field("id", id)
     .field("text", text)
+    .optional("agent", agent)
     .done();
 }
 
@@ -617,11 +654,13 @@ std::string history_request_frame(const std::string& thread,
 }
 
 std::string spawn_frame(const std::string& parent, const std::string& child,
-                        const std::string& id) {
-  return object_writer{"spawn", parent.size() + child.size() + id.size() + 32}
+                        const std::string& id, const std::string& agent) {
+  return object_writer{"spawn", parent.size() + child.size() + id.size()
+                                  + agent.size() + 48}
     .field("thread", parent)
     .field("child", child)
     .field("id", id)
+    .optional("agent", agent)
     .done();
 }
 

@@ -9,7 +9,7 @@ namespace keel {
 namespace {
 
 // Names are short and plain: they become part of a thread id.
-bool valid_agent_name(const std::string& name) {
+bool valid_child_name(const std::string& name) {
   if (name.empty() || name.size() > 32)
     return false;
   for (auto c : name)
@@ -33,7 +33,9 @@ const std::vector<agent_tool_spec>& agent_tool_specs() {
      R"({"type":"object","properties":{)"
      R"("name":{"type":"string","pattern":"^[A-Za-z0-9_-]{1,32}$",)"
      R"("description":"the child's name, unique among your children"},)"
-     R"("task":{"type":"string","description":"what the child should do"}},)"
+     R"("task":{"type":"string","description":"what the child should do"},)"
+     R"("agent":{"type":"string","description":"the kind of agent to )"
+     R"(start, one this node defines; default: your own kind"}},)"
      R"("required":["name","task"]})"},
     {message_agent_tool,
      "Send a message to a child agent you spawned earlier. Its answer comes "
@@ -70,7 +72,7 @@ parse_agent_tool_call(const tool_call& call, const std::string& parent) {
   if (name == args.end() || !name->is_string())
     return bad_call(call, "missing string field 'name'");
   auto name_str = name->get<std::string>();
-  if (!valid_agent_name(name_str))
+  if (!valid_child_name(name_str))
     return bad_call(call,
                     "name '" + name_str + "' must be 1 to 32 of [A-Za-z0-9_-]");
   action.child = child_thread_id(parent, name_str);
@@ -83,6 +85,12 @@ parse_agent_tool_call(const tool_call& call, const std::string& parent) {
     return bad_call(call, "missing non-empty string field '"
                             + std::string{text_field} + "'");
   action.text = text->get<std::string>();
+  if (auto agent = args.find("agent");
+      action.spawn && agent != args.end() && !agent->is_null()) {
+    if (!agent->is_string() || !valid_agent_name(agent->get<std::string>()))
+      return bad_call(call, std::string{"agent must be "} + agent_rule);
+    action.agent = agent->get<std::string>();
+  }
   return action;
 }
 

@@ -21,6 +21,8 @@ std::vector<agent_info> make_agents(const std::vector<session_record>& sessions,
     x.created_at = rec.created_at;
     x.tool_failures = rec.tool_failures;
     x.paused_at = rec.paused_at;
+    x.agent = agent_of(rec);
+    x.usage = rec.usage;
     if (auto i = children.find(rec.thread); i != children.end())
       x.children = std::move(i->second);
     result.push_back(std::move(x));

@@ -61,7 +61,8 @@ private:
     char state[16];
     std::snprintf(state, sizeof(state), "%-10s", x.state.c_str());
     std::string rest = state;
-    rest += x.pool;
+    rest += "agent=" + (x.agent.empty() ? std::string{"default"} : x.agent);
+    rest += " pool=" + x.pool;
     if (!x.model.empty())
       rest += "/" + x.model;
     if (!x.provider.empty())

@@ -44,14 +44,21 @@ public:
   // Notes the records in quarantine; an inbox entry there (`thread/seq`)
   // accounts for its unanswered message.
   void quarantine(std::vector<quarantined_record> records) {
-    for (auto& rec : records)
+    for (auto& rec : records) {
+      quarantined_threads_.insert(rec.thread);
       if (rec.column_family == "inbox")
         quarantined_inbox_.insert(rec.key);
+    }
     report_.quarantined = std::move(records);
   }
 
   bool in_quarantine(const std::string& inbox_key) const {
     return quarantined_inbox_.count(inbox_key) > 0;
+  }
+
+  // Whether records of `thread` are in quarantine.
+  bool quarantines(const std::string& thread) const {
+    return quarantined_threads_.count(thread) > 0;
   }
 
   // A read that failed on a corrupt record becomes a violation at `where`;
@@ -67,6 +74,7 @@ public:
 private:
   verify_report& report_;
   std::set<std::string> quarantined_inbox_;
+  std::set<std::string> quarantined_threads_;
 };
 
 // What the tree rules look at. Threads whose session record is corrupt
@@ -330,6 +338,31 @@ void check_messages(checker& out, verify_report& report,
   check_client_ids(out, idx, dump);
 }
 
+// The session's token totals are the sum of its messages' usage: every
+// commit that counts a model call writes both. A thread with records in
+// quarantine is left out (their usage went with them).
+void check_usage(checker& out, const thread_dump& dump,
+                 const std::map<std::string, session_record>& sessions,
+                 bool quarantined) {
+  auto i = sessions.find(dump.thread);
+  if (i == sessions.end() || quarantined)
+    return;
+  usage_count sum;
+  for (auto& entry : dump.log)
+    if (entry.kind == log_kind::user)
+      sum += entry.usage;
+  auto& total = i->second.usage;
+  if (sum == total)
+    return;
+  auto text = [](const usage_count& x) {
+    return std::to_string(x.input_tokens) + " in, "
+           + std::to_string(x.output_tokens) + " out, "
+           + std::to_string(x.model_calls) + " calls";
+  };
+  out.add("usage_total", dump.thread,
+          "the session counts " + text(total) + ", its messages " + text(sum));
+}
+
 // Every outbox entry targets a thread with a session and carries the
 // client id `agent_client_id(from, seq)`.
 void check_outbox(checker& out, const std::vector<outbox_entry>& outbox,
@@ -401,9 +434,10 @@ caf::expected<store_records> read_records(checker& out, store& db) {
 // Checks the message rules on every thread in `threads`; fails only when a
 // thread cannot be read at all. Returns whether a dump reported a corrupt
 // inbox record.
-caf::expected<bool> check_threads(checker& out, verify_report& report,
-                                  store& db,
-                                  const std::set<std::string>& threads) {
+caf::expected<bool>
+check_threads(checker& out, verify_report& report, store& db,
+              const std::set<std::string>& threads,
+              const std::map<std::string, session_record>& sessions) {
   bool inbox_reported = false;
   for (auto& thread : threads) {
     std::vector<bad_record> thread_bad;
@@ -416,6 +450,8 @@ caf::expected<bool> check_threads(checker& out, verify_report& report,
                                     return x.column_family == "inbox";
                                   });
     check_messages(out, report, *dump);
+    check_usage(out, *dump, sessions,
+                !thread_bad.empty() || out.quarantines(thread));
   }
   return inbox_reported;
 }
@@ -756,7 +792,7 @@ caf::expected<verify_report> verify_store(store& db) {
   for (auto& entry : x.outbox)
     threads.insert(entry.from);
   check_outbox(out, x.outbox, tree_view{x.by_thread, x.corrupt_sessions});
-  auto inbox_reported = check_threads(out, report, db, threads);
+  auto inbox_reported = check_threads(out, report, db, threads, x.by_thread);
   if (!inbox_reported)
     return std::move(inbox_reported.error());
   if (!*inbox_reported)

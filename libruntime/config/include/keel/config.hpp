@@ -311,6 +311,10 @@ struct agent_limits {
   size_t hop_budget = 64;
 };
 
+/// The name of the agent built from the `threads` keys when the file names
+/// none of its own (`threads.default_agent`'s default).
+inline constexpr const char* default_agent_name = "default";
+
 /// Defaults for new threads (`threads:`).
 struct thread_defaults {
   /// System prompt placed before the context.
@@ -354,6 +358,70 @@ struct thread_defaults {
   bool compaction_enabled = true;
   /// Limits of agent trees (`agents:`).
   agent_limits agents;
+  /// The agent of threads whose first message names none.
+  std::string default_agent = default_agent_name;
+  /// The agent answering a message that names an agent the node does not
+  /// have (its reply is told which agent was asked for); empty: such a
+  /// message is refused with `unknown_agent`.
+  std::string system_agent;
+};
+
+/// Whether an agent answers (`agents[].status`): a `paused` or `archived`
+/// agent stores each message and answers it with the offline text.
+enum class agent_status : uint8_t {
+  active,
+  paused,
+  archived,
+};
+
+/// The YAML spellings of the agent statuses, indexed by their enum values.
+inline constexpr const char* agent_status_names[] = {"active", "paused",
+                                                     "archived"};
+
+/// Parses the spelling of an agent status; `std::nullopt` for anything else.
+std::optional<agent_status> parse_agent_status(std::string_view str);
+
+/// The prefix of the pool made for an agent whose `models` or `execution`
+/// differ from its pool's ("agent:NAME"); no configured pool may use it.
+inline constexpr const char* agent_pool_prefix = "agent:";
+
+/// One named agent (`agents[]`): what answers the threads bound to it. Keys
+/// the file leaves out take the `threads` defaults (guard and agent limits
+/// key by key), so the agent `default` built from them answers as a node
+/// without agents did.
+struct agent_config {
+  /// 1-64 of [A-Za-z0-9._-]; threads bind to it by this name.
+  std::string name;
+  /// What the agent is for (listed by `keelctl agents` and /v1/models).
+  std::string description;
+  /// Placed before the context of every turn.
+  std::string system_prompt;
+  /// Files read fresh for every turn and placed after the prompt in this
+  /// order (identity, memory, skills); one that cannot be read is left out
+  /// and logged once.
+  std::vector<std::string> prompt_files;
+  /// The pool answering its threads: `pool`, or the pool made for its
+  /// `models` and `execution` (`agent_pool_prefix` + name).
+  std::string pool;
+  /// Tools of its root threads and of its child threads (both from
+  /// `tools` when the agent names them, else `threads.tools` and
+  /// `threads.agent_tools`), on top of its pool's; `deny` takes tools
+  /// away from both, the pool's included.
+  std::vector<std::string> tools;
+  std::vector<std::string> agent_tools;
+  std::vector<std::string> deny;
+  /// Agents its threads may start children of (`spawn_agent`'s `agent`);
+  /// a child of its own kind needs no entry.
+  std::vector<std::string> spawns;
+  /// The limits of its turns and of its trees.
+  guard_limits guard;
+  agent_limits agents;
+  /// A turn taking longer ends with an error (`execution.timeout`, else
+  /// `threads.turn_timeout`).
+  caf::timespan turn_timeout = std::chrono::minutes{4};
+  /// The status the file gives; an operator's change through the admin
+  /// API is stored and wins over it.
+  agent_status status = agent_status::active;
 };
 
 /// How a supervisor reacts when one of its children exits abnormally.
@@ -639,6 +707,9 @@ struct node_config {
   /// The tools threads may be given (`tools:`); none by default.
   std::vector<tool_config> tools;
   thread_defaults threads;
+  /// The agents the file defines (`agents:`); `agents_of` adds the agent
+  /// `default` built from `threads`.
+  std::vector<agent_config> agents;
   supervision_config supervision;
   logging_config logging;
   shutdown_config shutdown;
@@ -659,7 +730,16 @@ struct node_config {
   const pool_config* find_pool(const std::string& name) const;
   /// Returns the tool named `name`, or null.
   const tool_config* find_tool(const std::string& name) const;
+  /// Returns the agent named `name`, or null.
+  const agent_config* find_agent(const std::string& name) const;
 };
+
+/// The agent `default_agent_name` as the `threads` keys of `node` make it.
+agent_config threads_agent(const node_config& node);
+
+/// Every agent of `node`: those it defines, then the agent `default` built
+/// from `threads` unless it defines one of that name.
+std::vector<agent_config> agents_of(const node_config& node);
 
 /// Looks up an environment variable; injected so tests need no real env.
 using env_lookup

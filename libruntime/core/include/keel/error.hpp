@@ -87,6 +87,11 @@ enum class ec : uint8_t {
   /// The node is draining before it stops: it takes no new work (send it
   /// to another node, or again after the restart).
   draining,
+  /// A message or spawn names an agent the node does not have (and no
+  /// system agent answers in its place).
+  unknown_agent,
+  /// A message names another agent than the one its thread is bound to.
+  agent_mismatch,
 };
 
 /// Returns the stable, machine-readable name of `x` (also used on the wire).

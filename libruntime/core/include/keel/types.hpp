@@ -63,6 +63,46 @@ typename Inspector::result_type inspect(Inspector& f, tool_failure_count& x) {
            x.tool, field("failures"), x.failures);
 }
 
+/// Tokens of model calls: as their providers reported them or, for a call
+/// that reported none, estimated (`estimate_tokens` of its request and its
+/// answer) and counted in `estimated_calls`.
+struct usage_count {
+  uint64_t input_tokens = 0;
+  uint64_t output_tokens = 0;
+  /// The model calls counted.
+  uint32_t model_calls = 0;
+  /// Of those, the calls whose tokens are estimated.
+  uint32_t estimated_calls = 0;
+
+  usage_count& operator+=(const usage_count& other) {
+    input_tokens += other.input_tokens;
+    output_tokens += other.output_tokens;
+    model_calls += other.model_calls;
+    estimated_calls += other.estimated_calls;
+    return *this;
+  }
+
+  bool empty() const {
+    return model_calls == 0 && input_tokens == 0 && output_tokens == 0;
+  }
+};
+
+inline bool operator==(const usage_count& x, const usage_count& y) {
+  return x.input_tokens == y.input_tokens && x.output_tokens == y.output_tokens
+         && x.model_calls == y.model_calls
+         && x.estimated_calls == y.estimated_calls;
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, usage_count& x) {
+  constexpr auto omit = field_form::omit_default;
+  return f(caf::meta::type_name("keel::usage_count"),
+           field("input_tokens", omit), x.input_tokens,
+           field("output_tokens", omit), x.output_tokens,
+           field("model_calls", omit), x.model_calls,
+           field("estimated_calls", omit), x.estimated_calls);
+}
+
 /// The durable record of one thread (column family `sessions`).
 struct session_record {
   /// Thread id (also the agent id).
@@ -92,6 +132,17 @@ struct session_record {
   /// When an operator paused the thread (it answers messages with the
   /// offline text until resumed); 0 while it is not paused.
   millis paused_at = 0;
+  /// The agent answering the thread (`agents[].name`), bound when the
+  /// thread was created; empty in records written before agents, which
+  /// read as the agent `default`.
+  std::string agent;
+  /// Every model call of the thread's stored turns, running totals: the
+  /// sum of its messages' log entries' usage.
+  usage_count usage;
+  /// The part of `usage` that the inbox front's turn has used so far (its
+  /// steps' calls), so a turn resumed after a restart counts on from it;
+  /// cleared when the turn's answer commits.
+  usage_count turn_usage;
 };
 
 template <class Inspector>
@@ -105,8 +156,15 @@ typename Inspector::result_type inspect(Inspector& f, session_record& x) {
            x.created_at, field("recovered_at", field_form::optional),
            x.recovered_at, field("provider_state"), x.provider_state,
            field("tool_failures", field_form::omit_default), x.tool_failures,
-           field("paused_at", field_form::omit_default), x.paused_at);
+           field("paused_at", field_form::omit_default), x.paused_at,
+           field("agent", field_form::omit_default), x.agent,
+           field("usage", field_form::embedded), x.usage,
+           field("turn_usage", field_form::optional), x.turn_usage);
 }
+
+/// The agent `session` is bound to: its `agent`, or `default` for a
+/// session written before agents.
+const std::string& agent_of(const session_record& session);
 
 /// One parent -> child link of the agent tree (column family `tree`, key
 /// `parent + '/' + child`). Written with the child's session record, in the
@@ -146,6 +204,9 @@ struct outbox_entry {
   /// Messages between threads since the client's message this one follows
   /// from, this one included (see `agent_limits::hop_budget`).
   uint32_t hops = 0;
+  /// For a client's message (never stored in the outbox): the agent it
+  /// names, empty if none.
+  std::string agent;
 };
 
 template <class Inspector>
@@ -153,7 +214,8 @@ typename Inspector::result_type inspect(Inspector& f, outbox_entry& x) {
   return f(caf::meta::type_name("keel::outbox_entry"), field("from"), x.from,
            field("seq"), x.seq, field("to"), x.to, field("client_id"),
            x.client_id, field("text"), x.text, field("created_at"),
-           x.created_at, field("hops", field_form::omit_default), x.hops);
+           x.created_at, field("hops", field_form::omit_default), x.hops,
+           field("agent", field_form::omit_default), x.agent);
 }
 
 /// Returns the deduplication key of a message from thread `from`, log entry
@@ -310,6 +372,9 @@ struct inbox_entry {
   /// For a message from another thread, its `outbox_entry::hops`; 0 for a
   /// client's.
   uint32_t hops = 0;
+  /// The agent the message asked for when the node has none of that name
+  /// and its system agent answers instead (the model is told); else empty.
+  std::string asked_agent;
 };
 
 template <class Inspector>
@@ -317,7 +382,8 @@ typename Inspector::result_type inspect(Inspector& f, inbox_entry& x) {
   return f(caf::meta::type_name("keel::inbox_entry"), field("seq"), x.seq,
            field("client_id"), x.client_id, field("text"), x.text,
            field("accepted_at"), x.accepted_at,
-           field("hops", field_form::omit_default), x.hops);
+           field("hops", field_form::omit_default), x.hops,
+           field("asked_agent", field_form::omit_default), x.asked_agent);
 }
 
 /// What kind of visible event a log entry records.
@@ -390,6 +456,9 @@ struct log_entry {
   task_state task = task_state::none;
   uint32_t attempts = 0;
   millis task_at = 0;
+  /// For messages: the tokens of the model calls of its turn (so far, while
+  /// it runs).
+  usage_count usage;
 };
 
 template <class Inspector>
@@ -401,7 +470,7 @@ typename Inspector::result_type inspect(Inspector& f, log_entry& x) {
            field("code", omit), x.code, field("provider", omit), x.provider,
            field("at"), x.at, field("tool", omit), x.tool, field("task", omit),
            x.task, field("attempts", omit), x.attempts, field("task_at", omit),
-           x.task_at);
+           x.task_at, field("usage", field_form::embedded), x.usage);
 }
 
 /// The log entry of an accepted message: `queued` as of its acceptance.
@@ -834,6 +903,10 @@ struct agent_info {
   std::vector<tool_failure_count> tool_failures;
   /// When an operator paused the thread; 0 if it is not paused.
   millis paused_at = 0;
+  /// The agent answering the thread (`agent_of` its session).
+  std::string agent;
+  /// Its model calls' tokens (the session's totals).
+  usage_count usage;
 };
 
 template <class Inspector>
@@ -846,7 +919,8 @@ typename Inspector::result_type inspect(Inspector& f, agent_info& x) {
            field("created_at", optional), x.created_at, field("children"),
            x.children, field("tool_failures", field_form::omit_default),
            x.tool_failures, field("paused_at", field_form::omit_default),
-           x.paused_at);
+           x.paused_at, field("agent", optional), x.agent,
+           field("usage", field_form::embedded), x.usage);
 }
 
 /// A page of a thread's history.
@@ -881,6 +955,13 @@ typename Inspector::result_type inspect(Inspector& f, thread_event& x) {
 /// Checks a thread id: 1 to 128 characters of `[A-Za-z0-9._:-]`. The
 /// restricted alphabet keeps RocksDB key prefixes unambiguous.
 bool valid_thread_id(const std::string& id);
+
+/// Checks an agent name: 1 to 64 characters of `[A-Za-z0-9._-]`.
+bool valid_agent_name(const std::string& name);
+
+/// What `valid_agent_name` accepts, for messages.
+inline constexpr const char* agent_rule
+  = "1 to 64 characters from A-Z, a-z, 0-9, '.', '_' and '-'";
 
 /// Checks a client message id: 1 to 128 printable ASCII characters.
 bool valid_client_id(const std::string& id);

@@ -63,6 +63,11 @@ public:
   /// error_class, outcome}`); `error_class` is "none" for a success.
   void provider_call(const std::string& provider,
                      const std::string& error_class, bool ok);
+  /// Tokens one model call of `agent` took from `provider`
+  /// (`keel_tokens_total{agent,provider,kind}`, kind `input` or `output`;
+  /// a call that reported none counts its estimate).
+  void tokens(const std::string& agent, const std::string& provider,
+              uint64_t input, uint64_t output);
   /// A supervisor restarted one of its children
   /// (`keel_supervisor_restarts_total{supervisor}`; the supervisor's name:
   /// `root`, `providers`, `pool NAME`, `conversations`).
@@ -92,6 +97,7 @@ private:
   prometheus::Counter& flush_failures_;
   prometheus::Family<prometheus::Counter>& provider_calls_;
   prometheus::Family<prometheus::Counter>& restarts_;
+  prometheus::Family<prometheus::Counter>& tokens_;
   prometheus::Gauge& live_conversations_;
   prometheus::Gauge& stored_threads_;
   prometheus::Gauge& connections_;

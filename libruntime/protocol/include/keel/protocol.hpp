@@ -55,6 +55,9 @@ struct client_frame {
   size_t limit = 100;
   /// Spawn: the child's thread id.
   std::string child;
+  /// Send and spawn: the agent the new thread binds to (empty: the default
+  /// agent for a send, the parent's for a spawn).
+  std::string agent;
 };
 
 /// Why a client frame was refused. `code` is machine-readable and stable:
@@ -156,7 +159,7 @@ std::string pong_frame(const std::string& id);
 // -- client frames (encoding) and server frames (decoding), for clients ------
 
 std::string send_frame(const std::string& thread, const std::string& id,
-                       const std::string& text);
+                       const std::string& text, const std::string& agent = {});
 std::string subscribe_frame(const std::string& thread,
                             const std::string& id = {});
 std::string unsubscribe_frame(const std::string& thread,
@@ -165,7 +168,7 @@ std::string history_request_frame(const std::string& thread,
                                   const std::string& id, seq_t after,
                                   size_t limit);
 std::string spawn_frame(const std::string& parent, const std::string& child,
-                        const std::string& id);
+                        const std::string& id, const std::string& agent = {});
 std::string cancel_frame(const std::string& thread, const std::string& id = {});
 std::string ping_frame(const std::string& id);
 

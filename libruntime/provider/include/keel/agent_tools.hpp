@@ -1,8 +1,9 @@
 #pragma once
 
 // The built-in agent tools a model may call to run sub-agents:
-// `spawn_agent {"name", "task"}` creates a child agent of the
-// calling thread and sends it the task; `message_agent {"name", "text"}`
+// `spawn_agent {"name", "task", "agent"?}` creates a child agent of the
+// calling thread (of another kind of agent, if it names one) and sends it
+// the task; `message_agent {"name", "text"}`
 // sends an existing child a message. A child's id is the parent's id, a dot
 // and the name, so it is stable across resends and crashes.
 
@@ -23,6 +24,8 @@ struct agent_action {
   std::string child;
   /// The message for the child.
   std::string text;
+  /// For `spawn_agent`: the agent the child binds to; empty: the parent's.
+  std::string agent;
 };
 
 /// The tool names.
