@@ -162,9 +162,12 @@ accept_request conversation_state::make_accept_request(incoming_message msg) {
     req.outbox_from = msg.from;
     req.outbox_seq = msg.seq;
   }
-  if (!session_active) {
+  if (!session_active && !turn_running) {
     // The first accept of an activation (re)writes the session as ACTIVE in
-    // the same synced batch as the message.
+    // the same synced batch as the message. Not while a turn runs (one
+    // resumed after a restart): a commit of it may be in flight, and this
+    // older copy of the session would undo what it counts (usage, tool
+    // failures); a later accept writes it.
     if (!session_exists) {
       bind_new_thread(req.entry, msg.agent);
       session.thread = cfg.thread;
