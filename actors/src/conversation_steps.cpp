@@ -4,10 +4,11 @@
 
 #include "keel/agent_tools.hpp"
 #include "keel/text.hpp"
+#include "keel/turn_texts.hpp"
 
 // The steps of a turn's tool loop: the model's calls, each call's result
-// (where a failing tool is counted and disabled), and the calls a restart
-// interrupted.
+// (where a failing tool is counted and disabled), the result a cancel
+// stopped, and the calls a restart interrupted.
 
 namespace keel {
 
@@ -187,6 +188,18 @@ turn_commit conversation_state::make_result_step(const tool_call& call,
        note + " (thread " + cfg.thread + ")"});
     log(note_seq, std::move(note));
   }
+  return commit;
+}
+
+turn_commit conversation_state::make_cancelled_result(
+  const tool_call& call, const tool_outcome& outcome, millis now) {
+  auto step = make_result_step(call, outcome, false, now);
+  auto commit = make_error_commit(to_string(ec::cancelled),
+                                  turn_errors::cancelled, now);
+  commit.context.insert(commit.context.begin(), step.context.begin(),
+                        step.context.end());
+  // The step's task entry (in progress) gives way to the error's.
+  commit.log.insert(commit.log.begin(), step.log.begin() + 1, step.log.end());
   return commit;
 }
 

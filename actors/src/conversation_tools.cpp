@@ -26,7 +26,8 @@ void tool_done(self_ptr self, const tool_call& call, tool_outcome outcome,
   feed(self, tool_finished{call,
                            tool_result{std::move(outcome.text),
                                        std::move(outcome.error)},
-                           counts_failure, std::chrono::steady_clock::now()});
+                           counts_failure, std::chrono::steady_clock::now(),
+                           self->state.closing});
 }
 
 } // namespace

@@ -160,8 +160,11 @@ struct carrier {
     auto& st = self->state;
     auto outcome = tool_outcome{std::move(x.result.text),
                                 std::move(x.result.error), false, 0};
-    commit_turn(self, st.make_result_step(x.call, outcome, x.counts_failure,
-                                          wall_clock_millis()));
+    auto now = wall_clock_millis();
+    commit_turn(self, x.ends_cancelled
+                        ? st.make_cancelled_result(x.call, outcome, now)
+                        : st.make_result_step(x.call, outcome, x.counts_failure,
+                                              now));
   }
   void operator()(turn_actions::commit_interrupted& x) const {
     commit_turn(self, self->state.make_interrupted_step(x.calls,

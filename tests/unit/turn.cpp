@@ -237,6 +237,24 @@ CAF_TEST(a tool result is committed with its failure counted) {
   CAF_CHECK(step.counts_failure);
 }
 
+CAF_TEST(a tool result that lands during a cancel ends the turn with it) {
+  auto& turn = fresh();
+  auto stopped = tool_finished{call("a", "ls"),
+                               {"[ls was cancelled and stopped]", "cancelled"},
+                               true,
+                               t0,
+                               true};
+  auto plan = decide(turn, stopped);
+  CAF_CHECK_EQUAL(action_names(plan), "commit_result");
+  auto& step = last_as<turn_actions::commit_result>(plan);
+  CAF_CHECK(step.ends_cancelled);
+  CAF_CHECK(!step.counts_failure); // The cancel stopped it, not a fault.
+  CAF_CHECK_EQUAL(step.result.text, "[ls was cancelled and stopped]");
+  auto plain = tool_finished{call("a", "ls"), {"out", ""}, true, t0};
+  CAF_CHECK(!last_as<turn_actions::commit_result>(decide(fresh(), plain))
+               .ends_cancelled);
+}
+
 CAF_TEST(a durable step runs the next call or asks the model again) {
   struct row {
     const char* name;

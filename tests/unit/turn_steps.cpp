@@ -228,6 +228,30 @@ CAF_TEST(calls a crash cut are answered as interrupted in one step) {
   CAF_CHECK_EQUAL(st.tool_failures("ls"), 0u);
 }
 
+CAF_TEST(a result a cancel stopped and the end of the turn are one commit) {
+  st.apply(st.make_call_step(asking({call("a", "ls")}), 0, {}));
+  auto commit = st.make_cancelled_result(
+    call("a", "ls"), failed("ls was cancelled and stopped"), 0);
+  CAF_CHECK(!commit.keeps_inbox);
+  CAF_CHECK_EQUAL(commit.inbox_seq, 5u);
+  // The result closes the call, the error closes the turn after it.
+  CAF_REQUIRE_EQUAL(commit.context.size(), 2u);
+  CAF_CHECK_EQUAL(commit.context[0].role, "tool");
+  CAF_CHECK_EQUAL(commit.context[0].tool_call_id(), "a");
+  CAF_CHECK_EQUAL(commit.context[1].role, "assistant");
+  CAF_CHECK_EQUAL(commit.context[1].content, turn_errors::cancelled);
+  // The tool entry, the message's task entry (once), then the error.
+  CAF_REQUIRE_EQUAL(commit.log.size(), 3u);
+  CAF_CHECK_EQUAL(commit.log[0].kind, log_kind::tool);
+  CAF_CHECK_EQUAL(commit.log[1].task, task_state::dead_lettered);
+  CAF_CHECK_EQUAL(commit.log[2].kind, log_kind::error);
+  CAF_CHECK_EQUAL(commit.log[2].code, "cancelled");
+  CAF_CHECK_LESS(commit.log[0].seq, commit.log[2].seq);
+  st.apply(commit);
+  CAF_CHECK(st.inbox.empty());
+  CAF_CHECK_EQUAL(st.tool_failures("ls"), 0u);
+}
+
 CAF_TEST(a request shares the committed context and copies only its own) {
   auto req = st.make_request();
   CAF_CHECK(req.context.shares_with(st.context));

@@ -238,6 +238,10 @@ struct conversation_state {
   turn_commit make_result_step(const tool_call& call,
                                const tool_outcome& outcome, bool counts_failure,
                                millis now);
+  /// The end of a turn cancelled while `call` ran: its result (counted as
+  /// no failure) and the `cancelled` error, in one commit.
+  turn_commit make_cancelled_result(const tool_call& call,
+                                    const tool_outcome& outcome, millis now);
   /// A step of the turn: every call of `calls` answered as interrupted by a
   /// restart (they were committed, and may have run, before a crash).
   turn_commit make_interrupted_step(const std::vector<tool_call>& calls,

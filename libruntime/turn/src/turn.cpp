@@ -238,8 +238,11 @@ turn_plan decide(turn& t, const summary_failed& event) {
 }
 
 // A tool's result is committed before the model sees it; the guard counts
-// it (a stop shows once the step is durable).
+// it (a stop shows once the step is durable). A cancel's stop is no
+// failure of the tool: its result and the turn's end are one commit.
 turn_plan decide(turn& t, const tool_finished& event) {
+  if (event.cancelled)
+    return {turn_actions::commit_result{event.call, event.result, false, true}};
   t.guard.on_tool_result(event.call.name, event.result.error, event.now);
   return {turn_actions::commit_result{event.call, event.result,
                                       event.counts_failure}};

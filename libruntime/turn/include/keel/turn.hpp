@@ -131,12 +131,14 @@ struct summary_failed {
 };
 
 /// A tool call ended (or could not run). `counts_failure`: a configured
-/// tool ran and failed (or its arguments did not fit).
+/// tool ran and failed (or its arguments did not fit). `cancelled`: the
+/// thread is being cancelled (the run was stopped, or ended meanwhile).
 struct tool_finished {
   tool_call call;
   tool_result result;
   bool counts_failure = false;
   turn::time_point now;
+  bool cancelled = false;
 };
 
 /// A step of the turn is durable; `unanswered` are the calls of its last
@@ -187,11 +189,15 @@ struct commit_calls {
 struct commit_answer {
   completion reply;
 };
-/// Commit the step: the result of `call`.
+/// Commit the step: the result of `call`. `ends_cancelled`: the thread is
+/// being cancelled, so the same commit ends the turn with the `cancelled`
+/// error; a crash between the two would leave a resumed turn showing the
+/// model a stop that was the cancel's doing.
 struct commit_result {
   tool_call call;
   tool_result result;
   bool counts_failure = false;
+  bool ends_cancelled = false;
 };
 /// Commit the step: each of `calls` answered as interrupted by a restart.
 struct commit_interrupted {
