@@ -46,6 +46,7 @@ completion_request conversation_state::make_request() const {
   completion_request req;
   req.thread = cfg.thread;
   req.system_prompt = system_prompt();
+  req.params = cfg->params;
   req.context = context;
   auto& msg = inbox.front();
   req.client_id = msg.client_id;

@@ -57,6 +57,7 @@ make_conversation_settings(const std::shared_ptr<const node_config>& shared,
   cfg->storage_timeout = node.storage.request_timeout;
   cfg->pool = agent.pool;
   cfg->system_prompt = agent.system_prompt;
+  cfg->params = agent.params;
   if (!agent.prompt_files.empty())
     cfg->prompt = std::make_shared<prompt_files>(agent.prompt_files);
   cfg->spawns = agent.spawns;

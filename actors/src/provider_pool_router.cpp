@@ -147,6 +147,14 @@ void record_failure(router_ptr self, pool_call& call,
                     "is discarded");
 }
 
+// The output limit of the call's next attempt: the one a timeout reduced,
+// else its request's or its provider's.
+uint32_t attempt_limit(const pool_call& call, const provider_config& provider) {
+  return call.max_tokens != 0
+           ? call.max_tokens
+           : output_token_limit(provider.params, call.request.params);
+}
+
 // Retries call `id` on its provider after the backoff delay (Retry-After as
 // its floor); a retried timeout asks for fewer tokens.
 void retry_later(router_ptr self, uint64_t id, pool_call& call,
@@ -155,8 +163,7 @@ void retry_later(router_ptr self, uint64_t id, pool_call& call,
   auto& link = st.chain[call.link];
   if (cls == error_class::timeout) {
     call.timeout_retried = true;
-    auto current = call.max_tokens != 0 ? call.max_tokens
-                                        : link.provider.max_tokens;
+    auto current = attempt_limit(call, link.provider);
     call.max_tokens = std::max<uint32_t>(
       1, static_cast<uint32_t>(current * st.cfg.timeout_max_tokens_factor));
   }
@@ -229,9 +236,7 @@ void attempt(router_ptr self, uint64_t id, pool_call& call) {
   ++call.attempt;
   ++call.tries_here;
   call.in_flight = true;
-  attempt_request req{call.request,
-                      call.max_tokens != 0 ? call.max_tokens
-                                           : link.provider.max_tokens,
+  attempt_request req{call.request, attempt_limit(call, link.provider),
                       call.attempt, id};
   if (call.deadline) {
     // The attempt gets what is left of the budget, never more.

@@ -35,8 +35,8 @@ std::string openai(const std::string& name, const std::string& base_url,
 }
 
 /// Support and coder on the LLM server, each with its own chain, prompt
-/// and tools; concierge (the system agent) too; `agents_extra` goes under
-/// the support agent.
+/// and tools, coder with model parameters over its provider's; concierge
+/// (the system agent) too.
 std::string two_agents_yaml(const temp_dir& dir, const std::string& base_url,
                             const std::string& support_prompt
                             = "You are the support desk.") {
@@ -44,6 +44,7 @@ std::string two_agents_yaml(const temp_dir& dir, const std::string& base_url,
          + "/data\ngateway:\n  port: 0\nlogging:\n  level: warn\n"
          + "providers:\n" + openai("help-llm", base_url, "help-model")
          + openai("code-llm", base_url, "code-model")
+         + "    temperature: 0.7\n    max_output_tokens: 333\n"
          + "pools:\n  - name: default\n    chain: [help-llm]\n"
          + "tools:\n  - {name: today, description: The date., command: "
            "[date, \"+%Y\"]}\n"
@@ -53,6 +54,7 @@ std::string two_agents_yaml(const temp_dir& dir, const std::string& base_url,
          + "/missing.md]\n"
          + "  - name: coder\n    system_prompt: You write code.\n"
            "    models: [code-llm]\n    tools: [today]\n"
+           "    model: {temperature: 0.2, stop: [END]}\n"
          + "  - name: concierge\n    system_prompt: You route people.\n"
          + storage_yaml(dir.str() + "/data");
 }
@@ -182,6 +184,12 @@ CAF_TEST(two agents answer side by side with their own prompts and chains) {
   CAF_CHECK_EQUAL(sent[1]["model"], "code-model");
   CAF_CHECK_EQUAL(system_of(sent[1]), "You write code.");
   CAF_CHECK(offers(sent[1], "today"));
+  // Each call carries its provider's parameters, its agent's over them.
+  CAF_CHECK(!sent[0].contains("temperature"));
+  CAF_CHECK_EQUAL(sent[0]["max_completion_tokens"], 1024);
+  CAF_CHECK_EQUAL(sent[1]["temperature"], 0.2);
+  CAF_CHECK_EQUAL(sent[1]["max_completion_tokens"], 333);
+  CAF_CHECK_EQUAL(sent[1]["stop"], json::array({"END"}));
   // The missing prompt file is logged once, not per turn.
   c.send("t-help", "m3", "still late");
   CAF_CHECK_EQUAL(occurrences(node.stderr_text(), "missing.md"), 1u);

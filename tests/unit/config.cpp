@@ -1374,7 +1374,7 @@ CAF_TEST(http providers take their endpoint timeouts and limits) {
   CAF_CHECK_EQUAL(gpt.max_concurrency, 8u);
   CAF_CHECK_EQUAL(gpt.ca_file, ca_file);
   CAF_CHECK(!gpt.stream);
-  CAF_CHECK_EQUAL(gpt.max_tokens, 77u);
+  CAF_CHECK_EQUAL(gpt.params.max_output_tokens, 77u);
   auto& claude = cfg->providers[1];
   CAF_CHECK(claude.stream);
   CAF_CHECK_EQUAL(claude.total_timeout, 120s);

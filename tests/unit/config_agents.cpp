@@ -200,3 +200,101 @@ pools:
 )"),
                       "pools[1].name: pool names starting with agent:");
 }
+
+namespace {
+
+/// An openai and an anthropic provider with parameters of their own.
+const std::string http_base = R"(
+providers:
+  - name: gpt
+    kind: openai
+    base_url: http://127.0.0.1:1
+    model: gpt-x
+    temperature: 0.7
+    stop: [END]
+    max_output_tokens: 2000
+    token_limit_field: max_tokens
+    extra_body: {seed: 7, metadata: {team: support}}
+  - {name: claude, kind: anthropic, base_url: "http://127.0.0.1:2",
+     model: claude-x, max_tokens: 500}
+pools:
+  - {name: default, chain: [gpt]}
+  - {name: both, chain: [gpt, claude]}
+)";
+
+} // namespace
+
+CAF_TEST(providers and agents set model parameters) {
+  auto cfg = parse(http_base + R"(
+agents:
+  - name: coder
+    pool: both
+    model: {temperature: 0.1, reasoning_effort: high,
+            extra_body: {seed: null}}
+)");
+  CAF_REQUIRE(cfg);
+  auto gpt = cfg->find_provider("gpt");
+  CAF_REQUIRE(gpt != nullptr);
+  CAF_CHECK_EQUAL(gpt->params.temperature, 0.7);
+  CAF_CHECK_EQUAL(gpt->params.top_p, unset_param);
+  CAF_CHECK_EQUAL(gpt->params.stop, std::vector<std::string>{"END"});
+  CAF_CHECK_EQUAL(gpt->params.max_output_tokens, 2000u);
+  CAF_CHECK_EQUAL(gpt->token_limit_field, "max_tokens");
+  CAF_CHECK_EQUAL(gpt->params.extra_body,
+                  R"({"seed":7,"metadata":{"team":"support"}})");
+  // max_tokens is the older spelling of the same limit.
+  CAF_CHECK_EQUAL(cfg->find_provider("claude")->params.max_output_tokens, 500u);
+  CAF_CHECK_EQUAL(cfg->find_provider("claude")->token_limit_field,
+                  "max_completion_tokens");
+  auto coder = cfg->find_agent("coder");
+  CAF_REQUIRE(coder != nullptr);
+  CAF_CHECK_EQUAL(coder->params.temperature, 0.1);
+  CAF_CHECK_EQUAL(coder->params.max_output_tokens, 0u); // Its provider's.
+  // Over the provider's, key by key; a null still removes the field.
+  auto sent = overlay(gpt->params, coder->params);
+  CAF_CHECK_EQUAL(sent.temperature, 0.1);
+  CAF_CHECK_EQUAL(sent.stop, std::vector<std::string>{"END"});
+  CAF_CHECK_EQUAL(sent.reasoning_effort, "high");
+  CAF_CHECK_EQUAL(sent.extra_body,
+                  R"({"seed":null,"metadata":{"team":"support"}})");
+  CAF_CHECK_EQUAL(output_token_limit(gpt->params, coder->params), 2000u);
+  CAF_CHECK_EQUAL(output_token_limit(model_params{}, model_params{}), 1024u);
+}
+
+CAF_TEST(bad model parameters are errors naming the key) {
+  struct row {
+    std::string yaml;
+    std::string expected;
+  };
+  std::vector<row> rows{
+    {"providers:\n  - {name: e, kind: echo, temperature: 1}\n",
+     "providers[0].temperature: only openai and anthropic providers take "
+     "temperature"},
+    {http_base + "agents:\n  - {name: a, model: {temperature: 2.5}}\n",
+     "agents[0].model.temperature"},
+    {http_base + "agents:\n  - {name: a, model: {top_p: -0.1}}\n",
+     "agents[0].model.top_p"},
+    {http_base + "agents:\n  - {name: a, model: {stop: [\"\"]}}\n",
+     "agents[0].model.stop[0]"},
+    {http_base + "agents:\n  - {name: a, model: {reasoning_effort: max}}\n",
+     "unknown value \"max\""},
+    {http_base + "agents:\n  - {name: a, model: {extra_body: [1]}}\n",
+     "agents[0].model.extra_body: expected a mapping of request fields"},
+    {http_base + "agents:\n  - {name: a, model: {seed: 1}}\n",
+     "agents[0].model.seed: unknown key"},
+    {http_base
+       + "agents:\n  - {name: a, pool: both, model: {reasoning_effort: "
+         "none}}\n",
+     "provider \"claude\" is anthropic, whose effort is low, medium or high"},
+    {"providers:\n  - {name: g, kind: openai, base_url: \"http://x\", "
+     "model: m, max_tokens: 5, max_output_tokens: 6}\n",
+     "set only one of max_output_tokens and max_tokens"},
+    {"providers:\n  - {name: g, kind: openai, base_url: \"http://x\", "
+     "model: m, token_limit_field: max_length}\n",
+     "providers[0].token_limit_field"},
+  };
+  for (auto& x : rows) {
+    CAF_MESSAGE(x.expected);
+    KEEL_CHECK_CONTAINS(error_of(x.yaml), x.expected);
+  }
+}

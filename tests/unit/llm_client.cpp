@@ -16,6 +16,7 @@
 #include "keel/tools/fault_llm_server.hpp"
 #include "temp_dir.hpp"
 #include "text_checks.hpp"
+#include "wire_bodies.hpp"
 
 using namespace keel;
 using namespace std::chrono_literals;
@@ -245,10 +246,11 @@ CAF_TEST(openai request bodies carry system prompt and context roles) {
                  {3, "", "provider failed"},
                  {4, "system", "note"},
                  {5, "user", "q2"}};
-  auto body = json::parse(
-    llm_wire::request_body(llm_wire::api::openai, "gpt", req, 77, true));
+  auto body = keel::test::wire_body(llm_wire::api::openai, req, "gpt", 77,
+                                    true);
   CAF_CHECK_EQUAL(body["model"], "gpt");
-  CAF_CHECK_EQUAL(body["max_tokens"], 77);
+  CAF_CHECK_EQUAL(body["max_completion_tokens"], 77);
+  CAF_CHECK(!body.contains("max_tokens"));
   CAF_CHECK_EQUAL(body["stream"], true);
   auto expected = json::array({{{"role", "system"}, {"content", "sys"}},
                                {{"role", "user"}, {"content", "q1"}},
@@ -272,8 +274,8 @@ CAF_TEST(anthropic request bodies move system text and merge turns) {
   req.context = {{1, "user", "q1"},     {2, "", "provider failed"},
                  {3, "user", "q2"},     {4, "assistant", ""},
                  {5, "system", "note"}, {6, "assistant", "a2"}};
-  auto body = json::parse(
-    llm_wire::request_body(llm_wire::api::anthropic, "claude", req, 5, false));
+  auto body = keel::test::wire_body(llm_wire::api::anthropic, req, "claude", 5,
+                                    false);
   CAF_CHECK_EQUAL(body["model"], "claude");
   CAF_CHECK_EQUAL(body["max_tokens"], 5);
   CAF_CHECK_EQUAL(body["stream"], false);
@@ -288,8 +290,8 @@ CAF_TEST(anthropic request bodies move system text and merge turns) {
                   json::array({"name", "text"}));
   req.system_prompt.clear();
   req.context = {req.context[0]};
-  body = json::parse(
-    llm_wire::request_body(llm_wire::api::anthropic, "claude", req, 5, false));
+  body = keel::test::wire_body(llm_wire::api::anthropic, req, "claude", 5,
+                               false);
   CAF_CHECK(body.find("system") == body.end());
 }
 
@@ -415,11 +417,11 @@ CAF_TEST(request bodies carry tool calls and tool results in both apis) {
     CAF_MESSAGE(row.what);
     completion_request req;
     req.context = row.context;
-    auto openai = json::parse(
-      llm_wire::request_body(llm_wire::api::openai, "m", req, 9, false));
+    auto openai = keel::test::wire_body(llm_wire::api::openai, req, "m", 9,
+                                        false);
     CAF_CHECK_EQUAL(openai["messages"].dump(), row.openai.dump());
-    auto anthropic = json::parse(
-      llm_wire::request_body(llm_wire::api::anthropic, "m", req, 9, false));
+    auto anthropic = keel::test::wire_body(llm_wire::api::anthropic, req, "m",
+                                           9, false);
     CAF_CHECK_EQUAL(anthropic["messages"].dump(), row.anthropic.dump());
     CAF_CHECK(anthropic.find("system") == anthropic.end());
   }
@@ -435,8 +437,8 @@ CAF_TEST(request bodies advertise the configured tools after the agent tools) {
                {"scalar", "Not an object.", "42"},
                {"run", "listed twice", "{}"}};
   auto empty_schema = json{{"type", "object"}, {"properties", json::object()}};
-  auto openai = json::parse(
-    llm_wire::request_body(llm_wire::api::openai, "m", req, 9, false));
+  auto openai = keel::test::wire_body(llm_wire::api::openai, req, "m", 9,
+                                      false);
   auto& ot = openai["tools"];
   CAF_REQUIRE_EQUAL(ot.size(), 5u);
   CAF_CHECK_EQUAL(ot[0]["function"]["name"], "spawn_agent");
@@ -453,8 +455,8 @@ CAF_TEST(request bodies advertise the configured tools after the agent tools) {
   CAF_CHECK_EQUAL(ot[3]["function"]["parameters"], empty_schema);
   CAF_CHECK_EQUAL(ot[4]["function"]["name"], "scalar");
   CAF_CHECK_EQUAL(ot[4]["function"]["parameters"], empty_schema);
-  auto anthropic = json::parse(
-    llm_wire::request_body(llm_wire::api::anthropic, "m", req, 9, false));
+  auto anthropic = keel::test::wire_body(llm_wire::api::anthropic, req, "m", 9,
+                                         false);
   auto& at = anthropic["tools"];
   CAF_REQUIRE_EQUAL(at.size(), 5u);
   CAF_CHECK_EQUAL(at[0]["name"], "spawn_agent");
@@ -940,10 +942,68 @@ CAF_TEST(openai plain calls send the request and parse the answer) {
   CAF_CHECK_EQUAL(req.headers.count("x-api-key"), 0u);
   auto body = json::parse(req.body);
   CAF_CHECK_EQUAL(body["model"], "test-model");
-  CAF_CHECK_EQUAL(body["max_tokens"], 64);
+  CAF_CHECK_EQUAL(body["max_completion_tokens"], 64);
   CAF_CHECK_EQUAL(body["stream"], false);
   CAF_CHECK_EQUAL(body["messages"][0]["role"], "system");
   CAF_CHECK_EQUAL(body["messages"][1]["content"], "hello world");
+}
+
+CAF_TEST(a call sends the parameters of the provider with those of the request
+           over them) {
+  struct row {
+    const char* kind;
+    const char* limit_field;
+    const char* stop_field;
+  };
+  for (auto& x : {row{"openai", "max_tokens", "stop"},
+                  row{"anthropic", "max_tokens", "stop_sequences"}}) {
+    CAF_MESSAGE(x.kind);
+    auto cfg = http_provider(x.kind, server->base_url(), false);
+    cfg.token_limit_field = "max_tokens"; // An older OpenAI-style server.
+    cfg.params.temperature = 0.5;
+    cfg.params.top_p = 0.9;
+    cfg.params.max_output_tokens = 300;
+    cfg.params.extra_body = R"({"seed":7,"top_k":40})";
+    auto ep = endpoint(cfg);
+    auto req = ask("hello");
+    req.params.temperature = 0.25; // The agent's, over the provider's.
+    req.params.stop = {"END"};
+    req.params.reasoning_effort = "low";
+    req.params.extra_body = R"({"top_k":null})"; // Removes the provider's.
+    auto p = probe::make();
+    probes.push_back(p);
+    start(*ep, req, p, 0); // 0: the parameters' limit.
+    CAF_REQUIRE(p->wait());
+    CAF_REQUIRE(p->ok() != nullptr);
+    auto body = json::parse(server->last_request().body);
+    CAF_CHECK_EQUAL(body["temperature"], 0.25);
+    CAF_CHECK_EQUAL(body["top_p"], 0.9);
+    CAF_CHECK_EQUAL(body[x.limit_field], 300);
+    CAF_CHECK_EQUAL(body[x.stop_field], json::array({"END"}));
+    CAF_CHECK_EQUAL(body["seed"], 7);
+    CAF_CHECK(!body.contains("top_k"));
+    if (std::string{x.kind} == "openai") {
+      CAF_CHECK_EQUAL(body["reasoning_effort"], "low");
+      CAF_CHECK(!body.contains("max_completion_tokens"));
+    } else {
+      CAF_CHECK_EQUAL(body["output_config"]["effort"], "low");
+    }
+  }
+}
+
+CAF_TEST(the smaller limit of a timed out retry wins over the parameters) {
+  auto cfg = http_provider("openai", server->base_url(), false);
+  cfg.params.max_output_tokens = 300;
+  auto ep = endpoint(cfg);
+  auto p = probe::make();
+  probes.push_back(p);
+  start(*ep, ask("hello"), p, 30);
+  CAF_REQUIRE(p->wait());
+  auto body = json::parse(server->last_request().body);
+  CAF_CHECK_EQUAL(body["max_completion_tokens"], 30);
+  CAF_CHECK(!body.contains("temperature")); // Unset: the server's.
+  CAF_CHECK(!body.contains("stop"));
+  CAF_CHECK(!body.contains("reasoning_effort"));
 }
 
 CAF_TEST(openai streamed calls deliver deltas in order) {

@@ -14,6 +14,8 @@
 
 #include "keel/llm_wire.hpp"
 
+#include "wire_bodies.hpp"
+
 using namespace keel;
 using json = nlohmann::json;
 using step = llm_wire::stream_decoder::step;
@@ -144,14 +146,14 @@ CAF_TEST(an anthropic stream takes input at the start and output at the end) {
 CAF_TEST(only a streamed openai request asks for the usage chunk) {
   completion_request req;
   req.context.push_back(context_entry{1, "user", "hi"});
-  auto streamed_body = json::parse(
-    llm_wire::request_body(llm_wire::api::openai, "m", req, 64, true));
+  auto streamed_body = keel::test::wire_body(llm_wire::api::openai, req, "m",
+                                             64, true);
   CAF_CHECK_EQUAL(streamed_body["stream_options"],
                   json({{"include_usage", true}}));
-  auto plain_body = json::parse(
-    llm_wire::request_body(llm_wire::api::openai, "m", req, 64, false));
+  auto plain_body = keel::test::wire_body(llm_wire::api::openai, req, "m", 64,
+                                          false);
   CAF_CHECK(!plain_body.contains("stream_options"));
-  auto anthropic_body = json::parse(
-    llm_wire::request_body(llm_wire::api::anthropic, "m", req, 64, true));
+  auto anthropic_body = keel::test::wire_body(llm_wire::api::anthropic, req,
+                                              "m", 64, true);
   CAF_CHECK(!anthropic_body.contains("stream_options"));
 }

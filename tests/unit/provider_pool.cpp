@@ -272,7 +272,7 @@ CAF_TEST(one retry budget spans the whole chain) {
 CAF_TEST(a timeout is retried once with fewer tokens then fails over) {
   auto a = scripted("a", {failure("timeout"), reply("a: {max_tokens} tokens"),
                           failure("timeout"), failure("timeout")});
-  a.max_tokens = 1000;
+  a.params.max_output_tokens = 1000;
   auto cfg = pool_config_of({a, scripted("b", {reply("b: {max_tokens}")})});
   cfg.pools.front().breaker.failure_threshold = 100;
   fixture f{cfg};

@@ -28,6 +28,9 @@ struct conversation_settings : turn_settings {
   std::string agent = default_agent_name;
   /// Placed before the context in every completion request.
   std::string system_prompt;
+  /// The agent's model parameters, sent with its turns' calls (not with a
+  /// compaction's summaries, which take the provider's own).
+  model_params params;
   /// The agent's prompt files, placed after the prompt as they are at each
   /// turn; null when it has none.
   std::shared_ptr<prompt_files> prompt;

@@ -186,10 +186,65 @@ const key_table<provider_config>& http_provider_keys() {
         "a readable PEM file of CA certificates",
         "PEM file of CAs to trust instead of the system's.")
       .boolean("stream", &p::stream, "Stream answers (server-sent events).")
-      .integer("max_tokens", 1, 1'000'000, &p::max_tokens,
-               "max_tokens of every request.")
+      .integer(
+        "max_tokens", 1, 1'000'000,
+        [](auto& x) -> auto& { return x.params.max_output_tokens; },
+        "The older spelling of max_output_tokens.")
+      .derived("—")
+      .choice("token_limit_field", token_limit_fields, &p::token_limit_field,
+              "The openai wire's field of the output limit.")
       .size("max_response_bytes", 1024, &p::max_response_bytes,
             "Largest response body read from the provider.");
+    return t;
+  }();
+  return table;
+}
+
+namespace {
+
+// `stop`: a list of non-empty texts.
+void read_stop(reader& r, const map_reader& m, const std::string& key,
+               const YAML::Node& x, model_params& out) {
+  auto path = m.path(key);
+  out.stop.clear();
+  auto items = r.read_list(x, path, "a list of stop texts");
+  for (size_t i = 0; i < items.size(); ++i) {
+    auto item = strict_yaml::indexed(path, i);
+    out.stop.push_back(r.read_string(items[i], item));
+    if (out.stop.back().empty())
+      r.bad_value(items[i], item, "", "a non-empty text");
+  }
+}
+
+} // namespace
+
+const key_table<model_params>& model_param_keys() {
+  static const auto table = [] {
+    using m = model_params;
+    key_table<m> t;
+    t.number("temperature", 0, 2, &m::temperature, "Sampling temperature.")
+      .derived("the server's")
+      .number("top_p", 0, 1, &m::top_p, "Nucleus sampling share.")
+      .derived("the server's")
+      .custom("stop", "list of non-empty strings", read_stop, "`[]`",
+              "Texts that end an answer.")
+      .integer("max_output_tokens", 1, 1'000'000, &m::max_output_tokens,
+               "Most tokens of one answer.")
+      .choice("reasoning_effort", reasoning_effort_names, &m::reasoning_effort,
+              "How hard a reasoning model thinks.")
+      .derived("not sent")
+      .dedicated("extra_body", "mapping", "none",
+                 "Merged into every request body last (null removes).");
+    return t;
+  }();
+  return table;
+}
+
+const key_table<model_params>& agent_model_keys() {
+  static const auto table = [] {
+    auto t = model_param_keys();
+    for (auto& k : model_param_keys().keys())
+      t.derived(k.name.c_str(), "its provider's");
     return t;
   }();
   return table;

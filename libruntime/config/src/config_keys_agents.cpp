@@ -29,6 +29,7 @@ const key_table<agent_config>& agent_definition_keys() {
              "Agents its threads may spawn children of.")
       .container("guard", "Keys of threads.guard, each overriding it.")
       .container("agents", "Keys of threads.agents, each overriding it.")
+      .container("model", "Model parameters over its providers' own.")
       .container("execution", "Its turn timeout, retries and breakers.")
       .choice("status", agent_status_names, &a::status,
               "paused and archived answer with the offline text.");

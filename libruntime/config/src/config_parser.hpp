@@ -109,6 +109,18 @@ private:
   scripted_step read_step(const YAML::Node& node, const std::string& path);
   void read_tool(const YAML::Node& node, const std::string& path,
                  scripted_step& cfg);
+  /// Reads the model parameters of `m` (a provider's own keys or an
+  /// agent's `model:` mapping), `extra_body` as a JSON object.
+  void read_model_params(const map_reader& m, model_params& out);
+  /// Fails (at `effort_path`, the key that set it) if `params` cannot go
+  /// on `provider`'s wire.
+  void check_params_fit(const provider_config& provider,
+                        const model_params& params,
+                        const std::string& effort_path) const;
+  /// `check_params_fit` of the agent's `model:` for each provider of its
+  /// pool.
+  void check_agent_params(const agent_config& agent, const std::string& path,
+                          const node_config& cfg) const;
   void read_pools(const map_reader& top, node_config& cfg);
   pool_config read_pool(const YAML::Node& node, const std::string& path);
   void read_cooldowns(const map_reader& m, cooldown_table& cfg);

@@ -29,6 +29,9 @@ inline constexpr const char* tls_versions[] = {"1.2", "1.3"};
 inline constexpr const char* provider_kinds[] = {"echo", "scripted", "openai",
                                                  "anthropic"};
 
+/// The openai wire's spellings of the output limit.
+inline constexpr const char* token_limit_fields[] = {"max_completion_tokens",
+                                                     "max_tokens"};
 inline constexpr const char* channel_kinds[] = {"webhook", "telegram"};
 
 /// The keys of `owner.notices`: the kinds of notice, each a dedup window.
@@ -161,6 +164,11 @@ const key_table<tls_config>& gateway_tls_keys();
 const key_table<provider_config>& provider_keys();
 /// The keys only HTTP providers (openai, anthropic) take.
 const key_table<provider_config>& http_provider_keys();
+/// The model parameters of a provider (its own keys) and of an agent (its
+/// `model:` mapping).
+const key_table<model_params>& model_param_keys();
+/// `model_param_keys` with every default its provider's, for `agents[].model`.
+const key_table<model_params>& agent_model_keys();
 const key_table<scripted_step>& script_step_keys();
 const key_table<pool_config>& pool_keys();
 const key_table<pool_config>& pool_retry_keys();

@@ -72,6 +72,7 @@ void describe_lists(std::vector<config_key>& out) {
   using namespace config_detail;
   provider_keys().describe(out, "providers[]", provider_config{});
   http_provider_keys().describe(out, "providers[]", provider_config{});
+  model_param_keys().describe(out, "providers[]", provider_config{}.params);
   script_step_keys().describe(out, "providers[].script[]", scripted_step{});
   pool_keys().describe(out, "pools[]", pool_config{});
   pool_retry_keys().describe(out, "pools[].retry", pool_config{});
@@ -87,6 +88,7 @@ void describe_runtime(std::vector<config_key>& out, const node_config& d) {
   compaction_keys().describe(out, "threads.compaction", d.threads);
   agent_keys().describe(out, "threads.agents", d.threads.agents);
   agent_definition_keys().describe(out, "agents[]", threads_agent(d));
+  agent_model_keys().describe(out, "agents[].model", model_params{});
   agent_execution_keys().describe(out, "agents[].execution", threads_agent(d));
   agent_retry_keys().describe(out, "agents[].execution.retry", pool_config{});
   agent_breaker_keys().describe(out, "agents[].execution.breaker",

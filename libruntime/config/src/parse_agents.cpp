@@ -41,7 +41,10 @@ agent_config parser::read_agent(const YAML::Node& node, const std::string& path,
       read_per_tool(*x, g->path("per_tool"), result.guard.per_tool);
     }
   read_section(m, "agents", agent_keys(), result.agents);
+  if (auto params = section(m, "model", agent_model_keys()))
+    read_model_params(*params, result.params);
   read_agent_pool(m, result, cfg);
+  check_agent_params(result, path, cfg);
   return result;
 }
 

@@ -9,10 +9,18 @@ using strict_yaml::one_of;
 
 namespace {
 
+/// The keys only the HTTP kinds take: their own and the model parameters.
+std::vector<std::string> http_known_keys() {
+  auto result = http_provider_keys().known();
+  auto params = model_param_keys().known();
+  result.insert(result.end(), params.begin(), params.end());
+  return result;
+}
+
 /// The keys of a provider: those of every kind, then the HTTP kinds'.
 std::vector<std::string> provider_known_keys() {
   auto result = provider_keys().known();
-  auto http = http_provider_keys().known();
+  auto http = http_known_keys();
   result.insert(result.end(), http.begin(), http.end());
   return result;
 }
@@ -58,7 +66,7 @@ void parser::read_script(const map_reader& m, provider_config& cfg) {
 
 void parser::read_http_provider(const map_reader& m, provider_config& cfg) {
   if (!is_http_kind(cfg.kind)) {
-    for (auto& key : http_provider_keys().known())
+    for (auto& key : http_known_keys())
       if (m.has(key))
         fail(m.line(key), m.path(key),
              "only openai and anthropic providers take " + key
@@ -73,6 +81,12 @@ void parser::read_http_provider(const map_reader& m, provider_config& cfg) {
     fail(m.line("model"), m.path("model"),
          "missing required key (expected the model name to request)");
   http_provider_keys().read(*this, m, cfg);
+  if (m.has("max_tokens") && m.has("max_output_tokens"))
+    fail(m.line("max_tokens"), m.path("max_tokens"),
+         "set only one of max_output_tokens and max_tokens (its older "
+         "spelling)");
+  read_model_params(m, cfg.params);
+  check_params_fit(cfg, cfg.params, m.path("reasoning_effort"));
   if (auto x = m.get("headers"))
     read_headers(*x, m.path("headers"), cfg.headers);
 }

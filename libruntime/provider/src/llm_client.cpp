@@ -324,9 +324,13 @@ private:
 call_canceller
 endpoint_impl::complete(const completion_request& req, uint32_t max_tokens,
                         delta_handler on_delta, result_handler on_done) {
-  auto body = llm_wire::request_body(
-    api_, cfg_.model, req, max_tokens > 0 ? max_tokens : cfg_.max_tokens,
-    cfg_.stream);
+  llm_wire::request_settings settings{cfg_.model,
+                                      overlay(cfg_.params, req.params),
+                                      cfg_.token_limit_field, cfg_.stream};
+  // A retry after a timeout asks for fewer tokens than the limit.
+  settings.params.max_output_tokens
+    = max_tokens > 0 ? max_tokens : output_token_limit(cfg_.params, req.params);
+  auto body = llm_wire::request_body(api_, req, settings);
   auto c = std::make_shared<call>(shared_from_this(), std::move(on_delta),
                                   std::move(on_done));
   return c->start(std::move(body),

@@ -398,16 +398,38 @@ json tools_json(api kind, const completion_request& req) {
 
 } // namespace
 
-std::string request_body(api kind, const std::string& model,
-                         const completion_request& req, uint32_t max_tokens,
-                         bool stream) {
+namespace {
+
+// The parameters other than the limit, each only when set.
+void put_params(api kind, const model_params& params, json& body) {
+  if (params.temperature != unset_param)
+    body["temperature"] = params.temperature;
+  if (params.top_p != unset_param)
+    body["top_p"] = params.top_p;
+  if (!params.stop.empty())
+    body[kind == api::openai ? "stop" : "stop_sequences"] = params.stop;
+  if (params.reasoning_effort.empty())
+    return;
+  if (kind == api::openai)
+    body["reasoning_effort"] = params.reasoning_effort;
+  else
+    body["output_config"] = {{"effort", params.reasoning_effort}};
+}
+
+} // namespace
+
+std::string request_body(api kind, const completion_request& req,
+                         const request_settings& settings) {
   json body = json::object();
-  body["model"] = model;
-  body["max_tokens"] = max_tokens;
-  body["stream"] = stream;
+  body["model"] = settings.model;
+  auto limit_field = kind == api::openai ? settings.token_limit_field
+                                         : std::string{"max_tokens"};
+  body[limit_field] = settings.params.max_output_tokens;
+  body["stream"] = settings.stream;
   // OpenAI streams the usage only when asked, in a chunk of its own.
-  if (stream && kind == api::openai)
+  if (settings.stream && kind == api::openai)
     body["stream_options"] = {{"include_usage", true}};
+  put_params(kind, settings.params, body);
   auto& messages = body["messages"] = json::array();
   if (kind == api::openai) {
     openai_messages(req, messages);
@@ -418,6 +440,9 @@ std::string request_body(api kind, const std::string& model,
       body["system"] = std::move(system);
   }
   body["tools"] = tools_json(kind, req);
+  // The parser checked it is an object.
+  if (!settings.params.extra_body.empty())
+    body.merge_patch(json::parse(settings.params.extra_body));
   // Invalid UTF-8 (never from our clients, which are checked) becomes
   // U+FFFD rather than an exception.
   return body.dump(-1, ' ', false, json::error_handler_t::replace);

@@ -18,6 +18,7 @@
 #include "keel/context_window.hpp"
 #include "keel/delivery_policy.hpp"
 #include "keel/error.hpp"
+#include "keel/model_params.hpp"
 #include "keel/provider_policy.hpp"
 #include "keel/turn_guard.hpp"
 #include "keel/units.hpp"
@@ -170,6 +171,14 @@ struct scripted_step {
 };
 
 /// One provider endpoint (`providers[]`).
+/// A provider's parameters unless its config sets them: answers of at
+/// most 1024 tokens, the rest the server's.
+inline model_params default_provider_params() {
+  model_params result;
+  result.max_output_tokens = 1024;
+  return result;
+}
+
 struct provider_config {
   /// Unique name, referenced by pools.
   std::string name;
@@ -205,8 +214,12 @@ struct provider_config {
   std::string ca_file;
   /// Ask for server-sent events and pass tokens on as they arrive.
   bool stream = true;
-  /// `max_tokens` of every request.
-  uint32_t max_tokens = 1024;
+  /// The parameters of every call to it (an agent's go over them).
+  model_params params = default_provider_params();
+  /// The request field of the output limit on the openai wire:
+  /// "max_completion_tokens" (what OpenAI's reasoning models need) or
+  /// "max_tokens" (older servers); anthropic's is always max_tokens.
+  std::string token_limit_field = "max_completion_tokens";
   /// Largest response body (or whole event stream) read from the provider;
   /// a larger one fails the call as a `format` error.
   size_t max_response_bytes = 8 << 20;
@@ -422,6 +435,8 @@ struct agent_config {
   /// The status the file gives; an operator's change through the admin
   /// API is stored and wins over it.
   agent_status status = agent_status::active;
+  /// The parameters of its model calls (`model:`), over its provider's.
+  model_params params;
 };
 
 /// How a supervisor reacts when one of its children exits abnormally.

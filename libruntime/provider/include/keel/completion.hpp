@@ -12,6 +12,7 @@
 #include <caf/meta/type_name.hpp>
 
 #include "keel/context_list.hpp"
+#include "keel/model_params.hpp"
 #include "keel/provider_policy.hpp"
 #include "keel/types.hpp"
 
@@ -51,13 +52,15 @@ struct completion_request {
   /// A request the thread's clients do not see (a compaction's summary):
   /// the pool publishes no delta or status frame about it.
   bool quiet = false;
+  /// The thread's agent's parameters, over those of the provider called.
+  model_params params;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, completion_request& x) {
   return f(caf::meta::type_name("keel::completion_request"), x.thread,
            x.client_id, x.seq, x.system_prompt, x.context, x.time_budget_ms,
-           x.tools, x.quiet);
+           x.tools, x.quiet, x.params);
 }
 
 /// The tokens one model call took, as its provider reported them: OpenAI's

@@ -76,7 +76,9 @@ public:
   virtual ~llm_endpoint();
 
   /// Starts one call answering `req` with at most `max_tokens` tokens (0:
-  /// the configured `max_tokens`) and returns at once. Streams when the
+  /// the `output_token_limit` of the provider's and the request's
+  /// parameters) and returns at once. The request's parameters go over the
+  /// provider's (`overlay`). Streams when the
   /// provider is configured with `stream: true`; then `on_delta` (if set)
   /// receives each piece of text as it arrives. A stream that ends without
   /// its terminal event (`[DONE]`, `message_stop`) is a failure (with

@@ -60,11 +60,26 @@ using base_url = http_url;
 /// Fails with `ec::config_invalid` saying what is wrong.
 caf::expected<base_url> parse_base_url(std::string_view url, api kind);
 
+/// What a request body carries besides the conversation and the tools.
+struct request_settings {
+  std::string model;
+  /// The provider's parameters with the request's over them (`overlay`);
+  /// `max_output_tokens` is the call's limit.
+  model_params params;
+  /// The openai wire's field of the limit ("max_completion_tokens" or
+  /// "max_tokens"); Anthropic's is always max_tokens.
+  std::string token_limit_field = "max_completion_tokens";
+  bool stream = false;
+};
+
 /// Builds the JSON request body (see the top of this file for the roles and
-/// the tools). Never throws on what the context or the tools hold.
-std::string request_body(api kind, const std::string& model,
-                         const completion_request& req, uint32_t max_tokens,
-                         bool stream);
+/// the tools). The parameters: `temperature` and `top_p` as they are;
+/// `stop` as OpenAI's `stop` or Anthropic's `stop_sequences`;
+/// `reasoning_effort` as OpenAI's `reasoning_effort` or Anthropic's
+/// `output_config.effort`; `extra_body` merged last as a merge patch. Never
+/// throws on what the context or the tools hold.
+std::string request_body(api kind, const completion_request& req,
+                         const request_settings& settings);
 
 /// Parses a complete (not streamed) answer into `out`. On failure returns
 /// false and sets `error` to what was wrong.
