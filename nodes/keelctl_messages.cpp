@@ -264,6 +264,8 @@ void print_entry(const keel::log_entry& entry) {
   std::string text = entry.text;
   if (entry.kind == keel::log_kind::error && !entry.code.empty())
     text = "[" + entry.code + "] " + text;
+  if (!entry.detail.empty())
+    text += "\n(detail) " + entry.detail;
   if (entry.kind == keel::log_kind::tool)
     text = "[" + entry.tool + "] " + text;
   std::cout << head << indent_lines(text, 15) << '\n';

@@ -314,7 +314,8 @@ conversation_state::make_reply_commit(const completion& reply, millis now,
 
 turn_commit conversation_state::make_error_commit(const std::string& code,
                                                   const std::string& text,
-                                                  millis now) {
+                                                  millis now,
+                                                  const std::string& detail) {
   auto& msg = inbox.front();
   turn_commit commit;
   commit.thread = cfg.thread;
@@ -328,6 +329,7 @@ turn_commit conversation_state::make_error_commit(const std::string& code,
     commit.context.push_back(context_entry{seq, "assistant", text});
   auto entry = entry_about(msg, seq, log_kind::error, text, now);
   entry.code = code;
+  entry.detail = detail;
   add_delivery(*this, commit, entry, now);
   commit.log.push_back(task_entry(task_state::dead_lettered, now));
   commit.log.push_back(std::move(entry));

@@ -162,10 +162,10 @@ void retry_turn(self_ptr self) {
     });
 }
 
-void fail_turn(self_ptr self, const std::string& code,
-               const std::string& text) {
-  commit_turn(self,
-              self->state.make_error_commit(code, text, wall_clock_millis()));
+void fail_turn(self_ptr self, const std::string& code, const std::string& text,
+               const std::string& detail) {
+  commit_turn(self, self->state.make_error_commit(code, text,
+                                                  wall_clock_millis(), detail));
 }
 
 void cancel_turn(self_ptr self) {

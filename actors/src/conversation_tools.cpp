@@ -18,11 +18,14 @@ namespace {
 
 // A tool call ended (or could not run): its result goes to the turn, which
 // commits it (`commit_result`, see `make_result_step`) before the model
-// sees it. `counts_failure`: a configured tool ran and failed.
+// sees it. `counts_failure`: a configured tool ran and failed. The user
+// hears of a timeout (status `tool_timed_out`) as the result is stored.
 void tool_done(self_ptr self, const tool_call& call, tool_outcome outcome,
                bool counts_failure) {
   reach(kill_point::tool_finished);
   self->state.tool_cancel.reset();
+  if (outcome.timed_out)
+    self->state.notices.push_back({"tool_timed_out", outcome.error});
   feed(self, tool_finished{call,
                            tool_result{std::move(outcome.text),
                                        std::move(outcome.error)},

@@ -175,7 +175,7 @@ struct carrier {
     commit_turn(self, self->state.make_compaction_commit(x.result));
   }
   void operator()(turn_actions::fail& x) const {
-    fail_turn(self, x.code, x.text);
+    fail_turn(self, x.code, x.text, x.detail);
   }
   void operator()(turn_actions::notify_owner& x) const {
     self->state.edit_extras().owner_notices.push_back(std::move(x.notice));

@@ -198,6 +198,10 @@ CAF_TEST(every error class of the api fails over or is retried as it should) {
     CAF_CHECK_EQUAL(t.outcome["text"], "echo: " + text);
     CAF_CHECK(has_state(t, "failing_over"));
     CAF_CHECK_EQUAL(has_state(t, "retrying_provider"), retried);
+    // The user is asked for a moment (the seeds' MODEL_FALLBACK).
+    for (auto& s : t.statuses)
+      if (s["state"] == "failing_over")
+        CAF_CHECK_EQUAL(s["text"], "Give me one more moment...");
   }
   auto health = provider_health(node.address());
   CAF_CHECK_EQUAL(health["primary"]["last_error_class"], "overloaded");

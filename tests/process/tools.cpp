@@ -14,6 +14,7 @@
 
 #include "keel/protocol.hpp"
 #include "keel/tools/process.hpp"
+#include "keel/turn_texts.hpp"
 
 using namespace keel;
 using namespace keel::test;
@@ -201,6 +202,14 @@ struct fixture {
                        [&](auto& j) { return j["state"] == status; });
   }
 
+  /// The first status event of state `status` seen so far.
+  json status_of(const std::string& status) const {
+    auto i = std::find_if(statuses.begin(), statuses.end(),
+                          [&](auto& j) { return j["state"] == status; });
+    CAF_REQUIRE(i != statuses.end());
+    return *i;
+  }
+
   std::vector<json> statuses;
 };
 
@@ -213,6 +222,10 @@ CAF_TEST(a tool past its timeout is killed with its whole process tree) {
   CAF_CHECK_EQUAL(reply["type"], "reply");
   CAF_CHECK_EQUAL(reply["text"], "the tool timed out");
   CAF_CHECK(saw_status("tool"));
+  // The user hears of it in words; operators read which tool and how long.
+  auto timed_out = status_of("tool_timed_out");
+  CAF_CHECK_EQUAL(timed_out["text"], protocol::status_texts::tool_timed_out);
+  CAF_CHECK_EQUAL(timed_out["detail"], "sleepy timed out after 1 s");
   auto entries = history("t1");
   CAF_CHECK_EQUAL(count_text(entries, "tool", "sleepy timed out after 1 s"),
                   1u);
@@ -225,7 +238,8 @@ CAF_TEST(a tool past its timeout is killed with its whole process tree) {
 CAF_TEST(a tool failing three times is disabled for the thread) {
   auto reply = ask("t2", "m1", "use flaky");
   CAF_CHECK_EQUAL(reply["text"], "done without flaky");
-  CAF_CHECK(saw_status("tool_disabled"));
+  auto disabled = status_of("tool_disabled");
+  CAF_CHECK_EQUAL(disabled["text"], protocol::status_texts::tool_failed);
   auto entries = history("t2");
   CAF_CHECK_EQUAL(count_text(entries, "tool", "[flaky exited with status 3]"),
                   3u);
@@ -256,13 +270,19 @@ CAF_TEST(a model repeating the same call is stopped by the guard) {
   auto answer = ask("t4", "m1", "loop");
   CAF_CHECK_EQUAL(answer["type"], "error");
   CAF_CHECK_EQUAL(answer["code"], "guard_stopped");
-  auto text = answer["message"].get<std::string>();
+  // The user reads the seeds' STUCK text; operators the guard's report.
+  CAF_CHECK_EQUAL(answer["message"], turn_errors::stuck);
+  auto text = answer["detail"].get<std::string>();
   CAF_CHECK_EQUAL(text.rfind("Forced stop: say was called 4 times in a row "
                              "with the same arguments. Events processed: ",
                              0),
                   0u);
   CAF_CHECK(text.find("| Tool calls: 3 |") != std::string::npos);
-  CAF_CHECK_EQUAL(count_text(history("t4"), "tool", "again"), 3u);
+  auto stored = history("t4");
+  CAF_CHECK_EQUAL(count_text(stored, "tool", "again"), 3u);
+  CAF_REQUIRE(!stored.empty());
+  CAF_CHECK_EQUAL(stored.back()["kind"], "error");
+  CAF_CHECK_EQUAL(stored.back()["detail"], text);
   // The thread goes on answering.
   auto next = ask("t4", "m2", "hello");
   CAF_CHECK_EQUAL(next["text"], "answer to hello");
@@ -356,7 +376,7 @@ CAF_TEST(an openai model stuck calling a tool is stopped by the guard) {
   auto answer = ask("o2", "m1", "[mock:loop] keep going");
   CAF_CHECK_EQUAL(answer["type"], "error");
   CAF_CHECK_EQUAL(answer["code"], "guard_stopped");
-  auto text = answer["message"].get<std::string>();
+  auto text = answer["detail"].get<std::string>();
   CAF_CHECK_EQUAL(text.rfind("Forced stop: echo_text was called 4 times in "
                              "a row with the same arguments.",
                              0),

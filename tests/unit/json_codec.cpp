@@ -282,36 +282,36 @@ CAF_TEST(every record encodes as before and reads back) {
     R"({"at":10,"client_id":"c0","kind":"user","seq":1,)"
     R"("text":"hello"})",
     R"(keel::log_entry(1, user, "c0", 0, "hello", "", "", 10, "", non)"
-    R"(e, 0, 0, keel::usage_count(0, 0, 0, 0)))",
+    R"(e, 0, 0, keel::usage_count(0, 0, 0, 0), ""))",
     "00000000000000010002633000000000000000000568656c6c6f00000000"
     "00000000000a000000000000000000000000000000000000000000000000"
-    "0000000000000000000000000000");
+    "000000000000000000000000000000");
   check_pinned(
     reply_log(),
     R"({"at":77,"client_id":"c1","kind":"reply",)"
     R"("provider":"openai-1","reply_to":3,"seq":5,)"
     R"("text":"the answer"})",
     R"(keel::log_entry(5, reply, "c1", 3, "the answer", "", "openai-1)"
-    R"(", 77, "", none, 0, 0, keel::usage_count(0, 0, 0, 0)))",
+    R"(", 77, "", none, 0, 0, keel::usage_count(0, 0, 0, 0), ""))",
     "00000000000000050102633100000000000000030a74686520616e737765"
     "7200086f70656e61692d31000000000000004d0000000000000000000000"
-    "000000000000000000000000000000000000000000000000000000");
+    "00000000000000000000000000000000000000000000000000000000");
   check_pinned(
     error_log(),
     R"({"at":78,"client_id":"c2","code":"provider_down",)"
     R"("kind":"error","reply_to":4,"seq":6,"text":"failed"})",
     R"(keel::log_entry(6, error, "c2", 4, "failed", "provider_down", )"
-    R"("", 78, "", none, 0, 0, keel::usage_count(0, 0, 0, 0)))",
+    R"("", 78, "", none, 0, 0, keel::usage_count(0, 0, 0, 0), ""))",
     "0000000000000006020263320000000000000004066661696c65640d7072"
     "6f76696465725f646f776e00000000000000004e00000000000000000000"
-    "00000000000000000000000000000000000000000000000000000000");
+    "0000000000000000000000000000000000000000000000000000000000");
   check_pinned(
     log_entry{}, R"({"at":0,"client_id":"","kind":"user","seq":0,"text":""})",
     R"(keel::log_entry(0, user, "", 0, "", "", "", 0, "", none, 0, 0,)"
-    R"( keel::usage_count(0, 0, 0, 0)))",
+    R"( keel::usage_count(0, 0, 0, 0), ""))",
     "000000000000000000000000000000000000000000000000000000000000"
     "000000000000000000000000000000000000000000000000000000000000"
-    "00000000000000");
+    "0000000000000000");
   check_pinned(full_context(),
                R"({"content":"text with\nnewline","role":"assistant","seq":3})",
                R"(keel::context_entry(3, "assistant", "text with\nnewline",)"

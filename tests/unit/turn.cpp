@@ -214,7 +214,8 @@ CAF_TEST(the guard stops on repeated errors and on its duration) {
   auto& late = fresh();
   auto plan = decide(late, model_answered{reply_of("x"), t0 + 11min, false});
   CAF_CHECK_EQUAL(action_names(plan), "log_line notify_owner fail");
-  KEEL_CHECK_CONTAINS(last_as<turn_actions::fail>(plan).text, "Elapsed");
+  KEEL_CHECK_CONTAINS(last_as<turn_actions::fail>(plan).detail, "Elapsed");
+  CAF_CHECK_EQUAL(last_as<turn_actions::fail>(plan).text, turn_errors::stuck);
 }
 
 CAF_TEST(a repeating model is nudged toward another approach) {

@@ -43,13 +43,17 @@ struct fixture {
     if (auto x = std::get_if<turn_actions::commit_calls>(&last))
       result = st.make_call_step(x->reply, 0, {});
     else if (auto x = std::get_if<turn_actions::commit_result>(&last))
-      result = st.make_result_step(
-        x->call, tool_outcome{x->result.text, x->result.error, false, 0},
-        x->counts_failure, 0);
+      result = x->ends_cancelled
+                 ? st.make_cancelled_result(
+                   x->call, tool_outcome{x->result.text, x->result.error}, 0)
+                 : st.make_result_step(x->call,
+                                       tool_outcome{x->result.text,
+                                                    x->result.error, false, 0},
+                                       x->counts_failure, 0);
     else if (auto x = std::get_if<turn_actions::commit_interrupted>(&last))
       result = st.make_interrupted_step(x->calls, 0);
     else if (auto x = std::get_if<turn_actions::fail>(&last))
-      result = st.make_error_commit(x->code, x->text, 0);
+      result = st.make_error_commit(x->code, x->text, 0, x->detail);
     else
       CAF_FAIL("the plan ends in " << action_name(last) << ", not a commit");
     st.apply(result);
@@ -114,7 +118,7 @@ CAF_TEST(calls a restart interrupted are answered so and not run) {
                   "build_request");
 }
 
-CAF_TEST(the guard 's stop is the thread' s answer) {
+CAF_TEST(the stop of the guard is the answer of the thread) {
   auto loop = asking({{"a", "ls", R"({"x":1})"}});
   turn_plan plan;
   for (int i = 0; i < 10; ++i) {
@@ -127,6 +131,10 @@ CAF_TEST(the guard 's stop is the thread' s answer) {
   CAF_CHECK(!answer.keeps_inbox);
   CAF_REQUIRE_EQUAL(answer.log.size(), 2u);
   CAF_CHECK_EQUAL(answer.log[1].code, turn_errors::guard_stopped_code);
+  // The user reads the STUCK text; the report is the entry's detail.
+  CAF_CHECK_EQUAL(answer.log[1].text, turn_errors::stuck);
+  CAF_CHECK_EQUAL(answer.log[1].detail.rfind("Forced stop: ", 0), 0u);
+  CAF_CHECK_EQUAL(answer.context.back().content, turn_errors::stuck);
   CAF_CHECK(st.inbox.empty());
 }
 

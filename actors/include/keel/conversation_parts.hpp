@@ -90,7 +90,8 @@ void run_tool(self_ptr self, const tool_call& call);
 /// Commits the outcome of the current turn (a step or its answer).
 void commit_turn(self_ptr self, turn_commit commit);
 /// Ends the turn with a descriptive error in the thread.
-void fail_turn(self_ptr self, const std::string& code, const std::string& text);
+void fail_turn(self_ptr self, const std::string& code, const std::string& text,
+               const std::string& detail = {});
 /// Ends the turn as cancelled with the thread.
 void cancel_turn(self_ptr self);
 /// Runs the turn again after `commit_retry_delay`.

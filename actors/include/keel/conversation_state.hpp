@@ -204,11 +204,13 @@ struct conversation_state {
   /// refused in `outcomes` (the former noticed).
   std::vector<std::pair<std::string, std::string>>
   new_children(const completion& reply, spawn_outcomes& outcomes);
-  /// The commit of a failed turn: a descriptive error in the thread. If
-  /// tool steps of the turn are in the context, the error closes them as
-  /// the assistant's answer there.
+  /// The commit of a failed turn: a descriptive error in the thread, with
+  /// the operators' `detail` beside it. If tool steps of the turn are in
+  /// the context, the error (as the user read it) closes them as the
+  /// assistant's answer there.
   turn_commit make_error_commit(const std::string& code,
-                                const std::string& text, millis now);
+                                const std::string& text, millis now,
+                                const std::string& detail = {});
   /// The tools configured for this thread (by its kind: root or agent).
   const std::vector<tool_config>& tools() const;
   /// How often `tool` failed in this thread.

@@ -475,7 +475,13 @@ std::string ack_frame(const std::string& thread, const std::string& client_id,
 
 std::string status_text(std::string_view state) {
   if (state == "retrying" || state == "retrying_provider")
-    return "Just a moment while I think about that...";
+    return status_texts::retrying;
+  if (state == "failing_over")
+    return status_texts::model_fallback;
+  if (state == "tool_disabled")
+    return status_texts::tool_failed;
+  if (state == "tool_timed_out")
+    return status_texts::tool_timed_out;
   return {};
 }
 
@@ -525,6 +531,7 @@ std::string outcome_frame(const std::string& thread, const log_entry& entry) {
         .field("code", entry.code.empty() ? std::string_view{"turn_failed"}
                                           : std::string_view{entry.code})
         .field("message", entry.text)
+        .optional("detail", entry.detail)
         .field("thread", thread)
         .field("seq", entry.seq)
         .field("reply_to", entry.reply_to)

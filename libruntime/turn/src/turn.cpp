@@ -40,7 +40,8 @@ turn_plan stopped_plan(const turn& t, const guard_stop& stop) {
                                                     "guard ("}
                                           + to_string(stop.reason) + ")"},
           turn_actions::notify_owner{std::move(notice)},
-          turn_actions::fail{turn_errors::guard_stopped_code, stop.report}};
+          turn_actions::fail{turn_errors::guard_stopped_code,
+                             turn_errors::stuck, stop.report}};
 }
 
 // The turn fails as the provider's overflow of the context would.

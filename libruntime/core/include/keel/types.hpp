@@ -459,6 +459,9 @@ struct log_entry {
   /// For messages: the tokens of the model calls of its turn (so far, while
   /// it runs).
   usage_count usage;
+  /// For errors: what operators read beside the user's `text` (a guard's
+  /// "Forced stop: ..." report); empty otherwise.
+  std::string detail;
 };
 
 template <class Inspector>
@@ -470,7 +473,8 @@ typename Inspector::result_type inspect(Inspector& f, log_entry& x) {
            field("code", omit), x.code, field("provider", omit), x.provider,
            field("at"), x.at, field("tool", omit), x.tool, field("task", omit),
            x.task, field("attempts", omit), x.attempts, field("task_at", omit),
-           x.task_at, field("usage", field_form::embedded), x.usage);
+           x.task_at, field("usage", field_form::embedded), x.usage,
+           field("detail", omit), x.detail);
 }
 
 /// The log entry of an accepted message: `queued` as of its acceptance.

@@ -12,11 +12,6 @@
 
 namespace keel {
 
-/// What the user reads when a tool's command timed out.
-constexpr const char* tool_timeout_text
-  = "A command I was running timed out. Let me know if you'd like me to try "
-    "again.";
-
 /// Expands a tool's argv template with the model's arguments (a JSON
 /// object, as the provider sent it): each `{name}` in an element becomes
 /// argument `name` (a string as it is; a number, boolean or null as its

@@ -94,14 +94,33 @@ std::string hello_frame(const std::string& node);
 std::string ack_frame(const std::string& thread, const std::string& client_id,
                       seq_t seq, bool duplicate);
 
-/// What a chat shows the user for a status `state`, if anything: while a
-/// turn is retried ("retrying", "retrying_provider") "Just a moment while I
-/// think about that..."; empty for the other states.
+/// What a chat shows the user while a turn goes on despite a setback (the
+/// seeds' user-facing messages).
+namespace status_texts {
+
+/// The turn is retried ("retrying", "retrying_provider").
+constexpr const char* retrying = "Just a moment while I think about that...";
+/// The pool moves on to the next provider of its chain ("failing_over").
+constexpr const char* model_fallback = "Give me one more moment...";
+/// A tool failed once too often and is disabled ("tool_disabled").
+constexpr const char* tool_failed
+  = "I ran into an issue with that action. Let me try another approach.";
+/// A tool's command ran past its timeout and was stopped
+/// ("tool_timed_out").
+constexpr const char* tool_timed_out
+  = "A command I was running timed out. Let me know if you'd like me to try "
+    "again.";
+
+} // namespace status_texts
+
+/// What a chat shows the user for a status `state` (`status_texts`);
+/// empty for the other states.
 std::string status_text(std::string_view state);
 
 /// A status event of a thread, about the message `client_id` / `reply_to`.
 /// States: "thinking", "retrying" (storing failed, the turn is retried),
-/// "retrying_provider", "failing_over", "stream_interrupted"; `detail`, when
+/// "retrying_provider", "failing_over", "stream_interrupted", "tool",
+/// "tool_disabled", "tool_timed_out" and more; `detail`, when
 /// non-empty, says what happened in words for operators (sent as `detail`),
 /// `text` what to show the user (`status_text`, sent when non-empty).
 std::string status_frame(const std::string& thread,
@@ -121,7 +140,7 @@ std::string delta_frame(const std::string& thread, const std::string& client_id,
 /// frame carrying `thread`, `seq`, `reply_to`, `id`, `tool` and `text`)
 /// or a descriptive error in the thread
 /// (entry.kind == error, encoded as an `error` frame carrying `thread`,
-/// `reply_to`, `seq` and `client_id`).
+/// `reply_to`, `seq`, `client_id` and, when set, the operators' `detail`).
 std::string outcome_frame(const std::string& thread, const log_entry& entry);
 
 /// An error about a frame or request: `{"type":"error","code","message",...}`

@@ -210,7 +210,10 @@ struct commit_compaction {
 /// End the turn with this error (committed as its answer).
 struct fail {
   std::string code;
+  /// What the user reads.
   std::string text;
+  /// What operators read beside it (`log_entry::detail`); empty: nothing.
+  std::string detail = {};
 };
 /// Raise this notice for the owner once the turn's commit is durable.
 struct notify_owner {

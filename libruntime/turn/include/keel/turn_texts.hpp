@@ -56,9 +56,13 @@ constexpr const char* agent_offline
   = "I'm currently offline. Please try again later or contact "
     "{ownerContact}.";
 constexpr const char* agent_paused_code = "agent_paused";
-/// Posted (code `guard_stopped`) before the guard's report when the turn
-/// loop was stopped; the report says which limit.
+/// Answers (code `guard_stopped`) the message whose turn loop the guard
+/// stopped; its report ("Forced stop: ...", which limit) goes to the
+/// history's `detail` and the owner's notice.
 constexpr const char* guard_stopped_code = "guard_stopped";
+constexpr const char* stuck
+  = "I seem to be having trouble with this. Let me connect you with someone "
+    "who can help.";
 /// Followed by the error, then `unknown_suffix`.
 constexpr const char* unknown_prefix = "Something went wrong: ";
 constexpr const char* unknown_suffix = ". Try sending your message again.";
