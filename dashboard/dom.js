@@ -32,7 +32,7 @@ export function badge(text, tone) {
 const tones = {
   good: ["running", "healthy", "closed", "ACTIVE", "delivered", "sent", "ok", "connected"],
   warn: ["degraded", "half_open", "SUSPENDED", "pending", "medium", "restarting", "logged", "connecting"],
-  bad: ["down", "open", "failed", "abandoned", "high", "dead", "disconnected", "stopped"],
+  bad: ["unhealthy", "down", "open", "failed", "abandoned", "high", "dead", "disconnected", "stopped"],
 };
 
 export function toneOf(word) {

@@ -229,9 +229,11 @@ void print_provider(const json& p) {
   if (remaining.count() > 0)
     std::cout << " cooldown " << keel::human_duration(remaining);
   auto cls = json_string(p, "last_error_class");
+  auto at = json_string(p, "last_failure_at");
   if (!cls.empty())
-    std::cout << "\n    last error (" << cls
-              << "): " << json_string(p, "last_error");
+    std::cout << "\n    last error (" << cls << ")"
+              << (at.empty() ? "" : " at " + at) << ": "
+              << json_string(p, "last_error");
   std::cout << '\n';
 }
 

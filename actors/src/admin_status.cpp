@@ -143,9 +143,17 @@ nlohmann::json to_json(const child_info& x, const std::string& path,
     {"children_total", total}};
 }
 
+// An RFC 3339 time, or null for a time that never was (0).
+nlohmann::json time_or_null(millis t) {
+  return t != 0 ? nlohmann::json(rfc3339_utc(t)) : nlohmann::json(nullptr);
+}
+
 nlohmann::json health_json(const provider_health_record& x) {
   auto j = to_json(x);
   // Operators read times; wall-clock milliseconds stay for scripts.
+  j["last_success_at"] = time_or_null(x.last_success);
+  j["last_failure_at"] = time_or_null(x.last_failure);
+  j["circuit_open_until"] = time_or_null(x.cooldown_until);
   j["cooldown_remaining_ms"]
     = x.cooldown_until != 0
         ? std::max<millis>(0, x.cooldown_until - wall_clock_millis())

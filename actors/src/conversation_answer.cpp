@@ -42,6 +42,13 @@ std::string conversation_state::system_prompt() const {
     });
 }
 
+std::chrono::milliseconds conversation_state::turn_time_left() const {
+  if (running)
+    return running->time_left(std::chrono::steady_clock::now());
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+    cfg->turn_timeout);
+}
+
 completion_request conversation_state::make_request() const {
   completion_request req;
   req.thread = cfg.thread;
@@ -51,10 +58,9 @@ completion_request conversation_state::make_request() const {
   auto& msg = inbox.front();
   req.client_id = msg.client_id;
   req.seq = msg.seq;
-  // The turn's deadline travels with the call and bounds the pool.
-  req.time_budget_ms = static_cast<uint64_t>(
-    std::chrono::duration_cast<std::chrono::milliseconds>(cfg->turn_timeout)
-      .count());
+  // What is left of the turn's time travels with the call and bounds the
+  // pool.
+  req.time_budget_ms = static_cast<uint64_t>(turn_time_left().count());
   req.tools = offered_tools();
   // The node died while this thread was live: say so once.
   if (session.recovered_at != 0)

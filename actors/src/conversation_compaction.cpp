@@ -51,9 +51,7 @@ conversation_state::make_summary_request(std::string text) const {
   req.seq = msg.seq;
   req.system_prompt = summary_instruction;
   req.context.push_back(context_entry{msg.seq, "user", std::move(text)});
-  req.time_budget_ms = static_cast<uint64_t>(
-    std::chrono::duration_cast<std::chrono::milliseconds>(cfg->turn_timeout)
-      .count());
+  req.time_budget_ms = static_cast<uint64_t>(turn_time_left().count());
   req.quiet = true;
   return req;
 }

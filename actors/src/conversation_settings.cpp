@@ -30,6 +30,17 @@ tools_named(const node_config& node, const std::vector<std::string>& names,
   return result;
 }
 
+// The agent's guard limits with the loop keys of the node's tools (those
+// its threads lack are never called).
+std::shared_ptr<const guard_limits> guard_of(const node_config& node,
+                                             const agent_config& agent) {
+  auto limits = agent.guard;
+  for (auto& tool : node.tools)
+    if (!tool.loop_key.empty())
+      limits.loop_keys[tool.name] = tool.loop_key;
+  return std::make_shared<const guard_limits>(std::move(limits));
+}
+
 // The context window of the first provider of `pool`: its own
 // `context_window`, else the model table's.
 uint64_t pool_window(const node_config& node, const std::string& pool) {
@@ -69,7 +80,7 @@ make_conversation_settings(const std::shared_ptr<const node_config>& shared,
   cfg->root_tools = tools_named(node, agent.tools, agent.pool, agent.deny);
   cfg->agent_tools = tools_named(node, agent.agent_tools, agent.pool,
                                  agent.deny);
-  cfg->guard = std::make_shared<const guard_limits>(agent.guard);
+  cfg->guard = guard_of(node, agent);
   cfg->disable_tool_after = defaults.disable_tool_after;
   cfg->compaction = defaults.compaction;
   cfg->compaction_enabled = defaults.compaction_enabled;

@@ -53,6 +53,9 @@ void run_tool(self_ptr self, const tool_call& call) {
     tool_done(self, call, tool_outcome{"[" + why + "]", why, false, 0}, true);
     return;
   }
+  // The turn's time bounds the run too.
+  if (auto left = st.turn_time_left(); left.count() > 0)
+    run->timeout = std::min<caf::timespan>(run->timeout, left);
   reach(kill_point::tool_call_committed);
   st.tool_cancel = std::make_shared<std::atomic<bool>>(false);
   auto runner = self->spawn(tool_runner, st.tool_cancel);

@@ -63,7 +63,7 @@ void call_model(self_ptr self, completion_request req) {
   // The pool ends the call at the turn's deadline; our own timeout, a
   // little later, only fires if the pool cannot answer at all.
   request_component(self, names::providers,
-                    self->state.cfg->turn_timeout + turn_timeout_grace,
+                    self->state.turn_time_left() + turn_timeout_grace,
                     atom::forward_v, self->state.cfg->pool,
                     complete_message(std::move(req)))
     .then(
@@ -84,7 +84,7 @@ void call_model(self_ptr self, completion_request req) {
 void ask_summary(self_ptr self, std::string text) {
   auto& st = self->state;
   request_component(self, names::providers,
-                    st.cfg->turn_timeout + turn_timeout_grace, atom::forward_v,
+                    st.turn_time_left() + turn_timeout_grace, atom::forward_v,
                     st.cfg->pool,
                     complete_message(st.make_summary_request(std::move(text))))
     .then(
@@ -104,7 +104,8 @@ void build_request(self_ptr self) {
   auto& t = running_turn(self);
   st.nudge = t.nudge; // What the guard saw goes into the request.
   auto req = st.make_request();
-  auto plan = decide(t, request_built{st.request_tokens(req)});
+  auto plan = decide(t, request_built{st.request_tokens(req),
+                                      std::chrono::steady_clock::now()});
   for (auto& action : plan) {
     if (std::holds_alternative<turn_actions::call_model>(action))
       call_model(self, std::move(req));
@@ -217,7 +218,7 @@ void continue_turn(self_ptr self) {
   auto& st = self->state;
   feed(self, step_committed{st.closing ? std::vector<tool_call>{}
                                        : st.unanswered_calls(),
-                            st.closing});
+                            st.closing, std::chrono::steady_clock::now()});
 }
 
 // Publishes a status event about the running turn.

@@ -75,7 +75,9 @@ provider_router_state::health_record(size_t i, time_point now) const {
     rec.last_error_class = to_string(*h.last_error_class);
   if (h.last_success)
     rec.last_success = wall(*h.last_success);
-  if (h.status == health_status::down)
+  if (h.last_failure)
+    rec.last_failure = wall(*h.last_failure);
+  if (h.status == health_status::unhealthy)
     rec.cooldown_until = wall(h.cooldown_until);
   rec.calls = link.calls;
   rec.failures = link.failures;
@@ -108,7 +110,9 @@ void provider_router_state::restore(const provider_health_record& rec,
     h.last_error_class = parse_error_class(rec.last_error_class);
     if (rec.last_success != 0)
       h.last_success = local(rec.last_success);
-    if (h.status == health_status::down) {
+    if (rec.last_failure != 0)
+      h.last_failure = local(rec.last_failure);
+    if (h.status == health_status::unhealthy) {
       // A cooldown that ended while the node was down leaves the breaker
       // open with its probe due at once: the next call finds out.
       h.cooldown_until = local(rec.cooldown_until);

@@ -11,6 +11,7 @@
 #include "raw_records.hpp"
 #include "temp_dir.hpp"
 #include "test_store.hpp"
+#include "text_checks.hpp"
 
 #include "keel/protocol.hpp"
 #include "keel/tools/process.hpp"
@@ -46,11 +47,16 @@ std::string tools_yaml(const temp_dir& dir) {
            "    command: [sh, -c, 'echo failure {n} >&2; exit 3']\n"
            "  - name: say\n    description: Says again.\n"
            "    command: [echo, again]\n"
+           "  - name: note\n    description: Writes a line into a file.\n"
+           "    parameters:\n      type: object\n      properties:\n"
+           "        path: {type: string}\n        line: {type: string}\n"
+           "    loop_key: path\n"
+           "    command: [echo, 'noted {line}']\n"
            "  - name: stamp\n    description: Leaves a mark.\n"
            "    command: [sh, -c, 'echo ran >> "
          + d
          + "/stamp.txt; echo stamped']\n"
-           "threads:\n  tools: [sleepy, flaky, say, stamp]\n"
+           "threads:\n  tools: [sleepy, flaky, say, note, stamp]\n"
            "providers:\n"
            "  - name: tool-script\n    kind: scripted\n    script:\n"
            "      - {match: 'interrupted by a restart', reply: 'resumed "
@@ -71,6 +77,16 @@ std::string tools_yaml(const temp_dir& dir) {
            "'{}'}}\n"
            "      - {match: 'again', reply: '', tool: {name: say, arguments: "
            "'{}'}}\n"
+           "      - {match: 'edit the notes', reply: '', tool: {name: note, "
+           "arguments: '{\"path\": \"notes.md\", \"line\": \"1\"}'}}\n"
+           "      - {match: 'noted 1', reply: '', tool: {name: note, "
+           "arguments: '{\"path\": \"notes.md\", \"line\": \"2\"}'}}\n"
+           "      - {match: 'noted 2', reply: '', tool: {name: note, "
+           "arguments: '{\"path\": \"notes.md\", \"line\": \"3\"}'}}\n"
+           "      - {match: 'noted 3', reply: '', tool: {name: note, "
+           "arguments: '{\"path\": \"notes.md\", \"line\": \"4\"}'}}\n"
+           "      - {match: 'noted 4', reply: '', tool: {name: note, "
+           "arguments: '{\"path\": \"notes.md\", \"line\": \"5\"}'}}\n"
            "      - {match: 'stamp it', reply: '', tool: {name: stamp, "
            "arguments: '{}'}}\n"
            "      - {match: 'stamped', reply: 'stamp done'}\n"
@@ -270,7 +286,7 @@ CAF_TEST(a model repeating the same call is stopped by the guard) {
   auto answer = ask("t4", "m1", "loop");
   CAF_CHECK_EQUAL(answer["type"], "error");
   CAF_CHECK_EQUAL(answer["code"], "guard_stopped");
-  // The user reads the seeds' STUCK text; operators the guard's report.
+  // The user reads that the agent is stuck; operators the guard's report.
   CAF_CHECK_EQUAL(answer["message"], turn_errors::stuck);
   auto text = answer["detail"].get<std::string>();
   CAF_CHECK_EQUAL(text.rfind("Forced stop: say was called 4 times in a row "
@@ -339,6 +355,16 @@ CAF_TEST(a message whose steps are unreadable is answered not run again) {
   // The thread goes on.
   auto next = ask("t8", "m2", "hello");
   CAF_CHECK_EQUAL(next["text"], "answer to hello");
+}
+
+CAF_TEST(calls of a tool on one file again and again are a file loop) {
+  auto answer = ask("t9", "m1", "edit the notes");
+  CAF_CHECK_EQUAL(answer["code"], "guard_stopped");
+  auto detail = answer["detail"].get<std::string>();
+  KEEL_CHECK_CONTAINS(detail, "Forced stop: note was called 5 times on "
+                              "notes.md (a file loop).");
+  // Four ran; the fifth, on the same file, was stopped before it ran.
+  CAF_CHECK_EQUAL(count_text(history("t9"), "tool", "noted"), 4u);
 }
 
 CAF_TEST_FIXTURE_SCOPE_END()

@@ -2018,10 +2018,11 @@ CAF_TEST(tool mistakes are named) {
                              "    command: ['', x]\n"),
                   "node.yaml:4: tools[0].command[0]: expected a program name "
                   "or path, got \"\"");
-  CAF_CHECK_EQUAL(tool_error("name: a\n" + ok_rest + "    colour: red\n"),
-                  "node.yaml:5: tools[0].colour: unknown key (expected name, "
-                  "description, parameters, command, cwd, env, timeout, grace, "
-                  "output_cap, limits, user or group)");
+  CAF_CHECK_EQUAL(
+    tool_error("name: a\n" + ok_rest + "    colour: red\n"),
+    "node.yaml:5: tools[0].colour: unknown key (expected name, "
+    "description, parameters, command, cwd, loop_key, env, timeout, grace, "
+    "output_cap, limits, user or group)");
   CAF_CHECK_EQUAL(error_of("tools:\n  name: a\n"),
                   "node.yaml:2: tools: expected a list of tools, got a "
                   "mapping");
@@ -2066,6 +2067,15 @@ CAF_TEST(tool parameters and placeholders are checked) {
                   "no property of parameters (expected none: parameters "
                   "declares no properties; write {{ and }} for literal "
                   "braces)");
+  // A loop key names a parameter.
+  CAF_CHECK_EQUAL(tool(folder + "    loop_key: path\n", "[ls]"),
+                  "node.yaml:8: tools[0].loop_key: unknown parameter \"path\" "
+                  "(expected folder)");
+  CAF_CHECK_EQUAL(tool("    loop_key: path\n", "[ls]"),
+                  "node.yaml:4: tools[0].loop_key: unknown parameter \"path\" "
+                  "(expected a property of parameters)");
+  CAF_CHECK_EQUAL(tool(folder + "    loop_key: folder\n", "[ls]"),
+                  "<parsed without error>");
   CAF_CHECK_EQUAL(tool(folder, "[ls, \"{folder\"]"),
                   "node.yaml:8: tools[0].command[1]: \"{folder\" has a '{' "
                   "without its '}' (write {{ for a literal '{')");
@@ -2333,8 +2343,8 @@ CAF_TEST(turn guard mistakes are named) {
   CAF_CHECK_EQUAL(guard("    max_calls: 3\n"),
                   "node.yaml:3: threads.guard.max_calls: unknown key (expected "
                   "max_events, max_tool_calls, max_duration, per_tool, "
-                  "repeated_call_limit, repeated_error_limit or "
-                  "similar_reply_limit)");
+                  "repeated_call_limit, repeated_error_limit, "
+                  "file_loop_limit or similar_reply_limit)");
   CAF_CHECK_EQUAL(error_of("threads:\n  disable_tool_after: 0\n"),
                   "node.yaml:2: threads.disable_tool_after: expected an "
                   "integer in 1..4294967295, got \"0\"");

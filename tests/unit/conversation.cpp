@@ -35,7 +35,8 @@ struct fixture : node_fixture {
   fixture() = default;
 
   /// Stores the health of `provider` of pool "default": a billing failure
-  /// opened its breaker for an hour.
+  /// opened its breaker for an hour. Written as older builds wrote it
+  /// ("down"), which reads as unhealthy.
   void store_out_of_credit(const std::string& provider) {
     provider_health_record down;
     down.pool = "default";

@@ -332,22 +332,25 @@ CAF_TEST(every record encodes as before and reads back) {
   check_pinned(full_health(),
                R"({"breaker":"open","calls":10,"consecutive_failures":3,)"
                R"("cooldown_until":200,"failures":4,"last_error":"timeout",)"
-               R"("last_error_class":"transient","last_success":100,)"
+               R"("last_error_class":"transient","last_failure":0,)"
+               R"("last_success":100,)"
                R"("pool":"default","provider":"p1","status":"down"})",
                R"(keel::provider_health_record("default", "p1", "down",)"
-               R"( "open", 3, "timeout", "transient", 100, 200, 10, 4))",
+               R"( "open", 3, "timeout", "transient", 100, 200, 10, 4, 0))",
                "0764656661756c7402703104646f776e046f70656e000000030774696d65"
                "6f7574097472616e7369656e74000000000000006400000000000000c800"
-               "0000000000000a0000000000000004");
+               "0000000000000a00000000000000040000000000000000");
   check_pinned(provider_health_record{},
                R"({"breaker":"closed","calls":0,"consecutive_failures":0,)"
                R"("cooldown_until":0,"failures":0,"last_error":"",)"
-               R"("last_error_class":"","last_success":0,"pool":"",)"
+               R"("last_error_class":"","last_failure":0,"last_success":0,)"
+               R"("pool":"",)"
                R"("provider":"","status":"healthy"})",
                R"(keel::provider_health_record("", "", "healthy", "closed",)"
-               R"( 0, "", "", 0, 0, 0, 0))",
+               R"( 0, "", "", 0, 0, 0, 0, 0))",
                "0000076865616c74687906636c6f73656400000000000000000000000000"
-               "00000000000000000000000000000000000000000000000000");
+               "00000000000000000000000000000000000000000000000000"
+               "0000000000000000");
   check_pinned(full_step(),
                R"({"count":5,"micros":120,"name":"read_sessions"})",
                R"(keel::recovery_step("read_sessions", 5, 120))",
@@ -780,6 +783,19 @@ CAF_TEST(a stored record without its newest fields reads their defaults) {
   eight.pop_back();
   check_error<session_record>(eight,
                               "session record: missing field 'provider_state'");
+}
+
+CAF_TEST(a health record of an older build reads without its failure time) {
+  // As builds before `last_failure` wrote it, "down" and all.
+  auto x = decode<provider_health_record>(
+    R"({"breaker":"open","calls":10,"consecutive_failures":3,)"
+    R"("cooldown_until":200,"failures":4,"last_error":"timeout",)"
+    R"("last_error_class":"transient","last_success":100,)"
+    R"("pool":"default","provider":"p1","status":"down"})");
+  CAF_REQUIRE_EQUAL(x ? "none" : message_of(x.error()), "none");
+  CAF_CHECK_EQUAL(x->last_failure, 0);
+  CAF_CHECK_EQUAL(x->cooldown_until, 200);
+  CAF_CHECK(parse_health_status(x->status) == health_status::unhealthy);
 }
 
 CAF_TEST(binary decode errors name the record and the field) {

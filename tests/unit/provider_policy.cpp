@@ -341,7 +341,7 @@ CAF_TEST(breaker opens after consecutive failures) {
   for (int i = 0; i < 3; ++i)
     br.record_failure(t0 + 10s, error_class::overloaded, "overloaded");
   CAF_CHECK_EQUAL(br.state(), breaker_state::open);
-  CAF_CHECK_EQUAL(br.health().status, health_status::down);
+  CAF_CHECK_EQUAL(br.health().status, health_status::unhealthy);
   CAF_CHECK(br.health().cooldown_until == t0 + 10s + 2min);
   CAF_CHECK_EQUAL(br.health().last_error, "overloaded");
   CAF_CHECK_EQUAL(br.health().last_error_class, error_class::overloaded);
@@ -387,7 +387,7 @@ CAF_TEST(failed probe reopens with a fresh cooldown) {
   CAF_CHECK(br.admit(t0 + 25s));
   br.record_failure(t0 + 26s, error_class::rate_limit, "429");
   CAF_CHECK_EQUAL(br.state(), breaker_state::open);
-  CAF_CHECK_EQUAL(br.health().status, health_status::down);
+  CAF_CHECK_EQUAL(br.health().status, health_status::unhealthy);
   CAF_CHECK(br.health().cooldown_until == t0 + 26s + 1min);
   CAF_CHECK_EQUAL(br.health().last_error_class, error_class::rate_limit);
   CAF_CHECK(!br.admit(t0 + 80s));
@@ -474,10 +474,29 @@ CAF_TEST(late failures only lengthen the cooldown) {
   CAF_CHECK(br.health().cooldown_until == t0 + 2s + 30min);
 }
 
-CAF_TEST(restore reopens a down provider) {
+CAF_TEST(health names its states and reads those of older builds) {
+  CAF_CHECK_EQUAL(to_string(health_status::healthy), std::string{"healthy"});
+  CAF_CHECK_EQUAL(to_string(health_status::degraded), std::string{"degraded"});
+  CAF_CHECK_EQUAL(to_string(health_status::unhealthy),
+                  std::string{"unhealthy"});
+  CAF_CHECK(parse_health_status("unhealthy") == health_status::unhealthy);
+  // What older builds stored for an open breaker.
+  CAF_CHECK(parse_health_status("down") == health_status::unhealthy);
+  CAF_CHECK(!parse_health_status("sick"));
+  tp t0{};
+  circuit_breaker br;
+  CAF_CHECK(!br.health().last_failure);
+  br.record_failure(t0 + 3s, error_class::overloaded, "503");
+  CAF_CHECK(br.health().last_failure == t0 + 3s);
+  // A failure of the request still says when the provider last failed it.
+  br.record_failure(t0 + 4s, error_class::invalid_request, "400");
+  CAF_CHECK(br.health().last_failure == t0 + 4s);
+}
+
+CAF_TEST(restore reopens an unhealthy provider) {
   tp t0{};
   provider_health rec;
-  rec.status = health_status::down;
+  rec.status = health_status::unhealthy;
   rec.consecutive_failures = 4;
   rec.last_error = "503";
   rec.last_error_class = error_class::overloaded;

@@ -205,7 +205,7 @@ CAF_TEST(auth fails over at once and the provider cools down until its probe) {
                   (std::vector<std::string>{"user:one", "reply:from b"}));
   CAF_CHECK(contains(f.detail("t", "failing_over"), "trying b"));
   auto h = f.health();
-  CAF_CHECK_EQUAL(h["a"].status, "down");
+  CAF_CHECK_EQUAL(h["a"].status, "unhealthy");
   CAF_CHECK_EQUAL(h["a"].breaker, "open");
   CAF_CHECK_EQUAL(h["a"].last_error_class, "auth");
   // Cooling down (auth: 10 min): a is skipped, even on failover.
@@ -235,7 +235,7 @@ CAF_TEST(consecutive failures open the breaker and only one probe goes out) {
   f.post("t", "1", "x");
   CAF_CHECK_EQUAL(f.health()["a"].status, "degraded");
   f.post("t", "2", "y");
-  CAF_CHECK_EQUAL(f.health()["a"].status, "down");
+  CAF_CHECK_EQUAL(f.health()["a"].status, "unhealthy");
   f.post("t", "3", "z");
   CAF_CHECK_EQUAL(f.health()["a"].calls, 2u); // Skipped while open.
   // Probe time (90 s): the first request takes the probe, the second one
@@ -291,11 +291,11 @@ CAF_TEST(cooldowns survive a restart of the node) {
                              scripted("b", {reply("from b")})});
   fixture f{cfg};
   f.post("t", "1", "x");
-  CAF_CHECK_EQUAL(f.health()["a"].status, "down");
+  CAF_CHECK_EQUAL(f.health()["a"].status, "unhealthy");
   f.stop();
   f.start();
   auto h = f.health();
-  CAF_CHECK_EQUAL(h["a"].status, "down");
+  CAF_CHECK_EQUAL(h["a"].status, "unhealthy");
   CAF_CHECK_EQUAL(h["a"].last_error_class, "billing");
   CAF_CHECK_GREATER(h["a"].cooldown_until, wall_clock_millis());
   f.post("t", "2", "y");

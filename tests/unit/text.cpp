@@ -8,6 +8,12 @@
 
 using namespace keel;
 
+CAF_TEST(times render as rfc 3339 in utc with milliseconds) {
+  CAF_CHECK_EQUAL(rfc3339_utc(0), "1970-01-01T00:00:00.000Z");
+  CAF_CHECK_EQUAL(rfc3339_utc(1733340682042), "2024-12-04T19:31:22.042Z");
+  CAF_CHECK_EQUAL(rfc3339_utc(-1), "1969-12-31T23:59:59.999Z");
+}
+
 CAF_TEST(terminal text escapes c0 and c1 controls but newline and tab) {
   CAF_CHECK_EQUAL(terminal_text("plain\ttext\nnext line"),
                   "plain\ttext\nnext line");

@@ -218,6 +218,55 @@ CAF_TEST(the guard stops on repeated errors and on its duration) {
   CAF_CHECK_EQUAL(last_as<turn_actions::fail>(plan).text, turn_errors::stuck);
 }
 
+CAF_TEST(the loop key of a tool makes its calls on one file a loop) {
+  auto limits = std::make_shared<guard_limits>();
+  limits->loop_keys = {{"write", "path"}};
+  settings->guard = limits;
+  auto& turn = fresh();
+  turn_plan plan;
+  for (int i = 0; i < 5; ++i) {
+    auto args = R"({"path":"notes.md","line":)" + std::to_string(i) + "}";
+    plan = decide(turn,
+                  model_answered{reply_of("edit", {call("a", "write", args)}),
+                                 t0, false});
+  }
+  CAF_CHECK_EQUAL(action_names(plan), "log_line notify_owner fail");
+  KEEL_CHECK_CONTAINS(last_as<turn_actions::fail>(plan).detail,
+                      "write was called 5 times on notes.md (a file loop)");
+  // Without the key (or with another path each time) nothing stops.
+  auto& other = fresh();
+  for (int i = 0; i < 5; ++i) {
+    auto args = R"({"path":"n)" + std::to_string(i) + R"(.md"})";
+    plan = decide(other,
+                  model_answered{reply_of("edit", {call("a", "write", args)}),
+                                 t0, false});
+  }
+  CAF_CHECK_EQUAL(action_names(plan), "commit_calls");
+}
+
+CAF_TEST(a turn past its turn_timeout ends whatever it was doing) {
+  settings->turn_timeout = 1min;
+  auto& turn = fresh();
+  CAF_CHECK_EQUAL(action_names(decide(turn, request_built{10, t0 + 59s})),
+                  "publish_status call_model");
+  CAF_CHECK_EQUAL(turn.time_left(t0 + 20s).count(), 40000);
+  // A tool ran past it: the next step ends the turn.
+  auto plan = decide(turn, step_committed{{call("a", "ls")}, false, t0 + 1min});
+  CAF_CHECK_EQUAL(action_names(plan), "log_line fail");
+  auto& failed = last_as<turn_actions::fail>(plan);
+  CAF_CHECK_EQUAL(failed.code, "turn_timeout");
+  CAF_CHECK_EQUAL(failed.text, turn_errors::turn_timeout);
+  KEEL_CHECK_CONTAINS(failed.detail, "turn_timeout of 1m 0s");
+  CAF_CHECK_EQUAL(action_names(decide(turn, request_built{10, t0 + 2min})),
+                  "log_line fail");
+  CAF_CHECK_EQUAL(turn.time_left(t0 + 2min).count(), 1);
+  // Without a limit a turn has all the time there is.
+  settings->turn_timeout = {};
+  auto& open = fresh();
+  CAF_CHECK(!open.out_of_time(t0 + 24h));
+  CAF_CHECK_EQUAL(open.time_left(t0).count(), 0);
+}
+
 CAF_TEST(a repeating model is nudged toward another approach) {
   auto& turn = fresh();
   for (int i = 0; i < 3; ++i)

@@ -131,7 +131,7 @@ CAF_TEST(the stop of the guard is the answer of the thread) {
   CAF_CHECK(!answer.keeps_inbox);
   CAF_REQUIRE_EQUAL(answer.log.size(), 2u);
   CAF_CHECK_EQUAL(answer.log[1].code, turn_errors::guard_stopped_code);
-  // The user reads the STUCK text; the report is the entry's detail.
+  // The user reads that the agent is stuck; the report is the detail.
   CAF_CHECK_EQUAL(answer.log[1].text, turn_errors::stuck);
   CAF_CHECK_EQUAL(answer.log[1].detail.rfind("Forced stop: ", 0), 0u);
   CAF_CHECK_EQUAL(answer.context.back().content, turn_errors::stuck);

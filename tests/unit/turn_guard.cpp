@@ -108,6 +108,31 @@ CAF_TEST(the same call four times in a row is a loop) {
   CAF_CHECK_EQUAL(guard.tool_calls(), 7u);
 }
 
+CAF_TEST(more than four calls on one target are a file loop) {
+  turn_guard guard{std::make_shared<const guard_limits>(), t0};
+  auto edit = [&](const std::string& path, int n) {
+    auto args = R"({"path":")" + path + R"(","text":")" + std::to_string(n)
+                + R"("})";
+    return guard.on_tool_call("write", args, t0, path);
+  };
+  // Other arguments each time: no repeated call, but the same file.
+  for (int i = 0; i < 4; ++i)
+    CAF_REQUIRE(!edit("a.txt", i));
+  // Another target counts apart.
+  CAF_REQUIRE(!edit("b.txt", 0));
+  auto stop = edit("a.txt", 4);
+  CAF_REQUIRE(stop);
+  CAF_CHECK_EQUAL(stop->reason, guard_reason::file_loop);
+  CAF_CHECK_EQUAL(to_string(stop->reason), std::string{"file_loop"});
+  CAF_CHECK_EQUAL(what_of(*stop),
+                  "Forced stop: write was called 5 times on a.txt (a file "
+                  "loop).");
+  // Without a target, calls are not counted per target.
+  turn_guard plain{std::make_shared<const guard_limits>(), t0};
+  for (int i = 0; i < 6; ++i)
+    CAF_REQUIRE(!plain.on_tool_call("write", std::to_string(i), t0));
+}
+
 CAF_TEST(the same error three times in a row stops retrying) {
   turn_guard guard{std::make_shared<const guard_limits>(), t0};
   CAF_CHECK(!guard.on_tool_result("fetch", "exit status 1", t0));

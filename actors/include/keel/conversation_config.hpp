@@ -38,9 +38,6 @@ struct conversation_settings : turn_settings {
   std::vector<std::string> spawns;
   /// Passivate after this long without work.
   caf::timespan idle_timeout;
-  /// A provider call longer than this ends the turn with an error: the
-  /// pool stops the call at this deadline (see `turn_timeout_grace`).
-  caf::timespan turn_timeout;
   /// Timeout for each persistence request.
   caf::timespan storage_timeout = std::chrono::seconds{30};
   /// Delay before retrying a turn whose commit failed.

@@ -119,6 +119,9 @@ struct conversation_state {
   /// Status events about the commit being built (a tool disabled, an agent
   /// limit met), published when it goes to the store.
   std::vector<status_notice> notices;
+  /// What is left of the running turn's `turn_timeout` now (the whole of
+  /// it before a turn runs): the budget of its next call or tool run.
+  std::chrono::milliseconds turn_time_left() const;
   /// The running turn, from its first model call to the commit of its
   /// answer; null while idle.
   std::unique_ptr<turn> running;

@@ -360,6 +360,8 @@ const key_table<tool_config>& tool_keys() {
       .dedicated("command", "non-empty list of strings, **required**", "—",
                  "The argv of the program, with {name} placeholders.")
       .string("cwd", &c::cwd, "Working directory; empty: the node's.")
+      .dedicated("loop_key", "name of a parameter", "`\"\"`",
+                 "The argument naming what a call works on (file loops).")
       .dedicated("env", "list of environment variable names", "`[]`",
                  "The node's environment variables the program gets.")
       .duration("timeout", at_least_1ms, &c::timeout,

@@ -76,6 +76,8 @@ const key_table<guard_limits>& guard_keys() {
                "The same call this many times in a row stops the turn.")
       .integer("repeated_error_limit", 1, unbounded, &g::repeated_error_limit,
                "The same tool error this many times in a row stops it.")
+      .integer("file_loop_limit", 1, unbounded, &g::file_loop_limit,
+               "More calls on one loop key's target stop it (a file loop).")
       .integer("similar_reply_limit", 1, unbounded, &g::similar_reply_limit,
                "More near-identical answers in a row: try another way.");
     return t;

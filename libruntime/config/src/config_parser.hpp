@@ -136,6 +136,9 @@ private:
   void read_tool_command(const map_reader& m, tool_config& cfg,
                          const nlohmann::ordered_json& parameters);
   void read_tool_account(const map_reader& m, tool_config& cfg);
+  /// Reads `loop_key`, which must name a property of `parameters`.
+  void read_loop_key(const map_reader& m, tool_config& cfg,
+                     const nlohmann::ordered_json& parameters);
   /// Reads the JSON schema at `parameters` (a mapping with type: object).
   nlohmann::ordered_json read_parameters(const map_reader& m);
   /// Converts YAML to JSON: scalars by their plain YAML type (quoted ones

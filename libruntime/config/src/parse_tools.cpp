@@ -30,6 +30,7 @@ tool_config parser::read_tool_entry(const YAML::Node& node,
   result.parameters = parameters.dump();
   read_tool_command(m, result, parameters);
   tool_keys().read(*this, m, result);
+  read_loop_key(m, result, parameters);
   result.env = read_checked_strings(m, "env",
                                     "a list of environment variable names",
                                     "an environment variable name (letters, "
@@ -38,6 +39,26 @@ tool_config parser::read_tool_entry(const YAML::Node& node,
   read_section(m, "limits", tool_limit_keys(), result.limits);
   read_tool_account(m, result);
   return result;
+}
+
+void parser::read_loop_key(const map_reader& m, tool_config& cfg,
+                           const nlohmann::ordered_json& parameters) {
+  auto key = m.get("loop_key");
+  if (!key)
+    return;
+  cfg.loop_key = read_string(*key, m.path("loop_key"));
+  std::vector<std::string> names;
+  if (auto props = parameters.find("properties");
+      props != parameters.end() && props->is_object())
+    for (auto& [name, schema] : props->items())
+      names.push_back(name);
+  if (!contains(names, cfg.loop_key)) {
+    fail(line_of(*key), m.path("loop_key"),
+         "unknown parameter " + quote(cfg.loop_key) + " (expected "
+           + (names.empty() ? std::string{"a property of parameters"}
+                            : one_of(names))
+           + ")");
+  }
 }
 
 void parser::read_tool_name(const map_reader& m, tool_config& cfg) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <ctime>
 #include <iterator>
 #include <random>
 
@@ -136,6 +137,17 @@ millis wall_clock_millis() {
   using namespace std::chrono;
   return duration_cast<milliseconds>(system_clock::now().time_since_epoch())
     .count();
+}
+
+std::string rfc3339_utc(millis t) {
+  auto seconds = static_cast<std::time_t>(t >= 0 ? t / 1000 : (t - 999) / 1000);
+  auto ms = static_cast<int>(t - static_cast<millis>(seconds) * 1000);
+  std::tm utc{};
+  gmtime_r(&seconds, &utc);
+  char buf[32];
+  auto n = std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%S", &utc);
+  std::snprintf(buf + n, sizeof(buf) - n, ".%03dZ", ms);
+  return buf;
 }
 
 std::string replace_all(std::string str, std::string_view from,

@@ -347,15 +347,17 @@ const char* to_string(health_status x) {
   switch (x) {
     case health_status::healthy: return "healthy";
     case health_status::degraded: return "degraded";
-    default: return "down";
+    default: return "unhealthy";
   }
 }
 
 std::optional<health_status> parse_health_status(std::string_view str) {
-  for (auto x :
-       {health_status::healthy, health_status::degraded, health_status::down})
+  for (auto x : {health_status::healthy, health_status::degraded,
+                 health_status::unhealthy})
     if (str == to_string(x))
       return x;
+  if (str == "down")
+    return health_status::unhealthy;
   return std::nullopt;
 }
 
@@ -412,6 +414,7 @@ void circuit_breaker::record_failure(time_point now, error_class cls,
                                      std::string text) {
   health_.last_error = std::move(text);
   health_.last_error_class = cls;
+  health_.last_failure = now;
   if (!counts_against_provider(cls)) {
     // The request was at fault, which says nothing about the provider: a
     // probe that got such an answer is released so another one may go out.
@@ -448,13 +451,13 @@ void circuit_breaker::open(time_point now, error_class cls) {
   probe_started_.reset();
   cooldown_ = cfg_.cooldowns.get(cls);
   health_.cooldown_until = now + cooldown_;
-  health_.status = health_status::down;
+  health_.status = health_status::unhealthy;
 }
 
 void circuit_breaker::restore(const provider_health& rec) {
   health_ = rec;
   probe_started_.reset();
-  if (rec.status == health_status::down) {
+  if (rec.status == health_status::unhealthy) {
     state_ = breaker_state::open;
     cooldown_
       = cfg_.cooldowns.get(rec.last_error_class.value_or(error_class::unknown));

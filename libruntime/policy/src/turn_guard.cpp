@@ -15,6 +15,7 @@ const char* to_string(guard_reason reason) {
     case guard_reason::tool_cap: return "tool_cap";
     case guard_reason::repeated_call: return "repeated_call";
     case guard_reason::repeated_error: return "repeated_error";
+    case guard_reason::file_loop: return "file_loop";
   }
   return "unknown";
 }
@@ -143,9 +144,9 @@ std::optional<guard_stop> turn_guard::on_reply(const std::string& text,
   return std::nullopt;
 }
 
-std::optional<guard_stop> turn_guard::on_tool_call(const std::string& tool,
-                                                   const std::string& arguments,
-                                                   time_point now) {
+std::optional<guard_stop>
+turn_guard::on_tool_call(const std::string& tool, const std::string& arguments,
+                         time_point now, const std::string& target) {
   if (auto stopped = count_event(now))
     return stopped;
   if (tool_calls_ >= limits_->max_tool_calls)
@@ -167,6 +168,14 @@ std::optional<guard_stop> turn_guard::on_tool_call(const std::string& tool,
                 tool + " was called " + std::to_string(same_calls_)
                   + " times in a row with the same arguments",
                 now);
+  if (!target.empty()) {
+    auto n = ++calls_by_target_[tool + '\0' + target];
+    if (n > limits_->file_loop_limit)
+      return stop(guard_reason::file_loop,
+                  tool + " was called " + std::to_string(n) + " times on "
+                    + target + " (a file loop)",
+                  now);
+  }
   ++tool_calls_;
   ++calls_by_tool_[tool];
   return std::nullopt;

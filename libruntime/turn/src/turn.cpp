@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include <nlohmann/json.hpp>
+
 #include "keel/agent_tools.hpp"
 
 namespace keel {
@@ -16,8 +18,23 @@ turn::turn(std::string thread, std::shared_ptr<const turn_settings> settings,
            time_point started)
   : thread(std::move(thread)),
     settings(std::move(settings)),
+    started(started),
     guard(this->settings->guard, started) {
   // Nothing else: the marks start clear.
+}
+
+bool turn::out_of_time(time_point now) const {
+  auto limit = settings->turn_timeout;
+  return limit.count() > 0 && now - started >= limit;
+}
+
+std::chrono::milliseconds turn::time_left(time_point now) const {
+  using std::chrono::milliseconds;
+  auto limit = settings->turn_timeout;
+  if (limit.count() <= 0)
+    return milliseconds{0};
+  auto left = std::chrono::duration_cast<milliseconds>(limit - (now - started));
+  return std::max(left, milliseconds{1});
 }
 
 namespace {
@@ -28,6 +45,22 @@ struct overloaded : Fs... {
 };
 template <class... Fs>
 overloaded(Fs...) -> overloaded<Fs...>;
+
+// The value of the loop key of `call`'s tool (`guard_limits::loop_keys`)
+// as text: a string as it is, a number or boolean as JSON; empty when the
+// tool has no key or the call does not give it a scalar.
+std::string loop_target(const guard_limits& limits, const tool_call& call) {
+  auto key = limits.loop_keys.find(call.name);
+  if (key == limits.loop_keys.end())
+    return {};
+  auto args = nlohmann::json::parse(call.arguments, nullptr, false);
+  if (!args.is_object())
+    return {};
+  auto value = args.find(key->second);
+  if (value == args.end() || value->is_null() || value->is_structured())
+    return {};
+  return value->is_string() ? value->get<std::string>() : value->dump();
+}
 
 // The turn ends with the guard's report; the guard's stop is final.
 turn_plan stopped_plan(const turn& t, const guard_stop& stop) {
@@ -42,6 +75,18 @@ turn_plan stopped_plan(const turn& t, const guard_stop& stop) {
           turn_actions::notify_owner{std::move(notice)},
           turn_actions::fail{turn_errors::guard_stopped_code,
                              turn_errors::stuck, stop.report}};
+}
+
+// The turn ran past `turn_timeout`: the user is told, operators read the
+// limit.
+turn_plan out_of_time_plan(const turn& t) {
+  auto limit = std::chrono::duration_cast<std::chrono::milliseconds>(
+    t.settings->turn_timeout);
+  auto detail = "the turn passed its turn_timeout of "
+                + minutes_and_seconds(limit) + " (tool runs included)";
+  return {turn_actions::log_line{true, "turn stopped: " + detail},
+          turn_actions::fail{turn_errors::turn_timeout_code,
+                             turn_errors::turn_timeout, detail}};
 }
 
 // The turn fails as the provider's overflow of the context would.
@@ -148,6 +193,8 @@ turn_plan decide(turn& t, const turn_started& event) {
 // compaction share; a turn is warned once near the window. A call right
 // after a compaction goes out as it is.
 turn_plan decide(turn& t, const request_built& event) {
+  if (t.out_of_time(event.now))
+    return out_of_time_plan(t);
   auto& cfg = *t.settings;
   turn_plan plan;
   auto level = context_pressure::fine;
@@ -180,7 +227,8 @@ turn_plan decide(turn& t, const model_answered& event) {
   if (final_reply(reply, t.thread))
     return {turn_actions::commit_answer{reply}};
   for (auto& call : reply.tool_calls)
-    if (auto stop = t.guard.on_tool_call(call.name, call.arguments, event.now))
+    if (auto stop = t.guard.on_tool_call(call.name, call.arguments, event.now,
+                                         loop_target(*t.settings->guard, call)))
       return stopped_plan(t, *stop);
   return {turn_actions::commit_calls{reply}};
 }
@@ -256,6 +304,8 @@ turn_plan decide(turn& t, const step_committed& event) {
     return cancelled_plan();
   if (auto& stop = t.guard.stopped())
     return stopped_plan(t, *stop);
+  if (t.out_of_time(event.now))
+    return out_of_time_plan(t);
   if (event.unanswered.empty())
     return {turn_actions::build_request{}};
   return {turn_actions::run_tool{event.unanswered.front()}};

@@ -290,6 +290,11 @@ struct tool_config {
   std::vector<std::string> command;
   /// Working directory; empty: the node's working directory.
   std::string cwd;
+  /// The argument naming what a call works on (e.g. `path` of a tool that
+  /// edits files): more than `threads.guard.file_loop_limit` calls on one
+  /// value in one message are a file loop. Empty: none; else a property
+  /// of `parameters`.
+  std::string loop_key;
   /// Names of the node's environment variables passed to the tool (an
   /// allow-list); nothing else of the node's environment is passed.
   std::vector<std::string> env;

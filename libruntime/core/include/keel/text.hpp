@@ -51,6 +51,10 @@ std::string bound_text(std::string str, size_t max_bytes,
 /// Milliseconds since the Unix epoch, from the system clock.
 millis wall_clock_millis();
 
+/// Renders `t` (milliseconds since the Unix epoch) as an RFC 3339 time in
+/// UTC with milliseconds: "2026-12-04T19:31:22.042Z".
+std::string rfc3339_utc(millis t);
+
 /// Replaces every occurrence of `from` in `str` with `to`.
 std::string replace_all(std::string str, std::string_view from,
                         std::string_view to);

@@ -976,7 +976,8 @@ bool valid_client_id(const std::string& id);
 struct provider_health_record {
   std::string pool;
   std::string provider;
-  /// "healthy", "degraded" or "down".
+  /// "healthy", "degraded" or "unhealthy" ("down" in records of older
+  /// builds, read as unhealthy).
   std::string status = "healthy";
   /// "closed", "open" or "half_open".
   std::string breaker = "closed";
@@ -987,18 +988,20 @@ struct provider_health_record {
   std::string last_error_class;
   /// Last success; 0 if never.
   millis last_success = 0;
-  /// End of the cooldown while down; 0 otherwise.
+  /// End of the cooldown while unhealthy; 0 otherwise.
   millis cooldown_until = 0;
   /// Calls and failures since the pool started (not persisted totals).
   uint64_t calls = 0;
   uint64_t failures = 0;
+  /// Last failure (of any class); 0 if never.
+  millis last_failure = 0;
 };
 
 template <class Inspector>
 typename Inspector::result_type
 inspect(Inspector& f, provider_health_record& x) {
-  // `calls` and `failures` may be missing: records written before they were
-  // stored lack them.
+  // `calls`, `failures` and `last_failure` may be missing: records written
+  // before they were stored lack them.
   constexpr auto optional = field_form::optional;
   return f(caf::meta::type_name("keel::provider_health_record"), field("pool"),
            x.pool, field("provider"), x.provider, field("status"), x.status,
@@ -1007,7 +1010,7 @@ inspect(Inspector& f, provider_health_record& x) {
            field("last_error_class"), x.last_error_class, field("last_success"),
            x.last_success, field("cooldown_until"), x.cooldown_until,
            field("calls", optional), x.calls, field("failures", optional),
-           x.failures);
+           x.failures, field("last_failure", optional), x.last_failure);
 }
 
 /// What the recovery found to do, handed from the persistence actor (which

@@ -239,14 +239,15 @@ enum class health_status : uint8_t {
   healthy,
   /// Closed breaker with recent failures, or a probe is out.
   degraded,
-  /// Open breaker: in cooldown.
-  down,
+  /// Open breaker: in cooldown (stored as "down" by older builds).
+  unhealthy,
 };
 
 /// Returns the stable name of `x`.
 const char* to_string(health_status x);
 
-/// Parses a name produced by `to_string`.
+/// Parses a name produced by `to_string`, and "down", the name older
+/// builds stored for `unhealthy`.
 std::optional<health_status> parse_health_status(std::string_view str);
 
 /// State of a circuit breaker.
@@ -264,9 +265,10 @@ struct provider_health {
   std::string last_error;
   /// Class of the last failure.
   std::optional<error_class> last_error_class;
-  /// Time of the last success.
+  /// Time of the last success and of the last failure.
   std::optional<std::chrono::steady_clock::time_point> last_success;
-  /// End of the current cooldown (meaningful while down).
+  std::optional<std::chrono::steady_clock::time_point> last_failure;
+  /// End of the current cooldown (meaningful while unhealthy).
   std::chrono::steady_clock::time_point cooldown_until{};
 };
 

@@ -40,6 +40,12 @@ struct guard_limits {
   /// The same tool error this many times in a row: stopped (retrying
   /// cannot help; the owner should look).
   uint64_t repeated_error_limit = 3;
+  /// More calls than this on one target (the value of a tool's loop key:
+  /// the file it edits) in one message's turn are a file loop: stopped.
+  uint64_t file_loop_limit = 4;
+  /// The argument naming a call's target, by tool name (`tools[].loop_key`,
+  /// filled in from the tools, not a key of `threads.guard`).
+  std::map<std::string, std::string> loop_keys;
   /// More near-identical model answers in a row than this: the model is
   /// told to try a different approach.
   uint64_t similar_reply_limit = 2;
@@ -53,6 +59,7 @@ enum class guard_reason {
   tool_cap,
   repeated_call,
   repeated_error,
+  file_loop,
 };
 
 /// "events", "tool_calls", ... (for status events and logs).
@@ -88,11 +95,12 @@ public:
   std::optional<guard_stop> on_reply(const std::string& text, time_point now,
                                      bool& nudge);
 
-  /// The model asked for `tool` with `arguments` (as it sent them). Returns
-  /// the stop if the call must not run.
-  std::optional<guard_stop> on_tool_call(const std::string& tool,
-                                         const std::string& arguments,
-                                         time_point now);
+  /// The model asked for `tool` with `arguments` (as it sent them) on
+  /// `target` (the value of the tool's loop key; empty: none). Returns the
+  /// stop if the call must not run.
+  std::optional<guard_stop>
+  on_tool_call(const std::string& tool, const std::string& arguments,
+               time_point now, const std::string& target = {});
 
   /// A tool call ended: `error` is empty on success, else what failed
   /// (exit status, timeout, ...). Returns the stop if the same error came
@@ -127,6 +135,7 @@ private:
   uint64_t events_ = 0;
   uint64_t tool_calls_ = 0;
   std::map<std::string, uint64_t> calls_by_tool_;
+  std::map<std::string, uint64_t> calls_by_target_;
   std::string last_call_;
   uint64_t same_calls_ = 0;
   std::string last_error_;

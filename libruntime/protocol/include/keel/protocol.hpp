@@ -94,8 +94,7 @@ std::string hello_frame(const std::string& node);
 std::string ack_frame(const std::string& thread, const std::string& client_id,
                       seq_t seq, bool duplicate);
 
-/// What a chat shows the user while a turn goes on despite a setback (the
-/// seeds' user-facing messages).
+/// What a chat shows the user while a turn goes on despite a setback.
 namespace status_texts {
 
 /// The turn is retried ("retrying", "retrying_provider").

@@ -44,6 +44,9 @@ struct turn_settings {
   uint64_t context_window = default_context_window;
   /// Whom users are told to contact (`owner.contact`).
   std::string owner_contact;
+  /// How long one message's turn may take in all, model calls, tool runs
+  /// and compaction included (`threads.turn_timeout`); 0: no limit.
+  std::chrono::nanoseconds turn_timeout{0};
 };
 
 /// What a tool call left for the model: its text, and why it failed (empty
@@ -64,6 +67,9 @@ struct turn {
   /// The thread the turn answers in.
   std::string thread;
   std::shared_ptr<const turn_settings> settings;
+  /// When the turn started (or resumed: a restart gives a turn its whole
+  /// time again, as it does its guard).
+  time_point started;
   /// Counts the turn's events and stops it at a limit or a loop.
   turn_guard guard;
   /// The compaction under way, between its summaries.
@@ -81,6 +87,12 @@ struct turn {
   /// The compaction under way answers the provider's context overflow: if
   /// it changes nothing, calling again cannot help.
   bool compacting_overflow = false;
+
+  /// Whether the turn's `turn_timeout` has passed at `now`.
+  bool out_of_time(time_point now) const;
+  /// What is left of the turn's `turn_timeout` at `now` (at least 1 ms);
+  /// 0 without a limit.
+  std::chrono::milliseconds time_left(time_point now) const;
 };
 
 // -- events -------------------------------------------------------------------
@@ -95,9 +107,11 @@ struct turn_started {
   std::vector<tool_call> lost_calls;
 };
 
-/// The model's next request is built; `tokens` is its estimated size.
+/// The model's next request is built at `now`; `tokens` is its estimated
+/// size.
 struct request_built {
   uint64_t tokens = 0;
+  turn::time_point now = {};
 };
 
 /// The model answered. `cancelled`: the thread was cancelled meanwhile.
@@ -146,6 +160,7 @@ struct tool_finished {
 struct step_committed {
   std::vector<tool_call> unanswered;
   bool cancelled = false;
+  turn::time_point now = {};
 };
 
 // -- actions ------------------------------------------------------------------

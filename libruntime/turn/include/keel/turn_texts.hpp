@@ -60,6 +60,12 @@ constexpr const char* agent_paused_code = "agent_paused";
 /// stopped; its report ("Forced stop: ...", which limit) goes to the
 /// history's `detail` and the owner's notice.
 constexpr const char* guard_stopped_code = "guard_stopped";
+/// Answers (code `turn_timeout`) the message whose turn ran past
+/// `threads.turn_timeout`, tool runs included; the limit goes to `detail`.
+constexpr const char* turn_timeout_code = "turn_timeout";
+constexpr const char* turn_timeout
+  = "This took longer than I may spend on one message, so I stopped. Send it "
+    "again if you want me to keep going.";
 constexpr const char* stuck
   = "I seem to be having trouble with this. Let me connect you with someone "
     "who can help.";
