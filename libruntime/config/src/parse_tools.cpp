@@ -15,6 +15,21 @@ using strict_yaml::contains;
 using strict_yaml::describe;
 using strict_yaml::one_of;
 
+namespace {
+
+// The argument names `parameters` declares (its `properties`), in order.
+std::vector<std::string>
+property_names(const nlohmann::ordered_json& parameters) {
+  std::vector<std::string> result;
+  if (auto props = parameters.find("properties");
+      props != parameters.end() && props->is_object())
+    for (auto& [name, schema] : props->items())
+      result.push_back(name);
+  return result;
+}
+
+} // namespace
+
 void parser::read_tools(const map_reader& top, node_config& cfg) {
   if (auto node = top.get("tools"))
     cfg.tools = read_each(*node, "tools", "a list of tools",
@@ -47,11 +62,7 @@ void parser::read_loop_key(const map_reader& m, tool_config& cfg,
   if (!key)
     return;
   cfg.loop_key = read_string(*key, m.path("loop_key"));
-  std::vector<std::string> names;
-  if (auto props = parameters.find("properties");
-      props != parameters.end() && props->is_object())
-    for (auto& [name, schema] : props->items())
-      names.push_back(name);
+  auto names = property_names(parameters);
   if (!contains(names, cfg.loop_key)) {
     fail(line_of(*key), m.path("loop_key"),
          "unknown parameter " + quote(cfg.loop_key) + " (expected "
@@ -192,11 +203,7 @@ void parser::read_tool_command(const map_reader& m, tool_config& cfg,
 void parser::check_placeholders(
   const YAML::Node& node, const std::string& path, const std::string& element,
   const nlohmann::ordered_json& parameters) const {
-  auto props = parameters.find("properties");
-  std::vector<std::string> declared;
-  if (props != parameters.end())
-    for (auto& [key, value] : props->items())
-      declared.push_back(key);
+  auto declared = property_names(parameters);
   for (size_t i = 0; i < element.size(); ++i) {
     auto c = element[i];
     if ((c == '{' || c == '}') && i + 1 < element.size()
