@@ -40,7 +40,8 @@ uint32_t output_token_limit(const model_params& provider,
                             const model_params& request) {
   if (request.max_output_tokens != 0)
     return request.max_output_tokens;
-  return provider.max_output_tokens != 0 ? provider.max_output_tokens : 1024;
+  return provider.max_output_tokens != 0 ? provider.max_output_tokens
+                                         : default_output_tokens;
 }
 
 } // namespace keel

@@ -170,15 +170,15 @@ struct scripted_step {
   std::string tool_arguments;
 };
 
-/// One provider endpoint (`providers[]`).
 /// A provider's parameters unless its config sets them: answers of at
-/// most 1024 tokens, the rest the server's.
+/// most `default_output_tokens`, the rest the server's.
 inline model_params default_provider_params() {
   model_params result;
-  result.max_output_tokens = 1024;
+  result.max_output_tokens = default_output_tokens;
   return result;
 }
 
+/// One provider endpoint (`providers[]`).
 struct provider_config {
   /// Unique name, referenced by pools.
   std::string name;

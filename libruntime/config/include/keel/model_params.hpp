@@ -18,6 +18,10 @@ namespace keel {
 /// A number parameter left to the server's default.
 inline constexpr double unset_param = -1;
 
+/// The output limit of a call that neither its provider nor its agent
+/// sets.
+inline constexpr uint32_t default_output_tokens = 1024;
+
 /// The reasoning efforts `reasoning_effort` takes.
 inline constexpr const char* reasoning_effort_names[]
   = {"none", "minimal", "low", "medium", "high"};
@@ -49,7 +53,7 @@ typename Inspector::result_type inspect(Inspector& f, model_params& x) {
 model_params overlay(model_params base, const model_params& over);
 
 /// The output limit of a call: the one of `request` if set, else the one
-/// of `provider`, else 1024.
+/// of `provider`, else `default_output_tokens`.
 uint32_t output_token_limit(const model_params& provider,
                             const model_params& request);
 
