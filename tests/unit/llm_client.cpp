@@ -924,6 +924,27 @@ CAF_TEST(endpoints reject bad configuration) {
   CAF_CHECK(contains(error_message(ep.error()), "providers.p1.ca_file"));
 }
 
+CAF_TEST(every base url shape reaches its server at the path it gives) {
+  struct shape {
+    const char* kind;
+    std::string suffix; // after the server's http://127.0.0.1:PORT
+    const char* target;
+  };
+  for (auto& [kind, suffix, target] : std::vector<shape>{
+         {"openai", "", "/v1/chat/completions"},
+         {"openai", "/v1beta/openai/", "/v1beta/openai/chat/completions"},
+         {"openai", "/openai/deployments/gpt4o?api-version=2024-10-21",
+          "/openai/deployments/gpt4o/chat/completions?api-version=2024-10-21"},
+         {"openai", "/proxy/openai/v1", "/proxy/openai/v1/chat/completions"},
+         {"anthropic", "/anthropic", "/anthropic/messages"},
+         {"anthropic", "", "/v1/messages"}}) {
+    CAF_MESSAGE(kind << " at base url suffix '" << suffix << "'");
+    auto ep = endpoint(http_provider(kind, server->base_url() + suffix, false));
+    CAF_CHECK_EQUAL(run_ok(*ep, "where").text, "echo: where");
+    CAF_CHECK_EQUAL(server->last_request().target, target);
+  }
+}
+
 CAF_TEST(openai plain calls send the request and parse the answer) {
   auto cfg = http_provider("openai", server->base_url() + "/v1", false);
   cfg.headers["X-Custom"] = "yes";

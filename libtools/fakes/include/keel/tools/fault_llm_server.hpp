@@ -878,7 +878,9 @@ private:
     in_flight_ = true;
     state_.record(std::move(rec));
     auto body = json::parse(req.body(), nullptr, false);
-    std::string target{req.target()};
+    // The API's path, without the query a base URL may carry (Azure's
+    // `api-version`).
+    std::string target{req.target().substr(0, req.target().find('?'))};
     auto ends_with = [&](std::string_view suffix) {
       return target.size() >= suffix.size()
              && target.compare(target.size() - suffix.size(), suffix.size(),
