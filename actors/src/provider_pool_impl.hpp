@@ -58,6 +58,20 @@ caf::error budget_used_up(const provider_router_state& st,
 bool retry_here(const provider_router_state& st, const pool_call& call,
                 error_class cls);
 
+/// True if failure `out` of class `cls` goes to the stream layer: it broke
+/// a stream that had begun, retrying can help, and stream retries, the
+/// budget and the provider's breaker allow another attempt.
+bool retry_stream(const provider_router_state& st, const pool_call& call,
+                  const attempt_outcome& out, error_class cls);
+
+/// The backoff of stream retries: `stream_delay` doubling, with the
+/// jitter and upper bound of the pool's retries.
+retry_policy stream_backoff(const pool_config& cfg);
+
+/// The note a stream retry gives the model: its last answer broke off for
+/// `why` and was discarded.
+std::string stream_retry_note(const std::string& why);
+
 /// Moves `call` past the providers whose breaker lets no call through now,
 /// noting them in the call's failures.
 void skip_cooling_down(provider_router_state& st, pool_call& call,

@@ -184,6 +184,28 @@ void retry_later(router_ptr self, uint64_t id, pool_call& call,
   self->delayed_send(self, delay, atom::retry_v, id);
 }
 
+// Retries call `id`, whose stream broke (`out`), on its provider after the
+// stream layer's delay, the next attempt telling the model what failed.
+void retry_broken_stream(router_ptr self, uint64_t id, pool_call& call,
+                         const attempt_outcome& out) {
+  auto& st = self->state;
+  ++call.stream_retries;
+  auto delay = next_delay(stream_backoff(st.cfg), call.stream_retries,
+                          std::nullopt, st.rng);
+  if (call.deadline && self->clock().now() + delay >= *call.deadline) {
+    budget_spent(self, id);
+    return;
+  }
+  call.stream_note = stream_retry_note(out.message);
+  tell_thread(self, call, "retrying_provider",
+              out.message + "; retrying the stream from "
+                + st.chain[call.link].provider.name + " in "
+                + say_duration(delay) + " (stream retry "
+                + std::to_string(call.stream_retries) + " of "
+                + std::to_string(st.cfg.stream_retries) + ")");
+  self->delayed_send(self, delay, atom::retry_v, id);
+}
+
 // The outcome of an attempt of call `id`: a reply answers the call; a
 // failure finishes it, fails over or retries, as its class says.
 void on_outcome(router_ptr self, uint64_t id, attempt_outcome& out) {
@@ -220,6 +242,8 @@ void on_outcome(router_ptr self, uint64_t id, attempt_outcome& out) {
   if (!counts_against_provider(cls)) {
     // The request itself is wrong: no provider can help.
     finish(self, id, final_error(st, call, "the provider refused the request"));
+  } else if (retry_stream(st, call, out, cls)) {
+    retry_broken_stream(self, id, call, out);
   } else if (!retryable(cls) || !retry_here(st, call, cls)) {
     // Auth, billing, model_not_found, format: this provider cannot serve the
     // request; another one may. Likewise once retries here are used up.
@@ -238,6 +262,9 @@ void attempt(router_ptr self, uint64_t id, pool_call& call) {
   call.in_flight = true;
   attempt_request req{call.request, attempt_limit(call, link.provider),
                       call.attempt, id};
+  auto& context = req.request.context;
+  if (!call.stream_note.empty() && !context.empty())
+    context.push_back({context.back().seq, "system", call.stream_note});
   if (call.deadline) {
     // The attempt gets what is left of the budget, never more.
     auto left
@@ -291,9 +318,10 @@ void dispatch(router_ptr self, uint64_t id) {
 caf::result<completion> complete(router_ptr self, completion_request& req) {
   auto& st = self->state;
   auto id = st.next_id++;
-  auto budget = st.cfg.budget != 0 ? st.cfg.budget
-                                   : st.cfg.retry.max_attempts
-                                       * static_cast<uint32_t>(st.chain.size());
+  auto per_provider = st.cfg.retry.max_attempts + st.cfg.stream_retries;
+  auto budget = st.cfg.budget != 0
+                  ? st.cfg.budget
+                  : per_provider * static_cast<uint32_t>(st.chain.size());
   pool_call call;
   call.promise = self->make_response_promise<completion>();
   call.request = std::move(req);

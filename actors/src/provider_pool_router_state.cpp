@@ -24,6 +24,8 @@ void pool_call::next_provider() {
   tries_here = 0;
   timeout_retried = false;
   max_tokens = 0;
+  stream_retries = 0;
+  stream_note.clear();
 }
 
 void pool_call::note_failure(error_class cls, bool skipped) {
@@ -161,6 +163,28 @@ bool retry_here(const provider_router_state& st, const pool_call& call,
          && !(cls == error_class::timeout && call.timeout_retried)
          && st.chain[call.link].breaker.state() != breaker_state::open
          && !call.budget.exhausted();
+}
+
+bool retry_stream(const provider_router_state& st, const pool_call& call,
+                  const attempt_outcome& out, error_class cls) {
+  return out.in_stream && retryable(cls)
+         && call.stream_retries < st.cfg.stream_retries
+         && st.chain[call.link].breaker.state() != breaker_state::open
+         && !call.budget.exhausted();
+}
+
+retry_policy stream_backoff(const pool_config& cfg) {
+  auto result = cfg.retry;
+  result.base_delay = cfg.stream_delay;
+  result.multiplier = 2.0;
+  result.max_delay = std::max(cfg.retry.max_delay, cfg.stream_delay);
+  return result;
+}
+
+std::string stream_retry_note(const std::string& why) {
+  return "Your previous answer was cut off before it was complete, and "
+         "discarded ("
+         + why + "). Answer again in full.";
 }
 
 // Moves `call` past the providers whose breaker lets no call through now,

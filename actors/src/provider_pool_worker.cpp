@@ -75,6 +75,8 @@ attempt_outcome to_outcome(const provider_outcome& out) {
                                         sanitize_utf8(out.message));
   if (out.retry_after)
     result.retry_after_ms = out.retry_after->count();
+  result.partial = out.cut;
+  result.in_stream = out.cut;
   return result;
 }
 
@@ -93,6 +95,7 @@ attempt_outcome to_outcome(call_result&& res) {
   if (failed.retry_after)
     result.retry_after_ms = failed.retry_after->count();
   result.partial = failed.partial;
+  result.in_stream = failed.in_stream;
   return result;
 }
 

@@ -44,6 +44,7 @@ std::string node_yaml(const temp_dir& dir, const std::string& providers,
          + "pools:\n  - name: default\n    chain: [" + chain
          + "]\n    max_attempts: 3\n    retry:\n      base_delay: 10ms\n"
            "      max_delay: 50ms\n      retry_after_cap: 100ms\n"
+           "      stream_delay: 10ms\n"
          + pool_extra + "logging:\n  level: warn\n";
 }
 
@@ -62,14 +63,15 @@ struct turn {
   nlohmann::json outcome; // the reply or the thread's error frame
 };
 
-/// Sends `text` on `thread` (subscribed first) and collects the turn's
-/// frames until its outcome.
+/// Sends `text` on `thread` (subscribed first; to `agent` if set) and
+/// collects the turn's frames until its outcome.
 turn run_turn(ws_client& client, const std::string& thread,
-              const std::string& id, const std::string& text) {
+              const std::string& id, const std::string& text,
+              const std::string& agent = {}) {
   CAF_REQUIRE(!client.send_text(protocol::subscribe_frame(thread, "s-" + id)));
   CAF_REQUIRE(
     receive_until(client, [](auto& j) { return j["type"] == "subscribed"; }));
-  CAF_REQUIRE(!client.send_text(protocol::send_frame(thread, id, text)));
+  CAF_REQUIRE(!client.send_text(protocol::send_frame(thread, id, text, agent)));
   turn result;
   auto outcome = receive_until(
     client,
@@ -170,6 +172,55 @@ CAF_TEST(answers come over the anthropic wire protocol streamed) {
   CAF_CHECK(has_state(t2, "stream_interrupted"));
   CAF_CHECK(has_state(t2, "retrying_provider"));
   CAF_CHECK_EQUAL(t2.outcome["code"], "provider_failed");
+}
+
+CAF_TEST(a broken stream is retried on its provider with a note to the model) {
+  // The first answer of each wire breaks off mid-stream, the next is whole.
+  fault_llm_server server;
+  for (auto spec : {"truncate", "ok", "sse_error"})
+    server.push(parse_fault(spec).value());
+  temp_dir dir{"keel-providers"};
+  node_process node{
+    dir.str(),
+    node_yaml(dir,
+              openai("gpt", server.base_url(), true)
+                + "  - name: claude\n    kind: anthropic\n    base_url: "
+                + server.base_url()
+                + "\n    model: claude-test\n    api_key: sk-ant-test\n",
+              "gpt",
+              "  - name: claude-pool\n    chain: [claude]\n"
+              "    retry: {stream_delay: 10ms}\n")
+      + "agents:\n  - name: claude-agent\n    pool: claude-pool\n"};
+  auto client = connect_client(node.address());
+  auto t = run_turn(*client, "t", "m1", "hello there");
+  CAF_CHECK_EQUAL(t.outcome["type"], "reply");
+  CAF_CHECK_EQUAL(t.outcome["provider"], "gpt");
+  CAF_CHECK_EQUAL(t.outcome["text"], "echo: hello there");
+  CAF_CHECK(has_state(t, "stream_interrupted"));
+  auto retrying = t.statuses.back();
+  CAF_CHECK_EQUAL(retrying["state"], "retrying_provider");
+  auto detail = retrying["detail"].get<std::string>();
+  KEEL_CHECK_CONTAINS(detail, "ended before [DONE]");
+  KEEL_CHECK_CONTAINS(detail, "; retrying the stream from gpt in ");
+  KEEL_CHECK_CONTAINS(detail, " ms (stream retry 1 of 2)");
+  // The retry told the model what broke; the first call had no such note.
+  auto calls = server.recorded();
+  CAF_REQUIRE_EQUAL(calls.size(), 2u);
+  CAF_CHECK_EQUAL(calls[0].body.find("cut off"), std::string::npos);
+  auto retried = nlohmann::json::parse(calls[1].body);
+  auto note = retried["messages"].back();
+  CAF_CHECK_EQUAL(note["role"], "system");
+  KEEL_CHECK_CONTAINS(note["content"].get<std::string>(),
+                      "Your previous answer was cut off before it was "
+                      "complete, and discarded (the stream from ");
+  // Anthropic: an error event in the stream; the note joins `system`.
+  auto c = run_turn(*client, "c", "m2", "hi claude", "claude-agent");
+  CAF_CHECK_EQUAL(c.outcome["provider"], "claude");
+  CAF_CHECK_EQUAL(c.outcome["text"], "echo: hi claude");
+  calls = server.recorded();
+  CAF_REQUIRE_EQUAL(calls.size(), 4u);
+  auto system = nlohmann::json::parse(calls[3].body)["system"].dump();
+  KEEL_CHECK_CONTAINS(system, "reported an error in the stream");
 }
 
 CAF_TEST(every error class of the api fails over or is retried as it should) {

@@ -1173,7 +1173,7 @@ CAF_TEST(config example yaml sets every section) {
   CAF_CHECK_EQUAL(cfg->agents.size(), 2u);
   auto actor = cfg->find_provider("actor");
   CAF_REQUIRE(actor != nullptr);
-  CAF_CHECK_EQUAL(actor->script.size(), 6u);
+  CAF_CHECK_EQUAL(actor->script.size(), 7u);
   auto gpt = cfg->find_provider("gpt");
   CAF_REQUIRE(gpt != nullptr);
   CAF_CHECK_EQUAL(gpt->headers.size(), 1u);

@@ -34,6 +34,13 @@ failure(std::string cls,
   return step;
 }
 
+/// A failure of class `cls` that breaks a stream which had begun.
+scripted_step cut(std::string cls) {
+  auto step = failure(std::move(cls));
+  step.cut = true;
+  return step;
+}
+
 scripted_step on(std::string match, scripted_step step) {
   step.match = std::move(match);
   return step;
@@ -267,6 +274,69 @@ CAF_TEST(one retry budget spans the whole chain) {
   CAF_CHECK_EQUAL(log[1].code, "provider_failed");
   CAF_CHECK_EQUAL(log[1].text,
                   with_owner_contact(turn_errors::provider_failed, ""));
+}
+
+CAF_TEST(a broken stream is retried twice on its provider then fails over) {
+  auto cfg = pool_config_of({scripted("a", {cut("overloaded"), cut("unknown"),
+                                            cut("timeout"), reply("a ok")}),
+                             scripted("b", {reply("from b")})});
+  cfg.pools.front().retry.max_attempts = 1;
+  cfg.pools.front().breaker.failure_threshold = 100;
+  fixture f{cfg};
+  f.post("t", "1", "x");
+  // 1.5 s, then 3 s: the stream layer's delays, whatever max_attempts says.
+  CAF_CHECK(contains(f.detail("t", "retrying_provider"),
+                     "retrying the stream from a in 1.5 s (stream retry 1 "
+                     "of 2)"));
+  f.advance(1499ms);
+  CAF_CHECK_EQUAL(f.health()["a"].calls, 1u);
+  f.advance(1ms);
+  CAF_CHECK_EQUAL(f.health()["a"].calls, 2u);
+  CAF_CHECK(contains(f.detail("t", "retrying_provider"),
+                     "in 3 s (stream retry 2 of 2)"));
+  f.advance(2999ms);
+  CAF_CHECK_EQUAL(f.health()["a"].calls, 2u);
+  f.advance(1ms);
+  // The third break is the pool's: max_attempts is used up, so b answers.
+  CAF_CHECK_EQUAL(f.health()["a"].calls, 3u);
+  CAF_CHECK_EQUAL(f.history("t").back().text, "from b");
+  CAF_CHECK_EQUAL(f.states("t"),
+                  (std::vector<std::string>{
+                    "thinking", "stream_interrupted", "retrying_provider",
+                    "stream_interrupted", "retrying_provider",
+                    "stream_interrupted", "failing_over"}));
+}
+
+CAF_TEST(a stream broken once is answered by its own provider) {
+  auto cfg = pool_config_of({scripted("a", {cut("overloaded"), reply("a ok")}),
+                             scripted("b", {reply("from b")})});
+  cfg.pools.front().retry.max_attempts = 1;
+  fixture f{cfg};
+  f.post("t", "1", "x");
+  f.advance(1500ms);
+  CAF_CHECK_EQUAL(texts(f.history("t")),
+                  (std::vector<std::string>{"user:x", "reply:a ok"}));
+  CAF_CHECK_EQUAL(f.health()["b"].calls, 0u);
+}
+
+CAF_TEST(stream retries draw on the budget and skip what retrying cannot fix) {
+  auto cfg = pool_config_of(
+    {scripted("a", {on("key", cut("auth")), cut("overloaded")}),
+     scripted("b", {reply("from b")})});
+  cfg.pools.front().budget = 2;
+  cfg.pools.front().breaker.failure_threshold = 100;
+  fixture f{cfg};
+  // A budget of two attempts: one stream retry, then the request ends.
+  f.post("u", "1", "y");
+  f.advance(1500ms);
+  auto log = f.history("u");
+  CAF_REQUIRE_EQUAL(log.size(), 2u);
+  CAF_CHECK_EQUAL(log[1].code, "provider_failed");
+  CAF_CHECK_EQUAL(f.health()["b"].calls, 0u);
+  // Credentials refused in the stream: b at once, no stream retry.
+  f.post("t", "1", "key");
+  CAF_CHECK_EQUAL(f.history("t").back().text, "from b");
+  CAF_CHECK_EQUAL(f.detail("t", "retrying_provider"), "");
 }
 
 CAF_TEST(a timeout is retried once with fewer tokens then fails over) {

@@ -131,6 +131,11 @@ struct pool_call {
   uint32_t max_tokens = 0;
   /// True once a timeout on the current provider was retried.
   bool timeout_retried = false;
+  /// Stream retries made on the current provider (`stream_retries`).
+  uint32_t stream_retries = 0;
+  /// The note for the model of the current provider's stream retry: why
+  /// its last stream broke; empty if none was retried.
+  std::string stream_note;
   /// True while an attempt is out (false while waiting for a retry delay).
   bool in_flight = false;
   /// When the request's time budget is spent, if it has one.

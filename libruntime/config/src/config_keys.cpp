@@ -250,6 +250,18 @@ const key_table<model_params>& agent_model_keys() {
   return table;
 }
 
+namespace {
+
+// A step's key `k` that describes its failure, which `fail` must give.
+void require_failure(reader& r, const map_reader& m, const std::string& k,
+                     const scripted_step& step) {
+  if (step.fail.empty())
+    r.fail(m.line(k), m.path(k),
+           k + " needs fail (it is part of a simulated failure)");
+}
+
+} // namespace
+
 const key_table<scripted_step>& script_step_keys() {
   static const auto table = [] {
     using s = scripted_step;
@@ -265,14 +277,19 @@ const key_table<scripted_step>& script_step_keys() {
         "retry_after", "duration >= 0",
         [](reader& r, const map_reader& m, const std::string& k,
            const YAML::Node& x, scripted_step& out) {
-          if (out.fail.empty())
-            r.fail(m.line(k), m.path(k),
-                   "retry_after needs fail (it is part of a simulated "
-                   "failure)");
+          require_failure(r, m, k, out);
           out.retry_after = r.read_millis(x, m.path(k), false);
         },
         "none", "With fail: the Retry-After the provider sends.")
       .boolean("crash", &s::crash, "Throw inside the provider worker.")
+      .custom(
+        "cut", "boolean",
+        [](reader& r, const map_reader& m, const std::string& k,
+           const YAML::Node& x, scripted_step& out) {
+          require_failure(r, m, k, out);
+          out.cut = r.read_bool(x, m.path(k));
+        },
+        "`false`", "With fail: the failure breaks a stream that had begun.")
       .dedicated("tool",
                  "mapping: `name` (non-empty string, **required**), "
                  "`arguments` (string, default `{}`)",
@@ -323,7 +340,11 @@ const key_table<pool_config>& pool_retry_keys() {
        "Upper bound of the floor a Retry-After sets.")
       .integer("budget", 1, 10000, &pool_config::budget,
                "Attempts one request may make across the whole chain.")
-      .derived("`max_attempts` × chain length");
+      .derived("(`max_attempts` + `stream_retries`) × chain length")
+      .integer("stream_retries", 0, 100, &pool_config::stream_retries,
+               "Retries of a stream that broke after it began.")
+      .duration("stream_delay", any_duration, &pool_config::stream_delay,
+                "The first stream retry's delay; doubling.");
     return t;
   }();
   return table;

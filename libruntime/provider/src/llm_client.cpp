@@ -292,6 +292,7 @@ private:
 
   void fail(call_failure f) {
     f.partial = delta_sent_;
+    f.in_stream = streaming_;
     deliver(std::move(f));
   }
 

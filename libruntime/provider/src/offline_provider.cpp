@@ -96,6 +96,7 @@ public:
         = parse_error_class(step->fail).value_or(error_class::unknown);
       out.message = name_ + ": scripted failure (" + step->fail + ")";
       out.retry_after = step->retry_after;
+      out.cut = step->cut;
     } else {
       out.reply.text = replace_all(replace_all(step->reply, "{input}", input),
                                    "{max_tokens}", std::to_string(max_tokens));

@@ -162,6 +162,9 @@ struct scripted_step {
   /// When true, the step throws inside the provider worker (tests crash
   /// isolation).
   bool crash = false;
+  /// With `fail`: the failure comes in a stream that had begun (a stream
+  /// cut after its first text), which the pool's stream layer retries.
+  bool cut = false;
   /// With `fail`: the Retry-After the simulated provider sends.
   std::optional<std::chrono::milliseconds> retry_after;
   /// When non-empty, the answer also calls this tool (`tool.name`) with
@@ -245,12 +248,19 @@ struct pool_config {
   /// `max_attempts`.
   retry_policy retry;
   /// Attempts one request may make across the whole chain (`retry.budget`);
-  /// 0 means `max_attempts` times the chain length.
+  /// 0 means `max_attempts` + `stream_retries` times the chain length.
   uint32_t budget = 0;
   /// The per-provider circuit breakers (`breaker:` and `cooldowns:`).
   breaker_config breaker;
   /// A timed-out call is retried once with `max_tokens` scaled by this.
   double timeout_max_tokens_factor = 0.5;
+  /// The stream layer (`retry.stream_retries`, `retry.stream_delay`): a
+  /// stream that broke after it began (cut, ended early, an error event) is
+  /// retried on its provider up to this many times, the n-th retry after
+  /// `stream_delay` * 2^(n-1) (jittered like `retry`), whatever
+  /// `max_attempts` says; each retry is an attempt of the retry budget.
+  uint32_t stream_retries = 2;
+  std::chrono::milliseconds stream_delay{1500};
   /// Names of the tools (`tools[].name`) of threads this pool answers, on
   /// top of those of their kind (`threads.tools`, `threads.agent_tools`).
   std::vector<std::string> tools;

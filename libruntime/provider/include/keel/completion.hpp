@@ -134,6 +134,10 @@ struct attempt_outcome {
   int64_t retry_after_ms = -1;
   /// True if streamed text had reached subscribers before the failure.
   bool partial = false;
+  /// True if the failure broke a stream that had begun: a 2xx event stream
+  /// cut, ended before its terminal event, or carrying an error event
+  /// (the pool's stream layer retries these).
+  bool in_stream = false;
   /// True if the call ended because our worker stopped (a shutdown, a kill,
   /// a full restart buffer), not because of the provider: its health is
   /// left as it is.
@@ -151,7 +155,7 @@ struct attempt_outcome {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, attempt_outcome& x) {
   return f(caf::meta::type_name("keel::attempt_outcome"), x.ok, x.reply,
-           x.error_class, x.message, x.retry_after_ms, x.partial,
+           x.error_class, x.message, x.retry_after_ms, x.partial, x.in_stream,
            x.worker_stopped);
 }
 

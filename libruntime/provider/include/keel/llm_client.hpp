@@ -44,6 +44,9 @@ struct call_failure {
   /// True if streamed text had already reached `on_delta` when the call
   /// failed (a stream cut mid-answer).
   bool partial = false;
+  /// True if the call failed inside a 2xx event stream (cut, ended early,
+  /// an error event), with or without text.
+  bool in_stream = false;
 };
 
 /// What one call ends with: the answer, or why there is none.

@@ -37,6 +37,9 @@ struct provider_outcome {
   error_class failure = error_class::unknown;
   std::string message;
   std::optional<std::chrono::milliseconds> retry_after;
+  /// For a failure: it broke a stream that had begun (`attempt_outcome`'s
+  /// `in_stream` and `partial`).
+  bool cut = false;
 };
 
 /// An offline provider: decides the outcome of a call without I/O.
