@@ -4,6 +4,7 @@
 // attacker would: requests with exactly the headers given, bytes as they
 // are, and idle sockets that send nothing.
 
+#include <cctype>
 #include <chrono>
 #include <map>
 #include <memory>
@@ -39,6 +40,8 @@ struct raw_response {
   unsigned status = 0;
   std::string www_authenticate;
   std::string body;
+  /// Every header field, by its name in lower case.
+  header_map headers;
 };
 
 /// One HTTP request with exactly the headers given (Host included), so tests
@@ -69,6 +72,12 @@ inline raw_response raw_request(const endpoint& ep, const std::string& method,
   result.status = parser.get().result_int();
   result.www_authenticate
     = std::string{parser.get()[http::field::www_authenticate]};
+  for (auto& field : parser.get()) {
+    auto name = std::string{field.name_string()};
+    for (auto& c : name)
+      c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    result.headers[name] = std::string{field.value()};
+  }
   if (result.status != 101) {
     http::read(stream, buf, parser);
     result.body = parser.get().body();

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "keel/compat_history.hpp"
+#include "keel/compat_request.hpp"
 #include "keel/recent_requests.hpp"
 
 using namespace keel::compat;
@@ -78,4 +79,36 @@ CAF_TEST(a retry without a key is its first try within the window) {
   CAF_CHECK(!recent.find("f2", t0 + 3s));
   CAF_CHECK_EQUAL(recent.find("f1", t0 + 3s)->message_id, "1b");
   CAF_CHECK(recent.find("f3", t0 + 3s));
+}
+
+CAF_TEST(a request becomes the message its key or its first try names) {
+  recent_requests recent{10min, 100};
+  auto t0 = recent_requests::clock::time_point{};
+  compat_call keyed;
+  keyed.message_id = "m-1";
+  keyed.thread = "t";
+  auto id = identity_for(keyed, "tok", "{}", recent, t0, "r1");
+  CAF_CHECK_EQUAL(id.thread, "t");
+  CAF_CHECK_EQUAL(id.message_id, "m-1");
+  // One-shot with a key: the same thread for every resend of it.
+  keyed.thread.clear();
+  auto once = identity_for(keyed, "tok", "{}", recent, t0, "r2");
+  CAF_CHECK_EQUAL(once.thread.substr(0, 4), "oai-");
+  CAF_CHECK_EQUAL(once.thread.size(), 36u);
+  CAF_CHECK_EQUAL(identity_for(keyed, "tok", "{}", recent, t0, "r3").thread,
+                  once.thread);
+  CAF_CHECK_NOT_EQUAL(
+    identity_for(keyed, "other", "{}", recent, t0, "r3").thread, once.thread);
+  // No key: a first try is new, the SDK's retry of it is the same message.
+  compat_call keyless;
+  auto first = identity_for(keyless, "tok", "{\"a\":1}", recent, t0, "r4");
+  CAF_CHECK_EQUAL(first.message_id, "fp:r4");
+  keyless.retry_count = 1;
+  auto retry = identity_for(keyless, "tok", "{\"a\":1}", recent, t0 + 1s, "r5");
+  CAF_CHECK_EQUAL(retry.message_id, "fp:r4");
+  CAF_CHECK_EQUAL(retry.thread, first.thread);
+  keyless.retry_count = 0;
+  CAF_CHECK_EQUAL(
+    identity_for(keyless, "tok", "{\"a\":1}", recent, t0 + 2s, "r6").message_id,
+    "fp:r6");
 }

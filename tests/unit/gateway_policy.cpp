@@ -168,3 +168,35 @@ CAF_TEST(token comparison) {
   CAF_CHECK(!token_matches("", ""));
   CAF_CHECK(!token_matches(std::string(10000, 'x'), "s3cret"));
 }
+
+CAF_TEST(the compatible api takes a client token in either header) {
+  auto cfg = loopback();
+  auto compat = [](std::string_view auth, std::string_view api_key = {}) {
+    request_facts req;
+    req.method = "POST";
+    req.target = "/v1/chat/completions";
+    req.compat = true;
+    req.authorization = auth;
+    req.api_key = api_key;
+    req.host = "127.0.0.1:8080";
+    req.content_type = "application/json";
+    return req;
+  };
+  auto bearer = check_request(compat("Bearer client-secret"), cfg);
+  CAF_CHECK(bearer.allowed);
+  CAF_CHECK(bearer.role == request_role::client);
+  CAF_CHECK(check_request(compat("", "client-secret"), cfg).allowed);
+  CAF_CHECK(check_request(compat("Bearer admin-secret"), cfg).allowed);
+  auto wrong = check_request(compat("", "nope"), cfg);
+  CAF_CHECK_EQUAL(wrong.status, 401u);
+  KEEL_CHECK_CONTAINS(wrong.message, "x-api-key");
+  // x-api-key counts for this API only, never for the admin API.
+  auto admin = api("");
+  admin.api_key = "admin-secret";
+  CAF_CHECK_EQUAL(check_request(admin, cfg).status, 401u);
+  auto page = compat("Bearer client-secret");
+  page.origin = "https://evil.example";
+  CAF_CHECK_EQUAL(check_request(page, cfg).status, 403u);
+  CAF_CHECK_EQUAL(bearer_token("Bearer  abc "), "abc");
+  CAF_CHECK_EQUAL(bearer_token("Basic abc"), "");
+}

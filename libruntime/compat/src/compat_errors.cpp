@@ -147,6 +147,18 @@ api_error outcome_error(api wire, const std::string& code,
   return result;
 }
 
+std::vector<std::pair<std::string, std::string>>
+retry_headers(const api_error& err) {
+  std::vector<std::pair<std::string, std::string>> result{
+    {"x-should-retry", err.should_retry ? "true" : "false"}};
+  if (err.should_retry && err.retry_after > 0) {
+    result.emplace_back("Retry-After", std::to_string(err.retry_after));
+    result.emplace_back("retry-after-ms",
+                        std::to_string(err.retry_after * 1000));
+  }
+  return result;
+}
+
 std::string anthropic_type(unsigned status) {
   switch (status) {
     case 400: return "invalid_request_error";

@@ -13,6 +13,28 @@ std::string fingerprint(std::string_view token, std::string_view thread,
   return sha256_hex(text);
 }
 
+request_identity identity_for(const compat_call& call, std::string_view token,
+                              std::string_view body, recent_requests& recent,
+                              recent_requests::clock::time_point now,
+                              const std::string& fresh) {
+  auto one_shot = [&](std::string_view seed) {
+    return "oai-"
+           + sha256_hex(std::string{token} + "\n" + std::string{seed})
+               .substr(0, 32);
+  };
+  if (!call.message_id.empty())
+    return {call.thread.empty() ? one_shot(call.message_id) : call.thread,
+            call.message_id};
+  auto print = fingerprint(token, call.thread, body);
+  if (call.retry_count > 0)
+    if (auto seen = recent.find(print, now))
+      return *seen;
+  request_identity result{call.thread.empty() ? one_shot(fresh) : call.thread,
+                          "fp:" + fresh};
+  recent.remember(print, result, now);
+  return result;
+}
+
 recent_requests::recent_requests(std::chrono::milliseconds window,
                                  size_t capacity)
   : window_(window), capacity_(capacity) {

@@ -96,7 +96,26 @@ const key_table<gateway_config>& gateway_keys() {
     t.container("rate_limit", "The token bucket of each connection.")
       .integer("io_threads", 1, 64, &gateway_config::io_threads,
                "Threads running the network I/O.")
-      .container("tls", "Serve wss:// and https:// only.");
+      .container("tls", "Serve wss:// and https:// only.")
+      .container("compat", "The OpenAI- and Anthropic-compatible API.");
+    return t;
+  }();
+  return table;
+}
+
+const key_table<compat_config>& compat_keys() {
+  static const auto table = [] {
+    using c = compat_config;
+    key_table<c> t;
+    t.boolean("enabled", &c::enabled, "Serve /v1/.")
+      .duration("keepalive", positive_duration, &c::keepalive,
+                "A stream's keep-alive interval.")
+      .duration("wait_timeout", positive_duration, &c::wait_timeout,
+                "How long a request waits for its outcome.")
+      .duration("retry_window", positive_duration, &c::retry_window,
+                "How long a keyless retry finds its first try.")
+      .size("max_body_bytes", 1024, &c::max_body_bytes,
+            "Largest request body under /v1/.");
     return t;
   }();
   return table;

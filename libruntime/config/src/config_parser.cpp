@@ -81,6 +81,7 @@ void parser::read_gateway(const map_reader& m, gateway_config& cfg) {
     cfg.max_unauthenticated_per_address
       = std::min(cfg.max_unauthenticated_per_address, cfg.max_unauthenticated);
   read_section(m, "rate_limit", rate_limit_keys(), cfg.rate_limit);
+  read_section(m, "compat", compat_keys(), cfg.compat);
   if (auto t = read_section(m, "tls", gateway_tls_keys(), cfg.tls))
     read_tls(*t, cfg.tls);
 }

@@ -161,6 +161,7 @@ const key_table<node_config>& node_keys();
 const key_table<gateway_config>& gateway_keys();
 const key_table<rate_limit_config>& rate_limit_keys();
 const key_table<tls_config>& gateway_tls_keys();
+const key_table<compat_config>& compat_keys();
 const key_table<provider_config>& provider_keys();
 /// The keys only HTTP providers (openai, anthropic) take.
 const key_table<provider_config>& http_provider_keys();

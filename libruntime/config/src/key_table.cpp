@@ -122,6 +122,7 @@ std::vector<config_key> config_keys() {
   gateway_keys().describe(out, "gateway", d.gateway);
   rate_limit_keys().describe(out, "gateway.rate_limit", d.gateway.rate_limit);
   gateway_tls_keys().describe(out, "gateway.tls", d.gateway.tls);
+  compat_keys().describe(out, "gateway.compat", d.gateway.compat);
   describe_lists(out);
   describe_runtime(out, d);
   return out;

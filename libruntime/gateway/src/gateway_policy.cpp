@@ -69,15 +69,6 @@ std::string_view host_name(std::string_view host) {
   return host;
 }
 
-/// The bearer token of an `Authorization` header; empty when there is none.
-std::string_view bearer_token(std::string_view authorization) {
-  constexpr std::string_view prefix = "Bearer ";
-  if (authorization.size() <= prefix.size()
-      || !iequal(authorization.substr(0, prefix.size()), prefix))
-    return {};
-  return trim(authorization.substr(prefix.size()));
-}
-
 /// No admin token is set and the gateway is loopback-only or explicitly
 /// unauthenticated: the admin API takes the client token, or none when
 /// there is none either.
@@ -96,6 +87,8 @@ struct presented_token {
 presented_token token_of(const request_facts& req, const gateway_config& cfg) {
   presented_token result;
   auto bearer = bearer_token(req.authorization);
+  if (bearer.empty() && req.compat)
+    bearer = trim(req.api_key); // Anthropic's SDK sends `x-api-key`.
   if (!bearer.empty()) {
     result.value = std::string{bearer};
     return result;
@@ -167,16 +160,42 @@ request_decision check_api(const request_facts& req, const gateway_config& cfg,
   return unauthorized(cfg, given.ignored_query);
 }
 
+/// The refusal of a client request (`what`) from a browser page of an
+/// origin that is neither allowed nor the gateway's own; none otherwise.
+std::optional<request_decision> refuse_origin(const request_facts& req,
+                                              const gateway_config& cfg,
+                                              const char* what) {
+  if (req.origin.empty() || origin_allowed(req.origin, req.host, req.tls, cfg))
+    return std::nullopt;
+  return request_decision::refuse(403, "forbidden",
+                                  std::string{what} + " from browser origin '"
+                                    + std::string{req.origin}
+                                    + "' are refused (see "
+                                      "gateway.allowed_origins)");
+}
+
+/// A request of the compatible API: a client's, like a WebSocket's (the
+/// same tokens, the same browser origins), but never the admin API.
+request_decision check_compat(const request_facts& req,
+                              const gateway_config& cfg,
+                              const presented_token& given) {
+  if (auto refused = refuse_origin(req, cfg, "requests"))
+    return *refused;
+  if (cfg.token.empty() || token_matches(given.value, cfg.token)
+      || token_matches(given.value, cfg.admin_token))
+    return request_decision::allow(request_role::client);
+  return request_decision::refuse(
+    401, "unauthorized",
+    "missing or wrong token (send 'Authorization: Bearer TOKEN' or "
+    "'x-api-key: TOKEN')",
+    true);
+}
+
 request_decision check_upgrade(const request_facts& req,
                                const gateway_config& cfg,
                                const presented_token& given) {
-  if (!req.origin.empty()
-      && !origin_allowed(req.origin, req.host, req.tls, cfg))
-    return request_decision::refuse(403, "forbidden",
-                                    "WebSockets from browser origin '"
-                                      + std::string{req.origin}
-                                      + "' are refused (see "
-                                        "gateway.allowed_origins)");
+  if (auto refused = refuse_origin(req, cfg, "WebSockets"))
+    return *refused;
   if (token_matches(given.value, cfg.admin_token))
     return request_decision::allow(request_role::admin);
   if (cfg.token.empty() || token_matches(given.value, cfg.token)
@@ -211,6 +230,8 @@ request_decision check_request(const request_facts& req,
   auto given = token_of(req, cfg);
   if (req.upgrade)
     return check_upgrade(req, cfg, given);
+  if (req.compat)
+    return check_compat(req, cfg, given);
   return check_api(req, cfg, given);
 }
 
@@ -245,6 +266,14 @@ bool origin_allowed(std::string_view origin, std::string_view host, bool tls,
     return false;
   auto own = std::string{tls ? "https://" : "http://"} + std::string{host};
   return iequal(origin, own);
+}
+
+std::string_view bearer_token(std::string_view authorization) {
+  constexpr std::string_view prefix = "Bearer ";
+  if (authorization.size() <= prefix.size()
+      || !iequal(authorization.substr(0, prefix.size()), prefix))
+    return {};
+  return trim(authorization.substr(prefix.size()));
 }
 
 bool token_matches(std::string_view given, std::string_view expected) {

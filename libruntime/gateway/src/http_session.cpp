@@ -1,8 +1,11 @@
 #include "http_session.hpp"
 
+#include "compat_exchange.hpp"
 #include "internal_errors.hpp"
 
+#include "keel/compat_request.hpp"
 #include "keel/http_head.hpp"
+#include "keel/text.hpp"
 
 #include <type_traits>
 
@@ -59,9 +62,35 @@ request_facts facts_of(const request& req, bool tls, ws_ticket_store& tickets) {
   facts.origin = view(req[http::field::origin]);
   facts.host = view(req[http::field::host]);
   facts.content_type = view(req[http::field::content_type]);
+  facts.api_key = view(req["x-api-key"]);
   if (facts.upgrade)
     facts.ticket = tickets.check(facts.target);
   return facts;
+}
+
+/// The API a compatible request speaks, by its path.
+compat::api wire_of(std::string_view path) {
+  return path == "/v1/messages" ? compat::api::anthropic : compat::api::openai;
+}
+
+/// A refusal of the request policy in the API's terms, its status kept.
+compat::api_error refusal_of(const request_decision& decision,
+                             std::string_view path) {
+  auto err = compat::refusal(wire_of(path), decision.code, decision.message);
+  err.status = decision.status;
+  return err;
+}
+
+/// `X-Stainless-Retry-Count` as a number (0 when absent or not one).
+uint32_t retry_count_of(const request& req) {
+  auto text = view(req["x-stainless-retry-count"]);
+  uint32_t result = 0;
+  for (auto c : text) {
+    if (c < '0' || c > '9' || result > 1000)
+      return 0;
+    result = result * 10 + static_cast<uint32_t>(c - '0');
+  }
+  return result;
 }
 
 } // namespace
@@ -141,7 +170,12 @@ void http_session<Stream>::do_read() {
     return;
   parser_.emplace();
   parser_->header_limit(header_limit);
-  parser_->body_limit(srv_->cfg().max_frame_bytes);
+  // Chat histories outgrow a frame: `/v1/` takes larger bodies, and
+  // `route` holds the others to `max_frame_bytes`.
+  auto& cfg = srv_->cfg();
+  parser_->body_limit(cfg.compat.enabled ? std::max(cfg.max_frame_bytes,
+                                                    cfg.compat.max_body_bytes)
+                                         : cfg.max_frame_bytes);
   expire_read();
   read_head();
 }
@@ -186,15 +220,8 @@ void http_session<Stream>::expire_read() {
 
 template <class Stream>
 void http_session<Stream>::on_read(error_code err, size_t) {
-  if (err == http::error::body_limit) {
-    keep_alive_ = false;
-    reply(http::status::payload_too_large, "application/json",
-          json_error("too_large",
-                     "request body exceeds "
-                       + std::to_string(srv_->cfg().max_frame_bytes)
-                       + " bytes"));
-    return;
-  }
+  if (err == http::error::body_limit)
+    return body_too_large();
   if (err == http::error::header_limit)
     return malformed(431, "the request's header fields exceed "
                             + std::to_string(header_limit) + " bytes");
@@ -223,15 +250,22 @@ void http_session<Stream>::route(request req) {
     return reply(http::status::upgrade_required, "application/json",
                  json_error("bad_request",
                             "this path only accepts WebSocket upgrades"));
+  auto compat = srv_->cfg().compat.enabled && !websocket::is_upgrade(req)
+                && path.substr(0, 4) == "/v1/";
+  if (!compat && req.body().size() > srv_->cfg().max_frame_bytes)
+    return body_too_large();
   if (!websocket::is_upgrade(req) && path.substr(0, 5) != "/api/"
-      && path != "/metrics")
+      && path != "/metrics" && !compat)
     return not_found(path);
   if (websocket::is_upgrade(req) && path != protocol::ws_path) {
     keep_alive_ = false;
     return not_found(path);
   }
   auto facts = facts_of(req, is_tls<Stream>, srv_->tickets());
+  facts.compat = compat;
   auto decision = check_request(facts, srv_->cfg());
+  if (!decision.allowed && compat)
+    return compat_refuse(wire_of(path), refusal_of(decision, path), "");
   if (!decision.allowed)
     return refuse(decision);
   if (!authenticated_) {
@@ -241,6 +275,8 @@ void http_session<Stream>::route(request req) {
   }
   if (websocket::is_upgrade(req))
     return upgrade(req, path);
+  if (compat)
+    return compat_request(req, path, facts);
   if (path == ws_ticket_path) {
     auto answer = srv_->tickets().answer_request(facts.method);
     return reply(static_cast<http::status>(answer.status), "application/json",
@@ -348,7 +384,102 @@ void http_session<Stream>::start_api_timer() {
     });
 }
 
+// -- the compatible API
+// --------------------------------------------------------
+
+/// Reads a request of the compatible API and hands it to a new
+/// `compat_exchange`, which answers it; refuses what it cannot carry out.
+template <class Stream>
+void http_session<Stream>::compat_request(const request& req,
+                                          std::string_view path,
+                                          const request_facts& facts) {
+  auto wire = wire_of(path);
+  auto request_id = "req_" + random_hex(24);
+  auto post = req.method() == http::verb::post;
+  if (!post || (path != "/v1/chat/completions" && path != "/v1/messages"))
+    return compat_refuse(
+      wire,
+      compat::refusal(wire, "not_found",
+                      "no such endpoint: " + std::string{req.method_string()}
+                        + " " + std::string{path}),
+      request_id);
+  if (srv_->draining() || srv_->stopping())
+    return compat_refuse(
+      wire, compat::refusal(wire, "draining", "the node is shutting down"),
+      request_id);
+  compat::request_headers headers;
+  headers.thread = std::string{view(req["keel-thread"])};
+  headers.idempotency_key = std::string{view(req["idempotency-key"])};
+  headers.retry_count = retry_count_of(req);
+  compat::request_limits limits;
+  limits.max_text_bytes = srv_->cfg().max_text_bytes;
+  auto read = wire == compat::api::anthropic
+                ? compat::read_messages_request(req.body(), headers, limits)
+                : compat::read_chat_request(req.body(), headers, limits);
+  if (auto err = std::get_if<compat::api_error>(&read))
+    return compat_refuse(wire, *err, request_id);
+  auto call = std::get<compat::compat_call>(std::move(read));
+  auto token = bearer_token(facts.authorization);
+  auto id = srv_->compat_identity(call, token.empty() ? facts.api_key : token,
+                                  req.body());
+  call.thread = std::move(id.thread);
+  call.message_id = std::move(id.message_id);
+  // The exchange's own timers bound the wait from here on.
+  beast::get_lowest_layer(stream_).expires_never();
+  std::make_shared<compat_exchange<Stream>>(srv_, this->shared_from_this(),
+                                            std::move(call), request_id)
+    ->start();
+}
+
+template <class Stream>
+void http_session<Stream>::compat_refuse(compat::api wire,
+                                         const compat::api_error& err,
+                                         const std::string& request_id) {
+  auto fields = compat::retry_headers(err);
+  if (!request_id.empty())
+    fields.emplace_back("x-request-id", request_id);
+  if (err.status == 401)
+    fields.emplace_back("WWW-Authenticate", "Bearer");
+  answer(err.status, "application/json",
+         compat::error_body(wire, err, request_id), fields);
+}
+
+template <class Stream>
+void http_session<Stream>::answer(unsigned status, std::string content_type,
+                                  std::string body,
+                                  const header_fields& fields) {
+  res_ = {};
+  for (auto& [name, value] : fields)
+    res_.set(name, value);
+  reply(static_cast<http::status>(status), std::move(content_type),
+        std::move(body), false);
+}
+
+template <class Stream>
+void http_session<Stream>::resume(bool reusable) {
+  if (!reusable || shut_down_ || srv_->stopping()) {
+    auto& sock = beast::get_lowest_layer(stream_).socket();
+    sock.shutdown(tcp::socket::shutdown_send, ignored_);
+    sock.close(ignored_);
+    return;
+  }
+  res_ = {};
+  do_read();
+}
+
 // -- answering ----------------------------------------------------------------
+
+/// A body past the limit of its path: answered, then closed (the rest of
+/// it is not read).
+template <class Stream>
+void http_session<Stream>::body_too_large() {
+  keep_alive_ = false;
+  reply(http::status::payload_too_large, "application/json",
+        json_error("too_large", "request body exceeds "
+                                  + std::to_string(srv_->cfg().max_frame_bytes)
+                                  + " bytes (gateway.max_frame_bytes; under "
+                                    "/v1/, gateway.compat.max_body_bytes)"));
+}
 
 template <class Stream>
 void http_session<Stream>::not_found(std::string_view path) {
@@ -405,14 +536,7 @@ void http_session<Stream>::reply(http::status status, std::string content_type,
 
 template <class Stream>
 void http_session<Stream>::on_write(error_code err, size_t) {
-  if (err || !res_.keep_alive()) {
-    auto& sock = beast::get_lowest_layer(stream_).socket();
-    sock.shutdown(tcp::socket::shutdown_send, ignored_);
-    sock.close(ignored_);
-    return;
-  }
-  res_ = {};
-  do_read();
+  resume(!err && res_.keep_alive());
 }
 
 template class http_session<plain_stream>;

@@ -9,12 +9,18 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
+#include "keel/compat_errors.hpp"
 #include "keel/gateway_policy.hpp"
 
 #include "ws_session.hpp"
 
 namespace keel::gateway {
+
+/// Header fields of an answer, beside the content type.
+using header_fields = std::vector<std::pair<std::string, std::string>>;
 
 template <class Stream>
 class http_session : public http_link,
@@ -36,7 +42,34 @@ public:
     return ex_;
   }
 
+  // -- for a compatible API request (compat_exchange.hpp) -------------------
+
+  Stream& stream() {
+    return stream_;
+  }
+
+  unsigned version() const {
+    return version_;
+  }
+
+  /// Whether the connection may carry another request after this one.
+  bool keep_alive() const {
+    return keep_alive_ && !srv_->stopping();
+  }
+
+  /// Answers the request with `body` and `fields`, then reads the next.
+  void answer(unsigned status, std::string content_type, std::string body,
+              const header_fields& fields);
+
+  /// The request was answered by a stream: reads the next request if the
+  /// connection is `reusable`, else closes it.
+  void resume(bool reusable);
+
 private:
+  void compat_request(const request& req, std::string_view path,
+                      const request_facts& facts);
+  void compat_refuse(compat::api wire, const compat::api_error& err,
+                     const std::string& request_id);
   void do_read();
   void read_head();
   void on_head_bytes(error_code err, size_t n);
@@ -50,6 +83,7 @@ private:
   void api_request(const request& req);
   void start_api_timer();
   void not_found(std::string_view path);
+  void body_too_large();
   void refuse(const request_decision& decision);
   void overloaded();
   void malformed(unsigned status, std::string message);

@@ -13,6 +13,8 @@
 #include <boost/beast/websocket.hpp>
 #include <openssl/ssl.h>
 
+#include "keel/text.hpp"
+
 // jemalloc's control call, present when the binary links jemalloc
 // (keel-node does), else null.
 extern "C" int mallctl(const char* name, void* old_value, size_t* old_size,
@@ -39,6 +41,9 @@ constexpr auto stop_deadline = 5s;
 
 /// Freed queues at least this big are handed back to the OS at once.
 constexpr size_t trim_threshold = 1 << 20;
+
+/// Keyless compatible API requests remembered for the SDKs' retries.
+constexpr size_t recent_compat_requests = 100'000;
 
 } // namespace
 
@@ -69,6 +74,9 @@ server_impl::server_impl(const gateway_config& cfg,
     files_(std::move(files)),
     unauthenticated_(cfg.max_unauthenticated,
                      cfg.max_unauthenticated_per_address),
+    recent_(std::chrono::duration_cast<std::chrono::milliseconds>(
+              cfg.compat.retry_window),
+            recent_compat_requests),
     acceptor_(net::make_strand(ioc_)),
     accept_retry_(acceptor_.get_executor()),
     work_(net::make_work_guard(ioc_)) {
@@ -187,6 +195,14 @@ uint64_t server_impl::add_request(std::weak_ptr<http_link> ptr) {
 bool server_impl::remove_request(uint64_t id) {
   std::lock_guard<std::mutex> guard{mtx_};
   return requests_.erase(id) > 0;
+}
+
+compat::request_identity
+server_impl::compat_identity(const compat::compat_call& call,
+                             std::string_view token, std::string_view body) {
+  std::lock_guard<std::mutex> guard{recent_mtx_};
+  return compat::identity_for(call, token, body, recent_,
+                              std::chrono::steady_clock::now(), random_hex(16));
 }
 
 // -- listening ----------------------------------------------------------------

@@ -21,7 +21,9 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/websocket.hpp>
 
+#include "keel/compat_request.hpp"
 #include "keel/connection_budget.hpp"
+#include "keel/recent_requests.hpp"
 #include "keel/ws_server.hpp"
 #include "keel/ws_ticket.hpp"
 
@@ -198,6 +200,17 @@ public:
   /// Returns true if the request was still pending (and is no more).
   bool remove_request(uint64_t id);
 
+  /// A fresh connection id (a compatible API request's virtual client).
+  connection_id next_connection_id() {
+    return next_id_.fetch_add(1) + 1;
+  }
+
+  /// The Keel message a compatible API request becomes
+  /// (`compat::identity_for`, the keyless requests remembered here).
+  compat::request_identity compat_identity(const compat::compat_call& call,
+                                           std::string_view token,
+                                           std::string_view body);
+
 private:
   void do_accept();
 
@@ -237,6 +250,10 @@ private:
   std::unordered_map<connection_id, std::weak_ptr<http_link>> http_;
   std::unordered_map<uint64_t, std::weak_ptr<http_link>> requests_;
   uint64_t next_request_ = 0;
+
+  // Keyless requests of the compatible API, for the SDKs' retries.
+  std::mutex recent_mtx_;
+  compat::recent_requests recent_;
 
   // Serializes stop() calls and tracks the I/O threads winding down.
   std::mutex stop_mtx_;

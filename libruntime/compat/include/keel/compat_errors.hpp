@@ -7,6 +7,8 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace keel::compat {
 
@@ -47,6 +49,12 @@ api_error refusal(api wire, const std::string& code, std::string message);
 /// A turn that ended in an error outcome, by its code: final and stored, so
 /// never to be retried; `message` is what the user reads.
 api_error outcome_error(api wire, const std::string& code, std::string message);
+
+/// The header fields of an error answer that say whether and when to
+/// retry: `x-should-retry`, and `Retry-After` with `retry-after-ms` when the
+/// error says how long to wait.
+std::vector<std::pair<std::string, std::string>>
+retry_headers(const api_error& err);
 
 /// Anthropic's error type for `status` (invalid_request_error,
 /// authentication_error, billing_error, ..., overloaded_error for 529).

@@ -62,4 +62,18 @@ private:
   std::deque<std::pair<clock::time_point, std::string>> order_;
 };
 
+struct compat_call;
+
+/// The Keel message request `call` becomes. The thread: the one it named,
+/// else (one-shot) `oai-` and 32 hex digits of the SHA-256 of the token and
+/// the key, or of `fresh` without a key. The message id: the key's; without
+/// one, a retry (`retry_count` >= 1) of a request `recent` saw within its
+/// window is that request's message, anything else a new one (`fp:` and
+/// `fresh`), remembered by fingerprint. `fresh` is random text, new for
+/// each request.
+request_identity identity_for(const compat_call& call, std::string_view token,
+                              std::string_view body, recent_requests& recent,
+                              recent_requests::clock::time_point now,
+                              const std::string& fresh);
+
 } // namespace keel::compat

@@ -49,6 +49,24 @@ struct rate_limit_config {
   size_t burst = 100;
 };
 
+/// The OpenAI- and Anthropic-compatible HTTP API under `/v1/`
+/// (`gateway.compat:`).
+struct compat_config {
+  /// Serve `/v1/`; off, its paths answer 404.
+  bool enabled = true;
+  /// A keep-alive event goes out after this long without another one.
+  caf::timespan keepalive = std::chrono::seconds{15};
+  /// A request waits this long for its outcome, then gets 504 (a retry
+  /// with the same key joins the turn); below the SDKs' 600 s timeout.
+  caf::timespan wait_timeout = std::chrono::seconds{590};
+  /// A keyless SDK retry (`X-Stainless-Retry-Count` >= 1) of a request
+  /// seen within this is the same message.
+  caf::timespan retry_window = std::chrono::minutes{10};
+  /// Largest request body under `/v1/` (chat histories outgrow
+  /// `max_frame_bytes`).
+  size_t max_body_bytes = 8 << 20;
+};
+
 /// WebSocket/HTTP gateway settings (`gateway:`).
 struct gateway_config {
   /// Address to listen on.
@@ -124,6 +142,8 @@ struct gateway_config {
   size_t io_threads = 1;
   /// wss:// and https://.
   tls_config tls;
+  /// The OpenAI- and Anthropic-compatible API.
+  compat_config compat;
 };
 
 /// Returns whether `host` names the loopback interface only: "localhost" (in

@@ -34,6 +34,10 @@ struct request_facts {
   /// Whether it arrived over TLS (the gateway's own origin is https then).
   bool tls = false;
   std::string_view authorization;
+  /// `x-api-key` (Anthropic's SDK), taken for a `compat` request.
+  std::string_view api_key;
+  /// A request of the compatible API (under `/v1/`): a client's.
+  bool compat = false;
   std::string_view origin;
   std::string_view host;
   std::string_view content_type;
@@ -59,11 +63,13 @@ struct request_decision {
                                  std::string message, bool challenge = false);
 };
 
-/// Decides a WebSocket upgrade (any path; the caller routes) or an `/api/`
-/// request under `cfg`: `Host` first (421), then, for upgrades, `Origin`
-/// (403); then the token (401); then the role the path needs (403) and, for
-/// admin requests, `Origin` and the content type of a POST (403, 415).
-/// Other paths (`/healthz`, unknown ones) are not the policy's business.
+/// Decides a WebSocket upgrade (any path; the caller routes), a request
+/// of the compatible API (`compat`: the client token or the admin token,
+/// in `Authorization: Bearer` or `x-api-key`, browser origins as for
+/// upgrades) or an `/api/` request under `cfg`: `Host` first (421), then, for
+/// upgrades, `Origin` (403); then the token (401); then the role the path needs
+/// (403) and, for admin requests, `Origin` and the content type of a POST (403,
+/// 415). Other paths (`/healthz`, unknown ones) are not the policy's business.
 /// Without an admin token on a loopback (or explicitly unauthenticated)
 /// gateway, the admin API is open when no client token is set and takes
 /// the client token when one is.
@@ -86,6 +92,10 @@ bool host_allowed(std::string_view host, const gateway_config& cfg);
 /// origin (scheme of the connection plus the request's `Host`).
 bool origin_allowed(std::string_view origin, std::string_view host, bool tls,
                     const gateway_config& cfg);
+
+/// The token of an `Authorization: Bearer TOKEN` header; empty when there
+/// is none.
+std::string_view bearer_token(std::string_view authorization);
 
 /// Compares a presented token with the expected one in time that depends on
 /// neither where they differ nor their lengths (it compares SHA-256 digests
