@@ -103,6 +103,10 @@ caf::expected<std::unique_ptr<node>> node::start(caf::actor_system& sys,
     return started.error();
   std::shared_ptr<ws_server> server = std::move(*started);
   handler->attach(server);
+  std::vector<served_model> models;
+  for (auto& agent : agents_of(cfg))
+    models.push_back({agent.name, agent.description});
+  server->set_models(std::move(models));
   auto spec = root_spec(cfg, server, true, *io);
   if (!spec) {
     server->stop();

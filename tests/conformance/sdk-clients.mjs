@@ -85,6 +85,14 @@ function cases(url, token) {
       const err = await failure(() => wrong.chat.completions.create({ model: "default", messages: user("x") }));
       expect("class", err instanceof OpenAI.AuthenticationError, true);
     }],
+    ["openai: the models are the agents", async () => {
+      const ids = [];
+      for await (const model of openai.models.list())
+        ids.push(model.id);
+      expect("models", ids.sort().join(","), "default,slow");
+      const one = await openai.models.retrieve("slow");
+      expect("retrieved", one.id, "slow");
+    }],
     ["anthropic: a message, plain and streamed", async () => {
       const m = await anthropic.messages.create(
         { model: "default", max_tokens: 256, messages: [{ role: "user", content: "hi claude" }] },

@@ -7,6 +7,8 @@
 
 #include <caf/test/unit_test.hpp>
 
+#include <set>
+
 #include <nlohmann/json.hpp>
 
 #include "keel/tools/node_process.hpp"
@@ -217,6 +219,28 @@ CAF_TEST(refusals come in the api error shape with their retry hints) {
   CAF_CHECK_EQUAL(garbage.status, 400u);
   auto missing = raw_request(ep, "GET", "/v1/nothing-here", headers_for(ep));
   CAF_CHECK_EQUAL(missing.status, 404u);
+  // The models are the agents.
+  auto models = raw_request(ep, "GET", "/v1/models", headers_for(ep));
+  CAF_REQUIRE_EQUAL(models.status, 200u);
+  auto list = json::parse(models.body);
+  CAF_CHECK_EQUAL(list["object"], "list");
+  std::set<std::string> ids;
+  for (auto& m : list["data"])
+    ids.insert(m["id"].get<std::string>());
+  CAF_CHECK_EQUAL(ids, (std::set<std::string>{"default", "slow"}));
+  auto slow = raw_request(ep, "GET", "/v1/models/slow", headers_for(ep));
+  auto model = json::parse(slow.body);
+  CAF_CHECK_EQUAL(model["object"], "model");
+  CAF_CHECK_EQUAL(model["owned_by"], "keel");
+  auto versioned = headers_for(ep, {{"anthropic-version", "2023-06-01"}});
+  auto claude = raw_request(ep, "GET", "/v1/models", versioned);
+  auto anthropic_list = json::parse(claude.body);
+  CAF_CHECK_EQUAL(anthropic_list["data"][0]["type"], "model");
+  CAF_CHECK_EQUAL(anthropic_list["has_more"], false);
+  auto none = raw_request(ep, "GET", "/v1/models/nope", headers_for(ep));
+  CAF_CHECK_EQUAL(none.status, 404u);
+  auto e_none = json::parse(none.body)["error"];
+  CAF_CHECK_EQUAL(e_none["code"], "model_not_found");
   // Turned off, /v1/ is no path of the node.
   node.stop();
   temp_dir off{"keel-http-api"};

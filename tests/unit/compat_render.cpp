@@ -6,6 +6,7 @@
 
 #include <caf/test/unit_test.hpp>
 
+#include "keel/compat_models.hpp"
 #include "keel/compat_render.hpp"
 
 #include "text_checks.hpp"
@@ -269,4 +270,27 @@ CAF_TEST(an anthropic stream has the events in the order of the api) {
   KEEL_CHECK_CONTAINS(err, "event: error\n");
   auto error = data_of(err).at(0);
   CAF_CHECK_EQUAL(error["error"]["type"], "api_error");
+}
+
+CAF_TEST(the models are the agents in each apis shape) {
+  std::vector<model_entry> models{{"default", "", 1700000000},
+                                  {"coder", "Writes code", 1700000000}};
+  auto openai = json::parse(models_body(api::openai, models));
+  CAF_CHECK_EQUAL(openai["object"], "list");
+  CAF_REQUIRE_EQUAL(openai["data"].size(), 2u);
+  auto first = openai["data"][0];
+  CAF_CHECK_EQUAL(first["id"], "default");
+  CAF_CHECK_EQUAL(first["object"], "model");
+  CAF_CHECK_EQUAL(first["created"], 1700000000);
+  CAF_CHECK_EQUAL(first["owned_by"], "keel");
+  auto anthropic = json::parse(models_body(api::anthropic, models));
+  CAF_CHECK_EQUAL(anthropic["has_more"], false);
+  CAF_CHECK_EQUAL(anthropic["first_id"], "default");
+  CAF_CHECK_EQUAL(anthropic["last_id"], "coder");
+  auto coder = json::parse(model_body(api::anthropic, models[1]));
+  CAF_CHECK_EQUAL(coder["type"], "model");
+  CAF_CHECK_EQUAL(coder["display_name"], "Writes code");
+  CAF_CHECK_EQUAL(coder["created_at"], "2023-11-14T22:13:20.000Z");
+  auto empty = json::parse(models_body(api::anthropic, {}));
+  CAF_CHECK(empty["first_id"].is_null());
 }

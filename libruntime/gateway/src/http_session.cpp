@@ -3,6 +3,7 @@
 #include "compat_exchange.hpp"
 #include "internal_errors.hpp"
 
+#include "keel/compat_models.hpp"
 #include "keel/compat_request.hpp"
 #include "keel/http_head.hpp"
 #include "keel/text.hpp"
@@ -395,6 +396,8 @@ void http_session<Stream>::compat_request(const request& req,
                                           const request_facts& facts) {
   auto wire = wire_of(path);
   auto request_id = "req_" + random_hex(24);
+  if (path == "/v1/models" || path.substr(0, 11) == "/v1/models/")
+    return compat_models(req, path, request_id);
   auto post = req.method() == http::verb::post;
   if (!post || (path != "/v1/chat/completions" && path != "/v1/messages"))
     return compat_refuse(
@@ -429,6 +432,35 @@ void http_session<Stream>::compat_request(const request& req,
   std::make_shared<compat_exchange<Stream>>(srv_, this->shared_from_this(),
                                             std::move(call), request_id)
     ->start();
+}
+
+/// `GET /v1/models[/ID]`: the node's agents, in Anthropic's shape for a
+/// request that carries `anthropic-version`.
+template <class Stream>
+void http_session<Stream>::compat_models(const request& req,
+                                         std::string_view path,
+                                         const std::string& request_id) {
+  auto wire = req.count("anthropic-version") != 0 ? compat::api::anthropic
+                                                  : compat::api::openai;
+  if (req.method() != http::verb::get)
+    return compat_refuse(
+      wire, compat::refusal(wire, "not_found", "use GET " + std::string{path}),
+      request_id);
+  header_fields fields{{"x-request-id", request_id}};
+  auto models = srv_->models();
+  if (path == "/v1/models")
+    return answer(200, "application/json", compat::models_body(wire, models),
+                  fields);
+  auto id = path.substr(11);
+  for (auto& model : models)
+    if (model.id == id)
+      return answer(200, "application/json", compat::model_body(wire, model),
+                    fields);
+  auto err = compat::refusal(wire, "unknown_agent",
+                             "the model '" + std::string{id}
+                               + "' does not exist: a model is an agent");
+  err.param = "model";
+  compat_refuse(wire, err, request_id);
 }
 
 template <class Stream>

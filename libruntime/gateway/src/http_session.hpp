@@ -68,6 +68,8 @@ public:
 private:
   void compat_request(const request& req, std::string_view path,
                       const request_facts& facts);
+  void compat_models(const request& req, std::string_view path,
+                     const std::string& request_id);
   void compat_refuse(compat::api wire, const compat::api_error& err,
                      const std::string& request_id);
   void do_read();

@@ -197,6 +197,22 @@ bool server_impl::remove_request(uint64_t id) {
   return requests_.erase(id) > 0;
 }
 
+void server_impl::set_models(std::vector<served_model> models) {
+  using namespace std::chrono;
+  auto now
+    = duration_cast<seconds>(system_clock::now().time_since_epoch()).count();
+  std::vector<compat::model_entry> entries;
+  for (auto& model : models)
+    entries.push_back({std::move(model.id), std::move(model.description), now});
+  std::lock_guard<std::mutex> guard{models_mtx_};
+  models_ = std::move(entries);
+}
+
+std::vector<compat::model_entry> server_impl::models() const {
+  std::lock_guard<std::mutex> guard{models_mtx_};
+  return models_;
+}
+
 compat::request_identity
 server_impl::compat_identity(const compat::compat_call& call,
                              std::string_view token, std::string_view body) {

@@ -21,6 +21,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/websocket.hpp>
 
+#include "keel/compat_models.hpp"
 #include "keel/compat_request.hpp"
 #include "keel/connection_budget.hpp"
 #include "keel/recent_requests.hpp"
@@ -119,6 +120,11 @@ public:
   ws_server_stats stats() const override;
 
   void set_health(bool live, bool ready) override;
+
+  void set_models(std::vector<served_model> models) override;
+
+  /// The models of `/v1/models`, as `set_models` gave them.
+  std::vector<compat::model_entry> models() const;
 
   void start_drain() override;
 
@@ -250,6 +256,10 @@ private:
   std::unordered_map<connection_id, std::weak_ptr<http_link>> http_;
   std::unordered_map<uint64_t, std::weak_ptr<http_link>> requests_;
   uint64_t next_request_ = 0;
+
+  // The compatible API's models.
+  mutable std::mutex models_mtx_;
+  std::vector<compat::model_entry> models_;
 
   // Keyless requests of the compatible API, for the SDKs' retries.
   std::mutex recent_mtx_;

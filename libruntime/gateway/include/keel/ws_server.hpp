@@ -72,6 +72,12 @@ struct static_file {
   std::string_view body;
 };
 
+/// A model of the compatible API's `/v1/models`: an agent.
+struct served_model {
+  std::string id;
+  std::string description;
+};
+
 /// Static files by path (`/`, `/app.js`, ...).
 using static_files = std::map<std::string, static_file, std::less<>>;
 
@@ -123,6 +129,10 @@ public:
   /// `ready` and not draining, else 503) answer from now on. Both start
   /// false: nothing is known until the node's first check. Thread-safe.
   virtual void set_health(bool live, bool ready) = 0;
+
+  /// The models `GET /v1/models` lists from now on (the node's agents),
+  /// created now. Thread-safe.
+  virtual void set_models(std::vector<served_model> models) = 0;
 
   /// Starts the drain before a stop: WebSocket upgrades are refused (503)
   /// and `send`, `spawn` and `cancel` frames answered with the error
