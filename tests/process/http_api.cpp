@@ -7,6 +7,7 @@
 
 #include <caf/test/unit_test.hpp>
 
+#include <future>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -150,6 +151,40 @@ CAF_TEST(a streamed chat completion has the chunks the sdks parse) {
   CAF_CHECK_EQUAL(again.headers["keel-thread"], res.headers["keel-thread"]);
   CAF_CHECK_EQUAL(again.headers["keel-duplicate"], "true");
   KEEL_CHECK_CONTAINS(again.body, "slowly: tell me slowly");
+}
+
+CAF_TEST(a resend while the turn runs joins it in the shape it asks for) {
+  temp_dir dir{"keel-http-api"};
+  node_process node{dir.str(), node_yaml(dir)};
+  auto ep = node.address();
+  header_map keyed{{"Keel-Thread", "j-1"}, {"Idempotency-Key", "m-1"}};
+  // The slow agent takes 600 ms: the resend comes while the first waits.
+  auto first = std::async(std::launch::async, [&] {
+    return post(ep, "/v1/chat/completions", chat("wait for it", "slow"), keyed);
+  });
+  auto streamed = chat("wait for it", "slow");
+  streamed["stream"] = true;
+  raw_response joined;
+  for (int i = 0; i < 100; ++i) {
+    joined = post(ep, "/v1/chat/completions", streamed, keyed);
+    if (joined.headers["keel-duplicate"] == "true")
+      break;
+  }
+  auto plain = first.get();
+  CAF_REQUIRE_EQUAL(plain.status, 200u);
+  auto body = json::parse(plain.body);
+  CAF_CHECK_EQUAL(body["choices"][0]["message"]["content"],
+                  "slowly: wait for it");
+  CAF_CHECK_EQUAL(joined.headers["keel-duplicate"], "true");
+  CAF_CHECK_EQUAL(joined.headers["content-type"], "text/event-stream");
+  std::string text;
+  for (auto& c : data_of(joined.body))
+    if (c.is_object() && !c["choices"].empty())
+      text += c["choices"][0]["delta"].value("content", "");
+  CAF_CHECK_EQUAL(text, "slowly: wait for it");
+  // One message, one answer: the resend's id is the first's.
+  auto first_chunk = data_of(joined.body).at(0);
+  CAF_CHECK_EQUAL(first_chunk["id"], body["id"]);
 }
 
 CAF_TEST(an anthropic client gets messages and their events) {

@@ -78,8 +78,9 @@ void compat_exchange<Stream>::on_frame(const json& frame) {
       && (id == call_.message_id || id == history_id))
     return fail(compat::refusal(info_.wire, frame.value("code", "internal"),
                                 frame.value("message", "")));
-  if (!acked_) {
-    // The thread's events may overtake the ack: kept for after it.
+  if (!acked_ || !checked_) {
+    // The thread's events may overtake the ack, and a duplicate's wait for
+    // its history check: kept for after them.
     early_.push_back(frame);
     return;
   }
@@ -102,6 +103,7 @@ void compat_exchange<Stream>::on_ack(const json& frame) {
   acked_ = true;
   info_.seq = frame.value("seq", uint64_t{0});
   info_.duplicate = frame.value("duplicate", false);
+  checked_ = !info_.duplicate;
   if (info_.duplicate) {
     // Answered already, in flight, or sent with another text: the history
     // tells.
@@ -141,6 +143,7 @@ void compat_exchange<Stream>::on_history(const json& frame) {
                                 "message; use a new key for a new message"));
   if (!found.outcome && found.more)
     return ask_history(found.last_seq);
+  checked_ = true;
   if (call_.stream)
     open_stream();
   if (found.outcome)

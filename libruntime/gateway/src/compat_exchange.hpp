@@ -75,7 +75,10 @@ private:
   std::optional<compat::stream_writer> writer_;
   /// Acknowledged; `seq` in `info_`.
   bool acked_ = false;
-  /// The thread's frames that came before the ack.
+  /// A duplicate's history was checked (its text, its stored outcome);
+  /// true at once for a new message.
+  bool checked_ = false;
+  /// The thread's frames that came before the ack and the check.
   std::vector<nlohmann::json> early_;
   /// The answer (a body or a stream's head) went out or is on its way.
   bool answered_ = false;
