@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "json_text.hpp"
+
 namespace keel::compat {
 
 namespace {
@@ -111,10 +113,6 @@ json error_json(api wire, const api_error& err, const std::string& request_id) {
           {"request_id", nullable(request_id)}};
 }
 
-std::string dump(const json& j) {
-  return j.dump(-1, ' ', false, json::error_handler_t::replace);
-}
-
 } // namespace
 
 api_error bad_request(std::string code, std::string param,
@@ -176,12 +174,12 @@ std::string anthropic_type(unsigned status) {
 
 std::string error_body(api wire, const api_error& err,
                        const std::string& request_id) {
-  return dump(error_json(wire, err, request_id));
+  return json_text(error_json(wire, err, request_id));
 }
 
 std::string error_event(api wire, const api_error& err,
                         const std::string& request_id) {
-  auto data = dump(error_json(wire, err, request_id));
+  auto data = json_text(error_json(wire, err, request_id));
   if (wire == api::openai)
     return "data: " + data + "\n\n";
   return "event: error\ndata: " + data + "\n\n";

@@ -4,6 +4,8 @@
 
 #include "keel/text.hpp"
 
+#include "json_text.hpp"
+
 namespace keel::compat {
 
 namespace {
@@ -23,10 +25,6 @@ json model_json(api wire, const model_entry& model) {
           {"created_at", rfc3339_utc(model.created * 1000)}};
 }
 
-std::string dump(const json& j) {
-  return j.dump(-1, ' ', false, json::error_handler_t::replace);
-}
-
 } // namespace
 
 std::string models_body(api wire, const std::vector<model_entry>& models) {
@@ -34,17 +32,17 @@ std::string models_body(api wire, const std::vector<model_entry>& models) {
   for (auto& model : models)
     data.push_back(model_json(wire, model));
   if (wire == api::openai)
-    return dump({{"object", "list"}, {"data", std::move(data)}});
+    return json_text({{"object", "list"}, {"data", std::move(data)}});
   auto first = models.empty() ? json() : json(models.front().id);
   auto last = models.empty() ? json() : json(models.back().id);
-  return dump({{"data", std::move(data)},
-               {"has_more", false},
-               {"first_id", first},
-               {"last_id", last}});
+  return json_text({{"data", std::move(data)},
+                    {"has_more", false},
+                    {"first_id", first},
+                    {"last_id", last}});
 }
 
 std::string model_body(api wire, const model_entry& model) {
-  return dump(model_json(wire, model));
+  return json_text(model_json(wire, model));
 }
 
 } // namespace keel::compat

@@ -1,13 +1,14 @@
 #include "keel/compat_render.hpp"
 
 #include "event_format.hpp"
+#include "json_text.hpp"
 
 namespace keel::compat {
 
 namespace format {
 
 std::string event(api wire, const json& data) {
-  auto text = data.dump(-1, ' ', false, json::error_handler_t::replace);
+  auto text = json_text(data);
   if (wire == api::openai)
     return "data: " + text + "\n\n";
   return "event: " + data.value("type", "") + "\ndata: " + text + "\n\n";
@@ -63,7 +64,7 @@ http_answer final_answer(const exchange_info& info, const json& outcome) {
     auto body = info.wire == api::openai
                   ? format::openai_body(info, outcome)
                   : format::anthropic_body(info, outcome);
-    result.body = body.dump(-1, ' ', false, json::error_handler_t::replace);
+    result.body = json_text(body);
     return result;
   }
   auto err = outcome_of(info, outcome);

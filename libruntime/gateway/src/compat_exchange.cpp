@@ -1,9 +1,8 @@
 #include "compat_exchange.hpp"
 
-#include <chrono>
-
 #include "keel/compat_history.hpp"
 #include "keel/protocol.hpp"
+#include "keel/text.hpp"
 
 namespace keel::gateway {
 
@@ -13,11 +12,6 @@ using json = nlohmann::json;
 
 /// The correlation id of the history requests an exchange makes.
 constexpr const char* history_id = "keel-compat-history";
-
-int64_t unix_seconds() {
-  using namespace std::chrono;
-  return duration_cast<seconds>(system_clock::now().time_since_epoch()).count();
-}
 
 } // namespace
 
@@ -36,7 +30,7 @@ compat_exchange<Stream>::compat_exchange(server_impl* srv, session_ptr session,
   info_.thread = call_.thread;
   info_.include_usage = call_.include_usage;
   info_.request_id = request_id_;
-  info_.created = unix_seconds();
+  info_.created = wall_clock_millis() / 1000;
 }
 
 template <class Stream>

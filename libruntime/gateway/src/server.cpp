@@ -198,9 +198,7 @@ bool server_impl::remove_request(uint64_t id) {
 }
 
 void server_impl::set_models(std::vector<served_model> models) {
-  using namespace std::chrono;
-  auto now
-    = duration_cast<seconds>(system_clock::now().time_since_epoch()).count();
+  auto now = wall_clock_millis() / 1000;
   std::vector<compat::model_entry> entries;
   for (auto& model : models)
     entries.push_back({std::move(model.id), std::move(model.description), now});
